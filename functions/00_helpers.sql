@@ -1,0 +1,59 @@
+-- Internal helpers shared by every other functions/ file.
+--
+-- Called by: the SQL functions in this directory; never by users.
+-- Guarantees: pure or read-only; no locks beyond the rows they read.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- Read a numeric setting, failing loudly when it is missing: a silent default
+-- here would hide an operator's deleted row until a lease or a cap misbehaves.
+create or replace function _setting_int(p_key text)
+returns integer
+language plpgsql stable
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_value jsonb;
+begin
+    select value into v_value from settings where key = p_key;
+    if v_value is null then
+        raise exception 'setting % is missing from ceaseless.settings', p_key
+            using errcode = 'CE500',
+                  hint = 'Re-run `ceaseless migrate` or insert the row; the defaults are in db/0001_foundation.sql.';
+    end if;
+    return (v_value #>> '{}')::integer;
+end;
+$$;
+
+comment on function _setting_int(text) is
+    'Read an integer from ceaseless.settings; raises CE500 when the row is missing.';
+
+-- Who is acting, for the audit log: the listener id a function set for this
+-- transaction, else the database role (an operator in psql).
+create or replace function _actor()
+returns text
+language sql stable
+set search_path = ceaseless, pg_catalog
+as $$
+    select coalesce(nullif(current_setting('ceaseless.actor', true), ''), current_user::text);
+$$;
+
+comment on function _actor() is
+    'The actor recorded in audit_log: the listener id set by queue functions, else current_user.';
+
+-- Exponential backoff with jitter for the next retry of a job that has used
+-- p_attempts attempts. Jitter keeps a burst of failures (a provider outage)
+-- from coming back as a synchronised burst.
+create or replace function _retry_delay(p_attempts integer)
+returns interval
+language sql volatile
+set search_path = ceaseless, pg_catalog
+as $$
+    select make_interval(secs =>
+        least(_setting_int('retry_max_secs')::double precision,
+              _setting_int('retry_base_secs') * power(2, greatest(p_attempts - 1, 0)))
+        * (1 + random() * 0.25));
+$$;
+
+comment on function _retry_delay(integer) is
+    'Backoff before retry number p_attempts: base * 2^(attempts-1), capped, plus up to 25% jitter.';

@@ -1,0 +1,339 @@
+-- The job queue: claim, lease, expire, cancel, retry.
+--
+-- Called by: listeners (claim_jobs, extend_leases, expire_leases,
+-- release_jobs) and operators (cancel_job, retry_job).
+-- Guarantees: each function is one transaction's worth of work; a job moves
+-- through pending → claimed → running → terminal only here and in
+-- 20_agent_runs.sql; every move fires the statement-level triggers of
+-- 30_notify_audit.sql (one NOTIFY ceaseless_job per statement and group,
+-- one audit_log row per job).
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- Claim up to p_limit due jobs for p_worker, admitting each through its
+-- lane's governor (concurrency and rolling-window budget) in the same
+-- transaction.
+--
+-- Locks: the rows of the enabled, unpaused lanes (FOR NO KEY UPDATE, in name
+-- order, so two claimers never deadlock) and then the claimed jobs (FOR UPDATE
+-- SKIP LOCKED). The lane lock is what makes admission exact: without it, two
+-- listeners counting a lane at once would each see the same free slots and
+-- together admit twice the budget. It is taken in its own statement because a
+-- READ COMMITTED statement's snapshot predates any lock it waits for; the
+-- counting statement that follows sees the other claimer's commit.
+create or replace function claim_jobs(
+    p_worker text,
+    p_limit integer,
+    p_kinds text[] default null,
+    p_agents text[] default null,
+    p_now timestamptz default now(),
+    p_lease_secs integer default null
+)
+returns table (
+    id uuid, kind text, agent text, prompt text, payload jsonb,
+    max_turns integer, resume_session_id text, attempts integer,
+    claim_expires_at timestamptz
+)
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+#variable_conflict use_column
+declare
+    v_lease interval;
+begin
+    if p_worker is null or p_worker = '' then
+        raise exception 'claim_jobs: p_worker must name the claiming listener'
+            using errcode = 'CE422';
+    end if;
+    if p_limit is null or p_limit < 1 then
+        raise exception 'claim_jobs: p_limit must be at least 1, got %', p_limit
+            using errcode = 'CE422';
+    end if;
+    v_lease := make_interval(secs => coalesce(p_lease_secs, _setting_int('lease_secs')));
+    perform set_config('ceaseless.actor', p_worker, true);
+
+    perform 1
+    from agents a
+    where a.enabled
+      and (p_agents is null or a.name = any (p_agents))
+      and (a.paused_until is null or a.paused_until <= p_now)
+    order by a.name
+    for no key update;
+
+    return query
+    -- Free slots per lane: the smaller of what concurrency and the window
+    -- budget allow. Claimed-but-unstarted jobs count against both, or a burst
+    -- of claims would overrun the budget before the runs exist.
+    with lane as (
+        select a.name,
+               least(
+                   a.max_concurrent - live.n,
+                   case when a.window_budget is null then p_limit
+                        else a.window_budget - live.claimed - (
+                            select count(*)
+                            from agent_run r
+                            where r.agent = a.name
+                              and r.started_at > p_now - make_interval(secs => a.window_secs))
+                   end,
+                   p_limit) as free
+        from agents a
+        cross join lateral (
+            select count(*) as n,
+                   count(*) filter (where l.state = 'claimed') as claimed
+            from job l
+            where l.agent = a.name and l.state in ('claimed', 'running')
+        ) live
+        where a.enabled
+          and (p_agents is null or a.name = any (p_agents))
+          and (a.paused_until is null or a.paused_until <= p_now)
+    ),
+    -- Each lane walks its own slice of job_claimable_idx and stops after its
+    -- free slots, so a full lane with a deep backlog costs nothing and never
+    -- hides another lane's work.
+    picked as (
+        select c.id
+        from lane
+        cross join lateral (
+            select j.id, j.run_after, j.created_at
+            from job j
+            where j.agent = lane.name
+              and j.state = 'pending'
+              and j.run_after <= p_now
+              and (p_kinds is null or j.kind = any (p_kinds))
+            order by j.run_after
+            limit greatest(lane.free, 0)
+            for update skip locked
+        ) c
+        where lane.free > 0
+        -- Across lanes, oldest due work first, up to the caller's capacity.
+        order by c.run_after, c.created_at
+        limit p_limit
+    )
+    update job j
+    set state = 'claimed',
+        claimed_by = p_worker,
+        claim_expires_at = p_now + v_lease,
+        attempts = j.attempts + 1,
+        updated_at = p_now
+    -- An array, not a join: the planner cannot know `picked` is tiny, and
+    -- with a join it may hash it against a scan of the whole table.
+    where j.id = any (array(select picked.id from picked))
+    returning j.id, j.kind, j.agent, j.prompt, j.payload, j.max_turns,
+              j.resume_session_id, j.attempts, j.claim_expires_at;
+end;
+$$;
+
+comment on function claim_jobs(text, integer, text[], text[], timestamptz, integer) is
+    'Claim up to p_limit due pending jobs for listener p_worker, oldest first, admitting each '
+    'through its lane''s governor (max_concurrent, window_budget, paused_until) atomically.';
+
+-- Extend the leases p_worker holds on p_job_ids; returns the ids it no longer
+-- holds (cancelled, expired and reclaimed, or unknown), whose agents the
+-- listener must stop.
+create or replace function extend_leases(
+    p_worker text,
+    p_job_ids uuid[],
+    p_now timestamptz default now(),
+    p_lease_secs integer default null
+)
+returns setof uuid
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_lease interval := make_interval(secs => coalesce(p_lease_secs, _setting_int('lease_secs')));
+begin
+    return query
+    with extended as (
+        update job j
+        set claim_expires_at = p_now + v_lease
+        where j.id = any (p_job_ids)
+          and j.claimed_by = p_worker
+          and j.state in ('claimed', 'running')
+        returning j.id
+    )
+    select x.id from unnest(p_job_ids) as x(id)
+    except
+    select e.id from extended e;
+end;
+$$;
+
+comment on function extend_leases(text, uuid[], timestamptz, integer) is
+    'Heartbeat: push the lease of every job p_worker still holds; returns the ids it lost.';
+
+-- Return every job whose lease has passed to the pool (or abandon it when its
+-- attempts are used up), finishing its open agent_run as lease_expired.
+--
+-- Locks: the expired jobs, FOR UPDATE SKIP LOCKED, so concurrent sweeps by
+-- several listeners split the work instead of queueing on it.
+create or replace function expire_leases(p_now timestamptz default now())
+returns integer
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_count integer;
+begin
+    with expired as (
+        select j.id, j.claimed_by
+        from job j
+        where j.state in ('claimed', 'running')
+          and j.claim_expires_at < p_now
+        for update skip locked
+    ),
+    -- The run of a vanished listener must still end with an outcome
+    -- (finished_has_outcome), or the governor counts it forever.
+    runs as (
+        update agent_run r
+        set outcome = 'lease_expired',
+            finished_at = p_now,
+            error = format('lease expired: listener %s stopped extending it', e.claimed_by)
+        from expired e
+        where r.job_id = e.id and r.finished_at is null
+        returning r.id
+    ),
+    moved as (
+        update job j
+        set state = case when j.attempts < coalesce(j.max_attempts, a.max_attempts)
+                         then 'pending' else 'abandoned' end,
+            claimed_by = case when j.attempts < coalesce(j.max_attempts, a.max_attempts)
+                              then null else j.claimed_by end,
+            claim_expires_at = case when j.attempts < coalesce(j.max_attempts, a.max_attempts)
+                                    then null else j.claim_expires_at end,
+            finished_at = case when j.attempts < coalesce(j.max_attempts, a.max_attempts)
+                               then null else p_now end,
+            run_after = p_now,
+            last_error = format('lease expired (held by %s, attempt %s)', e.claimed_by, j.attempts),
+            updated_at = p_now
+        from expired e, agents a
+        where j.id = e.id and a.name = j.agent
+        returning j.id
+    )
+    select count(*) into v_count from moved;
+    return v_count;
+end;
+$$;
+
+comment on function expire_leases(timestamptz) is
+    'Return jobs with passed leases to pending (or abandoned after max attempts) and finish '
+    'their open runs as lease_expired. Safe to call from every listener at once.';
+
+-- Give back jobs p_worker holds without a verdict on them: a listener shutting
+-- down releases what it could not finish. The attempt is returned too — the
+-- job did not fail, its listener left.
+create or replace function release_jobs(
+    p_worker text,
+    p_job_ids uuid[],
+    p_now timestamptz default now()
+)
+returns integer
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_count integer;
+begin
+    perform set_config('ceaseless.actor', p_worker, true);
+    with held as (
+        select j.id
+        from job j
+        where j.id = any (p_job_ids)
+          and j.claimed_by = p_worker
+          and j.state in ('claimed', 'running')
+        for update
+    ),
+    runs as (
+        update agent_run r
+        set outcome = 'cancelled', finished_at = p_now,
+            error = format('released: listener %s shut down before the agent finished', p_worker)
+        from held h
+        where r.job_id = h.id and r.finished_at is null
+        returning r.id
+    ),
+    moved as (
+        update job j
+        set state = 'pending', claimed_by = null, claim_expires_at = null,
+            attempts = greatest(j.attempts - 1, 0), run_after = p_now, updated_at = p_now,
+            last_error = format('released by %s at shutdown', p_worker)
+        from held h
+        where j.id = h.id
+        returning j.id
+    )
+    select count(*) into v_count from moved;
+    return v_count;
+end;
+$$;
+
+comment on function release_jobs(text, uuid[], timestamptz) is
+    'Shutdown: return jobs held by p_worker to pending, attempt refunded, open runs finished as cancelled.';
+
+-- Cancel a job. A pending job ends at once; a claimed or running one ends
+-- now in the database, its open run finished as cancelled, and the listener
+-- running it stops the process when the NOTIFY (or its next heartbeat)
+-- tells it the job is no longer held.
+--
+-- Raises: CE404 unknown job; CE409 the job already ended.
+create or replace function cancel_job(p_job_id uuid, p_now timestamptz default now())
+returns void
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_state text;
+begin
+    select state into v_state from job where id = p_job_id for update;
+    if not found then
+        raise exception 'cancel_job: no job with id %', p_job_id using errcode = 'CE404';
+    end if;
+    if v_state not in ('pending', 'claimed', 'running') then
+        raise exception 'cancel_job: job % is already %; only pending, claimed or running jobs can be cancelled',
+            p_job_id, v_state
+            using errcode = 'CE409', hint = 'Use retry_job to run a finished job again.';
+    end if;
+
+    update agent_run
+    set outcome = 'cancelled', finished_at = p_now, error = 'cancelled by ' || _actor()
+    where job_id = p_job_id and finished_at is null;
+
+    update job
+    set state = 'cancelled', finished_at = p_now, updated_at = p_now,
+        last_error = 'cancelled by ' || _actor()
+    where id = p_job_id;
+end;
+$$;
+
+comment on function cancel_job(uuid, timestamptz) is
+    'Cancel a pending, claimed or running job; a running agent is stopped by its listener. '
+    'Raises CE404 (unknown) or CE409 (already finished).';
+
+-- Run a finished job again from scratch: back to pending with a full attempt
+-- budget. The live-job unique indexes still apply, so retrying a job whose
+-- issue or dedup key already has a live job fails with that index's name.
+--
+-- Raises: CE404 unknown job; CE409 the job is still live.
+create or replace function retry_job(p_job_id uuid, p_now timestamptz default now())
+returns void
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_state text;
+begin
+    select state into v_state from job where id = p_job_id for update;
+    if not found then
+        raise exception 'retry_job: no job with id %', p_job_id using errcode = 'CE404';
+    end if;
+    if v_state in ('pending', 'claimed', 'running') then
+        raise exception 'retry_job: job % is still %; only finished jobs can be retried', p_job_id, v_state
+            using errcode = 'CE409', hint = 'Use cancel_job first to stop it.';
+    end if;
+
+    update job
+    set state = 'pending', claimed_by = null, claim_expires_at = null, finished_at = null,
+        attempts = 0, run_after = p_now, updated_at = p_now
+    where id = p_job_id;
+end;
+$$;
+
+comment on function retry_job(uuid, timestamptz) is
+    'Return a finished job to pending with its attempts reset. Raises CE404 (unknown) or CE409 (still live).';

@@ -1,0 +1,187 @@
+-- NOTIFY and audit triggers for jobs, agent runs and configuration.
+--
+-- Called by: PostgreSQL, after each INSERT / UPDATE statement.
+-- Guarantees: statement-level with transition tables, so a bulk insert of
+-- 10,000 jobs sends one NOTIFY per (kind, agent, state) group, not 10,000;
+-- payloads carry ids and states, never job data (the tables are the truth);
+-- every state change writes one audit_log row in the same transaction, so
+-- the log and the state can never disagree.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- The NOTIFY payload of a group of rows: the id when the group is one row,
+-- else the count (a listener then reads the table, which it must do anyway).
+create or replace function _notify_group(
+    p_channel text, p_ids uuid[], p_fields jsonb
+)
+returns void
+language sql
+set search_path = ceaseless, pg_catalog
+as $$
+    select pg_notify(
+        p_channel,
+        (case when cardinality(p_ids) = 1
+              then jsonb_build_object('id', p_ids[1])
+              else jsonb_build_object('id', null, 'count', cardinality(p_ids))
+         end || p_fields)::text);
+$$;
+
+comment on function _notify_group(text, uuid[], jsonb) is
+    'pg_notify one group of rows: {id} for a single row, {id: null, count} for many, plus p_fields.';
+
+create or replace function _tg_job_insert()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    insert into audit_log (actor, entity, entity_id, action, new_state)
+    select _actor(), 'job', n.id, 'insert', n.state from new_rows n;
+
+    perform _notify_group('ceaseless_job', array_agg(n.id),
+                          jsonb_build_object('kind', n.kind, 'agent', n.agent,
+                                             'state', n.state, 'old_state', null))
+    from new_rows n
+    group by n.kind, n.agent, n.state;
+    return null;
+end;
+$$;
+
+comment on function _tg_job_insert() is
+    'After INSERT on job: audit each row, NOTIFY ceaseless_job once per (kind, agent, state).';
+
+create or replace function _tg_job_update()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    -- Lease extensions and bookkeeping updates change no state: they are
+    -- neither audited nor announced, or every heartbeat would wake everyone.
+    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
+    select _actor(), 'job', n.id, 'state', o.state, n.state,
+           jsonb_build_object('attempts', n.attempts, 'claimed_by', n.claimed_by)
+    from new_rows n
+    join old_rows o on o.id = n.id
+    where o.state is distinct from n.state;
+
+    perform _notify_group('ceaseless_job', array_agg(n.id),
+                          jsonb_build_object('kind', n.kind, 'agent', n.agent,
+                                             'state', n.state, 'old_state', o.state))
+    from new_rows n
+    join old_rows o on o.id = n.id
+    where o.state is distinct from n.state
+    group by n.kind, n.agent, n.state, o.state;
+    return null;
+end;
+$$;
+
+comment on function _tg_job_update() is
+    'After UPDATE on job: audit and NOTIFY ceaseless_job for rows whose state changed, once per group.';
+
+create or replace function _tg_agent_run_insert()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    insert into audit_log (actor, entity, entity_id, action, new_state, detail)
+    select _actor(), 'agent_run', n.id, 'start', 'running', jsonb_build_object('job_id', n.job_id)
+    from new_rows n;
+
+    perform _notify_group('ceaseless_run', array_agg(n.id),
+                          jsonb_build_object('table', 'agent_run', 'status', 'running'))
+    from new_rows n;
+    return null;
+end;
+$$;
+
+comment on function _tg_agent_run_insert() is
+    'After INSERT on agent_run: audit each start, NOTIFY ceaseless_run once per statement.';
+
+create or replace function _tg_agent_run_update()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
+    select _actor(), 'agent_run', n.id, 'finish', 'running', n.outcome,
+           jsonb_build_object('job_id', n.job_id, 'exit_status', n.exit_status)
+    from new_rows n
+    join old_rows o on o.id = n.id
+    where o.finished_at is null and n.finished_at is not null;
+
+    perform _notify_group('ceaseless_run', array_agg(n.id),
+                          jsonb_build_object('table', 'agent_run', 'status', n.outcome))
+    from new_rows n
+    join old_rows o on o.id = n.id
+    where o.finished_at is null and n.finished_at is not null
+    group by n.outcome;
+    return null;
+end;
+$$;
+
+comment on function _tg_agent_run_update() is
+    'After UPDATE on agent_run: audit and NOTIFY ceaseless_run for runs that just finished.';
+
+-- Configuration changed: every listener reloads the registry and settings.
+-- Row-level because configuration changes are rare and each deserves its own
+-- audit row; PostgreSQL folds the identical NOTIFYs of one transaction into one.
+create or replace function _tg_config_changed()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_key text;
+begin
+    -- Through jsonb: PL/pgSQL resolves new.<field> against the table the
+    -- trigger fired on, and agents and settings name their keys differently.
+    v_key := coalesce(to_jsonb(new), to_jsonb(old)) ->> case tg_table_name
+                                                             when 'agents' then 'name'
+                                                             else 'key' end;
+    insert into audit_log (actor, entity, entity_key, action, detail)
+    values (_actor(), tg_table_name, v_key, lower(tg_op),
+            case when tg_op = 'DELETE' then to_jsonb(old) else to_jsonb(new) end);
+    perform pg_notify('ceaseless_config', jsonb_build_object('table', tg_table_name)::text);
+    return null;
+end;
+$$;
+
+comment on function _tg_config_changed() is
+    'After a change to an agents or settings row: audit it and NOTIFY ceaseless_config so listeners reload.';
+
+drop trigger if exists job_insert on job;
+create trigger job_insert
+    after insert on job
+    referencing new table as new_rows
+    for each statement execute function _tg_job_insert();
+
+drop trigger if exists job_update on job;
+create trigger job_update
+    after update on job
+    referencing old table as old_rows new table as new_rows
+    for each statement execute function _tg_job_update();
+
+drop trigger if exists agent_run_insert on agent_run;
+create trigger agent_run_insert
+    after insert on agent_run
+    referencing new table as new_rows
+    for each statement execute function _tg_agent_run_insert();
+
+drop trigger if exists agent_run_update on agent_run;
+create trigger agent_run_update
+    after update on agent_run
+    referencing old table as old_rows new table as new_rows
+    for each statement execute function _tg_agent_run_update();
+
+drop trigger if exists agents_changed on agents;
+create trigger agents_changed
+    after insert or update or delete on agents
+    for each row execute function _tg_config_changed();
+
+drop trigger if exists settings_changed on settings;
+create trigger settings_changed
+    after insert or update or delete on settings
+    for each row execute function _tg_config_changed();

@@ -1,0 +1,97 @@
+-- Operator views: the psql interface to the queue and the governor.
+--
+-- Called by: operators in psql, `ceaseless status`, dashboards.
+-- Guarantees: read-only; column names are a stable interface (add columns,
+-- never rename them).
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- Views are dropped (cascade: every dependent view is recreated below or by a
+-- later file) because CREATE OR REPLACE VIEW cannot rename or retype a
+-- column, and these views are re-applied on every migrate.
+drop view if exists job_queue cascade;
+create view job_queue as
+select j.id,
+       j.kind,
+       j.agent,
+       j.state,
+       j.attempts,
+       coalesce(j.max_attempts, a.max_attempts) as max_attempts,
+       j.run_after,
+       j.state = 'pending' and j.run_after <= now() as due,
+       j.claimed_by,
+       case when j.state in ('claimed', 'running') then j.claim_expires_at - now() end
+           as lease_remaining,
+       now() - j.created_at as age,
+       j.dedup_key,
+       case when j.forge is not null
+            then format('%s:%s/%s#%s', j.forge, j.owner, j.repo, j.number) end as issue,
+       j.last_error,
+       j.created_at
+from job j
+join agents a on a.name = j.agent
+where j.state in ('pending', 'claimed', 'running');
+
+comment on view job_queue is
+    'Live jobs (pending, claimed, running): who holds each, how long its lease has left, whether it is due.';
+
+drop view if exists stuck_jobs cascade;
+create view stuck_jobs as
+select q.*,
+       case
+           when q.state in ('claimed', 'running') and q.lease_remaining < interval '0'
+               then 'lease expired, not yet swept: is any listener running?'
+           when q.state = 'claimed' and q.age > interval '5 minutes'
+               then 'claimed but never started'
+           when q.state = 'running' and r.started_at < now()
+                    - make_interval(secs => a.timeout_secs + a.kill_grace_secs + 60)
+               then 'running past its agent''s timeout'
+           when q.due and q.run_after < now() - interval '5 minutes'
+               then case when not a.enabled then 'due, but its agent is disabled'
+                         when a.paused_until > now() then 'due, but its lane is paused (rate limit)'
+                         else 'due for over 5 minutes: lane full or no listener' end
+       end as reason
+from job_queue q
+join agents a on a.name = q.agent
+left join agent_run r on r.job_id = q.id and r.finished_at is null
+where (q.state in ('claimed', 'running') and q.lease_remaining < interval '0')
+   or (q.state = 'claimed' and q.age > interval '5 minutes')
+   or (q.state = 'running' and r.started_at < now()
+           - make_interval(secs => a.timeout_secs + a.kill_grace_secs + 60))
+   or (q.due and q.run_after < now() - interval '5 minutes');
+
+comment on view stuck_jobs is
+    'Live jobs that should have moved by now, each with the likely reason.';
+
+drop view if exists governor_usage cascade;
+create view governor_usage as
+select a.name as agent,
+       a.adapter,
+       a.enabled,
+       a.max_concurrent,
+       live.n as live,
+       a.window_secs,
+       a.window_budget,
+       win.n as started_in_window,
+       greatest(least(a.max_concurrent - live.n,
+                      coalesce(a.window_budget - win.n - live.claimed, a.max_concurrent)), 0)
+           as free_slots,
+       a.paused_until,
+       due.n as pending_due
+from agents a
+cross join lateral (
+    select count(*) as n, count(*) filter (where j.state = 'claimed') as claimed
+    from job j where j.agent = a.name and j.state in ('claimed', 'running')
+) live
+cross join lateral (
+    select count(*) as n from agent_run r
+    where r.agent = a.name and r.started_at > now() - make_interval(secs => a.window_secs)
+) win
+cross join lateral (
+    select count(*) as n from job j
+    where j.agent = a.name and j.state = 'pending' and j.run_after <= now()
+) due;
+
+comment on view governor_usage is
+    'Per agent lane: live runs against max_concurrent, starts in the rolling window against '
+    'window_budget, free slots, pause, and due work waiting.';

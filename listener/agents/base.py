@@ -1,0 +1,233 @@
+"""The contract between the listener and an agent adapter.
+
+An adapter knows two things about one kind of agent: the argv that starts it for a
+task, and how to read what it prints. Spawning, timeouts, cancellation and bounded
+capture are the same for every adapter and live in `process.py`.
+
+Guarantees: a parser never holds more than one line plus the bounded final message in
+memory, whatever the agent prints.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from listener.enums import Adapter, Billing, Forge, Outcome
+
+# The final assistant message is stored on agent_run; the database CHECK caps it at
+# this many characters, so the parser truncates first rather than failing the write.
+FINAL_MESSAGE_LIMIT = 65_536
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """One row of `ceaseless.agents`, as the listener caches it."""
+
+    name: str
+    adapter: Adapter
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    model: str | None = None
+    timeout_secs: int = 3600
+    kill_grace_secs: int = 10
+
+
+@dataclass(frozen=True)
+class Task:
+    """What one agent invocation is asked to do (taken from the claimed job)."""
+
+    job_id: str
+    run_id: str
+    prompt: str
+    max_turns: int | None = None
+    resume_session_id: str | None = None
+    cwd: str | None = None
+
+
+@dataclass(frozen=True)
+class PullRequestRef:
+    forge: str
+    owner: str
+    repo: str
+    number: int
+    head_branch: str
+    url: str
+
+
+@dataclass
+class RunResult:
+    """What one invocation produced; maps 1:1 onto the agent_run columns."""
+
+    outcome: Outcome
+    exit_status: int | None = None
+    final_message: str | None = None
+    session_id: str | None = None
+    billing: Billing = Billing.UNKNOWN
+    model: str | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    cost_usd: float | None = None
+    num_turns: int | None = None
+    rate_limit_reset_at: datetime | None = None
+    error: str | None = None
+    pull_request: PullRequestRef | None = None
+
+
+class OutputParser(Protocol):
+    """Reads an agent's stdout one line at a time, then says what happened."""
+
+    def feed(self, line: bytes) -> None: ...
+
+    def finish(self, exit_status: int | None, stderr_tail: str) -> RunResult: ...
+
+
+class AgentAdapter(Protocol):
+    """How to start one kind of agent and how to read its output."""
+
+    def argv(self, agent: AgentConfig, task: Task) -> list[str]: ...
+
+    def parser(self) -> OutputParser: ...
+
+
+def truncate_message(text: str | None) -> str | None:
+    """Bound a final message to what agent_run accepts, keeping its end (the answer)."""
+    if text is None or len(text) <= FINAL_MESSAGE_LIMIT:
+        return text
+    return "…" + text[-(FINAL_MESSAGE_LIMIT - 1) :]
+
+
+# Helpers shared by the parsers. They never raise on odd input: agents print noise.
+
+
+def decode_json_object(line: bytes) -> dict[str, Any] | None:
+    """The line as a JSON object, or None for anything else (noise, half lines, arrays)."""
+    line = line.strip()
+    if not line.startswith(b"{"):
+        return None
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def parse_timestamp(value: object) -> datetime | None:
+    """An instant from epoch seconds (number or digits) or ISO-8601 text, as aware UTC.
+
+    ISO text without an offset is taken as UTC.
+    """
+    if isinstance(value, bool):
+        return None
+    try:
+        if isinstance(value, int | float):
+            return datetime.fromtimestamp(value, UTC)
+        if isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)?", value.strip()):
+            return datetime.fromtimestamp(float(value), UTC)
+        if isinstance(value, str):
+            parsed = datetime.fromisoformat(value.strip())
+            return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
+    return None
+
+
+def with_stderr(message: str, stderr_tail: str) -> str:
+    """An error message followed by the agent's stderr tail, which usually says why."""
+    tail = stderr_tail.strip()
+    return f"{message}\nstderr (tail):\n{tail}" if tail else message
+
+
+class TextTail:
+    """The end of a text that arrives in pieces, holding O(FINAL_MESSAGE_LIMIT) characters."""
+
+    def __init__(self, limit: int = FINAL_MESSAGE_LIMIT) -> None:
+        self._limit = limit
+        self._pieces: deque[str] = deque()
+        self._size = 0
+
+    def append(self, piece: str) -> None:
+        if not piece:
+            return
+        piece = piece[-self._limit :]
+        self._pieces.append(piece)
+        self._size += len(piece)
+        while self._size - len(self._pieces[0]) >= self._limit:
+            self._size -= len(self._pieces.popleft())
+
+    def text(self) -> str:
+        return truncate_message("".join(self._pieces)) or ""
+
+
+# A pull request URL: GitHub (and GitHub Enterprise) say /pull/N, Gitea and Forgejo /pulls/N.
+# Anything between the host and owner/repo is a Gitea instance served under a sub-path.
+_PR_URL = re.compile(
+    r"https?://(?P<host>[A-Za-z0-9.-]+(?::\d+)?)(?P<prefix>(?:/[^\s/?#]+)*?)"
+    r"/(?P<owner>[A-Za-z0-9_.-]+)/(?P<repo>[A-Za-z0-9_.-]+)/(?P<kind>pulls?)/(?P<number>\d+)(?!\d)"
+)
+# "branch: feat/x", "- **Head branch:** `feat/x`", "head_branch = feat/x"
+_BRANCH_LINE = re.compile(
+    r"^[\s>*_•-]*(?:head[ _-]?)?branch[*_\s]*[:=][*_\s]*`?(?P<name>[A-Za-z0-9._/-]+)`?",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def find_pull_request(text: str | None) -> PullRequestRef | None:
+    """The pull request an agent's final text reports, if it names exactly one, fully.
+
+    All six fields must come from the text: one PR URL (repeats of the same one are
+    fine) and one `branch: <name>` line. Anything ambiguous or missing gives None.
+    """
+    if not text:
+        return None
+    urls = {_pr_key(m): m for m in _PR_URL.finditer(text)}
+    branches = {m["name"] for m in _BRANCH_LINE.finditer(text) if _plausible_branch(m["name"])}
+    if len(urls) != 1 or len(branches) != 1:
+        return None
+    match = next(iter(urls.values()))
+    return PullRequestRef(
+        forge=Forge.GITEA if match["kind"] == "pulls" else Forge.GITHUB,
+        owner=match["owner"],
+        repo=match["repo"],
+        number=int(match["number"]),
+        head_branch=branches.pop(),
+        url=match[0],
+    )
+
+
+def _pr_key(match: re.Match[str]) -> tuple[str, ...]:
+    parts = ("host", "prefix", "owner", "repo", "kind")
+    return (*(match[p].lower() for p in parts), str(int(match["number"])))
+
+
+def _plausible_branch(name: str) -> bool:
+    return not (
+        name.startswith(("-", "/", "."))
+        or name.endswith(("/", ".", ".lock"))
+        or ".." in name
+        or "//" in name
+    )
+
+
+def json_str(value: object) -> str | None:
+    """A non-empty JSON string field, else None."""
+    return value if isinstance(value, str) and value else None
+
+
+def json_count(value: object) -> int | None:
+    """A non-negative JSON integer field (a count), else None; booleans are not counts."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def json_number(value: object) -> float | None:
+    """A finite non-negative JSON number field (e.g. a cost), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if 0 <= number < float("inf") else None

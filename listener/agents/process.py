@@ -1,0 +1,341 @@
+"""Running one agent process from spawn to reaped exit, whatever the adapter.
+
+`run_agent` starts the adapter's argv without a shell, writes the prompt to stdin,
+feeds stdout to the adapter's parser line by line and returns the parser's RunResult.
+
+Guarantees:
+- The agent runs in a session and process group of its own. When `run_agent` returns,
+  or is cancelled, no live process of that group remains and the agent is reaped.
+- If the listener dies, even by SIGKILL, the kernel kills the agent
+  (PR_SET_PDEATHSIG, Linux). The signal follows the *thread* that spawned the agent,
+  i.e. the thread running the event loop.
+- Memory is bounded whatever the agent prints: one stdout line of at most
+  `line_limit` bytes (the rest of a longer line is dropped), the last `stderr_limit`
+  bytes of stderr, and what the parser keeps.
+- A program that cannot be started is a FAILED RunResult, never an exception.
+- Timeout and cancel both send SIGTERM to the group, then SIGKILL after
+  `agent.kill_grace_secs`. Processes an agent leaves behind after exiting by itself
+  get the same treatment: a finished run owns no processes.
+
+No decision about *whether* a job may run is made here; that is the database's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import functools
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+
+from listener.agents.base import (
+    AgentAdapter,
+    AgentConfig,
+    OutputParser,
+    RunResult,
+    Task,
+    truncate_message,
+    with_stderr,
+)
+from listener.enums import Outcome
+
+log = logging.getLogger(__name__)
+
+# A child whose parent died between fork and prctl exits with this instead of running.
+ORPHANED_EXIT_STATUS = 111
+
+_CHUNK = 64 << 10
+_POLL_SECS = 0.05
+# After the group is gone, the pipes reach EOF at once; only a process that escaped
+# the group (setsid) can hold them open, and we stop reading after this long.
+_DRAIN_SECS = 2.0
+_REAP_SECS = 2.0
+_PR_SET_PDEATHSIG = 1
+_SIGKILL = int(signal.SIGKILL)
+
+
+async def run_agent(
+    adapter: AgentAdapter,
+    agent: AgentConfig,
+    task: Task,
+    *,
+    cancel: asyncio.Event,
+    line_limit: int = 1 << 20,
+    stderr_limit: int = 64 << 10,
+) -> RunResult:
+    """Run one agent invocation to its end and say what happened."""
+    if cancel.is_set():
+        return RunResult(outcome=Outcome.CANCELLED, error="cancelled before the agent started")
+    argv = adapter.argv(agent, task)
+    if not argv or not argv[0]:
+        return RunResult(outcome=Outcome.FAILED, error=f"agent {agent.name!r} has an empty argv")
+    parser = adapter.parser()
+    try:
+        proc = await _spawn(argv, _environment(agent, task), task.cwd)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return RunResult(outcome=Outcome.FAILED, error=_spawn_error(exc, argv[0], agent, task))
+
+    stderr_tail = bytearray()
+    io_tasks = [
+        asyncio.create_task(_write_prompt(proc, task.prompt)),
+        asyncio.create_task(_read_lines(proc, parser, line_limit)),
+        asyncio.create_task(_read_tail(proc, stderr_tail, stderr_limit)),
+    ]
+    try:
+        ending = await _supervise(proc, agent, cancel)
+        await _finish_io(io_tasks)
+    except BaseException:
+        # Listener shutdown (or a bug here): the agent must not outlive this call.
+        _signal_group(proc.pid, signal.SIGKILL)
+        _cancel_all(io_tasks)
+        await _reap_briefly(proc)
+        raise
+    stderr_text = bytes(stderr_tail).decode("utf-8", "replace")
+    result = _parse_result(parser, proc.returncode, stderr_text)
+    return _finalize(result, agent, proc.returncode, ending, stderr_text)
+
+
+def _environment(agent: AgentConfig, task: Task) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(agent.env)
+    # Set last so an agent's configured env cannot mislabel which job/run it serves.
+    env["CEASELESS_JOB_ID"] = task.job_id
+    env["CEASELESS_RUN_ID"] = task.run_id
+    return env
+
+
+async def _spawn(
+    argv: list[str], env: dict[str, str], cwd: str | None
+) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=_die_with_parent(os.getpid()),
+        limit=_CHUNK,
+    )
+
+
+def _spawn_error(exc: BaseException, executable: str, agent: AgentConfig, task: Task) -> str:
+    if isinstance(exc, OSError) and task.cwd is not None and exc.filename == task.cwd:
+        return f"agent {agent.name!r}: working directory {task.cwd!r} unusable: {exc.strerror}"
+    if isinstance(exc, FileNotFoundError):
+        problem = "not found"
+    elif isinstance(exc, PermissionError):
+        problem = "is not executable (permission denied)"
+    else:
+        problem = "could not be started"
+    return f"agent {agent.name!r}: executable {executable!r} {problem} ({exc})"
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
+    """A preexec_fn asking the kernel to SIGKILL the child when its parent dies."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+
+    def preexec() -> None:
+        # Runs in the forked child before exec: only plain syscalls, no locks, no imports.
+        prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+        # If the parent died before prctl took effect, the signal will never come.
+        if os.getppid() != parent_pid:
+            os._exit(ORPHANED_EXIT_STATUS)
+
+    return preexec
+
+
+async def _write_prompt(proc: asyncio.subprocess.Process, prompt: str) -> None:
+    stdin = proc.stdin
+    assert stdin is not None
+    try:
+        stdin.write(prompt.encode())
+        await stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the agent closed stdin or exited without reading; its output tells why
+    finally:
+        stdin.close()
+
+
+async def _read_lines(proc: asyncio.subprocess.Process, parser: OutputParser, limit: int) -> None:
+    """Feed stdout to the parser one line at a time, cutting lines at `limit` bytes."""
+    stream = proc.stdout
+    assert stream is not None
+    line = bytearray()
+    while chunk := await stream.read(_CHUNK):
+        pieces = chunk.split(b"\n")
+        for i, piece in enumerate(pieces):
+            if len(line) < limit:
+                line += piece[: limit - len(line)]
+            if i < len(pieces) - 1:
+                _feed(parser, line)
+                line.clear()
+    if line:
+        _feed(parser, line)
+
+
+def _feed(parser: OutputParser, line: bytearray) -> None:
+    if line.endswith(b"\r"):
+        del line[-1:]
+    try:
+        parser.feed(bytes(line))
+    except Exception:
+        # A parser bug must not stop the draining, or the agent blocks on a full pipe.
+        log.exception("agent output parser failed on a line; line skipped")
+
+
+async def _read_tail(proc: asyncio.subprocess.Process, tail: bytearray, limit: int) -> None:
+    stream = proc.stderr
+    assert stream is not None
+    while chunk := await stream.read(_CHUNK):
+        tail += chunk
+        if len(tail) > limit:
+            del tail[: len(tail) - limit]
+
+
+async def _supervise(
+    proc: asyncio.subprocess.Process, agent: AgentConfig, cancel: asyncio.Event
+) -> Outcome | None:
+    """Wait for the agent to end; None if it exited by itself, else why it was stopped."""
+    exited = asyncio.ensure_future(proc.wait())
+    cancelled = asyncio.ensure_future(cancel.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {exited, cancelled}, timeout=agent.timeout_secs, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        _cancel_all((exited, cancelled))
+    if exited in done:
+        ending = None
+    else:
+        ending = Outcome.CANCELLED if cancelled in done else Outcome.TIMED_OUT
+    await _stop_group(proc, agent.kill_grace_secs)
+    return ending
+
+
+async def _stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM the group, SIGKILL it after `grace` seconds, and reap the leader."""
+    pgid = proc.pid
+    if proc.returncode is None or _group_alive(pgid):
+        _signal_group(pgid, signal.SIGTERM)
+        deadline = asyncio.get_running_loop().time() + grace
+        while asyncio.get_running_loop().time() < deadline and (
+            proc.returncode is None or _group_alive(pgid)
+        ):
+            await asyncio.sleep(_POLL_SECS)
+        _signal_group(pgid, signal.SIGKILL)
+    await proc.wait()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):  # nothing left in the group
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a non-zombie process is in the group (zombies wait for a reaper, not us)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return _group_signalable(pgid)
+    return any(e.isdigit() and _proc_group_state(e) == (pgid, True) for e in entries)
+
+
+def _proc_group_state(pid: str) -> tuple[int, bool] | None:
+    """(process group, alive) of a /proc entry; None if it vanished meanwhile."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if len(fields) < 3:
+        return None
+    return int(fields[2]), fields[0] not in (b"Z", b"X")
+
+
+def _group_signalable(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _finish_io(tasks: list[asyncio.Task[None]]) -> None:
+    _, pending = await asyncio.wait(tasks, timeout=_DRAIN_SECS)
+    _cancel_all(pending)
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(outcome, Exception):
+            log.error("agent I/O failed: %r", outcome)
+
+
+def _cancel_all(tasks: Iterable[asyncio.Future[object]]) -> None:
+    for task in tasks:
+        task.cancel()
+
+
+async def _reap_briefly(proc: asyncio.subprocess.Process) -> None:
+    try:
+        await asyncio.wait_for(proc.wait(), _REAP_SECS)
+    except Exception:
+        log.warning("agent pid %d not reaped after SIGKILL", proc.pid)
+
+
+def _parse_result(parser: OutputParser, exit_status: int | None, stderr_text: str) -> RunResult:
+    try:
+        return parser.finish(exit_status, stderr_text)
+    except Exception as exc:
+        log.exception("agent output parser failed at finish")
+        return RunResult(
+            outcome=Outcome.FAILED,
+            error=with_stderr(f"could not read the agent's output: {exc!r}", stderr_text),
+        )
+
+
+def _finalize(
+    result: RunResult,
+    agent: AgentConfig,
+    exit_status: int | None,
+    ending: Outcome | None,
+    stderr_text: str,
+) -> RunResult:
+    result.exit_status = exit_status
+    if ending is Outcome.TIMED_OUT:
+        result.outcome = ending
+        result.error = with_stderr(
+            f"timed out after {agent.timeout_secs}s; the agent's process group was stopped",
+            stderr_text,
+        )
+    elif ending is Outcome.CANCELLED:
+        result.outcome = ending
+        result.error = "cancelled; the agent's process group was stopped"
+    if result.model is None:
+        result.model = agent.model  # the stream did not say; the requested one is still true
+    result.final_message = truncate_message(result.final_message)
+    result.error = truncate_message(result.error)
+    return result

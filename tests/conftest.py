@@ -1,0 +1,109 @@
+"""Test fixtures: a real PostgreSQL, a migrated template, and a fresh clone per test.
+
+The server is DATABASE_URL when set, else an embedded PostgreSQL started once for
+the whole run in a temporary CEASELESS_HOME. The controller process (the only one
+without xdist, or xdist's coordinator) migrates a template database once; every
+test gets `CREATE DATABASE … TEMPLATE` of it, so tests are isolated and run in
+parallel, and a test that breaks its database breaks nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from listener.embedded import EmbeddedServer
+from listener.migrate import migrate
+
+_URL_VAR = "CEASELESS_TEST_SERVER_URL"
+_TEMPLATE_VAR = "CEASELESS_TEST_TEMPLATE"
+_HOME_VAR = "CEASELESS_TEST_HOME"
+
+FAKES = Path(__file__).parent / "fakes"
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput")
+
+
+def _server_url() -> str:
+    return os.environ[_URL_VAR]
+
+
+def url_for(database: str) -> str:
+    """The test server's conninfo with another database name."""
+    return make_conninfo(_server_url(), dbname=database)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not _is_controller(config) or _URL_VAR in os.environ:
+        return
+    if url := os.environ.get("DATABASE_URL"):
+        server_url = url
+    else:
+        # World-searchable (not mkdtemp's 0700) so that, as root, the server's
+        # own OS user can reach its data directory; see listener/embedded.py.
+        home = Path(tempfile.mkdtemp(prefix="ceaseless-test-"))
+        home.chmod(0o755)
+        os.environ[_HOME_VAR] = str(home)
+        server_url = EmbeddedServer(home).start()
+    os.environ[_URL_VAR] = server_url
+    template = f"ceaseless_tpl_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'create database "{template}"')
+    migrate(make_conninfo(server_url, dbname=template))
+    os.environ[_TEMPLATE_VAR] = template
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not _is_controller(config) or _TEMPLATE_VAR not in os.environ:
+        return
+    with psycopg.connect(_server_url(), autocommit=True) as conn:
+        conn.execute(f'drop database if exists "{os.environ.pop(_TEMPLATE_VAR)}" with (force)')
+    if home := os.environ.pop(_HOME_VAR, None):
+        EmbeddedServer(Path(home)).stop()
+        shutil.rmtree(home, ignore_errors=True)
+    os.environ.pop(_URL_VAR, None)
+
+
+@pytest.fixture
+def db_url() -> Iterator[str]:
+    """A freshly migrated database of its own for this test."""
+    name = f"ceaseless_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_server_url(), autocommit=True) as conn:
+        conn.execute(f'create database "{name}" template "{os.environ[_TEMPLATE_VAR]}"')
+    try:
+        yield url_for(name)
+    finally:
+        with psycopg.connect(_server_url(), autocommit=True) as conn:
+            conn.execute(f'drop database if exists "{name}" with (force)')
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(db_url, autocommit=True) as connection:
+        yield connection
+
+
+@pytest.fixture
+def server_url() -> str:
+    return _server_url()
+
+
+@pytest.fixture
+def embedded_home() -> Path | None:
+    """The embedded server's home when the suite runs on one, else None."""
+    home = os.environ.get(_HOME_VAR)
+    return Path(home) if home else None
+
+
+def database_name(url: str) -> str:
+    return conninfo_to_dict(url)["dbname"]  # type: ignore[return-value]

@@ -1,0 +1,98 @@
+"""Running real listener processes against a test database."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKES = ROOT / "tests" / "fakes"
+
+
+class ListenerProcess:
+    """`python -m listener listen` in a subprocess, with its JSON log lines collected."""
+
+    def __init__(self, db_url: str, *args: str, worker_id: str = "listener-1") -> None:
+        env = {**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)}
+        self.worker_id = worker_id
+        self.lines: list[dict[str, Any]] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "listener", "listen", "--log-format", "json",
+             "--worker-id", worker_id, *args],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        )
+        self._pump = threading.Thread(target=self._read, daemon=True)
+        self._pump.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            try:
+                self.lines.append(json.loads(line))
+            except ValueError:
+                self.lines.append({"event": "raw", "line": line.rstrip()})
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [line for line in self.lines if line.get("event") == name]
+
+    def wait_for_event(self, name: str, timeout: float = 15, count: int = 1) -> None:
+        wait_until(lambda: len(self.events(name)) >= count, timeout,
+                   f"listener never logged {name}: {self.lines[-20:]}")
+
+    def ready(self) -> ListenerProcess:
+        self.wait_for_event("listen.subscribed")
+        return self
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._pump.join(5)
+        return self.proc.returncode
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, message: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(message or "condition not reached in time")
+
+
+def scalar(url: str, query: str, params: tuple[Any, ...] = ()) -> Any:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(query, params).fetchone()
+        return row[0] if row else None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes; read its state.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"

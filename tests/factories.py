@@ -1,0 +1,81 @@
+"""Row factories with state-consistent defaults, so a test names only what it is about."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+
+def make_agent(
+    conn: psycopg.Connection,
+    name: str = "noop",
+    adapter: str = "noop",
+    argv: list[str] | None = None,
+    **columns: Any,
+) -> str:
+    values: dict[str, Any] = {"name": name, "adapter": adapter, "argv": argv or [], **columns}
+    if "env" in values:
+        values["env"] = json.dumps(values["env"])
+    names = ", ".join(values)
+    marks = ", ".join(["%s"] * len(values))
+    conn.execute(f"insert into ceaseless.agents ({names}) values ({marks})", list(values.values()))
+    return name
+
+
+def make_job(
+    conn: psycopg.Connection, agent: str = "noop", kind: str = "task", **columns: Any
+) -> UUID:
+    values: dict[str, Any] = {"agent": agent, "kind": kind, "prompt": "do the thing", **columns}
+    if "payload" in values:
+        values["payload"] = json.dumps(values["payload"])
+    names = ", ".join(values)
+    marks = ", ".join(["%s"] * len(values))
+    row = conn.execute(
+        f"insert into ceaseless.job ({names}) values ({marks}) returning id", list(values.values())
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def make_jobs(conn: psycopg.Connection, count: int, agent: str = "noop", kind: str = "task") -> None:
+    conn.execute(
+        "insert into ceaseless.job (kind, agent, prompt) "
+        "select %s, %s, 'job ' || g from generate_series(1, %s) g",
+        (kind, agent, count),
+    )
+
+
+def job_state(conn: psycopg.Connection, job_id: UUID) -> str:
+    row = conn.execute("select state from ceaseless.job where id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def claim(conn: psycopg.Connection, worker: str = "w1", limit: int = 10, **kw: Any) -> list[UUID]:
+    args = ", ".join(f"{k} => %({k})s" for k in kw)
+    rows = conn.execute(
+        f"select id from ceaseless.claim_jobs(%(worker)s, %(limit)s{', ' + args if args else ''})",
+        {"worker": worker, "limit": limit, **kw},
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def start(conn: psycopg.Connection, job_ids: list[UUID], worker: str = "w1") -> dict[UUID, UUID]:
+    rows = conn.execute(
+        "select job_id, run_id from ceaseless.start_runs(%s, %s)", (worker, job_ids)
+    ).fetchall()
+    return dict(rows)
+
+
+def finish(
+    conn: psycopg.Connection, run_id: UUID, outcome: str, worker: str = "w1", **fields: Any
+) -> str:
+    payload = json.dumps([{"run_id": str(run_id), "outcome": outcome, **fields}], default=str)
+    row = conn.execute(
+        "select job_state from ceaseless.finish_runs(%s, %s::jsonb)", (worker, payload)
+    ).fetchone()
+    assert row is not None
+    return row[0]

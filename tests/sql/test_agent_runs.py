@@ -1,0 +1,148 @@
+"""start_runs / finish_runs: runs open only for held jobs; outcomes move jobs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from tests.factories import claim, finish, job_state, make_agent, make_job, start
+
+
+@pytest.fixture
+def running(conn: psycopg.Connection) -> tuple[psycopg.Connection, object, object]:
+    make_agent(conn, max_attempts=2)
+    job = make_job(conn)
+    claim(conn)
+    run = start(conn, [job])[job]
+    return conn, job, run
+
+
+def test_start_opens_one_run_and_marks_the_job_running(conn: psycopg.Connection) -> None:
+    make_agent(conn)
+    job = make_job(conn)
+    claim(conn)
+    runs = start(conn, [job])
+    assert list(runs) == [job]
+    assert job_state(conn, job) == "running"
+    row = conn.execute(
+        "select agent, adapter, worker, attempt, finished_at from "
+        "ceaseless.agent_run where job_id = %s",
+        (job,),
+    ).fetchone()
+    assert row == ("noop", "noop", "w1", 1, None)
+
+
+def test_start_refuses_jobs_the_caller_does_not_hold(conn: psycopg.Connection) -> None:
+    make_agent(conn)
+    job = make_job(conn)
+    claim(conn, worker="w1")
+    assert start(conn, [job], worker="w2") == {}
+    conn.execute("select ceaseless.cancel_job(%s)", (job,))
+    assert start(conn, [job], worker="w1") == {}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "state"),
+    [
+        ("succeeded", "delivered"),
+        ("budget_exhausted", "blocked"),
+        ("output_budget_exhausted", "blocked"),
+        ("cancelled", "cancelled"),
+    ],
+)
+def test_outcome_moves_job_to_its_state(running, outcome: str, state: str) -> None:  # type: ignore[no-untyped-def]
+    conn, job, run = running
+    assert finish(conn, run, outcome, exit_status=0, final_message="done") == state
+    row = conn.execute(
+        "select state, finished_at is not null from ceaseless.job where id = %s", (job,)
+    ).fetchone()
+    assert row == (state, True)
+    run_row = conn.execute(
+        "select outcome, exit_status, final_message, finished_at is not null "
+        "from ceaseless.agent_run where id = %s",
+        (run,),
+    ).fetchone()
+    assert run_row == (outcome, 0, "done", True)
+
+
+def test_failure_retries_with_backoff_then_fails_after_max_attempts(running) -> None:  # type: ignore[no-untyped-def]
+    conn, job, run = running
+    assert finish(conn, run, "failed", error="boom") == "pending"
+    row = conn.execute(
+        "select claimed_by, run_after > now() + interval '9 seconds', last_error "
+        "from ceaseless.job where id = %s",
+        (job,),
+    ).fetchone()
+    assert row == (None, True, "boom")
+    later = datetime.now(UTC) + timedelta(hours=2)
+    assert claim(conn, p_now=later) == [job]
+    run2 = start(conn, [job])[job]
+    assert finish(conn, run2, "timed_out") == "failed"
+
+
+def test_rate_limit_with_reset_time_waits_pauses_the_lane_and_keeps_the_attempt(running) -> None:  # type: ignore[no-untyped-def]
+    conn, job, run = running
+    reset = datetime.now(UTC) + timedelta(hours=1)
+    assert finish(conn, run, "rate_limited", rate_limit_reset_at=reset.isoformat()) == "pending"
+    row = conn.execute(
+        "select run_after, attempts from ceaseless.job where id = %s", (job,)
+    ).fetchone()
+    assert row is not None
+    assert abs((row[0] - reset).total_seconds()) < 0.01 and row[1] == 0
+    paused = conn.execute("select paused_until from ceaseless.agents").fetchone()
+    assert paused is not None and abs((paused[0] - reset).total_seconds()) < 0.01
+
+
+def test_finishing_twice_is_harmless(running) -> None:  # type: ignore[no-untyped-def]
+    conn, job, run = running
+    assert finish(conn, run, "succeeded") == "delivered"
+    assert finish(conn, run, "failed") == "delivered"
+    outcome = conn.execute(
+        "select outcome from ceaseless.agent_run where id = %s", (run,)
+    ).fetchone()
+    assert outcome == ("succeeded",)
+
+
+def test_cancelled_run_keeps_cancelled_and_gains_exit_details(running) -> None:  # type: ignore[no-untyped-def]
+    conn, job, run = running
+    conn.execute("select ceaseless.cancel_job(%s)", (job,))
+    assert finish(conn, run, "cancelled", exit_status=-15) == "cancelled"
+    row = conn.execute(
+        "select outcome, exit_status from ceaseless.agent_run where id = %s", (run,)
+    ).fetchone()
+    assert row == ("cancelled", -15)
+
+
+def test_cancel_and_retry_report_unknown_and_wrong_state(conn: psycopg.Connection) -> None:
+    make_agent(conn)
+    job = make_job(conn)
+    with pytest.raises(psycopg.Error) as unknown:
+        conn.execute("select ceaseless.cancel_job(gen_random_uuid())")
+    assert unknown.value.sqlstate == "CE404"
+    with pytest.raises(psycopg.Error) as live:
+        conn.execute("select ceaseless.retry_job(%s)", (job,))
+    assert live.value.sqlstate == "CE409"
+    conn.execute("select ceaseless.cancel_job(%s)", (job,))
+    with pytest.raises(psycopg.Error) as again:
+        conn.execute("select ceaseless.cancel_job(%s)", (job,))
+    assert again.value.sqlstate == "CE409" and "already cancelled" in str(again.value)
+    conn.execute("select ceaseless.retry_job(%s)", (job,))
+    assert job_state(conn, job) == "pending"
+
+
+def test_every_state_change_is_audited(running) -> None:  # type: ignore[no-untyped-def]
+    conn, job, run = running
+    finish(conn, run, "succeeded")
+    rows = conn.execute(
+        "select old_state, new_state, actor from ceaseless.audit_log "
+        "where entity = 'job' and entity_id = %s order by id",
+        (job,),
+    ).fetchall()
+    assert rows == [
+        (None, "pending", "postgres"),
+        ("pending", "claimed", "w1"),
+        ("claimed", "running", "w1"),
+        ("running", "delivered", "w1"),
+    ]
