@@ -33,8 +33,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-db_app = typer.Typer(help="The database: embedded PostgreSQL unless DATABASE_URL is set.",
-                     no_args_is_help=True)
+db_app = typer.Typer(
+    help="The database: embedded PostgreSQL unless DATABASE_URL is set.", no_args_is_help=True
+)
 agent_app = typer.Typer(help="The agent registry (ceaseless.agents).", no_args_is_help=True)
 job_app = typer.Typer(help="Jobs in the queue (ceaseless.job).", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -117,8 +118,13 @@ WorkdirOpt = Annotated[
 
 
 def _listener_options(
-    concurrency: int, poll_interval: float, shutdown_grace: float, kind: list[str] | None,
-    agent: list[str] | None, lease_secs: int | None, worker_id: str | None,
+    concurrency: int,
+    poll_interval: float,
+    shutdown_grace: float,
+    kind: list[str] | None,
+    agent: list[str] | None,
+    lease_secs: int | None,
+    worker_id: str | None,
     workdir: Path | None,
 ) -> dict[str, object]:
     options: dict[str, object] = {
@@ -157,8 +163,12 @@ def up(
     log.event("migrate.done", applied=[m.path.name for m in report.applied])
     if db.uses_embedded():
         log.event("db.embedded", url=url, psql="ceaseless db psql")
-    _serve(url, _listener_options(concurrency, poll_interval, shutdown_grace, kind, agent,
-                                  lease_secs, worker_id, workdir))
+    _serve(
+        url,
+        _listener_options(
+            concurrency, poll_interval, shutdown_grace, kind, agent, lease_secs, worker_id, workdir
+        ),
+    )
 
 
 @app.command()
@@ -175,8 +185,12 @@ def listen(
 ) -> None:
     """Run only the listener (the schema must be migrated): claim jobs and run their agents."""
     log.configure(log_format)
-    _serve(_url(), _listener_options(concurrency, poll_interval, shutdown_grace, kind, agent,
-                                     lease_secs, worker_id, workdir))
+    _serve(
+        _url(),
+        _listener_options(
+            concurrency, poll_interval, shutdown_grace, kind, agent, lease_secs, worker_id, workdir
+        ),
+    )
 
 
 @app.command("migrate")
@@ -194,8 +208,10 @@ def migrate_command(
             typer.echo(f"{verb} {migration.path.name}")
     else:
         typer.echo("no migrations to apply")
-    typer.echo(f"{'would re-apply' if dry_run else 're-applied'} {len(report.functions)} "
-               f"function files: {', '.join(p.name for p in report.functions)}")
+    typer.echo(
+        f"{'would re-apply' if dry_run else 're-applied'} {len(report.functions)} "
+        f"function files: {', '.join(p.name for p in report.functions)}"
+    )
 
 
 @app.command()
@@ -208,12 +224,27 @@ def status() -> None:
         "select agent, adapter, enabled, live, max_concurrent, started_in_window, window_budget, "
         "free_slots, pending_due, paused_until from ceaseless.governor_usage order by agent"
     )
-    _table(rows, ["agent", "adapter", "enabled", "live", "max", "in_window", "budget", "free",
-                  "due", "paused_until"])
+    _table(
+        rows,
+        [
+            "agent",
+            "adapter",
+            "enabled",
+            "live",
+            "max",
+            "in_window",
+            "budget",
+            "free",
+            "due",
+            "paused_until",
+        ],
+    )
     stuck = _sql("select count(*) from ceaseless.stuck_jobs")
     if stuck and stuck[0][0]:
-        typer.secho(f"\n{stuck[0][0]} stuck jobs: select * from ceaseless.stuck_jobs;",
-                    fg=typer.colors.YELLOW)
+        typer.secho(
+            f"\n{stuck[0][0]} stuck jobs: select * from ceaseless.stuck_jobs;",
+            fg=typer.colors.YELLOW,
+        )
 
 
 # -- db -----------------------------------------------------------------------
@@ -306,8 +337,17 @@ def agent_add(
         "model = excluded.model, timeout_secs = excluded.timeout_secs, "
         "max_concurrent = excluded.max_concurrent, window_secs = excluded.window_secs, "
         "window_budget = excluded.window_budget, env = excluded.env, updated_at = now()",
-        (name, adapter.value, argv or [], model, timeout_secs, max_concurrent, window_secs,
-         window_budget, json.dumps(environment)),
+        (
+            name,
+            adapter.value,
+            argv or [],
+            model,
+            timeout_secs,
+            max_concurrent,
+            window_secs,
+            window_budget,
+            json.dumps(environment),
+        ),
     )
     typer.echo(f"agent {name} registered")
 
@@ -330,9 +370,7 @@ def job_add(
     agent: Annotated[str, typer.Argument(help="Agent lane that runs it.")],
     prompt: Annotated[str, typer.Argument(help="What the agent is asked (sent on stdin).")],
     kind: Annotated[JobKind, typer.Option(help="Job kind.")] = JobKind.TASK,
-    dedup_key: Annotated[
-        str | None, typer.Option(help="At most one live job per key.")
-    ] = None,
+    dedup_key: Annotated[str | None, typer.Option(help="At most one live job per key.")] = None,
     max_turns: Annotated[int | None, typer.Option(help="Bound on agent turns.")] = None,
 ) -> None:
     """Enqueue a job and print its id."""

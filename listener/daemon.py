@@ -42,6 +42,18 @@ T = TypeVar("T")
 _RECONNECT_MAX_SECS = 5.0
 
 
+async def _wait(event: asyncio.Event, timeout: float) -> None:
+    """Wait for `event` at most `timeout` seconds.
+
+    asyncio.timeout, not asyncio.wait_for: on Python 3.11 wait_for can swallow a
+    cancellation that arrives as the event fires, leaving a task that was told
+    to stop waiting another full interval.
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await event.wait()
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
@@ -103,19 +115,26 @@ class Listener:
             asyncio.create_task(self._finisher(), name="finisher"),
             asyncio.create_task(self._heartbeat(), name="heartbeat"),
         ]
-        log.event("listener.ready", worker=self.config.worker_id,
-                  concurrency=self.config.concurrency, poll_interval=self.config.poll_interval)
+        log.event(
+            "listener.ready",
+            worker=self.config.worker_id,
+            concurrency=self.config.concurrency,
+            poll_interval=self.config.poll_interval,
+        )
         stopped = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             if task is not stopped and task.exception():
-                log.warning("listener.task_crashed", task=task.get_name(), error=repr(task.exception()))
+                log.warning(
+                    "listener.task_crashed", task=task.get_name(), error=repr(task.exception())
+                )
         await self._shutdown(tasks)
 
     async def _shutdown(self, tasks: list[asyncio.Task[None]]) -> None:
         self._accepting = False
-        log.event("listener.stopping", running=len(self._running),
-                  grace_secs=self.config.shutdown_grace)
+        log.event(
+            "listener.stopping", running=len(self._running), grace_secs=self.config.shutdown_grace
+        )
         pending = [r.task for r in self._running.values() if r.task]
         if pending:
             await asyncio.wait(pending, timeout=self.config.shutdown_grace)
@@ -132,7 +151,8 @@ class Listener:
                 log.event("listener.released", jobs=released)
         # Let the finisher record what completed, then stop everything.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._drained(), timeout=10)
+            async with asyncio.timeout(10):
+                await self._drained()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -211,7 +231,8 @@ class Listener:
             if event.state == JobState.CANCELLED:
                 self._stop_cancelled(event)
             elif event.state == JobState.PENDING or event.old_state in (
-                JobState.CLAIMED, JobState.RUNNING
+                JobState.CLAIMED,
+                JobState.RUNNING,
             ):
                 # New work, or a lane slot freed somewhere.
                 self._wake.set()
@@ -236,8 +257,7 @@ class Listener:
 
     async def _claimer(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.config.poll_interval)
+            await _wait(self._wake, self.config.poll_interval)
             self._wake.clear()
             while self._accepting:
                 limit = min(self._free_slots(), self.config.batch_size)
@@ -247,8 +267,11 @@ class Listener:
                     jobs = await self._with_retry(
                         "claim",
                         lambda conn, limit=limit: queries.claim(
-                            conn, self.config.worker_id, limit,
-                            kinds=self.config.kinds, agents=self.config.agents,
+                            conn,
+                            self.config.worker_id,
+                            limit,
+                            kinds=self.config.kinds,
+                            agents=self.config.agents,
                             lease_secs=self.config.lease_secs,
                         ),
                     )
@@ -298,8 +321,13 @@ class Listener:
             self._wake.set()
         if running.released:
             return
-        log.event("job.finished", job=str(job.id), run=str(running.run_id),
-                  outcome=str(result.outcome), exit_status=result.exit_status)
+        log.event(
+            "job.finished",
+            job=str(job.id),
+            run=str(running.run_id),
+            outcome=str(result.outcome),
+            exit_status=result.exit_status,
+        )
         self._record(queries.FinishedRun(running.run_id, job.id, result))
 
     def _record(self, finished: queries.FinishedRun) -> None:
@@ -326,8 +354,7 @@ class Listener:
     async def _heartbeat(self) -> None:
         interval = min(self.config.sweep_interval, max(self._lease_secs / 3, 0.2))
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._reconcile.wait(), timeout=interval)
+            await _wait(self._reconcile, interval)
             reconcile = self._reconcile.is_set()
             self._reconcile.clear()
             held = [*self._running, *self._unrecorded]

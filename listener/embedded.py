@@ -186,8 +186,19 @@ class EmbeddedServer:
                 "-c max_connections=300 -c shared_buffers=128MB"
             )
             self._run(
-                [str(bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_file),
-                 "-w", "-t", "60", "-o", options, "start"],
+                [
+                    str(bin_dir / "pg_ctl"),
+                    "-D",
+                    str(self.data_dir),
+                    "-l",
+                    str(self.log_file),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-o",
+                    options,
+                    "start",
+                ],
                 what="start the embedded PostgreSQL",
             )
             self._ensure_database(bin_dir)
@@ -199,8 +210,15 @@ class EmbeddedServer:
             if not state.running:
                 return state.detail
             self._run(
-                [str(self.bin_dir() / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast",
-                 "-w", "stop"],
+                [
+                    str(self.bin_dir() / "pg_ctl"),
+                    "-D",
+                    str(self.data_dir),
+                    "-m",
+                    "fast",
+                    "-w",
+                    "stop",
+                ],
                 what="stop the embedded PostgreSQL",
             )
             return f"stopped (was pid {state.pid})"
@@ -234,7 +252,7 @@ class EmbeddedServer:
                 raise EmbeddedError(
                     f"PostgreSQL runs as the OS user '{SERVICE_USER}' and must reach {self.home}, "
                     f"but {ancestor} is not searchable by other users. Set CEASELESS_HOME to a "
-                    f"directory under a searchable path (the default for root is /var/lib/ceaseless), "
+                    f"directory under a searchable path (root's default is /var/lib/ceaseless), "
                     f"or grant access yourself: chmod o+x {ancestor}"
                 )
 
@@ -245,9 +263,16 @@ class EmbeddedServer:
             return pwd.getpwnam(SERVICE_USER)
         except KeyError:
             subprocess.run(
-                ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                 SERVICE_USER],
-                check=True, capture_output=True,
+                [
+                    "useradd",
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    SERVICE_USER,
+                ],
+                check=True,
+                capture_output=True,
             )
             return pwd.getpwnam(SERVICE_USER)
 
@@ -275,8 +300,17 @@ class EmbeddedServer:
     def _initdb(self, bin_dir: Path) -> None:
         self._owned_private_dir(self.data_dir)
         self._run(
-            [str(bin_dir / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
-             "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions"],
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C.UTF-8",
+                "--no-instructions",
+            ],
             what="initialise the embedded database",
         )
 

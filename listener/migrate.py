@@ -15,12 +15,14 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pglast
+import pglast.parser
 import psycopg
 
 import listener
@@ -65,12 +67,17 @@ def migrations(root: Path | None = None) -> list[Migration]:
         match = MIGRATION_NAME.match(path.name)
         if match is None:
             raise MigrationError(
-                f"{path.name}: migration files are named NNNN_snake_case.sql, e.g. 0002_routines.sql"
+                f"{path.name}: migration files are named NNNN_snake_case.sql (0002_routines.sql)"
             )
         found.append(Migration(int(match["version"]), match["name"], path))
-    versions = [m.version for m in found]
-    if len(set(versions)) != len(versions):
-        raise MigrationError(f"two migration files share a version number: {versions}")
+    by_version: dict[int, Migration] = {}
+    for migration in found:
+        if (other := by_version.get(migration.version)) is not None:
+            raise MigrationError(
+                f"{other.path.name} and {migration.path.name} share version "
+                f"{migration.version:04d}; renumber the newer one"
+            )
+        by_version[migration.version] = migration
     return found
 
 
@@ -110,7 +117,14 @@ def _applied(conn: psycopg.Connection) -> dict[int, tuple[str, str]]:
 def _execute_file(conn: psycopg.Connection, path: Path) -> None:
     """Run a file statement by statement, so an error names the statement's line."""
     text = path.read_text()
-    for piece in pglast.split(text, with_parser=True, only_slices=True):
+    try:
+        pieces = pglast.split(text, with_parser=True, only_slices=True)
+    except pglast.parser.ParseError as exc:
+        # The parser reports a byte offset into the UTF-8 text.
+        message, offset = exc.args[0], int(exc.args[1]) if len(exc.args) > 1 else 0
+        line = text.encode()[:offset].count(b"\n") + 1
+        raise MigrationError(f"{path.name}, line {line}: {message}") from exc
+    for piece in pieces:
         start = piece.start
         statement = text[piece]
         try:
@@ -123,8 +137,18 @@ def _execute_file(conn: psycopg.Connection, path: Path) -> None:
 def pending(conn: psycopg.Connection, root: Path | None = None) -> list[Migration]:
     """Migrations not yet applied; raises if an applied one has changed on disk."""
     applied = _applied(conn)
+    on_disk = migrations(root)
+    names = {m.version: m.path.name for m in on_disk}
+    for version, (name, _) in sorted(applied.items()):
+        expected = f"{version:04d}_{name}.sql"
+        if names.get(version) != expected:
+            raise MigrationError(
+                f"{expected} was applied to this database but is missing from db/ "
+                f"(found {names.get(version, 'nothing')} for version {version:04d}). "
+                "Migrations are forward-only: restore the file."
+            )
     todo = []
-    for migration in migrations(root):
+    for migration in on_disk:
         recorded = applied.get(migration.version)
         if recorded is None:
             todo.append(migration)
@@ -142,12 +166,15 @@ def migrate(url: str, *, dry_run: bool = False, root: Path | None = None) -> Mig
     with psycopg.connect(url, autocommit=True, application_name="ceaseless migrate") as conn:
         conn.execute("select pg_advisory_lock(%s)", (_LOCK_KEY,))
         try:
+            # Every file is checked before anything is applied, so a bad
+            # functions/ name cannot leave a migrated database without functions.
+            files = function_files(root)
             if dry_run:
                 has_table = conn.execute(
                     "select to_regclass('ceaseless.schema_migrations') is not null"
                 ).fetchone()
                 todo = pending(conn, root) if has_table and has_table[0] else migrations(root)
-                return MigrateReport(todo, function_files(root))
+                return MigrateReport(todo, files)
             _bootstrap(conn)
             todo = pending(conn, root)
             for migration in todo:
@@ -158,10 +185,12 @@ def migrate(url: str, *, dry_run: bool = False, root: Path | None = None) -> Mig
                         "values (%s, %s, %s)",
                         (migration.version, migration.name, migration.checksum),
                     )
-            files = function_files(root)
             with conn.transaction():
                 for path in files:
                     _execute_file(conn, path)
             return MigrateReport(todo, files)
         finally:
-            conn.execute("select pg_advisory_unlock(%s)", (_LOCK_KEY,))
+            # Never let a failed unlock (a dead connection) hide the real
+            # error; the lock dies with the session anyway.
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("select pg_advisory_unlock(%s)", (_LOCK_KEY,))

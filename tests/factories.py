@@ -40,7 +40,9 @@ def make_job(
     return row[0]
 
 
-def make_jobs(conn: psycopg.Connection, count: int, agent: str = "noop", kind: str = "task") -> None:
+def make_jobs(
+    conn: psycopg.Connection, count: int, agent: str = "noop", kind: str = "task"
+) -> None:
     conn.execute(
         "insert into ceaseless.job (kind, agent, prompt) "
         "select %s, %s, 'job ' || g from generate_series(1, %s) g",

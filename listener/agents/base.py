@@ -143,24 +143,32 @@ def with_stderr(message: str, stderr_tail: str) -> str:
 
 
 class TextTail:
-    """The end of a text that arrives in pieces, holding O(FINAL_MESSAGE_LIMIT) characters."""
+    """The end of a text that arrives in pieces, holding O(limit) characters."""
 
     def __init__(self, limit: int = FINAL_MESSAGE_LIMIT) -> None:
         self._limit = limit
         self._pieces: deque[str] = deque()
         self._size = 0
+        self._cut = False
 
     def append(self, piece: str) -> None:
+        if len(piece) > self._limit:
+            piece = piece[-self._limit :]
+            self._cut = True
         if not piece:
             return
-        piece = piece[-self._limit :]
         self._pieces.append(piece)
         self._size += len(piece)
         while self._size - len(self._pieces[0]) >= self._limit:
             self._size -= len(self._pieces.popleft())
+            self._cut = True
 
     def text(self) -> str:
-        return truncate_message("".join(self._pieces)) or ""
+        """The whole text if it fits, else "…" and its last `limit - 1` characters."""
+        text = "".join(self._pieces)
+        if not self._cut and len(text) <= self._limit:
+            return text
+        return "…" + text[-(self._limit - 1) :]
 
 
 # A pull request URL: GitHub (and GitHub Enterprise) say /pull/N, Gitea and Forgejo /pulls/N.

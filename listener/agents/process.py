@@ -170,7 +170,7 @@ async def _write_prompt(proc: asyncio.subprocess.Process, prompt: str) -> None:
     stdin = proc.stdin
     assert stdin is not None
     try:
-        stdin.write(prompt.encode())
+        stdin.write(prompt.encode("utf-8", "replace"))
         await stdin.drain()
     except (BrokenPipeError, ConnectionResetError):
         pass  # the agent closed stdin or exited without reading; its output tells why
@@ -218,7 +218,7 @@ async def _supervise(
     proc: asyncio.subprocess.Process, agent: AgentConfig, cancel: asyncio.Event
 ) -> Outcome | None:
     """Wait for the agent to end; None if it exited by itself, else why it was stopped."""
-    exited = asyncio.ensure_future(proc.wait())
+    exited = asyncio.ensure_future(_leader_exit(proc))
     cancelled = asyncio.ensure_future(cancel.wait())
     try:
         done, _ = await asyncio.wait(
@@ -245,7 +245,17 @@ async def _stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
         ):
             await asyncio.sleep(_POLL_SECS)
         _signal_group(pgid, signal.SIGKILL)
-    await proc.wait()
+    await _leader_exit(proc)
+
+
+async def _leader_exit(proc: asyncio.subprocess.Process) -> None:
+    """Wait until the agent itself has exited and been reaped.
+
+    Not `proc.wait()`: that also waits for stdout and stderr to close, which a
+    process the agent left behind can hold open for as long as it lives.
+    """
+    while proc.returncode is None:
+        await asyncio.sleep(_POLL_SECS)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -301,7 +311,7 @@ def _cancel_all(tasks: Iterable[asyncio.Future[object]]) -> None:
 
 async def _reap_briefly(proc: asyncio.subprocess.Process) -> None:
     try:
-        await asyncio.wait_for(proc.wait(), _REAP_SECS)
+        await asyncio.wait_for(_leader_exit(proc), _REAP_SECS)
     except Exception:
         log.warning("agent pid %d not reaped after SIGKILL", proc.pid)
 

@@ -14,8 +14,9 @@ def start_listener(db_url: str) -> Iterator[Callable[..., ListenerProcess]]:
     started: list[ListenerProcess] = []
 
     def start(*args: str, worker_id: str | None = None, url: str | None = None) -> ListenerProcess:
-        process = ListenerProcess(url or db_url, *args,
-                                  worker_id=worker_id or f"listener-{len(started) + 1}")
+        process = ListenerProcess(
+            url or db_url, *args, worker_id=worker_id or f"listener-{len(started) + 1}"
+        )
         started.append(process)
         return process.ready()
 

@@ -27,10 +27,23 @@ class ListenerProcess:
         self.worker_id = worker_id
         self.lines: list[dict[str, Any]] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "listener", "listen", "--log-format", "json",
-             "--worker-id", worker_id, *args],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "listener",
+                "listen",
+                "--log-format",
+                "json",
+                "--worker-id",
+                worker_id,
+                *args,
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
         )
         self._pump = threading.Thread(target=self._read, daemon=True)
         self._pump.start()
@@ -47,8 +60,11 @@ class ListenerProcess:
         return [line for line in self.lines if line.get("event") == name]
 
     def wait_for_event(self, name: str, timeout: float = 15, count: int = 1) -> None:
-        wait_until(lambda: len(self.events(name)) >= count, timeout,
-                   f"listener never logged {name}: {self.lines[-20:]}")
+        wait_until(
+            lambda: len(self.events(name)) >= count,
+            timeout,
+            f"listener never logged {name}: {self.lines[-20:]}",
+        )
 
     def ready(self) -> ListenerProcess:
         self.wait_for_event("listen.subscribed")

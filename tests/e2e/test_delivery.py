@@ -22,9 +22,11 @@ def _run_row(conn: psycopg.Connection, job_id: object) -> dict[str, object]:
 
 def _wait_finished(conn: psycopg.Connection, job_id: object, timeout: float = 15) -> str:
     def done() -> bool:
-        row = conn.execute("select finished_at from ceaseless.job where id = %s",
-                           (job_id,)).fetchone()
+        row = conn.execute(
+            "select finished_at from ceaseless.job where id = %s", (job_id,)
+        ).fetchone()
         return row is not None and row[0] is not None
+
     wait_until(done, timeout, f"job {job_id} did not finish")
     row = conn.execute("select state from ceaseless.job where id = %s", (job_id,)).fetchone()
     assert row is not None
@@ -34,14 +36,20 @@ def _wait_finished(conn: psycopg.Connection, job_id: object, timeout: float = 15
 def test_inserted_job_is_delivered_within_a_second_by_notify_not_by_polling(
     conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
 ) -> None:
-    make_agent(conn, "script", "command", [str(FAKES / "fake_agent")],
-               env={"FAKE_AGENT_MODE": "json"})
+    make_agent(
+        conn, "script", "command", [str(FAKES / "fake_agent")], env={"FAKE_AGENT_MODE": "json"}
+    )
     start_listener("--poll-interval", "60")
     inserted = time.monotonic()
     job = make_job(conn, agent="script", prompt="summarise the logs")
-    wait_until(lambda: conn.execute("select state from ceaseless.job where id = %s",
-                                    (job,)).fetchone() == ("delivered",), 1.0,
-               "not delivered within 1 s of the INSERT")
+    wait_until(
+        lambda: (
+            conn.execute("select state from ceaseless.job where id = %s", (job,)).fetchone()
+            == ("delivered",)
+        ),
+        1.0,
+        "not delivered within 1 s of the INSERT",
+    )
     assert time.monotonic() - inserted < 1.0
     run = _run_row(conn, job)
     assert run["outcome"] == "succeeded"
@@ -53,8 +61,14 @@ def test_inserted_job_is_delivered_within_a_second_by_notify_not_by_polling(
 def test_failing_command_is_retried_and_then_failed(
     conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
 ) -> None:
-    make_agent(conn, "script", "command", [str(FAKES / "fake_agent")],
-               env={"FAKE_AGENT_MODE": "fail"}, max_attempts=1)
+    make_agent(
+        conn,
+        "script",
+        "command",
+        [str(FAKES / "fake_agent")],
+        env={"FAKE_AGENT_MODE": "fail"},
+        max_attempts=1,
+    )
     start_listener("--poll-interval", "60")
     job = make_job(conn, agent="script")
     assert _wait_finished(conn, job) == "failed"
@@ -74,9 +88,14 @@ CLAUDE_CASES = {
 def test_claude_stream_json_is_recorded_on_the_run(
     conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess], mode: str
 ) -> None:
-    make_agent(conn, "claude", "claude_code", [str(FAKES / "fake_claude")],
-               env={"FAKE_CLAUDE_MODE": mode, "FAKE_CLAUDE_API_KEY_SOURCE": "none"},
-               max_attempts=1)
+    make_agent(
+        conn,
+        "claude",
+        "claude_code",
+        [str(FAKES / "fake_claude")],
+        env={"FAKE_CLAUDE_MODE": mode, "FAKE_CLAUDE_API_KEY_SOURCE": "none"},
+        max_attempts=1,
+    )
     start_listener("--poll-interval", "60")
     job = make_job(conn, agent="claude", prompt="fix the flaky test", max_turns=3)
     outcome, state = CLAUDE_CASES[mode]
@@ -93,8 +112,13 @@ def test_claude_stream_json_is_recorded_on_the_run(
 def test_claude_api_key_billing_is_recorded(
     conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
 ) -> None:
-    make_agent(conn, "claude", "claude_code", [str(FAKES / "fake_claude")],
-               env={"FAKE_CLAUDE_MODE": "success", "FAKE_CLAUDE_API_KEY_SOURCE": "ANTHROPIC_API_KEY"})
+    make_agent(
+        conn,
+        "claude",
+        "claude_code",
+        [str(FAKES / "fake_claude")],
+        env={"FAKE_CLAUDE_MODE": "success", "FAKE_CLAUDE_API_KEY_SOURCE": "ANTHROPIC_API_KEY"},
+    )
     start_listener("--poll-interval", "60")
     job = make_job(conn, agent="claude")
     assert _wait_finished(conn, job) == "delivered"
@@ -104,17 +128,31 @@ def test_claude_api_key_billing_is_recorded(
 def test_claude_rate_limit_sets_run_after_to_the_reset_time(
     conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
 ) -> None:
-    make_agent(conn, "claude", "claude_code", [str(FAKES / "fake_claude")],
-               env={"FAKE_CLAUDE_MODE": "rate_limit"})
+    make_agent(
+        conn,
+        "claude",
+        "claude_code",
+        [str(FAKES / "fake_claude")],
+        env={"FAKE_CLAUDE_MODE": "rate_limit"},
+    )
     start_listener("--poll-interval", "60")
     job = make_job(conn, agent="claude")
-    wait_until(lambda: conn.execute(
-        "select count(*) from ceaseless.agent_run where job_id = %s and finished_at is not null",
-        (job,)).fetchone() == (1,), 15)
+    wait_until(
+        lambda: (
+            conn.execute(
+                "select count(*) from ceaseless.agent_run "
+                "where job_id = %s and finished_at is not null",
+                (job,),
+            ).fetchone()
+            == (1,)
+        ),
+        15,
+    )
     run = _run_row(conn, job)
     assert run["outcome"] == "rate_limited" and run["rate_limit_reset_at"] is not None
-    row = conn.execute("select state, run_after from ceaseless.job where id = %s",
-                       (job,)).fetchone()
+    row = conn.execute(
+        "select state, run_after from ceaseless.job where id = %s", (job,)
+    ).fetchone()
     assert row is not None
     assert row[0] == "pending" and row[1] == run["rate_limit_reset_at"]
     paused = conn.execute("select paused_until from ceaseless.agents where name = 'claude'")
@@ -124,8 +162,9 @@ def test_claude_rate_limit_sets_run_after_to_the_reset_time(
 def test_prompt_reaches_the_agent_on_stdin_and_env_names_the_job(
     conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
 ) -> None:
-    make_agent(conn, "script", "command", [str(FAKES / "fake_agent")],
-               env={"FAKE_AGENT_MODE": "ok"})
+    make_agent(
+        conn, "script", "command", [str(FAKES / "fake_agent")], env={"FAKE_AGENT_MODE": "ok"}
+    )
     start_listener("--poll-interval", "60")
     job = make_job(conn, agent="script", prompt=json.dumps({"multi": "line\nprompt"}))
     assert _wait_finished(conn, job) == "delivered"

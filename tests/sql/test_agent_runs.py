@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from uuid import UUID
 
 import psycopg
 import pytest
 
 from tests.factories import claim, finish, job_state, make_agent, make_job, start
 
+Running = tuple[psycopg.Connection, UUID, UUID]
+
 
 @pytest.fixture
-def running(conn: psycopg.Connection) -> tuple[psycopg.Connection, object, object]:
+def running(conn: psycopg.Connection) -> tuple[psycopg.Connection, UUID, UUID]:
+    """A job of a two-attempt lane, claimed and started by w1: (conn, job id, run id)."""
     make_agent(conn, max_attempts=2)
     job = make_job(conn)
     claim(conn)
@@ -52,7 +56,7 @@ def test_start_refuses_jobs_the_caller_does_not_hold(conn: psycopg.Connection) -
         ("cancelled", "cancelled"),
     ],
 )
-def test_outcome_moves_job_to_its_state(running, outcome: str, state: str) -> None:  # type: ignore[no-untyped-def]
+def test_outcome_moves_job_to_its_state(running: Running, outcome: str, state: str) -> None:
     conn, job, run = running
     assert finish(conn, run, outcome, exit_status=0, final_message="done") == state
     row = conn.execute(
@@ -67,7 +71,7 @@ def test_outcome_moves_job_to_its_state(running, outcome: str, state: str) -> No
     assert run_row == (outcome, 0, "done", True)
 
 
-def test_failure_retries_with_backoff_then_fails_after_max_attempts(running) -> None:  # type: ignore[no-untyped-def]
+def test_failure_retries_with_backoff_then_fails_after_max_attempts(running: Running) -> None:
     conn, job, run = running
     assert finish(conn, run, "failed", error="boom") == "pending"
     row = conn.execute(
@@ -82,7 +86,9 @@ def test_failure_retries_with_backoff_then_fails_after_max_attempts(running) -> 
     assert finish(conn, run2, "timed_out") == "failed"
 
 
-def test_rate_limit_with_reset_time_waits_pauses_the_lane_and_keeps_the_attempt(running) -> None:  # type: ignore[no-untyped-def]
+def test_rate_limit_with_reset_time_waits_pauses_the_lane_and_keeps_the_attempt(
+    running: Running,
+) -> None:
     conn, job, run = running
     reset = datetime.now(UTC) + timedelta(hours=1)
     assert finish(conn, run, "rate_limited", rate_limit_reset_at=reset.isoformat()) == "pending"
@@ -95,8 +101,8 @@ def test_rate_limit_with_reset_time_waits_pauses_the_lane_and_keeps_the_attempt(
     assert paused is not None and abs((paused[0] - reset).total_seconds()) < 0.01
 
 
-def test_finishing_twice_is_harmless(running) -> None:  # type: ignore[no-untyped-def]
-    conn, job, run = running
+def test_finishing_twice_is_harmless(running: Running) -> None:
+    conn, _, run = running
     assert finish(conn, run, "succeeded") == "delivered"
     assert finish(conn, run, "failed") == "delivered"
     outcome = conn.execute(
@@ -105,7 +111,7 @@ def test_finishing_twice_is_harmless(running) -> None:  # type: ignore[no-untype
     assert outcome == ("succeeded",)
 
 
-def test_cancelled_run_keeps_cancelled_and_gains_exit_details(running) -> None:  # type: ignore[no-untyped-def]
+def test_cancelled_run_keeps_cancelled_and_gains_exit_details(running: Running) -> None:
     conn, job, run = running
     conn.execute("select ceaseless.cancel_job(%s)", (job,))
     assert finish(conn, run, "cancelled", exit_status=-15) == "cancelled"
@@ -132,7 +138,7 @@ def test_cancel_and_retry_report_unknown_and_wrong_state(conn: psycopg.Connectio
     assert job_state(conn, job) == "pending"
 
 
-def test_every_state_change_is_audited(running) -> None:  # type: ignore[no-untyped-def]
+def test_every_state_change_is_audited(running: Running) -> None:
     conn, job, run = running
     finish(conn, run, "succeeded")
     rows = conn.execute(

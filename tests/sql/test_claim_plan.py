@@ -74,12 +74,12 @@ def test_claim_uses_the_partial_index_and_its_buffers_do_not_grow_with_the_backl
     for plan in (small, large):
         index_scans = [n for n in _nodes(plan) if n.get("Index Name") == "job_claimable_idx"]
         assert index_scans, json.dumps(plan)[:2000]
-        seq = [
-            n
-            for n in _nodes(plan)
-            if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "job"
-        ]
-        assert not seq, json.dumps(plan, indent=1)
+    # With a large backlog no step may scan the job table. (With a small one
+    # the planner may rightly prefer reading its few pages to ten index probes.)
+    seq = [
+        n for n in _nodes(large) if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "job"
+    ]
+    assert not seq, json.dumps(large, indent=1)
     # Finding the work (the `picked` CTE) must cost the same at any backlog.
     # Updating the ten claimed rows touches every index of job once per row,
     # so a hundred times the backlog may add a btree level to each of those

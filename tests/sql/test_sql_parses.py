@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from pglast import ast, parse_plpgsql, parse_sql
 from pglast.enums import ObjectType
-from pglast.parser import scan
+from pglast.parser import ParseError, scan
 
 from listener.migrate import function_files, migrations
 
@@ -68,11 +68,19 @@ def _plpgsql_trees(path: Path) -> Iterator[tuple[str, list[Any]]]:
     """(name, parse tree) of every PL/pgSQL function body and DO block in the file."""
     for stmt, text in _statements(path):
         if isinstance(stmt, ast.CreateFunctionStmt) and _language(stmt.options, "sql") == "plpgsql":
-            yield ".".join(n.sval for n in stmt.funcname), parse_plpgsql(text)
+            name = ".".join(n.sval for n in stmt.funcname)
         elif isinstance(stmt, ast.DoStmt) and _language(stmt.args, "plpgsql") == "plpgsql":
             body = _option(stmt.args, "as").sval
-            wrapped = f"create function do_block() returns void language plpgsql as $do${body}$do$"
-            yield "DO block", parse_plpgsql(wrapped)
+            name, text = (
+                "DO block",
+                f"create function f() returns void language plpgsql as $do${body}$do$",
+            )
+        else:
+            continue
+        try:
+            yield name, parse_plpgsql(text)
+        except ParseError as exc:
+            raise AssertionError(f"{path.name}, {name}: {exc}") from exc
 
 
 def _nodes(tree: Any, key: str | None = None) -> Iterator[tuple[str | None, Any]]:
