@@ -41,6 +41,8 @@ job_app = typer.Typer(help="Jobs in the queue (ceaseless.job).", no_args_is_help
 app.add_typer(db_app, name="db")
 app.add_typer(agent_app, name="agent")
 app.add_typer(job_app, name="job")
+docs_app = typer.Typer(help="Generated documentation.", no_args_is_help=True)
+app.add_typer(docs_app, name="docs")
 
 
 def _fail(message: str) -> typer.Exit:
@@ -414,6 +416,23 @@ def job_retry(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> N
     """Run a finished job again with a fresh attempt budget (retry_job)."""
     _sql("select ceaseless.retry_job(%s)", (job_id,))
     typer.echo(f"job {job_id} is pending again")
+
+
+@docs_app.command("sql-reference")
+def docs_sql_reference(
+    output: Annotated[
+        Path | None, typer.Option(help="Write here instead of standard output.")
+    ] = None,
+) -> None:
+    """Render the SQL reference (tables, views, functions) from the schema's comments."""
+    from listener.reference import render
+
+    with db.connect(_url(), application_name="ceaseless docs") as conn:
+        text = render(conn)
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.write_text(text)
 
 
 if __name__ == "__main__":  # pragma: no cover
