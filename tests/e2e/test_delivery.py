@@ -169,3 +169,21 @@ def test_prompt_reaches_the_agent_on_stdin_and_env_names_the_job(
     job = make_job(conn, agent="script", prompt=json.dumps({"multi": "line\nprompt"}))
     assert _wait_finished(conn, job) == "delivered"
     assert "line\\nprompt" in str(_run_row(conn, job)["final_message"])
+
+
+def test_registry_change_reaches_a_running_listener_without_restart(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    make_agent(
+        conn,
+        "script",
+        "command",
+        [str(FAKES / "fake_agent")],
+        env={"FAKE_AGENT_MODE": "fail"},
+        max_attempts=1,
+    )
+    listener = start_listener("--poll-interval", "60")
+    conn.execute('update ceaseless.agents set env = \'{"FAKE_AGENT_MODE": "json"}\'')
+    listener.wait_for_event("config.loaded", count=3)
+    job = make_job(conn, agent="script", prompt="after the change")
+    assert _wait_finished(conn, job) == "delivered"
