@@ -62,6 +62,8 @@ comment on function start_runs(text, uuid[], timestamptz) is
 --   budget_exhausted, output_budget_exhausted   → blocked (a person must add budget or split the work)
 --   cancelled                                   → cancelled
 --   failed, timed_out, rate_limited             → pending after backoff while attempts remain, else failed
+-- A succeeded run of a job that expects a reply (job.expects_reply) but
+-- reported an empty final message is recorded as failed.
 -- A rate limit with a reported reset time waits until then, pauses the whole
 -- lane until then (every job of the lane would hit the same limit), and does
 -- not use up an attempt: the provider paused, the job did not fail.
@@ -96,18 +98,24 @@ begin
     -- Whether each run was still open decides whether its outcome moves the
     -- job; read under lock so a concurrent cancel or expiry is seen.
     target as (
-        select r.id, r.finished_at is null as was_open
+        select r.id, r.finished_at is null as was_open,
+               -- A job that expects a reply and got none has failed, whatever
+               -- the process's exit status said.
+               (j.expects_reply and x.outcome = 'succeeded'
+                and coalesce(btrim(x.final_message), '') = '') as empty_reply
         from agent_run r
         join reported x on x.run_id = r.id
+        join job j on j.id = r.job_id
         for update of r
     ),
     finished as (
         update agent_run r
-        set outcome = coalesce(r.outcome, x.outcome),
+        set outcome = coalesce(r.outcome, case when t.empty_reply then 'failed' else x.outcome end),
             finished_at = coalesce(r.finished_at, p_now),
             exit_status = coalesce(r.exit_status, x.exit_status),
             final_message = coalesce(r.final_message, x.final_message),
-            error = coalesce(r.error, x.error),
+            error = coalesce(r.error, x.error,
+                             case when t.empty_reply then 'the agent''s reply was empty' end),
             session_id = coalesce(r.session_id, x.session_id),
             billing = case when r.billing = 'unknown' then coalesce(x.billing, r.billing)
                            else r.billing end,

@@ -95,3 +95,43 @@ cross join lateral (
 comment on view governor_usage is
     'Per agent lane: live runs against max_concurrent, starts in the rolling window against '
     'window_budget, free slots, pause, and due work waiting.';
+
+drop view if exists routine_status cascade;
+create view routine_status as
+select r.id,
+       r.name,
+       r.user_id,
+       r.enabled,
+       r.trigger_type,
+       r.trigger_config ->> 'schedule' as schedule,
+       r.trigger_config ->> 'timezone' as timezone,
+       r.next_fire_at,
+       r.action_type,
+       r.agent,
+       last_run.status as last_status,
+       last_run.started_at as last_started_at,
+       r.last_run_at as last_finished_at,
+       r.consecutive_failures,
+       coalesce(day.runs, 0) as runs_24h,
+       coalesce(day.skips, 0) as skips_24h,
+       coalesce(day.running, 0) as running,
+       r.last_error
+from routines r
+left join lateral (
+    select rr.status, rr.started_at
+    from routine_runs rr
+    where rr.routine_id = r.id
+    order by rr.started_at desc
+    limit 1
+) last_run on true
+left join lateral (
+    select count(*) filter (where rr.status <> 'skipped') as runs,
+           count(*) filter (where rr.status = 'skipped') as skips,
+           count(*) filter (where rr.status = 'running') as running
+    from routine_runs rr
+    where rr.routine_id = r.id and rr.started_at > now() - interval '24 hours'
+) day on true;
+
+comment on view routine_status is
+    'One row per routine: trigger, schedule, next fire, last status, consecutive failures, '
+    'and runs and skips in the last 24 hours.';

@@ -25,17 +25,27 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 from uuid import UUID
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from listener import db, log, queries
+from listener import db, log, queries, scheduler
 from listener.agents import adapter_for, run_agent, run_noop
 from listener.agents.base import AgentConfig, RunResult, Task
+from listener.context import compose_prompt
 from listener.enums import Adapter, JobState, Outcome
-from listener.events import CONFIG_CHANNEL, JOB_CHANNEL, ConfigChanged, JobChanged, parse
+from listener.events import (
+    CONFIG_CHANNEL,
+    JOB_CHANNEL,
+    SCHEDULE_CHANNEL,
+    ConfigChanged,
+    JobChanged,
+    ScheduleChanged,
+    parse,
+)
 
 T = TypeVar("T")
 
@@ -71,6 +81,9 @@ class ListenerConfig:
     kinds: list[str] | None = None
     agents: list[str] | None = None
     workdir: str | None = None
+    # "host:port" to serve the webhook ingress on; None serves nothing.
+    http: str | None = None
+    max_body: int = 1 << 20
 
 
 @dataclass
@@ -101,6 +114,8 @@ class Listener:
         # Held from claim until the claimed jobs are tracked, so reconciling
         # never mistakes a claim in flight for a forgotten one.
         self._claiming = asyncio.Lock()
+        self._schedule_wake = asyncio.Event()
+        self._to_schedule: set[UUID] = set()
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -114,7 +129,9 @@ class Listener:
             asyncio.create_task(self._claimer(), name="claimer"),
             asyncio.create_task(self._finisher(), name="finisher"),
             asyncio.create_task(self._heartbeat(), name="heartbeat"),
+            asyncio.create_task(self._scheduler(), name="scheduler"),
         ]
+        http_runner = await self._start_http()
         log.event(
             "listener.ready",
             worker=self.config.worker_id,
@@ -128,7 +145,17 @@ class Listener:
                 log.warning(
                     "listener.task_crashed", task=task.get_name(), error=repr(task.exception())
                 )
+        if http_runner is not None:
+            await http_runner.cleanup()
         await self._shutdown(tasks)
+
+    async def _start_http(self) -> object | None:
+        if not self.config.http:
+            return None
+        from listener.http import serve
+
+        host, _, port = self.config.http.rpartition(":")
+        return await serve(self._pool, host or "127.0.0.1", int(port), self.config.max_body)
 
     async def _shutdown(self, tasks: list[asyncio.Task[None]]) -> None:
         self._accepting = False
@@ -203,14 +230,16 @@ class Listener:
                 continue
             try:
                 async with conn:
-                    await conn.execute(f"listen {JOB_CHANNEL}")
-                    await conn.execute(f"listen {CONFIG_CHANNEL}")
-                    log.event("listen.subscribed", channels=[JOB_CHANNEL, CONFIG_CHANNEL])
+                    channels = [JOB_CHANNEL, CONFIG_CHANNEL, SCHEDULE_CHANNEL]
+                    for channel in channels:
+                        await conn.execute(f"listen {channel}")
+                    log.event("listen.subscribed", channels=channels)
                     delay = 0.05
                     # Anything that happened while we were not listening is
                     # caught up by one claim round and a config reload.
                     self._reconcile.set()
                     self._wake.set()
+                    self._schedule_wake.set()
                     await self._with_retry("reload", self._reload)
                     await self._consume(conn)
             except psycopg.OperationalError as exc:
@@ -236,6 +265,10 @@ class Listener:
             ):
                 # New work, or a lane slot freed somewhere.
                 self._wake.set()
+        elif isinstance(event, ScheduleChanged):
+            if event.table == "routines":
+                self._to_schedule.add(event.id)
+                self._schedule_wake.set()
         elif isinstance(event, ConfigChanged):
             asyncio.get_running_loop().create_task(self._with_retry("reload", self._reload))
             self._wake.set()
@@ -307,7 +340,7 @@ class Listener:
         task = Task(
             job_id=str(job.id),
             run_id=str(running.run_id),
-            prompt=job.prompt,
+            prompt=compose_prompt(job.prompt, job.payload, Path(self.config.workdir or ".")),
             max_turns=job.max_turns,
             resume_session_id=job.resume_session_id,
             cwd=self.config.workdir,
@@ -398,3 +431,31 @@ class Listener:
             )
             log.event("listener.released_forgotten", jobs=released)
             self._wake.set()
+
+    # -- scheduler ----------------------------------------------------------
+
+    async def _scheduler(self) -> None:
+        """Keep cron time: schedule what asks for it, fire what is due, sleep until the next."""
+        await self._with_retry(
+            "cron.reconcile", lambda c: scheduler.reconcile(c, scheduler.utcnow())
+        )
+        while True:
+            self._schedule_wake.clear()
+            while self._to_schedule:
+                routine_id = self._to_schedule.pop()
+                await self._with_retry(
+                    "cron.schedule",
+                    lambda c, routine_id=routine_id: scheduler.schedule_routine(
+                        c, routine_id, scheduler.utcnow()
+                    ),
+                )
+            report = await self._with_retry(
+                "cron.fire", lambda c: scheduler.fire_due(c, scheduler.utcnow())
+            )
+            timeout = self.config.poll_interval
+            if report.next_due is not None:
+                until = (report.next_due - scheduler.utcnow()).total_seconds()
+                # Never 0: a due routine another listener holds locked would
+                # otherwise spin this loop until that listener commits.
+                timeout = min(timeout, max(until, 0.05))
+            await _wait(self._schedule_wake, timeout)

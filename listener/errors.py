@@ -10,7 +10,28 @@ from enum import StrEnum
 
 class SqlState(StrEnum):
     NOT_FOUND = "CE404"
-    """The id or token names no row (cancel_job on an unknown job)."""
+    """The id or token names no row (cancel_job on an unknown job, an unknown webhook)."""
+
+    BAD_SIGNATURE = "CE401"
+    """A webhook's signature does not match its body and timestamp."""
+
+    STALE_TIMESTAMP = "CE403"
+    """A webhook's timestamp is further from now than webhook_window_secs."""
+
+    DISABLED = "CE410"
+    """The routine or loop a webhook targets is disabled."""
+
+    COOLDOWN = "CE411"
+    """The routine is cooling down after its last run."""
+
+    CONCURRENCY = "CE412"
+    """The routine's max_concurrent, or the global cap on routine runs, is reached."""
+
+    REPLAY = "CE413"
+    """A webhook signature was already used within the window."""
+
+    DUPLICATE = "CE414"
+    """The routine already ran for identical content within its dedup window."""
 
     INVALID_STATE = "CE409"
     """The row exists but is in a state the operation does not apply to."""

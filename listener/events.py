@@ -35,12 +35,27 @@ class ConfigChanged:
 
 
 @dataclass(frozen=True)
+class ScheduleChanged:
+    """A cron-bearing row needs its next_fire_at (re)computed."""
+
+    table: str
+    id: UUID
+
+
+@dataclass(frozen=True)
+class NotificationQueued:
+    count: int
+
+
+@dataclass(frozen=True)
 class Unknown:
     channel: str
     payload: str
 
 
-Event = JobChanged | ConfigChanged | Unknown
+NOTIFICATION_CHANNEL = "ceaseless_notification"
+
+Event = JobChanged | ConfigChanged | ScheduleChanged | NotificationQueued | Unknown
 
 
 def parse(channel: str, payload: str) -> Event:
@@ -60,4 +75,8 @@ def parse(channel: str, payload: str) -> Event:
         )
     if channel == CONFIG_CHANNEL:
         return ConfigChanged(table=data.get("table", ""))
+    if channel == SCHEDULE_CHANNEL and data.get("id"):
+        return ScheduleChanged(table=data.get("table", ""), id=UUID(data["id"]))
+    if channel == NOTIFICATION_CHANNEL:
+        return NotificationQueued(count=int(data.get("count", 1)))
     return Unknown(channel, payload)

@@ -81,3 +81,62 @@ def finish(
     ).fetchone()
     assert row is not None
     return row[0]
+
+
+def make_routine(
+    conn: psycopg.Connection,
+    name: str = "r1",
+    trigger_type: str = "manual",
+    trigger_config: dict[str, Any] | None = None,
+    action_type: str = "lightweight",
+    action_config: dict[str, Any] | None = None,
+    agent: str = "noop",
+    **columns: Any,
+) -> UUID:
+    values: dict[str, Any] = {
+        "name": name,
+        "user_id": columns.pop("user_id", "alice"),
+        "trigger_type": trigger_type,
+        "trigger_config": json.dumps(trigger_config or {}),
+        "action_type": action_type,
+        "action_config": json.dumps(
+            action_config
+            if action_config is not None
+            else (
+                {"prompt": "check"}
+                if action_type == "lightweight"
+                else {"title": "t", "description": "d"}
+            )
+        ),
+        "agent": agent,
+        "cooldown_secs": columns.pop("cooldown_secs", 0),
+        **columns,
+    }
+    names = ", ".join(values)
+    marks = ", ".join(["%s"] * len(values))
+    row = conn.execute(
+        f"insert into ceaseless.routines ({names}) values ({marks}) returning id",
+        list(values.values()),
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def run_of(conn: psycopg.Connection, run_id: UUID) -> dict[str, Any]:
+    cur = conn.execute("select * from ceaseless.routine_runs where id = %s", (run_id,))
+    row = cur.fetchone()
+    assert row is not None and cur.description is not None
+    return {col.name: value for col, value in zip(cur.description, row, strict=True)}
+
+
+def complete_job(
+    conn: psycopg.Connection, job_id: UUID, outcome: str, message: str | None = None
+) -> str:
+    """Drive a job through claim → start → finish as listener w1 would."""
+    conn.execute(
+        "update ceaseless.job set run_after = now() - interval '1 second' where id = %s", (job_id,)
+    )
+    claimed = claim(conn, limit=100)
+    assert job_id in claimed
+    run = start(conn, [job_id])[job_id]
+    return finish(conn, run, outcome, final_message=message)

@@ -1,0 +1,724 @@
+-- Routines: validation, firing with guardrails, events, manual runs, and the
+-- flow of a run's outcome back to routine_runs, routines and notifications.
+--
+-- Called by: PostgreSQL (triggers on routines, events, job, routine_runs),
+-- listeners (fire_cron_routines, set_next_fire, disable_routine), users
+-- (run_routine, INSERT INTO events).
+-- Guarantees:
+-- - nothing half-valid is stored: a routine is checked in full on every INSERT
+--   and UPDATE, and the error names the field, the rule and the value (CE422);
+-- - a fire and its guardrails are one transaction: the routine row is locked
+--   (FOR UPDATE) so concurrent fires of one routine see each other, and the
+--   global cap takes a transaction advisory lock so fires everywhere do;
+-- - every fire, and every refused fire, leaves a routine_runs row;
+-- - NOTIFY ceaseless_schedule when a cron routine needs its next_fire_at
+--   (created, schedule or timezone changed, re-enabled, fired), and
+--   ceaseless_run when a routine run starts or ends.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- ---------------------------------------------------------------------------
+-- Validation
+-- ---------------------------------------------------------------------------
+
+-- Raise the one kind of error validation produces: which field, which rule,
+-- which value.
+create or replace function _invalid(p_field text, p_rule text, p_value jsonb)
+returns void
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    raise exception 'routines.%: %; got %', p_field, p_rule, coalesce(p_value::text, 'nothing')
+        using errcode = 'CE422', column = split_part(p_field, '.', 1);
+end;
+$$;
+
+comment on function _invalid(text, text, jsonb) is
+    'Raise CE422 naming the field, the rule and the bad value (routine validation).';
+
+-- Is a value a non-empty JSON string?
+create or replace function _is_text(p_value jsonb)
+returns boolean
+language sql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+    -- coalesce: an absent key is NULL, and "not NULL" would let it through.
+    select coalesce(jsonb_typeof(p_value) = 'string' and btrim(p_value #>> '{}') <> '', false);
+$$;
+
+comment on function _is_text(jsonb) is 'True for a non-empty JSON string.';
+
+-- Is a value absent, or a positive JSON integer?
+create or replace function _is_positive_int_or_null(p_value jsonb)
+returns boolean
+language sql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+    select p_value is null or jsonb_typeof(p_value) = 'null'
+        or (jsonb_typeof(p_value) = 'number' and (p_value #>> '{}') ~ '^[0-9]+$'
+            and (p_value #>> '{}')::numeric between 1 and 2147483647);
+$$;
+
+comment on function _is_positive_int_or_null(jsonb) is 'True for null/absent or a positive JSON integer.';
+
+-- Check a routine's trigger_config and action_config in full, filling the
+-- defaults the spec gives (timezone UTC, channel null, context_paths []).
+-- Returns the row to store.
+create or replace function _validated_routine(p_row routines)
+returns routines
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_trigger jsonb := p_row.trigger_config;
+    v_action jsonb := p_row.action_config;
+    v_error text;
+    v_path jsonb;
+begin
+    case p_row.trigger_type
+    when 'cron' then
+        if not _is_text(v_trigger -> 'schedule') then
+            perform _invalid('trigger_config.schedule', 'a cron routine needs a schedule string',
+                             v_trigger -> 'schedule');
+        end if;
+        v_error := _cron_error(v_trigger ->> 'schedule');
+        if v_error is not null then
+            perform _invalid('trigger_config.schedule', v_error, v_trigger -> 'schedule');
+        end if;
+        if v_trigger -> 'timezone' is null or jsonb_typeof(v_trigger -> 'timezone') = 'null' then
+            v_trigger := v_trigger || '{"timezone": "UTC"}';
+        end if;
+        if jsonb_typeof(v_trigger -> 'timezone') <> 'string' then
+            perform _invalid('trigger_config.timezone', 'must be an IANA time zone name',
+                             v_trigger -> 'timezone');
+        end if;
+        v_error := _timezone_error(v_trigger ->> 'timezone');
+        if v_error is not null then
+            perform _invalid('trigger_config.timezone', v_error, v_trigger -> 'timezone');
+        end if;
+    when 'event' then
+        if not _is_text(v_trigger -> 'pattern') then
+            perform _invalid('trigger_config.pattern', 'an event routine needs a regex pattern',
+                             v_trigger -> 'pattern');
+        end if;
+        begin
+            perform '' ~ (v_trigger ->> 'pattern');
+        exception when invalid_regular_expression then
+            perform _invalid('trigger_config.pattern', 'must be a valid regular expression ('
+                             || sqlerrm || ')', v_trigger -> 'pattern');
+        end;
+        if v_trigger -> 'channel' is null then
+            v_trigger := v_trigger || '{"channel": null}';
+        elsif jsonb_typeof(v_trigger -> 'channel') not in ('string', 'null') then
+            perform _invalid('trigger_config.channel', 'must be a channel name or null',
+                             v_trigger -> 'channel');
+        end if;
+    when 'webhook' then
+        if not _is_text(v_trigger -> 'path')
+           or (v_trigger ->> 'path') !~ '^[A-Za-z0-9._~-]{1,200}$' then
+            perform _invalid('trigger_config.path',
+                             'a webhook routine needs a URL-safe path (letters, digits, . _ ~ -)',
+                             v_trigger -> 'path');
+        end if;
+        if not _is_text(v_trigger -> 'secret') or length(v_trigger ->> 'secret') < 16 then
+            perform _invalid('trigger_config.secret',
+                             'a webhook routine needs a signing secret of at least 16 characters',
+                             to_jsonb(case when v_trigger ? 'secret' then '(hidden)' end));
+        end if;
+    when 'manual' then
+        null;
+    else
+        -- An unknown type: the CHECK constraint names it once the row is built.
+        null;
+    end case;
+
+    case p_row.action_type
+    when 'lightweight' then
+        if not _is_text(v_action -> 'prompt') then
+            perform _invalid('action_config.prompt', 'a lightweight routine needs a prompt',
+                             v_action -> 'prompt');
+        end if;
+        if v_action -> 'context_paths' is null then
+            v_action := v_action || '{"context_paths": []}';
+        elsif jsonb_typeof(v_action -> 'context_paths') <> 'array' then
+            perform _invalid('action_config.context_paths', 'must be an array of relative paths',
+                             v_action -> 'context_paths');
+        end if;
+        for v_path in select value from jsonb_array_elements(v_action -> 'context_paths') loop
+            -- Read relative to the workspace root, never outside it.
+            if not _is_text(v_path) or (v_path #>> '{}') like '/%'
+               or (v_path #>> '{}') ~ '(^|/)\.\.(/|$)' then
+                perform _invalid('action_config.context_paths',
+                                 'each entry must be a relative path inside the workspace', v_path);
+            end if;
+        end loop;
+        if not _is_positive_int_or_null(v_action -> 'max_tokens') then
+            perform _invalid('action_config.max_tokens', 'must be a positive integer',
+                             v_action -> 'max_tokens');
+        end if;
+    when 'full_job' then
+        if not _is_text(v_action -> 'title') then
+            perform _invalid('action_config.title', 'a full_job routine needs a title',
+                             v_action -> 'title');
+        end if;
+        if not _is_text(v_action -> 'description') then
+            perform _invalid('action_config.description', 'a full_job routine needs a description',
+                             v_action -> 'description');
+        end if;
+        if not _is_positive_int_or_null(v_action -> 'max_iterations') then
+            perform _invalid('action_config.max_iterations', 'must be a positive integer',
+                             v_action -> 'max_iterations');
+        end if;
+    else
+        null;
+    end case;
+
+    p_row.trigger_config := v_trigger;
+    p_row.action_config := v_action;
+    return p_row;
+end;
+$$;
+
+comment on function _validated_routine(routines) is
+    'Validate a routine''s trigger_config and action_config (CE422 naming field, rule, value) '
+    'and fill their defaults.';
+
+create or replace function _tg_routines_validate()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    if tg_op = 'UPDATE'
+       and new.trigger_type = old.trigger_type and new.trigger_config = old.trigger_config
+       and new.action_type = old.action_type and new.action_config = old.action_config then
+        -- Runtime bookkeeping (next_fire_at, run counts) re-checks nothing.
+        null;
+    else
+        new := _validated_routine(new);
+    end if;
+
+    -- next_fire_at is the listener's to compute (croniter): clear it whenever
+    -- the answer may have changed, so a stale slot never fires.
+    if new.trigger_type <> 'cron' or not new.enabled then
+        new.next_fire_at := null;
+    elsif tg_op = 'UPDATE'
+          and (new.trigger_config is distinct from old.trigger_config
+               or new.trigger_type is distinct from old.trigger_type
+               or (new.enabled and not old.enabled)) then
+        new.next_fire_at := null;
+        new.last_error := null;
+    end if;
+    new.updated_at := case when tg_op = 'UPDATE' then now() else new.updated_at end;
+    return new;
+end;
+$$;
+
+comment on function _tg_routines_validate() is
+    'Before INSERT/UPDATE on routines: validate the configuration, fill defaults, and clear '
+    'next_fire_at whenever the schedule may have changed.';
+
+-- Tell listeners which cron routines need a next_fire_at, and audit what an
+-- operator changed (runtime bookkeeping is not audited: it is in routine_runs).
+create or replace function _tg_routines_changed()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    if tg_op = 'DELETE' then
+        insert into audit_log (actor, entity, entity_id, action, old_state)
+        values (_actor(), 'routine', old.id, 'delete',
+                case when old.enabled then 'enabled' else 'disabled' end);
+        return null;
+    end if;
+    if new.trigger_type = 'cron' and new.enabled and new.next_fire_at is null then
+        perform pg_notify('ceaseless_schedule',
+                          jsonb_build_object('table', 'routines', 'id', new.id)::text);
+    end if;
+    if tg_op = 'INSERT' then
+        insert into audit_log (actor, entity, entity_id, action, new_state)
+        values (_actor(), 'routine', new.id, 'insert',
+                case when new.enabled then 'enabled' else 'disabled' end);
+    elsif new.enabled is distinct from old.enabled
+          or new.trigger_config is distinct from old.trigger_config
+          or new.action_config is distinct from old.action_config then
+        insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
+        values (_actor(), 'routine', new.id, 'update',
+                case when old.enabled then 'enabled' else 'disabled' end,
+                case when new.enabled then 'enabled' else 'disabled' end,
+                jsonb_build_object('last_error', new.last_error));
+    end if;
+    return null;
+end;
+$$;
+
+comment on function _tg_routines_changed() is
+    'After a routine changes: NOTIFY ceaseless_schedule when it needs a next_fire_at; audit '
+    'operator-visible changes.';
+
+drop trigger if exists routines_validate on routines;
+create trigger routines_validate
+    before insert or update on routines
+    for each row execute function _tg_routines_validate();
+
+drop trigger if exists routines_changed on routines;
+create trigger routines_changed
+    after insert or update or delete on routines
+    for each row execute function _tg_routines_changed();
+
+-- ---------------------------------------------------------------------------
+-- Firing
+-- ---------------------------------------------------------------------------
+
+-- The instruction that ends every lightweight prompt (spec 5.8).
+create or replace function _routine_ok_instruction()
+returns text
+language sql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+    select 'If nothing needs attention, answer exactly ROUTINE_OK and nothing else. '
+           'Otherwise, answer with what needs attention.';
+$$;
+
+comment on function _routine_ok_instruction() is
+    'The closing instruction of every lightweight routine prompt.';
+
+-- Create the job that does a routine run's work.
+--
+-- The prompt is assembled here, in the order of spec 5.8: the routine's
+-- prompt (and what fired it), then the context files — which only the
+-- listener can read, so they are named in payload.context_paths and inserted
+-- by the listener between `prompt` and payload.prompt_tail — then the previous
+-- run's state, then the ROUTINE_OK instruction.
+create or replace function _routine_job(
+    p_routine routines, p_run_id uuid, p_context text, p_now timestamptz
+)
+returns uuid
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_head text;
+    v_tail text;
+    v_job uuid;
+    v_context text := case when p_context is not null and p_context <> ''
+                           then E'\n\n## What fired this run\n\n' || p_context else '' end;
+begin
+    if p_routine.action_type = 'lightweight' then
+        v_head := (p_routine.action_config ->> 'prompt') || v_context;
+        v_tail := case when p_routine.state <> '{}'::jsonb
+                       then E'\n\n## State from the previous run\n\n' || p_routine.state::text
+                       else '' end
+                  || E'\n\n' || _routine_ok_instruction();
+        insert into job (kind, agent, prompt, payload, routine_run_id, expects_reply, max_attempts,
+                         run_after, created_at)
+        values ('routine', p_routine.agent, v_head,
+                jsonb_build_object('routine_id', p_routine.id, 'action', 'lightweight',
+                                   'context_paths', p_routine.action_config -> 'context_paths',
+                                   'prompt_tail', v_tail,
+                                   'max_tokens', p_routine.action_config -> 'max_tokens'),
+                p_run_id, true, 3, p_now, p_now)
+        returning id into v_job;
+    else
+        insert into job (kind, agent, prompt, payload, routine_run_id, max_turns,
+                         run_after, created_at)
+        values ('routine', p_routine.agent,
+                (p_routine.action_config ->> 'title') || E'\n\n'
+                    || (p_routine.action_config ->> 'description') || v_context,
+                jsonb_build_object('routine_id', p_routine.id, 'action', 'full_job'),
+                p_run_id, (p_routine.action_config ->> 'max_iterations')::integer, p_now, p_now)
+        returning id into v_job;
+    end if;
+    return v_job;
+end;
+$$;
+
+comment on function _routine_job(routines, uuid, text, timestamptz) is
+    'Enqueue the job that does one routine run: lightweight (prompt + context + state + '
+    'ROUTINE_OK, replies required) or full_job (title + description, max_turns).';
+
+-- Fire one routine, checking its guardrails atomically; returns the
+-- routine_runs row written (running, or skipped with its reason).
+--
+-- Guardrails, in order: disabled; cooldown_secs since the last run finished
+-- (unless p_ignore_cooldown, for manual runs); max_concurrent running runs;
+-- dedup_window_secs on the hash of p_context; the global cap on running routine
+-- runs (setting routine_max_running).
+--
+-- Locks: the routine row (FOR UPDATE) and, for the global cap, a transaction
+-- advisory lock shared by every fire.
+-- Raises: CE404 unknown routine.
+create or replace function _fire_routine(
+    p_routine_id uuid,
+    p_trigger text,
+    p_now timestamptz,
+    p_detail text default null,
+    p_context text default null,
+    p_missed integer default 0,
+    p_ignore_cooldown boolean default false
+)
+returns routine_runs
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_routine routines;
+    v_run routine_runs;
+    v_hash text;
+    v_reason text;
+begin
+    select * into v_routine from routines where id = p_routine_id for update;
+    if not found then
+        raise exception 'no routine with id %', p_routine_id using errcode = 'CE404';
+    end if;
+    if p_context is not null and v_routine.dedup_window_secs is not null then
+        v_hash := encode(sha256(convert_to(p_context, 'UTF8')), 'hex');
+    end if;
+
+    if not v_routine.enabled then
+        v_reason := 'disabled';
+    elsif not p_ignore_cooldown and v_routine.last_run_at is not null
+          and p_now < v_routine.last_run_at + make_interval(secs => v_routine.cooldown_secs) then
+        v_reason := 'cooldown';
+    elsif (select count(*) from routine_runs r
+           where r.routine_id = v_routine.id and r.status = 'running')
+          >= v_routine.max_concurrent then
+        v_reason := 'concurrency';
+    elsif v_hash is not null and exists (
+            select 1 from routine_runs r
+            where r.routine_id = v_routine.id and r.content_hash = v_hash
+              and r.status <> 'skipped'
+              and r.started_at > p_now - make_interval(secs => v_routine.dedup_window_secs)) then
+        v_reason := 'dedup';
+    else
+        -- Any number being arbitrary, one key for "routine fires".
+        perform pg_advisory_xact_lock(7166161301);
+        if (select count(*) from routine_runs r where r.status = 'running')
+           >= _setting_int('routine_max_running') then
+            v_reason := 'global_cap';
+        end if;
+    end if;
+
+    insert into routine_runs (routine_id, trigger_type, trigger_detail, started_at, status,
+                              skip_reason, completed_at, missed_slots, content_hash, context,
+                              created_at)
+    values (v_routine.id, p_trigger, left(p_detail, 200), p_now,
+            case when v_reason is null then 'running' else 'skipped' end,
+            v_reason, case when v_reason is null then null else p_now end,
+            greatest(p_missed, 0), v_hash, p_context, p_now)
+    returning * into v_run;
+
+    if v_reason is null then
+        v_run.job_id := _routine_job(v_routine, v_run.id, p_context, p_now);
+        update routine_runs set job_id = v_run.job_id where id = v_run.id;
+    end if;
+    return v_run;
+end;
+$$;
+
+comment on function _fire_routine(uuid, text, timestamptz, text, text, integer, boolean) is
+    'Fire one routine through its guardrails (disabled, cooldown, concurrency, dedup, global '
+    'cap); writes a running or skipped routine_runs row and, when running, its job.';
+
+-- Fire the due cron routines a listener has locked and scheduled: the
+-- listener selects them FOR UPDATE SKIP LOCKED, computes each one's next slot
+-- and missed-slot count with croniter, and calls this in the same
+-- transaction, so no two listeners fire one slot.
+--
+-- A fire refused by cooldown is deferred to the end of the cooldown instead of
+-- the next slot (spec 5.6).
+create or replace function fire_cron_routines(
+    p_routine_ids uuid[],
+    p_next_fire_ats timestamptz[],
+    p_missed integer[],
+    p_now timestamptz default now()
+)
+returns table (routine_id uuid, run_id uuid, status text, skip_reason text,
+               next_fire_at timestamptz)
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+#variable_conflict use_column
+declare
+    v_run routine_runs;
+    v_next timestamptz;
+    v_routine routines;
+begin
+    if cardinality(p_routine_ids) is distinct from cardinality(p_next_fire_ats)
+       or cardinality(p_routine_ids) is distinct from cardinality(p_missed) then
+        raise exception 'fire_cron_routines: the three arrays must have one entry per routine'
+            using errcode = 'CE422';
+    end if;
+    for i in 1 .. coalesce(cardinality(p_routine_ids), 0) loop
+        select * into v_routine from routines r where r.id = p_routine_ids[i] for update;
+        -- Changed or disabled since the listener read it: its new schedule
+        -- gets a fresh next_fire_at through ceaseless_schedule instead.
+        continue when not found or not v_routine.enabled or v_routine.trigger_type <> 'cron'
+                      or v_routine.next_fire_at is null or v_routine.next_fire_at > p_now;
+        v_run := _fire_routine(v_routine.id, 'cron', p_now,
+                               v_routine.trigger_config ->> 'schedule', null, p_missed[i]);
+        v_next := case when v_run.skip_reason = 'cooldown'
+                       then greatest(v_routine.last_run_at
+                                     + make_interval(secs => v_routine.cooldown_secs),
+                                     p_now)
+                       else p_next_fire_ats[i] end;
+        update routines r set next_fire_at = v_next where r.id = v_routine.id;
+        routine_id := v_routine.id;
+        run_id := v_run.id;
+        status := v_run.status;
+        skip_reason := v_run.skip_reason;
+        next_fire_at := v_next;
+        return next;
+    end loop;
+end;
+$$;
+
+comment on function fire_cron_routines(uuid[], timestamptz[], integer[], timestamptz) is
+    'Fire due cron routines the caller locked, recording missed slots, and store each one''s '
+    'next slot (or the end of its cooldown) in the same transaction.';
+
+-- The listener's answer to ceaseless_schedule: store a freshly computed
+-- next_fire_at, but only if the schedule it was computed from is still the
+-- routine's (an edit in between wins).
+create or replace function set_next_fire(
+    p_routine_id uuid, p_schedule text, p_timezone text, p_next_fire_at timestamptz
+)
+returns boolean
+language sql
+set search_path = ceaseless, pg_catalog
+as $$
+    update routines
+    set next_fire_at = p_next_fire_at
+    where id = p_routine_id
+      and enabled and trigger_type = 'cron'
+      and trigger_config ->> 'schedule' = p_schedule
+      and trigger_config ->> 'timezone' = p_timezone
+    returning true;
+$$;
+
+comment on function set_next_fire(uuid, text, text, timestamptz) is
+    'Store a listener-computed next_fire_at if the routine still has that schedule and timezone.';
+
+-- Disable a routine whose stored configuration the listener cannot use (a
+-- schedule croniter rejects despite validation), recording why, so it stops
+-- failing silently and never blocks the others.
+create or replace function disable_routine(p_routine_id uuid, p_error text)
+returns void
+language sql
+set search_path = ceaseless, pg_catalog
+as $$
+    update routines set enabled = false, last_error = p_error where id = p_routine_id;
+$$;
+
+comment on function disable_routine(uuid, text) is
+    'Disable a routine the engine cannot run, recording the error in last_error.';
+
+-- Manual trigger: ignores cooldown, respects max_concurrent and the global
+-- cap. Returns the routine_runs id (a skipped run when refused).
+create or replace function run_routine(p_routine_id uuid, p_now timestamptz default now())
+returns uuid
+language sql
+set search_path = ceaseless, pg_catalog
+as $$
+    select (_fire_routine(p_routine_id, 'manual', p_now, 'manual', null, 0, true)).id;
+$$;
+
+comment on function run_routine(uuid, timestamptz) is
+    'Fire a routine by hand (ignores cooldown, respects max_concurrent); returns the '
+    'routine_runs id, whose status says whether it runs or was skipped and why.';
+
+-- ---------------------------------------------------------------------------
+-- Events
+-- ---------------------------------------------------------------------------
+
+-- Fire every matching event routine of the event's user, in the inserting
+-- transaction: the routine's user equals the event's, its channel (when set)
+-- equals the event's ignoring case, and its pattern matches anywhere in the
+-- content. A refused fire (cooldown, dedup, …) is recorded and dropped.
+create or replace function _tg_events_fire()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_routine record;
+    v_run routine_runs;
+    v_fired integer := 0;
+begin
+    for v_routine in
+        select r.id
+        from routines r
+        where r.user_id = new.user_id
+          and r.enabled and r.trigger_type = 'event'
+          and (r.trigger_config ->> 'channel' is null
+               or lower(r.trigger_config ->> 'channel') = lower(new.channel))
+          and new.content ~ (r.trigger_config ->> 'pattern')
+        order by r.id
+    loop
+        v_run := _fire_routine(v_routine.id, 'event', new.created_at,
+                               left(new.content, 200), new.content);
+        if v_run.status = 'running' then
+            v_fired := v_fired + 1;
+        end if;
+    end loop;
+    new.fired_count := v_fired;
+    return new;
+end;
+$$;
+
+comment on function _tg_events_fire() is
+    'Before INSERT on events: fire the user''s matching event routines in the same transaction.';
+
+drop trigger if exists events_fire on events;
+create trigger events_fire
+    before insert on events
+    for each row execute function _tg_events_fire();
+
+-- ---------------------------------------------------------------------------
+-- Outcomes flowing back
+-- ---------------------------------------------------------------------------
+
+-- A routine run's job ended: set the run's status from the job and its last
+-- agent reply, update the routine's counters and state, and queue the
+-- notifications its notify_on_* flags ask for.
+--
+-- lightweight: reply exactly ROUTINE_OK → ok; another non-empty reply →
+-- attention, the reply as summary; anything else → failed. full_job:
+-- delivered → ok; anything else → failed.
+create or replace function _finish_routine_run(p_run_id uuid, p_now timestamptz)
+returns void
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_run routine_runs;
+    v_routine routines;
+    v_job job;
+    v_reply text;
+    v_tokens bigint;
+    v_status text;
+    v_summary text;
+    v_notify text;
+begin
+    select * into v_run from routine_runs where id = p_run_id for update;
+    if not found or v_run.status <> 'running' then
+        return;
+    end if;
+    select * into v_job from job where id = v_run.job_id;
+    select * into v_routine from routines where id = v_run.routine_id for update;
+    select r.final_message into v_reply
+    from agent_run r where r.job_id = v_job.id order by r.started_at desc limit 1;
+    select sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)) into v_tokens
+    from agent_run r where r.job_id = v_job.id;
+
+    if v_job.state = 'delivered' then
+        if v_job.payload ->> 'action' = 'lightweight' then
+            if btrim(coalesce(v_reply, '')) = 'ROUTINE_OK' then
+                v_status := 'ok';
+            elsif btrim(coalesce(v_reply, '')) <> '' then
+                v_status := 'attention';
+                v_summary := btrim(v_reply);
+            else
+                v_status := 'failed';
+                v_summary := 'the agent''s reply was empty';
+            end if;
+        else
+            v_status := 'ok';
+            v_summary := v_reply;
+        end if;
+    else
+        v_status := 'failed';
+        v_summary := format('job %s: %s', v_job.state, coalesce(v_job.last_error, 'no detail'));
+    end if;
+
+    update routine_runs
+    set status = v_status, completed_at = p_now, result_summary = left(v_summary, 4000),
+        tokens_used = least(v_tokens, 2147483647)::integer
+    where id = v_run.id;
+
+    update routines
+    set last_run_at = p_now,
+        run_count = run_count + 1,
+        consecutive_failures = case when v_status = 'failed' then consecutive_failures + 1 else 0 end,
+        state = jsonb_build_object('last_status', v_status, 'last_summary', left(v_summary, 2000),
+                                   'last_run_at', p_now)
+    where id = v_routine.id;
+
+    v_notify := case
+        when v_status = 'ok' and v_routine.notify_on_success then 'success'
+        when v_status = 'failed' and v_routine.notify_on_failure then 'failure'
+        when v_status = 'attention' and v_routine.notify_on_attention then 'attention'
+    end;
+    if v_notify is not null then
+        insert into notifications (source_table, source_id, kind, channel, recipient, subject, body)
+        values ('routine_runs', v_run.id, v_notify, v_routine.notify_channel,
+                v_routine.notify_user,
+                format('routine %s: %s', v_routine.name, v_status),
+                coalesce(v_summary, ''));
+    end if;
+end;
+$$;
+
+comment on function _finish_routine_run(uuid, timestamptz) is
+    'Close a routine run from its job''s end state and reply (ok / attention / failed), update '
+    'the routine''s counters and state, and queue notifications.';
+
+create or replace function _tg_job_routine_outcome()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_run_id uuid;
+begin
+    for v_run_id in
+        select n.routine_run_id
+        from new_rows n
+        join old_rows o on o.id = n.id
+        where n.routine_run_id is not null
+          and n.finished_at is not null and o.finished_at is null
+    loop
+        perform _finish_routine_run(v_run_id, now());
+    end loop;
+    return null;
+end;
+$$;
+
+comment on function _tg_job_routine_outcome() is
+    'After UPDATE on job: close the routine runs whose jobs just ended.';
+
+drop trigger if exists job_routine_outcome on job;
+create trigger job_routine_outcome
+    after update on job
+    referencing old table as old_rows new table as new_rows
+    for each statement execute function _tg_job_routine_outcome();
+
+-- Announce and audit routine run starts and ends.
+create or replace function _tg_routine_runs_changed()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    if tg_op = 'UPDATE' and new.status = old.status then
+        return null;
+    end if;
+    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
+    values (_actor(), 'routine_run', new.id, lower(tg_op),
+            case when tg_op = 'UPDATE' then old.status end, new.status,
+            jsonb_build_object('routine_id', new.routine_id, 'skip_reason', new.skip_reason));
+    perform pg_notify('ceaseless_run', jsonb_build_object(
+        'table', 'routine_runs', 'id', new.id, 'status', new.status)::text);
+    return null;
+end;
+$$;
+
+comment on function _tg_routine_runs_changed() is
+    'After a routine run is written or changes status: audit it and NOTIFY ceaseless_run.';
+
+drop trigger if exists routine_runs_changed on routine_runs;
+create trigger routine_runs_changed
+    after insert or update on routine_runs
+    for each row execute function _tg_routine_runs_changed();

@@ -1,0 +1,189 @@
+-- Webhooks: HMAC-SHA256 verification in SQL, replay protection, and firing.
+--
+-- Called by: the listener's HTTP ingress (POST /hooks/{path}), or anyone with
+-- the raw request in hand.
+-- Guarantees: the signature is checked in constant time over the exact bytes
+-- received; a timestamp more than webhook_window_secs from now is refused; a
+-- signature is accepted once per window (the unique constraint
+-- signature_seen_once decides, so concurrent replays cannot both pass);
+-- refusals raise the documented SQLSTATEs (docs/errors.md), which the ingress
+-- maps to HTTP status codes. No pgcrypto: HMAC is built on sha256().
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- HMAC-SHA256 (RFC 2104) over the built-in sha256().
+create or replace function _hmac_sha256(p_key bytea, p_message bytea)
+returns bytea
+language plpgsql immutable strict
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_block integer := 64;
+    v_key bytea := case when length(p_key) > 64 then sha256(p_key) else p_key end;
+    v_inner bytea;
+    v_outer bytea;
+begin
+    v_key := v_key || decode(repeat('00', v_block - length(v_key)), 'hex');
+    v_inner := v_key;
+    v_outer := v_key;
+    for i in 0 .. v_block - 1 loop
+        v_inner := set_byte(v_inner, i, get_byte(v_key, i) # 54);  -- 0x36
+        v_outer := set_byte(v_outer, i, get_byte(v_key, i) # 92);  -- 0x5c
+    end loop;
+    return sha256(v_outer || sha256(v_inner || p_message));
+end;
+$$;
+
+comment on function _hmac_sha256(bytea, bytea) is
+    'HMAC-SHA256 of p_message under p_key (RFC 2104), built on sha256() so no extension is needed.';
+
+-- Compare two digests without an early exit, so the time taken does not tell
+-- an attacker how many leading bytes of a forged signature were right.
+create or replace function _equal_constant_time(p_a bytea, p_b bytea)
+returns boolean
+language plpgsql immutable strict
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_diff integer := 0;
+begin
+    if length(p_a) <> length(p_b) then
+        return false;  -- lengths are public: every digest here is 32 bytes
+    end if;
+    for i in 0 .. length(p_a) - 1 loop
+        v_diff := v_diff | (get_byte(p_a, i) # get_byte(p_b, i));
+    end loop;
+    return v_diff = 0;
+end;
+$$;
+
+comment on function _equal_constant_time(bytea, bytea) is
+    'True when two byte strings are equal, examining every byte whatever the first difference.';
+
+-- Does `sha256=<hex>` sign `<unix seconds>.<body>` under p_key?
+create or replace function _webhook_signature_ok(
+    p_key text, p_sent_at timestamptz, p_body bytea, p_signature text
+)
+returns boolean
+language plpgsql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    if p_signature is null or p_signature !~ '^sha256=[0-9a-f]{64}$' then
+        return false;
+    end if;
+    return _equal_constant_time(
+        decode(substr(p_signature, 8), 'hex'),
+        _hmac_sha256(convert_to(p_key, 'UTF8'),
+                     convert_to(floor(extract(epoch from p_sent_at))::bigint::text || '.', 'UTF8')
+                         || p_body));
+end;
+$$;
+
+comment on function _webhook_signature_ok(text, timestamptz, bytea, text) is
+    'Verify X-Ceaseless-Signature (sha256=<lowercase hex>) = HMAC-SHA256(key, "<unix seconds>.<body>").';
+
+-- Verify a webhook request and fire what it targets.
+--
+-- p_token is the routine's trigger_config.path (or, once loops have webhooks,
+-- a loop's webhook_token); p_body the raw request body; p_signature the
+-- X-Ceaseless-Signature header exactly as received; p_sent_at the
+-- X-Ceaseless-Timestamp header as a timestamptz. Returns the routine_runs id.
+--
+-- Raises (docs/errors.md): CE404 unknown token; CE401 bad signature; CE403
+-- stale timestamp; CE413 replayed signature; CE410 disabled; CE411 cooldown;
+-- CE412 concurrency or global cap; CE414 duplicate content (dedup window).
+-- A raise rolls back the refused run's record with it: callers that want
+-- refusals recorded call _record_refused_webhook afterwards, as the ingress does.
+create or replace function receive_webhook(
+    p_token text,
+    p_body bytea,
+    p_signature text,
+    p_sent_at timestamptz,
+    p_now timestamptz default now()
+)
+returns uuid
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_routine routines;
+    v_window interval := make_interval(secs => _setting_int('webhook_window_secs'));
+    v_run routine_runs;
+    v_body text;
+begin
+    select * into v_routine
+    from routines
+    where trigger_type = 'webhook' and trigger_config ->> 'path' = p_token;
+    if not found then
+        raise exception 'no webhook at %', p_token using errcode = 'CE404';
+    end if;
+
+    -- Authenticate before saying anything else about the routine.
+    if p_sent_at is null or abs(extract(epoch from p_now - p_sent_at)) > extract(epoch from v_window) then
+        raise exception 'webhook timestamp % is more than % from now', p_sent_at, v_window
+            using errcode = 'CE403';
+    end if;
+    if not _webhook_signature_ok(v_routine.trigger_config ->> 'secret', p_sent_at, p_body,
+                                 p_signature) then
+        raise exception 'webhook signature does not match' using errcode = 'CE401';
+    end if;
+
+    delete from webhook_deliveries where received_at < p_now - 2 * v_window;
+    insert into webhook_deliveries (target, target_id, signature, sent_at, received_at)
+    values ('routine', v_routine.id, p_signature, p_sent_at, p_now)
+    on conflict on constraint signature_seen_once do nothing;
+    if not found then
+        raise exception 'webhook signature already used: a replay' using errcode = 'CE413';
+    end if;
+
+    -- Bodies are usually text (JSON); anything else reaches the agent as hex.
+    begin
+        v_body := convert_from(p_body, 'UTF8');
+    exception when character_not_in_repertoire or untranslatable_character then
+        v_body := '\x' || encode(p_body, 'hex');
+    end;
+
+    v_run := _fire_routine(v_routine.id, 'webhook', p_now, p_token, v_body);
+    case v_run.skip_reason
+        when 'disabled' then
+            raise exception 'routine % is disabled', v_routine.name using errcode = 'CE410';
+        when 'cooldown' then
+            raise exception 'routine % is cooling down', v_routine.name using errcode = 'CE411';
+        when 'concurrency', 'global_cap' then
+            raise exception 'routine % is at its concurrency limit (%)', v_routine.name,
+                v_run.skip_reason using errcode = 'CE412';
+        when 'dedup' then
+            raise exception 'routine % already ran for this content within its dedup window',
+                v_routine.name using errcode = 'CE414';
+        else
+            null;
+    end case;
+    return v_run.id;
+end;
+$$;
+
+comment on function receive_webhook(text, bytea, text, timestamptz, timestamptz) is
+    'Verify a signed webhook request (HMAC-SHA256, 300 s window, replay refusal) and fire its '
+    'routine; returns the routine_runs id. Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414.';
+
+-- Record a webhook fire that receive_webhook refused for a guardrail, after
+-- the fact (its own transaction rolled back with the raise).
+create or replace function _record_refused_webhook(
+    p_token text, p_reason text, p_body bytea, p_now timestamptz default now()
+)
+returns uuid
+language sql
+set search_path = ceaseless, pg_catalog
+as $$
+    insert into routine_runs (routine_id, trigger_type, trigger_detail, started_at, status,
+                              skip_reason, completed_at, content_hash, created_at)
+    select r.id, 'webhook', p_token, p_now, 'skipped', p_reason, p_now,
+           encode(sha256(p_body), 'hex'), p_now
+    from routines r
+    where r.trigger_type = 'webhook' and r.trigger_config ->> 'path' = p_token
+    returning id;
+$$;
+
+comment on function _record_refused_webhook(text, text, bytea, timestamptz) is
+    'Leave the skipped routine_runs row for a webhook fire refused by a guardrail.';

@@ -1,0 +1,410 @@
+-- The notifications outbox: sink settings, claim and finish, the wake-up
+-- NOTIFY and the operator view.
+--
+-- Called by: listeners (claim_notifications, finish_notifications, through
+-- listener/outbox.py), operators (the notification_status view, the
+-- notification_sinks and notification_max_attempts settings), and
+-- PostgreSQL after every INSERT into notifications.
+-- Guarantees:
+-- - at-least-once delivery: a claim leases its rows for 60 s by pushing
+--   next_attempt_at forward, so a listener that dies mid-delivery loses
+--   nothing (the rows come due again) but may cause a second delivery;
+--   receivers deduplicate on the notification id;
+-- - claims lock with FOR UPDATE SKIP LOCKED and the lease keeps a claimed row
+--   out of every other claim, so two listeners never deliver one row at once;
+-- - `pg` sinks are delivered entirely inside claim_notifications: the
+--   pg_notify is sent on commit of the same transaction that marks the row
+--   delivered, so it is sent exactly when the row says it was;
+-- - whether and when to retry is decided here (exponential backoff with
+--   jitter, up to notification_max_attempts), never in the listener;
+-- - every INSERT statement on notifications sends one NOTIFY
+--   ceaseless_notification ({"count": n}), so listeners wake at once.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- Seeded here rather than in a migration so the feature ships as one file;
+-- ON CONFLICT keeps an operator's value on every re-apply.
+insert into settings (key, value, description) values
+    ('notification_sinks', '{"default": {"type": "log"}}',
+     'Notification sinks by name (notifications.channel names one; NULL means "default"). '
+     'Types: {"type": "log"}, {"type": "pg", "channel": "<listen channel>"}, '
+     '{"type": "webhook", "url": "https://…", "headers": {…}, "timeout_secs": 10}. '
+     'See docs/notifications.md.'),
+    ('notification_max_attempts', '5',
+     'Delivery attempts per notification before it is marked failed. Retries back off as '
+     'retry_base_secs * 2^(attempt-1), capped at retry_max_secs, plus up to 25% jitter.')
+on conflict (key) do nothing;
+
+-- The sink configuration. A deleted row falls back to logging everything
+-- rather than failing: the log sink loses nothing, and a notification that
+-- cannot be delivered anywhere is worse than one in the listener's log.
+create or replace function _notification_sinks()
+returns jsonb
+language sql stable
+set search_path = ceaseless, pg_catalog
+as $$
+    select coalesce((select s.value from settings s where s.key = 'notification_sinks'),
+                    '{"default": {"type": "log"}}'::jsonb);
+$$;
+
+comment on function _notification_sinks() is
+    'The notification_sinks setting, or {"default": {"type": "log"}} when the row is missing.';
+
+-- Why sink p_name of configuration p_sinks cannot deliver, or NULL when it
+-- can. Checked before any delivery so a typo fails the notification with a
+-- message naming the fix, instead of retrying a hopeless delivery five times
+-- or, for pg sinks, raising inside the claim and blocking every other row.
+-- The 30 s ceiling on webhook timeouts keeps each delivery inside the 60 s
+-- claim lease, so a slow receiver cannot cause a duplicate by outliving it.
+create or replace function _notification_sink_problem(p_name text, p_sinks jsonb)
+returns text
+language plpgsql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    c_headers constant text := 'notification sink %L (type webhook): "headers" must be an object '
+                               'of strings, e.g. {"Authorization": "Bearer …"}';
+    c_timeout constant text := 'notification sink %L (type webhook): "timeout_secs" must be a '
+                               'number of seconds above 0 and at most 30';
+    v_sink jsonb;
+    v_type text;
+begin
+    if jsonb_typeof(p_sinks) is distinct from 'object' then
+        return 'setting notification_sinks must be a JSON object mapping sink names to their '
+               'configuration, e.g. {"default": {"type": "log"}}';
+    end if;
+    if not p_sinks ? p_name then
+        return format('unknown notification sink %L: add it to ceaseless.settings key '
+                      'notification_sinks (configured sinks: %s)',
+                      p_name,
+                      coalesce((select string_agg(format('%L', k), ', ' order by k)
+                                from jsonb_object_keys(p_sinks) k), 'none'));
+    end if;
+    v_sink := p_sinks -> p_name;
+    if jsonb_typeof(v_sink) <> 'object' then
+        return format('notification sink %L must be a JSON object such as {"type": "log"}', p_name);
+    end if;
+    v_type := v_sink ->> 'type';
+    if v_type = 'log' then
+        return null;
+    elsif v_type = 'pg' then
+        -- pg_notify raises on an empty or over-long channel; catching it here
+        -- keeps that error out of the claim.
+        if jsonb_typeof(v_sink -> 'channel') is distinct from 'string'
+           or octet_length(v_sink ->> 'channel') not between 1 and 63 then
+            return format('notification sink %L (type pg) needs "channel": a LISTEN channel '
+                          'name of 1 to 63 bytes', p_name);
+        end if;
+        return null;
+    elsif v_type = 'webhook' then
+        -- Nested IFs, not OR: SQL does not promise to evaluate OR's operands
+        -- in order, and jsonb_each or a numeric cast on the wrong JSON type
+        -- would raise inside the claim.
+        if jsonb_typeof(v_sink -> 'url') is distinct from 'string'
+           or (v_sink ->> 'url') !~* '^https?://[^/]' then
+            return format('notification sink %L (type webhook) needs "url": an http:// or '
+                          'https:// address', p_name);
+        end if;
+        if v_sink ? 'headers' then
+            if jsonb_typeof(v_sink -> 'headers') <> 'object' then
+                return format(c_headers, p_name);
+            end if;
+            if exists (select from jsonb_each(v_sink -> 'headers') h
+                       where jsonb_typeof(h.value) <> 'string') then
+                return format(c_headers, p_name);
+            end if;
+        end if;
+        if v_sink ? 'timeout_secs' then
+            if jsonb_typeof(v_sink -> 'timeout_secs') <> 'number' then
+                return format(c_timeout, p_name);
+            end if;
+            if (v_sink ->> 'timeout_secs')::numeric <= 0
+               or (v_sink ->> 'timeout_secs')::numeric > 30 then
+                return format(c_timeout, p_name);
+            end if;
+        end if;
+        return null;
+    end if;
+    return format('notification sink %L has type %s; use "log", "pg" or "webhook"',
+                  p_name, coalesce((v_sink -> 'type')::text, '(none)'));
+end;
+$$;
+
+comment on function _notification_sink_problem(text, jsonb) is
+    'Why sink p_name of the sink configuration p_sinks cannot deliver (unknown, malformed), '
+    'or NULL when it can.';
+
+-- Claim up to p_limit due pending notifications for listener p_worker, oldest
+-- due first, and settle what SQL can settle on the spot:
+-- - `pg` sinks: pg_notify on the sink's channel ({id, source_table,
+--   source_id, kind, subject}) and mark delivered, in this transaction;
+-- - unknown or malformed sinks: failed with the reason, never retried;
+-- - rows whose attempts are already used up (their last claim expired
+--   without a report): failed.
+-- The rest (log and webhook sinks) come back with state 'claimed' and their
+-- sink configuration for the listener to deliver, leased for 60 s: their
+-- next_attempt_at moves 60 s ahead and attempts counts this one. The listener
+-- reports through finish_notifications; if it never does, the rows come due
+-- again when the lease passes (at-least-once).
+--
+-- Locks: the claimed rows, FOR UPDATE SKIP LOCKED, so concurrent claimers
+-- split the due rows instead of queueing on them.
+-- Raises: CE422 missing worker or p_limit below 1; CE500 when the
+-- notification_max_attempts setting is missing.
+create or replace function claim_notifications(
+    p_worker text,
+    p_limit integer,
+    p_now timestamptz default now()
+)
+returns table (
+    id uuid, state text, attempts integer, sink_name text, sink jsonb,
+    kind text, subject text, body text, recipient text,
+    source_table text, source_id uuid, created_at timestamptz, last_error text
+)
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+#variable_conflict use_column
+declare
+    -- Read once, so every row of the batch is judged and returned against the
+    -- same configuration even if an operator changes it meanwhile.
+    v_sinks jsonb := _notification_sinks();
+    v_max integer;
+    v_lease constant interval := interval '60 seconds';
+    v_ids uuid[];
+begin
+    if p_worker is null or p_worker = '' then
+        raise exception 'claim_notifications: p_worker must name the claiming listener'
+            using errcode = 'CE422';
+    end if;
+    if p_limit is null or p_limit < 1 then
+        raise exception 'claim_notifications: p_limit must be at least 1, got %', p_limit
+            using errcode = 'CE422';
+    end if;
+    v_max := _setting_int('notification_max_attempts');
+    perform set_config('ceaseless.actor', p_worker, true);
+
+    -- Due rows walk notifications_pending_idx in next_attempt_at order; a
+    -- leased row is pending too but not yet due, so it is never picked twice.
+    with picked as (
+        select n.id, coalesce(n.channel, 'default') as sink_name
+        from notifications n
+        where n.status = 'pending'
+          and n.next_attempt_at <= p_now
+        order by n.next_attempt_at
+        limit p_limit
+        for update skip locked
+    ),
+    -- One verdict per row: why it cannot be delivered, else by whom.
+    judged as (
+        select p.id,
+               p.attempts_left,
+               case when not p.attempts_left
+                        then format('gave up after %s attempts (notification_max_attempts = %s)%s',
+                                    p.attempts, v_max,
+                                    coalesce('; last error: ' || p.last_error,
+                                             '; the last claim expired without a report'))
+                    else _notification_sink_problem(p.sink_name, v_sinks)
+               end as problem,
+               v_sinks -> p.sink_name ->> 'type' as sink_type
+        from (
+            select pk.id, pk.sink_name, n.attempts, n.last_error, n.attempts < v_max as attempts_left
+            from picked pk
+            join notifications n on n.id = pk.id
+        ) p
+    ),
+    moved as (
+        update notifications n
+        set attempts = n.attempts + case when j.attempts_left then 1 else 0 end,
+            status = case when j.problem is not null then 'failed'
+                          when j.sink_type = 'pg' then 'delivered'
+                          else 'pending' end,
+            delivered_at = case when j.problem is null and j.sink_type = 'pg' then p_now end,
+            next_attempt_at = case when j.problem is null and j.sink_type <> 'pg'
+                                   then p_now + v_lease
+                                   else n.next_attempt_at end,
+            last_error = coalesce(j.problem, n.last_error)
+        from judged j
+        where n.id = j.id
+        returning n.id
+    )
+    select array_agg(m.id) into v_ids from moved m;
+
+    -- Only this call can have moved these rows from pending to delivered, so
+    -- the delivered ones are exactly the pg rows it settled. The NOTIFY goes
+    -- out on commit, with the row that records it. The subject is cut so the
+    -- payload stays far below pg_notify's 8000-byte limit.
+    perform pg_notify(v_sinks -> coalesce(n.channel, 'default') ->> 'channel',
+                      jsonb_build_object('id', n.id,
+                                         'source_table', n.source_table,
+                                         'source_id', n.source_id,
+                                         'kind', n.kind,
+                                         'subject', left(n.subject, 200))::text)
+    from notifications n
+    where n.id = any (v_ids)
+      and n.status = 'delivered'
+    order by n.created_at, n.id;
+
+    return query
+    select n.id,
+           case n.status when 'pending' then 'claimed' else n.status end,
+           n.attempts,
+           coalesce(n.channel, 'default'),
+           case when jsonb_typeof(v_sinks) = 'object' then v_sinks -> coalesce(n.channel, 'default') end,
+           n.kind, n.subject, n.body, n.recipient,
+           n.source_table, n.source_id, n.created_at, n.last_error
+    from notifications n
+    where n.id = any (v_ids)
+    order by n.created_at, n.id;
+end;
+$$;
+
+comment on function claim_notifications(text, integer, timestamptz) is
+    'Claim up to p_limit due pending notifications for listener p_worker. pg sinks are notified '
+    'and marked delivered here, unknown or malformed sinks failed; the rest return as state '
+    '''claimed'' with their sink config, leased for 60 s (at-least-once: an unreported claim '
+    'comes due again).';
+
+-- Record what listener p_worker did with the notifications it claimed, as a
+-- batch: p_results is a JSON array of {id, ok, error?, attempt?}. ok marks the
+-- row delivered; otherwise it goes back to pending after an exponential
+-- backoff with jitter, or to failed once notification_max_attempts are used.
+-- `attempt` (the attempts value claim_notifications returned) fences off a
+-- listener whose lease expired: its failure report is ignored once another
+-- claim has taken the row, while a success is always kept, because the
+-- receiver did get the notification. Rows already delivered are left alone,
+-- so a duplicate or replayed report changes nothing.
+--
+-- Locks: the reported rows, in id order, so two finishers never deadlock.
+-- Raises: CE422 when p_results is not a JSON array; CE500 when the
+-- notification_max_attempts setting is missing.
+create or replace function finish_notifications(
+    p_worker text,
+    p_results jsonb,
+    p_now timestamptz default now()
+)
+returns table (
+    id uuid, status text, attempts integer, next_attempt_at timestamptz, last_error text
+)
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+#variable_conflict use_column
+declare
+    v_max integer;
+begin
+    if jsonb_typeof(p_results) is distinct from 'array' then
+        raise exception 'finish_notifications: p_results must be a JSON array of {id, ok, error}'
+            using errcode = 'CE422';
+    end if;
+    v_max := _setting_int('notification_max_attempts');
+    perform set_config('ceaseless.actor', coalesce(p_worker, ''), true);
+
+    perform 1
+    from notifications n
+    where n.id in (select (r ->> 'id')::uuid from jsonb_array_elements(p_results) r)
+    order by n.id
+    for update;
+
+    return query
+    with result as (
+        select distinct on ((r ->> 'id')::uuid)
+               (r ->> 'id')::uuid as id,
+               coalesce((r ->> 'ok')::boolean, false) as ok,
+               coalesce(nullif(r ->> 'error', ''), 'delivery failed; the listener gave no reason')
+                   as error,
+               (r ->> 'attempt')::integer as attempt
+        from jsonb_array_elements(p_results) r
+        -- A success outranks a failure reported for the same id.
+        order by (r ->> 'id')::uuid, coalesce((r ->> 'ok')::boolean, false) desc
+    )
+    update notifications n
+    set status = case when r.ok then 'delivered'
+                      when n.attempts >= v_max then 'failed'
+                      else 'pending' end,
+        delivered_at = case when r.ok then p_now end,
+        next_attempt_at = case when r.ok or n.attempts >= v_max then n.next_attempt_at
+                               else p_now + _retry_delay(n.attempts) end,
+        last_error = case when r.ok then n.last_error else r.error end
+    from result r
+    where n.id = r.id
+      and ((r.ok and n.status <> 'delivered')
+           or (not r.ok and n.status = 'pending'
+               and (r.attempt is null or r.attempt = n.attempts)))
+    returning n.id, n.status, n.attempts, n.next_attempt_at, n.last_error;
+end;
+$$;
+
+comment on function finish_notifications(text, jsonb, timestamptz) is
+    'Record delivery results [{id, ok, error?, attempt?}]: ok → delivered; else retry after '
+    'exponential backoff with jitter, or failed after notification_max_attempts. Stale failures '
+    '(attempt superseded) and reports on delivered rows are ignored. Returns the rows it changed.';
+
+-- New notifications: wake every listener at once instead of at its next poll.
+-- One NOTIFY per statement, so a routine finishing with many recipients, or
+-- a bulk insert, costs one message.
+create or replace function _tg_notifications_insert()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_count bigint;
+begin
+    select count(*) into v_count from new_rows;
+    if v_count > 0 then
+        perform pg_notify('ceaseless_notification', jsonb_build_object('count', v_count)::text);
+    end if;
+    return null;
+end;
+$$;
+
+comment on function _tg_notifications_insert() is
+    'After INSERT on notifications: NOTIFY ceaseless_notification once per statement with {count}.';
+
+drop trigger if exists notifications_insert on notifications;
+create trigger notifications_insert
+    after insert on notifications
+    referencing new table as new_rows
+    for each statement execute function _tg_notifications_insert();
+
+-- Dropped and recreated for the reason given in 90_views.sql: CREATE OR
+-- REPLACE VIEW cannot rename or retype a column.
+drop view if exists notification_status cascade;
+create view notification_status as
+-- One row per (sink, status): the whole outbox is small next to its
+-- groups, and the operator's question is "which sink is in trouble".
+with grouped as (
+    select coalesce(n.channel, 'default') as sink,
+           n.status,
+           count(*) as notifications,
+           count(*) filter (where n.status = 'pending' and n.next_attempt_at <= now()) as due,
+           -- Pending rows already tried: retrying, or claimed right now.
+           count(*) filter (where n.status = 'pending' and n.attempts > 0) as attempted,
+           max(now() - n.created_at) filter (where n.status = 'pending') as oldest_pending_age,
+           min(n.next_attempt_at) filter (where n.status = 'pending') as next_attempt_at,
+           max(n.attempts) as max_attempts_used,
+           (array_agg(n.last_error order by n.created_at desc)
+                filter (where n.last_error is not null))[1] as last_error
+    from notifications n
+    group by 1, 2
+)
+select g.sink,
+       case when jsonb_typeof(c.sinks) = 'object' then c.sinks -> g.sink ->> 'type' end
+           as sink_type,
+       _notification_sink_problem(g.sink, c.sinks) as sink_problem,
+       g.status,
+       g.notifications,
+       g.due,
+       g.attempted,
+       g.oldest_pending_age,
+       g.next_attempt_at,
+       g.max_attempts_used,
+       g.last_error
+from grouped g
+cross join (select _notification_sinks() as sinks) c
+order by g.sink, g.status;
+
+comment on view notification_status is
+    'Notifications per sink and status: how many, how many due, the oldest pending age, the next '
+    'attempt, the newest error, and what is wrong with the sink''s configuration, if anything.';

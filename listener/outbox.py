@@ -1,0 +1,212 @@
+"""Deliver due notifications from the outbox through their sinks.
+
+One round of `deliver_due` claims a batch (claim_notifications), delivers the
+rows the database hands over — log sinks as one structured log line, webhook
+sinks as concurrent HTTP POSTs — and reports every outcome in one call
+(finish_notifications). Whether a failure is retried, when, and when to give
+up is decided in SQL (functions/60_notifications.sql); this module only moves
+notifications to their sinks and results back. `pg` sinks never reach it: the
+claim delivers them in SQL.
+
+Guarantees:
+- at-least-once: a batch that is claimed but never finished (crash, lost
+  connection, cancellation) comes due again when its 60 s lease passes, so a
+  receiver may see a notification twice and should deduplicate on its id;
+- a sink failure never raises: it becomes a failed attempt with its reason;
+  only database errors propagate, and the caller retries the round;
+- each webhook POST ends within its sink's `timeout_secs` (at most 30, checked
+  in SQL), well inside the lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import aiohttp
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from listener import log
+
+NOTIFICATION_CHANNEL = "ceaseless_notification"
+
+_DEFAULT_TIMEOUT_SECS = 10.0
+# Enough of a refusing receiver's answer to explain itself in last_error.
+_ERROR_BODY_BYTES = 300
+
+
+@dataclass(frozen=True)
+class ClaimedNotification:
+    """A row of claim_notifications: `state` 'claimed' means deliver it now;
+    'delivered' and 'failed' were settled in SQL and are only reported."""
+
+    id: UUID
+    state: str
+    attempts: int
+    sink_name: str
+    sink: dict[str, Any] | None
+    kind: str
+    subject: str
+    body: str
+    recipient: str | None
+    source_table: str
+    source_id: UUID
+    created_at: datetime
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class Result:
+    id: UUID
+    attempt: int
+    ok: bool
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": str(self.id), "attempt": self.attempt, "ok": self.ok, "error": self.error}
+
+
+async def deliver_due(
+    pool: AsyncConnectionPool, worker: str, *, http: aiohttp.ClientSession, limit: int = 100
+) -> int:
+    """Claim, deliver and finish one batch of due notifications; returns how many it handled.
+
+    Raises only psycopg errors (the database is away or refused a call); every
+    sink failure is recorded as a failed attempt instead.
+    """
+    async with (
+        pool.connection() as conn,
+        conn.cursor(row_factory=class_row(ClaimedNotification)) as cur,
+    ):
+        await cur.execute("select * from ceaseless.claim_notifications(%s, %s)", (worker, limit))
+        claimed = await cur.fetchall()
+    for settled in claimed:
+        if settled.state != "claimed":
+            _log_settled(settled)
+    to_deliver = [n for n in claimed if n.state == "claimed"]
+    if not to_deliver:
+        return len(claimed)
+
+    results = await asyncio.gather(*(_deliver(n, http) for n in to_deliver))
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "select id, status, attempts, next_attempt_at, last_error "
+            "from ceaseless.finish_notifications(%s, %s)",
+            (worker, Jsonb([r.as_json() for r in results])),
+        )
+        finished = await cur.fetchall()
+    sinks = {n.id: n.sink_name for n in to_deliver}
+    for id_, status, attempts, next_attempt_at, last_error in finished:
+        if status == "pending":
+            log.warning(
+                "notification.retry_scheduled",
+                id=str(id_),
+                sink=sinks.get(id_),
+                attempts=attempts,
+                next_attempt_at=next_attempt_at.isoformat(),
+                error=last_error,
+            )
+        elif status == "failed":
+            log.warning(
+                "notification.failed",
+                id=str(id_),
+                sink=sinks.get(id_),
+                attempts=attempts,
+                error=last_error,
+            )
+    return len(claimed)
+
+
+def _log_settled(n: ClaimedNotification) -> None:
+    if n.state == "delivered":
+        log.debug("notification.delivered", id=str(n.id), sink=n.sink_name, type="pg")
+    else:
+        log.warning("notification.failed", id=str(n.id), sink=n.sink_name, error=n.last_error)
+
+
+async def _deliver(n: ClaimedNotification, http: aiohttp.ClientSession) -> Result:
+    sink = n.sink or {}
+    kind = sink.get("type")
+    try:
+        if kind == "log":
+            _deliver_log(n)
+        elif kind == "webhook":
+            error = await _post(n, sink, http)
+            if error is not None:
+                return Result(n.id, n.attempts, False, error)
+            log.debug("notification.delivered", id=str(n.id), sink=n.sink_name, type="webhook")
+        else:
+            return Result(
+                n.id, n.attempts, False, f"this listener cannot deliver sink type {kind!r}"
+            )
+    except Exception as exc:  # a sink's failure is a failed attempt, never a crash
+        return Result(n.id, n.attempts, False, f"{type(exc).__name__}: {exc}")
+    return Result(n.id, n.attempts, True)
+
+
+def _deliver_log(n: ClaimedNotification) -> None:
+    log.event(
+        "notification.delivered",
+        id=str(n.id),
+        sink=n.sink_name,
+        type="log",
+        kind=n.kind,
+        recipient=n.recipient,
+        subject=n.subject,
+        body=n.body,
+        source_table=n.source_table,
+        source_id=str(n.source_id),
+        attempt=n.attempts,
+    )
+
+
+def webhook_document(n: ClaimedNotification) -> dict[str, Any]:
+    """The JSON body a webhook receives."""
+    return {
+        "id": str(n.id),
+        "kind": n.kind,
+        "subject": n.subject,
+        "body": n.body,
+        "recipient": n.recipient,
+        "source_table": n.source_table,
+        "source_id": str(n.source_id),
+        "created_at": n.created_at.isoformat(),
+    }
+
+
+async def _post(
+    n: ClaimedNotification, sink: dict[str, Any], http: aiohttp.ClientSession
+) -> str | None:
+    """POST the notification; None when the receiver answered 2xx, else why not."""
+    url = str(sink["url"])
+    timeout = float(sink.get("timeout_secs", _DEFAULT_TIMEOUT_SECS))
+    headers = {"Content-Type": "application/json", **sink.get("headers", {})}
+    try:
+        # asyncio.timeout bounds the whole exchange, including waiting for a
+        # free connection and reading the answer, so the lease is never outlived.
+        async with asyncio.timeout(timeout):
+            async with http.post(
+                url,
+                data=json.dumps(webhook_document(n)).encode(),
+                headers=headers,
+                # A redirected POST may be replayed as a GET and answer 200
+                # without anyone receiving the notification.
+                allow_redirects=False,
+            ) as response:
+                if 200 <= response.status < 300:
+                    return None
+                excerpt = await response.content.read(_ERROR_BODY_BYTES)
+                text = excerpt.decode("utf-8", "replace").strip()
+                return f"webhook {url} answered HTTP {response.status}" + (
+                    f": {text}" if text else ""
+                )
+    except TimeoutError:
+        return f"webhook {url} did not answer within {timeout:g} s"
+    except aiohttp.ClientError as exc:
+        return f"webhook {url} failed: {type(exc).__name__}: {exc}"

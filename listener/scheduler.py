@@ -1,0 +1,138 @@
+"""Cron: the listener's half of scheduling. SQL fires; this module keeps time.
+
+croniter is the authority for times, and it runs here, so the listener
+computes every cron routine's next_fire_at:
+- on NOTIFY ceaseless_schedule (a routine was created, changed or re-enabled),
+- at startup for every cron routine still waiting for one (reconcile),
+- when it fires due routines: it locks them (FOR UPDATE SKIP LOCKED), computes
+  each next slot and how many slots were missed, and hands both to
+  fire_cron_routines in the same transaction.
+
+Guarantees: no slot fires twice, whatever the number of listeners (the row
+locks and the updated next_fire_at decide); a routine whose stored schedule
+croniter rejects is disabled with its error recorded and never stops the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from uuid import UUID
+
+import psycopg
+
+from listener import cron, log
+
+_BATCH = 500
+
+
+@dataclass(frozen=True)
+class FireReport:
+    fired: int
+    skipped: int
+    next_due: datetime | None
+
+
+async def schedule_routine(conn: psycopg.AsyncConnection, routine_id: UUID, now: datetime) -> None:
+    """Give one cron routine its next_fire_at, if it is waiting for one."""
+    cur = await conn.execute(
+        "select id, trigger_config ->> 'schedule', trigger_config ->> 'timezone' "
+        "from ceaseless.routines where id = %s and enabled and trigger_type = 'cron' "
+        "and next_fire_at is null",
+        (routine_id,),
+    )
+    for row in await cur.fetchall():
+        await _schedule(conn, *row, now=now)
+
+
+async def reconcile(conn: psycopg.AsyncConnection, now: datetime) -> int:
+    """Schedule every enabled cron routine that has no next_fire_at (startup, catch-up)."""
+    cur = await conn.execute(
+        "select id, trigger_config ->> 'schedule', trigger_config ->> 'timezone' "
+        "from ceaseless.routines where enabled and trigger_type = 'cron' and next_fire_at is null"
+    )
+    rows = await cur.fetchall()
+    for row in rows:
+        await _schedule(conn, *row, now=now)
+    return len(rows)
+
+
+async def _schedule(
+    conn: psycopg.AsyncConnection, routine_id: UUID, schedule: str, timezone: str, *, now: datetime
+) -> None:
+    try:
+        next_at = cron.next_fire(schedule, timezone, now)
+    except cron.CronError as exc:
+        await _disable(conn, routine_id, schedule, exc)
+        return
+    await conn.execute(
+        "select ceaseless.set_next_fire(%s, %s, %s, %s)", (routine_id, schedule, timezone, next_at)
+    )
+    log.debug("cron.scheduled", routine=str(routine_id), next_fire_at=next_at.isoformat())
+
+
+async def _disable(
+    conn: psycopg.AsyncConnection, routine_id: UUID, schedule: str, error: Exception
+) -> None:
+    message = f"schedule {schedule!r} cannot be used: {error}"
+    await conn.execute("select ceaseless.disable_routine(%s, %s)", (routine_id, message))
+    log.warning("cron.disabled", routine=str(routine_id), error=message)
+
+
+async def fire_due(conn: psycopg.AsyncConnection, now: datetime) -> FireReport:
+    """Fire every cron routine due at `now`, a batch per transaction."""
+    fired = skipped = 0
+    while True:
+        batch_fired, batch_skipped, full = await _fire_batch(conn, now)
+        fired += batch_fired
+        skipped += batch_skipped
+        if not full:
+            break
+    cur = await conn.execute(
+        "select min(next_fire_at) from ceaseless.routines "
+        "where enabled and next_fire_at is not null"
+    )
+    row = await cur.fetchone()
+    return FireReport(fired, skipped, row[0] if row else None)
+
+
+async def _fire_batch(conn: psycopg.AsyncConnection, now: datetime) -> tuple[int, int, bool]:
+    async with conn.transaction():
+        cur = await conn.execute(
+            "select id, trigger_config ->> 'schedule', trigger_config ->> 'timezone', next_fire_at "
+            "from ceaseless.routines "
+            "where enabled and next_fire_at is not null and next_fire_at <= %s "
+            "order by next_fire_at limit %s for update skip locked",
+            (now, _BATCH),
+        )
+        due = await cur.fetchall()
+        ids: list[UUID] = []
+        nexts: list[datetime] = []
+        missed: list[int] = []
+        for routine_id, schedule, timezone, due_at in due:
+            try:
+                next_at = cron.next_fire(schedule, timezone, now)
+                # One fire stands for the latest due slot; the slots after the
+                # one it was due at were missed (spec 5.2).
+                missed_slots = cron.slots_between(schedule, timezone, due_at, now)
+            except cron.CronError as exc:
+                await _disable(conn, routine_id, schedule, exc)
+                continue
+            ids.append(routine_id)
+            nexts.append(next_at)
+            missed.append(missed_slots)
+        if not ids:
+            return 0, 0, len(due) == _BATCH
+        cur = await conn.execute(
+            "select status from ceaseless.fire_cron_routines(%s, %s, %s, %s)",
+            (ids, nexts, missed, now),
+        )
+        statuses = [row[0] for row in await cur.fetchall()]
+    fired = sum(1 for status in statuses if status == "running")
+    if statuses:
+        log.event("cron.fired", fired=fired, skipped=len(statuses) - fired)
+    return fired, len(statuses) - fired, len(due) == _BATCH
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

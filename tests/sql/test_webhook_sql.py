@@ -1,0 +1,114 @@
+"""receive_webhook: HMAC-SHA256 in SQL, the time window, replays, and every refusal's SQLSTATE."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.factories import make_agent, make_routine, run_of
+from tests.webhook_signing import sign
+
+SECRET = "a-signing-secret-of-some-length"
+
+
+@pytest.fixture(autouse=True)
+def hook(conn: psycopg.Connection) -> None:
+    make_agent(conn, max_concurrent=100)
+    make_routine(conn, "hook", "webhook", {"path": "deploys", "secret": SECRET}, max_concurrent=10)
+
+
+def _receive(
+    conn: psycopg.Connection,
+    body: bytes,
+    *,
+    path: str = "deploys",
+    at: datetime | None = None,
+    signature: str | None = None,
+) -> object:
+    sent = at or datetime.now(UTC)
+    ts = int(sent.timestamp())
+    sig = signature if signature is not None else sign(SECRET, ts, body)
+    row = conn.execute(
+        "select ceaseless.receive_webhook(%s, %s, %s, %s)",
+        (path, body, sig, datetime.fromtimestamp(ts, UTC)),
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _code(conn: psycopg.Connection, body: bytes, **kw: object) -> str | None:
+    with pytest.raises(psycopg.Error) as error:
+        _receive(conn, body, **kw)  # type: ignore[arg-type]
+    return error.value.sqlstate
+
+
+def test_sql_hmac_equals_pythons(conn: psycopg.Connection) -> None:
+    # The connection is shared by every example on purpose: the function is
+    # immutable, so examples cannot affect each other through the database.
+    @settings(max_examples=80, deadline=None)
+    @given(key=st.binary(max_size=150), message=st.binary(max_size=300))
+    def same_digest(key: bytes, message: bytes) -> None:
+        row = conn.execute("select ceaseless._hmac_sha256(%s, %s)", (key, message)).fetchone()
+        assert row == (hmac.new(key, message, hashlib.sha256).digest(),)
+
+    same_digest()
+
+
+def test_signed_request_fires_the_routine_with_the_body_as_context(
+    conn: psycopg.Connection,
+) -> None:
+    run = run_of(conn, _receive(conn, b'{"ref": "main"}'))  # type: ignore[arg-type]
+    assert run["status"] == "running" and run["trigger_type"] == "webhook"
+    prompt = conn.execute(
+        "select prompt from ceaseless.job where id = %s", (run["job_id"],)
+    ).fetchone()
+    assert prompt is not None and '{"ref": "main"}' in prompt[0]
+
+
+def test_wrong_signature_is_refused(conn: psycopg.Connection) -> None:
+    assert _code(conn, b"x", signature="sha256=" + "0" * 64) == "CE401"
+    assert _code(conn, b"x", signature="not-a-signature") == "CE401"
+    assert _code(conn, b"x", signature="") == "CE401"
+
+
+def test_stale_or_future_timestamp_is_refused(conn: psycopg.Connection) -> None:
+    assert _code(conn, b"x", at=datetime.now(UTC) - timedelta(seconds=301)) == "CE403"
+    assert _code(conn, b"x", at=datetime.now(UTC) + timedelta(seconds=301)) == "CE403"
+
+
+def test_replayed_signature_is_refused(conn: psycopg.Connection) -> None:
+    at = datetime.now(UTC)
+    _receive(conn, b"once", at=at)
+    assert _code(conn, b"once", at=at) == "CE413"
+
+
+def test_unknown_path_is_refused(conn: psycopg.Connection) -> None:
+    assert _code(conn, b"x", path="nowhere") == "CE404"
+
+
+def test_disabled_routine_is_refused_after_authentication(conn: psycopg.Connection) -> None:
+    conn.execute("update ceaseless.routines set enabled = false")
+    assert _code(conn, b"x") == "CE410"
+    assert _code(conn, b"y", signature="sha256=" + "0" * 64) == "CE401"
+
+
+def test_cooldown_and_concurrency_refusals(conn: psycopg.Connection) -> None:
+    conn.execute("update ceaseless.routines set cooldown_secs = 600, last_run_at = now()")
+    assert _code(conn, b"a") == "CE411"
+    conn.execute("update ceaseless.routines set cooldown_secs = 0, max_concurrent = 1")
+    _receive(conn, b"b")
+    assert _code(conn, b"c") == "CE412"
+
+
+def test_refused_fire_can_be_recorded_after_the_rollback(conn: psycopg.Connection) -> None:
+    conn.execute("select ceaseless._record_refused_webhook('deploys', 'cooldown', 'x')")
+    row = conn.execute(
+        "select status, skip_reason, trigger_type from ceaseless.routine_runs"
+    ).fetchone()
+    assert row == ("skipped", "cooldown", "webhook")
