@@ -51,6 +51,25 @@ insert into settings (key, value, description) values
      'remembered this long to refuse replays.')
 on conflict (key) do nothing;
 
+-- How many routine runs are running right now, kept by trigger. The global
+-- cap reads one row instead of counting every running run on every fire (a
+-- batch of n fires would otherwise cost n²), and locking that row is what
+-- serialises fires against the cap.
+create table routine_run_gauge (
+    singleton boolean primary key default true,
+    running integer not null default 0,
+
+    -- One row: a second would split the count and let the cap be exceeded.
+    constraint one_row check (singleton),
+    -- A negative count is a missed decrement somewhere: refuse it loudly.
+    constraint running_not_negative check (running >= 0)
+);
+
+comment on table routine_run_gauge is
+    'The number of routine_runs in status running, maintained by trigger, for the global cap.';
+
+insert into routine_run_gauge default values;
+
 -- The cooldown deferral and the concurrency guard read a routine's running
 -- runs; the seed's status index covers all routines at once.
 create index idx_routine_runs_running

@@ -9,7 +9,7 @@
 --   and UPDATE, and the error names the field, the rule and the value (CE422);
 -- - a fire and its guardrails are one transaction: the routine row is locked
 --   (FOR UPDATE) so concurrent fires of one routine see each other, and the
---   global cap takes a transaction advisory lock so fires everywhere do;
+--   routine_run_gauge row so fires everywhere see each other against the cap;
 -- - every fire, and every refused fire, leaves a routine_runs row;
 -- - NOTIFY ceaseless_schedule when a cron routine needs its next_fire_at
 --   (created, schedule or timezone changed, re-enabled, fired), and
@@ -347,8 +347,8 @@ comment on function _routine_job(routines, uuid, text, timestamptz) is
 -- dedup_window_secs on the hash of p_context; the global cap on running routine
 -- runs (setting routine_max_running).
 --
--- Locks: the routine row (FOR UPDATE) and, for the global cap, a transaction
--- advisory lock shared by every fire.
+-- Locks: the routine row, then the routine_run_gauge row (both FOR UPDATE),
+-- always in that order (_finish_routine_run takes them in the same order).
 -- Raises: CE404 unknown routine.
 create or replace function _fire_routine(
     p_routine_id uuid,
@@ -392,13 +392,10 @@ begin
               and r.status <> 'skipped'
               and r.started_at > p_now - make_interval(secs => v_routine.dedup_window_secs)) then
         v_reason := 'dedup';
-    else
-        -- Any number being arbitrary, one key for "routine fires".
-        perform pg_advisory_xact_lock(7166161301);
-        if (select count(*) from routine_runs r where r.status = 'running')
-           >= _setting_int('routine_max_running') then
-            v_reason := 'global_cap';
-        end if;
+    -- The gauge row's lock serialises fires against the global cap.
+    elsif (select g.running from routine_run_gauge g for update)
+          >= _setting_int('routine_max_running') then
+        v_reason := 'global_cap';
     end if;
 
     insert into routine_runs (routine_id, trigger_type, trigger_detail, started_at, status,
@@ -479,27 +476,37 @@ comment on function fire_cron_routines(uuid[], timestamptz[], integer[], timesta
     'Fire due cron routines the caller locked, recording missed slots, and store each one''s '
     'next slot (or the end of its cooldown) in the same transaction.';
 
--- The listener's answer to ceaseless_schedule: store a freshly computed
--- next_fire_at, but only if the schedule it was computed from is still the
--- routine's (an edit in between wins).
-create or replace function set_next_fire(
-    p_routine_id uuid, p_schedule text, p_timezone text, p_next_fire_at timestamptz
+-- The listener's answer to ceaseless_schedule: store freshly computed
+-- next_fire_at values, but only where the schedule and timezone they were
+-- computed from are still the routine's (an edit in between wins). Returns how
+-- many were stored.
+create or replace function set_next_fires(
+    p_routine_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamptz[]
 )
-returns boolean
+returns integer
 language sql
 set search_path = ceaseless, pg_catalog
 as $$
-    update routines
-    set next_fire_at = p_next_fire_at
-    where id = p_routine_id
-      and enabled and trigger_type = 'cron'
-      and trigger_config ->> 'schedule' = p_schedule
-      and trigger_config ->> 'timezone' = p_timezone
-    returning true;
+    with computed as (
+        select * from unnest(p_routine_ids, p_schedules, p_timezones, p_next_fire_ats)
+            as c(id, schedule, timezone, next_fire_at)
+    ),
+    stored as (
+        update routines r
+        set next_fire_at = c.next_fire_at
+        from computed c
+        where r.id = c.id
+          and r.enabled and r.trigger_type = 'cron'
+          and r.trigger_config ->> 'schedule' = c.schedule
+          and r.trigger_config ->> 'timezone' = c.timezone
+        returning r.id
+    )
+    select count(*)::integer from stored;
 $$;
 
-comment on function set_next_fire(uuid, text, text, timestamptz) is
-    'Store a listener-computed next_fire_at if the routine still has that schedule and timezone.';
+comment on function set_next_fires(uuid[], text[], text[], timestamptz[]) is
+    'Store listener-computed next_fire_at values where the routine still has that schedule '
+    'and timezone; returns how many were stored.';
 
 -- Disable a routine whose stored configuration the listener cannot use (a
 -- schedule croniter rejects despite validation), recording why, so it stops
@@ -602,12 +609,17 @@ declare
     v_summary text;
     v_notify text;
 begin
+    -- The routine first, then the run (whose update takes the gauge): the
+    -- order _fire_routine uses, so the two never deadlock.
+    select r.* into v_routine
+    from routines r join routine_runs rr on rr.routine_id = r.id
+    where rr.id = p_run_id
+    for update of r;
     select * into v_run from routine_runs where id = p_run_id for update;
     if not found or v_run.status <> 'running' then
         return;
     end if;
     select * into v_job from job where id = v_run.job_id;
-    select * into v_routine from routines where id = v_run.routine_id for update;
     select r.final_message into v_reply
     from agent_run r where r.job_id = v_job.id order by r.started_at desc limit 1;
     select sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)) into v_tokens
@@ -705,6 +717,10 @@ begin
     if tg_op = 'UPDATE' and new.status = old.status then
         return null;
     end if;
+    if (new.status = 'running') <> (tg_op = 'UPDATE' and old.status = 'running') then
+        update routine_run_gauge
+        set running = running + case when new.status = 'running' then 1 else -1 end;
+    end if;
     insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
     values (_actor(), 'routine_run', new.id, lower(tg_op),
             case when tg_op = 'UPDATE' then old.status end, new.status,
@@ -716,9 +732,32 @@ end;
 $$;
 
 comment on function _tg_routine_runs_changed() is
-    'After a routine run is written or changes status: audit it and NOTIFY ceaseless_run.';
+    'After a routine run is written or changes status: keep routine_run_gauge, audit it and '
+    'NOTIFY ceaseless_run.';
 
 drop trigger if exists routine_runs_changed on routine_runs;
 create trigger routine_runs_changed
     after insert or update on routine_runs
     for each row execute function _tg_routine_runs_changed();
+
+-- A running run deleted with its routine still leaves the gauge.
+create or replace function _tg_routine_runs_deleted()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    update routine_run_gauge
+    set running = running - (select count(*) from old_rows where status = 'running');
+    return null;
+end;
+$$;
+
+comment on function _tg_routine_runs_deleted() is
+    'After routine_runs rows are deleted: take their running ones off routine_run_gauge.';
+
+drop trigger if exists routine_runs_deleted on routine_runs;
+create trigger routine_runs_deleted
+    after delete on routine_runs
+    referencing old table as old_rows
+    for each statement execute function _tg_routine_runs_deleted();

@@ -372,8 +372,8 @@ create trigger notifications_insert
 -- REPLACE VIEW cannot rename or retype a column.
 drop view if exists notification_status cascade;
 create view notification_status as
--- One row per (sink, status): the whole outbox is small next to its
--- groups, and the operator's question is "which sink is in trouble".
+-- One row per (sink, status), because the operator's question is "which sink
+-- is in trouble". It reads the whole table: an operator query, not a hot one.
 with grouped as (
     select coalesce(n.channel, 'default') as sink,
            n.status,

@@ -38,9 +38,14 @@ db_app = typer.Typer(
 )
 agent_app = typer.Typer(help="The agent registry (ceaseless.agents).", no_args_is_help=True)
 job_app = typer.Typer(help="Jobs in the queue (ceaseless.job).", no_args_is_help=True)
+routine_app = typer.Typer(
+    help="Routines (ceaseless.routines): cron, event, webhook and manual triggers.",
+    no_args_is_help=True,
+)
 app.add_typer(db_app, name="db")
 app.add_typer(agent_app, name="agent")
 app.add_typer(job_app, name="job")
+app.add_typer(routine_app, name="routine")
 docs_app = typer.Typer(help="Generated documentation.", no_args_is_help=True)
 app.add_typer(docs_app, name="docs")
 
@@ -115,8 +120,20 @@ WorkerOpt = Annotated[
     str | None, typer.Option(help="This listener's id in claimed_by (default host:pid:random).")
 ]
 WorkdirOpt = Annotated[
-    Path | None, typer.Option(help="Directory agents run in (default: the current one).")
+    Path | None,
+    typer.Option(
+        help="Workspace root: agents run here and routine context_paths are read from here "
+        "(default: the current directory)."
+    ),
 ]
+HttpOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--http",
+        help="Serve the webhook ingress (POST /hooks/{path}) on HOST:PORT, e.g. 127.0.0.1:8787.",
+    ),
+]
+MaxBodyOpt = Annotated[int, typer.Option(help="Largest webhook body in bytes; larger gets 413.")]
 
 
 def _listener_options(
@@ -128,6 +145,8 @@ def _listener_options(
     lease_secs: int | None,
     worker_id: str | None,
     workdir: Path | None,
+    http: str | None,
+    max_body: int,
 ) -> dict[str, object]:
     options: dict[str, object] = {
         "concurrency": concurrency,
@@ -137,6 +156,8 @@ def _listener_options(
         "agents": agent or None,
         "lease_secs": lease_secs,
         "workdir": str(workdir.resolve()) if workdir else None,
+        "http": http,
+        "max_body": max_body,
     }
     if worker_id:
         options["worker_id"] = worker_id
@@ -153,6 +174,8 @@ def up(
     lease_secs: LeaseOpt = None,
     worker_id: WorkerOpt = None,
     workdir: WorkdirOpt = None,
+    http: HttpOpt = None,
+    max_body: MaxBodyOpt = 1 << 20,
     log_format: LogOpt = "text",
 ) -> None:
     """Start the database, apply migrations, and run the listener until Ctrl-C / SIGTERM."""
@@ -168,7 +191,16 @@ def up(
     _serve(
         url,
         _listener_options(
-            concurrency, poll_interval, shutdown_grace, kind, agent, lease_secs, worker_id, workdir
+            concurrency,
+            poll_interval,
+            shutdown_grace,
+            kind,
+            agent,
+            lease_secs,
+            worker_id,
+            workdir,
+            http,
+            max_body,
         ),
     )
 
@@ -183,6 +215,8 @@ def listen(
     lease_secs: LeaseOpt = None,
     worker_id: WorkerOpt = None,
     workdir: WorkdirOpt = None,
+    http: HttpOpt = None,
+    max_body: MaxBodyOpt = 1 << 20,
     log_format: LogOpt = "text",
 ) -> None:
     """Run only the listener (the schema must be migrated): claim jobs and run their agents."""
@@ -190,7 +224,16 @@ def listen(
     _serve(
         _url(),
         _listener_options(
-            concurrency, poll_interval, shutdown_grace, kind, agent, lease_secs, worker_id, workdir
+            concurrency,
+            poll_interval,
+            shutdown_grace,
+            kind,
+            agent,
+            lease_secs,
+            worker_id,
+            workdir,
+            http,
+            max_body,
         ),
     )
 
@@ -416,6 +459,213 @@ def job_retry(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> N
     """Run a finished job again with a fresh attempt budget (retry_job)."""
     _sql("select ceaseless.retry_job(%s)", (job_id,))
     typer.echo(f"job {job_id} is pending again")
+
+
+# -- routines -----------------------------------------------------------------
+
+
+def _routine_id(ref: str, user: str | None) -> str:
+    rows = _sql(
+        "select id from ceaseless.routines where (id::text = %s or name = %s) "
+        "and (%s::text is null or user_id = %s)",
+        (ref, ref, user, user),
+    )
+    if not rows:
+        raise _fail(f"no routine named or numbered {ref!r}" + (f" for user {user}" if user else ""))
+    if len(rows) > 1:
+        raise _fail(f"{len(rows)} routines are named {ref!r}; pick one with --user or use its id")
+    return str(rows[0][0])
+
+
+@routine_app.command("add")
+def routine_add(
+    name: Annotated[str, typer.Argument(help="Unique per user.")],
+    agent: Annotated[str, typer.Option(help="Agent lane that runs it.")],
+    user: Annotated[str, typer.Option(help="Owner (routines.user_id).")] = "default",
+    cron: Annotated[
+        str | None, typer.Option(help="Cron schedule; 6 fields put seconds LAST: '0 9 * * * 30'.")
+    ] = None,
+    timezone: Annotated[str, typer.Option(help="IANA time zone for --cron.")] = "UTC",
+    event: Annotated[
+        str | None, typer.Option(help="Regex that an event's content must match.")
+    ] = None,
+    channel: Annotated[str | None, typer.Option(help="Event channel (case-insensitive).")] = None,
+    webhook: Annotated[str | None, typer.Option(help="URL path for POST /hooks/{path}.")] = None,
+    secret: Annotated[str | None, typer.Option(help="Webhook signing secret.")] = None,
+    prompt: Annotated[
+        str | None, typer.Option(help="Lightweight action: what the agent checks.")
+    ] = None,
+    context_path: Annotated[
+        list[str] | None, typer.Option(help="File for the prompt, relative to the workspace.")
+    ] = None,
+    title: Annotated[str | None, typer.Option(help="Full-job action: the job's title.")] = None,
+    description: Annotated[str | None, typer.Option(help="Full-job action: the task.")] = None,
+    max_iterations: Annotated[
+        int | None, typer.Option(help="Full-job action: --max-turns for the agent.")
+    ] = None,
+    cooldown: Annotated[int, typer.Option(help="Seconds after a run before the next.")] = 300,
+    max_concurrent: Annotated[int, typer.Option(help="Runs of this routine at once.")] = 1,
+    dedup_window: Annotated[
+        int | None, typer.Option(help="Seconds in which identical content fires once.")
+    ] = None,
+) -> None:
+    """Create a routine: one trigger (--cron, --event, --webhook, or none for manual) and
+    one action (--prompt for lightweight, --title/--description for full_job)."""
+    triggers = {
+        "cron": {"schedule": cron, "timezone": timezone} if cron else None,
+        "event": {"pattern": event, "channel": channel} if event else None,
+        "webhook": {"path": webhook, "secret": secret} if webhook else None,
+    }
+    chosen = {kind: config for kind, config in triggers.items() if config is not None}
+    if len(chosen) > 1:
+        raise _fail("choose one trigger: --cron, --event or --webhook (none means manual)")
+    trigger_type, trigger_config = next(iter(chosen.items()), ("manual", {}))
+    if title or description:
+        action_type = "full_job"
+        action: dict[str, object] = {"title": title, "description": description}
+        if max_iterations is not None:
+            action["max_iterations"] = max_iterations
+    else:
+        action_type = "lightweight"
+        action = {"prompt": prompt, "context_paths": context_path or []}
+    rows = _sql(
+        "insert into ceaseless.routines (name, user_id, agent, trigger_type, trigger_config, "
+        "action_type, action_config, cooldown_secs, max_concurrent, dedup_window_secs) "
+        "values (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) returning id",
+        (
+            name,
+            user,
+            agent,
+            trigger_type,
+            json.dumps(trigger_config),
+            action_type,
+            json.dumps(action),
+            cooldown,
+            max_concurrent,
+            dedup_window,
+        ),
+    )
+    typer.echo(str(rows[0][0]))
+
+
+@routine_app.command("list")
+def routine_list() -> None:
+    """One line per routine (ceaseless.routine_status)."""
+    rows = _sql(
+        "select name, user_id, enabled, trigger_type, coalesce(schedule, ''), next_fire_at, "
+        "last_status, consecutive_failures, runs_24h, skips_24h from ceaseless.routine_status "
+        "order by user_id, name"
+    )
+    _table(
+        rows,
+        [
+            "name",
+            "user",
+            "enabled",
+            "trigger",
+            "schedule",
+            "next_fire_at",
+            "last",
+            "failures",
+            "runs_24h",
+            "skips_24h",
+        ],
+    )
+
+
+@routine_app.command("show")
+def routine_show(
+    routine: Annotated[str, typer.Argument(help="Name or id.")],
+    user: Annotated[str | None, typer.Option(help="Owner, when names clash.")] = None,
+) -> None:
+    """A routine's configuration, state and its last 10 runs."""
+    routine_id = _routine_id(routine, user)
+    rows = _sql(
+        "select name, user_id, enabled, agent, trigger_type, trigger_config - 'secret', "
+        "action_type, action_config, cooldown_secs, max_concurrent, dedup_window_secs, "
+        "next_fire_at, last_run_at, run_count, consecutive_failures, last_error "
+        "from ceaseless.routines where id = %s",
+        (routine_id,),
+    )
+    headers = [
+        "name",
+        "user",
+        "enabled",
+        "agent",
+        "trigger",
+        "trigger_config",
+        "action",
+        "action_config",
+        "cooldown_secs",
+        "max_concurrent",
+        "dedup_window_secs",
+        "next_fire_at",
+        "last_run_at",
+        "run_count",
+        "consecutive_failures",
+        "last_error",
+    ]
+    for header, value in zip(headers, rows[0], strict=True):
+        typer.echo(f"{header:>22}  {'' if value is None else value}")
+    typer.echo("")
+    runs = _sql(
+        "select started_at, trigger_type, status, coalesce(skip_reason, ''), missed_slots, "
+        "left(coalesce(result_summary, ''), 60) from ceaseless.routine_runs "
+        "where routine_id = %s order by started_at desc limit 10",
+        (routine_id,),
+    )
+    _table(runs, ["started_at", "trigger", "status", "skip", "missed", "summary"])
+
+
+@routine_app.command("run")
+def routine_run(
+    routine: Annotated[str, typer.Argument(help="Name or id.")],
+    user: Annotated[str | None, typer.Option(help="Owner, when names clash.")] = None,
+) -> None:
+    """Fire a routine now (run_routine): ignores cooldown, respects max_concurrent."""
+    rows = _sql(
+        "select r.id, r.status, r.skip_reason from ceaseless.routine_runs r "
+        "where r.id = ceaseless.run_routine(%s)",
+        (_routine_id(routine, user),),
+    )
+    run_id, status, reason = rows[0]
+    typer.echo(f"{run_id} {status}" + (f" ({reason})" if reason else ""))
+
+
+def _set_enabled(routine: str, user: str | None, enabled: bool) -> None:
+    _sql(
+        "update ceaseless.routines set enabled = %s where id = %s",
+        (enabled, _routine_id(routine, user)),
+    )
+    typer.echo(f"routine {routine} {'enabled' if enabled else 'disabled'}")
+
+
+@routine_app.command("enable")
+def routine_enable(
+    routine: Annotated[str, typer.Argument(help="Name or id.")],
+    user: Annotated[str | None, typer.Option(help="Owner, when names clash.")] = None,
+) -> None:
+    """Enable a routine (a cron routine gets a fresh next_fire_at)."""
+    _set_enabled(routine, user, True)
+
+
+@routine_app.command("disable")
+def routine_disable(
+    routine: Annotated[str, typer.Argument(help="Name or id.")],
+    user: Annotated[str | None, typer.Option(help="Owner, when names clash.")] = None,
+) -> None:
+    """Disable a routine: it stops firing; its history stays."""
+    _set_enabled(routine, user, False)
+
+
+@routine_app.command("delete")
+def routine_delete(
+    routine: Annotated[str, typer.Argument(help="Name or id.")],
+    user: Annotated[str | None, typer.Option(help="Owner, when names clash.")] = None,
+) -> None:
+    """Delete a routine and its run history."""
+    _sql("delete from ceaseless.routines where id = %s", (_routine_id(routine, user),))
+    typer.echo(f"routine {routine} deleted")
 
 
 @docs_app.command("sql-reference")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TypeVar
 from uuid import UUID
 
+import aiohttp
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
@@ -40,12 +41,15 @@ from listener.enums import Adapter, JobState, Outcome
 from listener.events import (
     CONFIG_CHANNEL,
     JOB_CHANNEL,
+    NOTIFICATION_CHANNEL,
     SCHEDULE_CHANNEL,
     ConfigChanged,
     JobChanged,
+    NotificationQueued,
     ScheduleChanged,
     parse,
 )
+from listener.outbox import deliver_due
 
 T = TypeVar("T")
 
@@ -116,6 +120,7 @@ class Listener:
         self._claiming = asyncio.Lock()
         self._schedule_wake = asyncio.Event()
         self._to_schedule: set[UUID] = set()
+        self._notify_wake = asyncio.Event()
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -130,6 +135,7 @@ class Listener:
             asyncio.create_task(self._finisher(), name="finisher"),
             asyncio.create_task(self._heartbeat(), name="heartbeat"),
             asyncio.create_task(self._scheduler(), name="scheduler"),
+            asyncio.create_task(self._deliverer(), name="deliverer"),
         ]
         http_runner = await self._start_http()
         log.event(
@@ -230,7 +236,7 @@ class Listener:
                 continue
             try:
                 async with conn:
-                    channels = [JOB_CHANNEL, CONFIG_CHANNEL, SCHEDULE_CHANNEL]
+                    channels = [JOB_CHANNEL, CONFIG_CHANNEL, SCHEDULE_CHANNEL, NOTIFICATION_CHANNEL]
                     for channel in channels:
                         await conn.execute(f"listen {channel}")
                     log.event("listen.subscribed", channels=channels)
@@ -240,6 +246,7 @@ class Listener:
                     self._reconcile.set()
                     self._wake.set()
                     self._schedule_wake.set()
+                    self._notify_wake.set()
                     await self._with_retry("reload", self._reload)
                     await self._consume(conn)
             except psycopg.OperationalError as exc:
@@ -269,6 +276,8 @@ class Listener:
             if event.table == "routines":
                 self._to_schedule.add(event.id)
                 self._schedule_wake.set()
+        elif isinstance(event, NotificationQueued):
+            self._notify_wake.set()
         elif isinstance(event, ConfigChanged):
             asyncio.get_running_loop().create_task(self._with_retry("reload", self._reload))
             self._wake.set()
@@ -441,13 +450,12 @@ class Listener:
         )
         while True:
             self._schedule_wake.clear()
-            while self._to_schedule:
-                routine_id = self._to_schedule.pop()
+            if self._to_schedule:
+                ids = list(self._to_schedule)
+                self._to_schedule.clear()
                 await self._with_retry(
                     "cron.schedule",
-                    lambda c, routine_id=routine_id: scheduler.schedule_routine(
-                        c, routine_id, scheduler.utcnow()
-                    ),
+                    lambda c, ids=ids: scheduler.schedule(c, scheduler.utcnow(), ids),
                 )
             report = await self._with_retry(
                 "cron.fire", lambda c: scheduler.fire_due(c, scheduler.utcnow())
@@ -459,3 +467,31 @@ class Listener:
                 # otherwise spin this loop until that listener commits.
                 timeout = min(timeout, max(until, 0.05))
             await _wait(self._schedule_wake, timeout)
+
+    # -- notifications ------------------------------------------------------
+
+    async def _deliverer(self) -> None:
+        """Deliver the notification outbox: when told of new rows, and every poll for retries."""
+        batch = 100
+        async with aiohttp.ClientSession() as http:
+            while True:
+                self._notify_wake.clear()
+                delay = 0.05
+                while True:
+                    try:
+                        handled = await deliver_due(
+                            self._pool, self.config.worker_id, http=http, limit=batch
+                        )
+                    except psycopg.OperationalError as exc:
+                        log.warning(
+                            "db.unavailable",
+                            call="deliver_notifications",
+                            error=str(exc).strip(),
+                            retry_in=delay,
+                        )
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, _RECONNECT_MAX_SECS)
+                        continue
+                    if handled < batch:
+                        break
+                await _wait(self._notify_wake, self.config.poll_interval)

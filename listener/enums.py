@@ -55,3 +55,32 @@ class Outcome(StrEnum):
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
     LEASE_EXPIRED = "lease_expired"
+
+
+class TriggerType(StrEnum):
+    CRON = "cron"
+    EVENT = "event"
+    WEBHOOK = "webhook"
+    MANUAL = "manual"
+
+
+class ActionType(StrEnum):
+    LIGHTWEIGHT = "lightweight"
+    FULL_JOB = "full_job"
+
+
+class RoutineRunStatus(StrEnum):
+    RUNNING = "running"
+    OK = "ok"
+    ATTENTION = "attention"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class SkipReason(StrEnum):
+    COOLDOWN = "cooldown"
+    CONCURRENCY = "concurrency"
+    DEDUP = "dedup"
+    GLOBAL_CAP = "global_cap"
+    MISSED_SLOTS = "missed_slots"
+    DISABLED = "disabled"

@@ -33,42 +33,47 @@ class FireReport:
     next_due: datetime | None
 
 
-async def schedule_routine(conn: psycopg.AsyncConnection, routine_id: UUID, now: datetime) -> None:
-    """Give one cron routine its next_fire_at, if it is waiting for one."""
+async def schedule(
+    conn: psycopg.AsyncConnection, now: datetime, routine_ids: list[UUID] | None = None
+) -> int:
+    """Give cron routines waiting for one their next_fire_at, in one round trip.
+
+    `routine_ids` limits it to those routines (the ids a ceaseless_schedule
+    NOTIFY named); None schedules every waiting routine (startup, catch-up).
+    """
     cur = await conn.execute(
         "select id, trigger_config ->> 'schedule', trigger_config ->> 'timezone' "
-        "from ceaseless.routines where id = %s and enabled and trigger_type = 'cron' "
-        "and next_fire_at is null",
-        (routine_id,),
+        "from ceaseless.routines where enabled and trigger_type = 'cron' "
+        "and next_fire_at is null and (%s::uuid[] is null or id = any(%s::uuid[]))",
+        (routine_ids, routine_ids),
     )
-    for row in await cur.fetchall():
-        await _schedule(conn, *row, now=now)
+    ids: list[UUID] = []
+    schedules: list[str] = []
+    timezones: list[str] = []
+    nexts: list[datetime] = []
+    for routine_id, schedule_text, timezone in await cur.fetchall():
+        try:
+            nexts.append(cron.next_fire(schedule_text, timezone, now))
+        except cron.CronError as exc:
+            await _disable(conn, routine_id, schedule_text, exc)
+            continue
+        ids.append(routine_id)
+        schedules.append(schedule_text)
+        timezones.append(timezone)
+    if not ids:
+        return 0
+    cur = await conn.execute(
+        "select ceaseless.set_next_fires(%s, %s, %s, %s)", (ids, schedules, timezones, nexts)
+    )
+    row = await cur.fetchone()
+    stored = int(row[0]) if row else 0
+    log.debug("cron.scheduled", routines=stored)
+    return stored
 
 
 async def reconcile(conn: psycopg.AsyncConnection, now: datetime) -> int:
     """Schedule every enabled cron routine that has no next_fire_at (startup, catch-up)."""
-    cur = await conn.execute(
-        "select id, trigger_config ->> 'schedule', trigger_config ->> 'timezone' "
-        "from ceaseless.routines where enabled and trigger_type = 'cron' and next_fire_at is null"
-    )
-    rows = await cur.fetchall()
-    for row in rows:
-        await _schedule(conn, *row, now=now)
-    return len(rows)
-
-
-async def _schedule(
-    conn: psycopg.AsyncConnection, routine_id: UUID, schedule: str, timezone: str, *, now: datetime
-) -> None:
-    try:
-        next_at = cron.next_fire(schedule, timezone, now)
-    except cron.CronError as exc:
-        await _disable(conn, routine_id, schedule, exc)
-        return
-    await conn.execute(
-        "select ceaseless.set_next_fire(%s, %s, %s, %s)", (routine_id, schedule, timezone, next_at)
-    )
-    log.debug("cron.scheduled", routine=str(routine_id), next_fire_at=next_at.isoformat())
+    return await schedule(conn, now)
 
 
 async def _disable(

@@ -358,10 +358,31 @@ def test_webhook_slower_than_its_timeout_is_a_failed_attempt(
             None,
             '"timeout_secs" must be a number of seconds above 0 and at most 30',
         ),
+        (
+            {"default": {"type": "webhook", "url": "http://x.test/", "timeout_secs": "10"}},
+            None,
+            '"timeout_secs" must be a number of seconds above 0 and at most 30',
+        ),
+        (
+            {"default": {"type": "webhook", "url": "http://x.test/", "headers": ["X-A: b"]}},
+            None,
+            '"headers" must be an object of strings',
+        ),
         ({"default": {"type": "email"}}, None, 'has type "email"; use "log", "pg" or "webhook"'),
+        ({"default": {"kind": "log"}}, None, 'has type (none); use "log", "pg" or "webhook"'),
         (["not", "an", "object"], None, "setting notification_sinks must be a JSON object"),
     ],
-    ids=["unknown", "webhook-without-url", "pg-empty-channel", "long-timeout", "bad-type", "array"],
+    ids=[
+        "unknown",
+        "webhook-without-url",
+        "pg-empty-channel",
+        "long-timeout",
+        "text-timeout",
+        "list-headers",
+        "bad-type",
+        "no-type",
+        "array",
+    ],
 )
 def test_sink_that_cannot_deliver_fails_at_once_with_a_clear_error(
     conn: psycopg.Connection, db_url: str, sinks: Any, channel: str | None, error: str

@@ -25,7 +25,18 @@ from pglast.enums import (
 )
 from pglast.stream import RawStream
 
-from listener.enums import Adapter, Billing, Forge, JobKind, JobState, Outcome
+from listener.enums import (
+    ActionType,
+    Adapter,
+    Billing,
+    Forge,
+    JobKind,
+    JobState,
+    Outcome,
+    RoutineRunStatus,
+    SkipReason,
+    TriggerType,
+)
 from listener.migrate import migrate, migrations, sql_root
 
 Key = tuple[str, str]  # (table, column or expression)
@@ -40,6 +51,11 @@ MIRRORED: dict[Key, type[StrEnum]] = {
     ("agent_run", "adapter"): Adapter,
     ("agent_run", "billing"): Billing,
     ("agent_run", "outcome"): Outcome,
+    ("routines", "trigger_type"): TriggerType,
+    ("routine_runs", "trigger_type"): TriggerType,
+    ("routines", "action_type"): ActionType,
+    ("routine_runs", "status"): RoutineRunStatus,
+    ("routine_runs", "skip_reason"): SkipReason,
 }
 
 # Lists only SQL reads or writes so far. Give one a StrEnum and move it to
@@ -47,11 +63,7 @@ MIRRORED: dict[Key, type[StrEnum]] = {
 NO_MIRROR_YET: set[Key] = {
     ("topology_runs", "status"),
     ("loops", "repeat_policy ->> 'kind'"),
-    ("routines", "trigger_type"),
-    ("routines", "action_type"),
-    ("routine_runs", "trigger_type"),
-    ("routine_runs", "status"),
-    ("routine_runs", "skip_reason"),
+    ("webhook_deliveries", "target"),
     ("notifications", "source_table"),
     ("notifications", "kind"),
     ("notifications", "status"),

@@ -1,0 +1,394 @@
+-- Cron schedules and time zones, checked where the rows are stored.
+--
+-- Called by: the validation trigger of routines (functions/40_routines.sql) and
+-- of any other table that stores a schedule; never by users directly.
+-- Guarantees: a schedule passes _cron_error exactly when croniter, which the
+-- listener uses to compute next_fire_at (listener/cron.py), accepts it in the
+-- forms the spec allows (5 fields, 6 with seconds as the sixth, or a macro),
+-- except R (random values), refused below. So a stored schedule can always be
+-- computed, and a bad one is refused at INSERT, naming the field, rather than
+-- found at 3 a.m. by the listener. Seven fields (croniter reads the seventh as
+-- a year) are refused: the spec allows 5 or 6. Every function here returns a
+-- message instead of raising, for any input including NULL, so the caller
+-- decides the SQLSTATE and names the column; nothing is locked or written.
+--
+-- The field rules follow croniter 7 (croniter.expand), quirks included, since
+-- agreeing with the listener matters more than agreeing with other crons:
+-- docs/cron.md lists them, tests/sql/test_cron_validator.py checks the two
+-- agree on generated expressions.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- A run of ASCII digits as an integer, capped at 1,000,000,000: every bound in
+-- cron is below 60, so the cap keeps each comparison right (too big, not zero)
+-- without an integer cast that could overflow on "99999999999".
+create or replace function _cron_number(p_digits text)
+returns integer
+language sql immutable strict
+set search_path = ceaseless, pg_catalog
+as $$
+    select case
+        when ltrim(p_digits, '0') = '' then 0
+        when length(ltrim(p_digits, '0')) > 9 then 1000000000
+        else ltrim(p_digits, '0')::integer
+    end;
+$$;
+
+comment on function _cron_number(text) is
+    'A run of ASCII digits as an integer, capped at 1e9 so huge cron numbers compare as too big.';
+
+-- The number a cron token stands for in field p_position (0 minute, 1 hour,
+-- 2 day-of-month, 3 month, 4 day-of-week, 5 second): digits, or a lower-case
+-- month name in the month field or day name in the day-of-week field, as
+-- croniter reads them; NULL when it is neither. Day-of-week 7 stays 7 here.
+create or replace function _cron_value(p_token text, p_position integer)
+returns integer
+language sql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+    select case
+        when p_token ~ '^[0-9]+$' then _cron_number(p_token)
+        when p_position = 3 then array_position(
+            array['jan', 'feb', 'mar', 'apr', 'may', 'jun',
+                  'jul', 'aug', 'sep', 'oct', 'nov', 'dec'], p_token)
+        when p_position = 4 then array_position(
+            array['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'], p_token) - 1
+    end;
+$$;
+
+comment on function _cron_value(text, integer) is
+    'The number a cron token means in field p_position (digits, JAN-DEC, SUN-SAT), else NULL.';
+
+-- The days a day-of-week range expands to, the way croniter expands it: an
+-- equal range written as one ("mon-mon", "0-7") is the whole week, "a/n" whose
+-- start is Saturday is Saturday alone, a reversed range wraps past Saturday and
+-- carries its step across the wrap. Only the day-of-week field needs the values
+-- (to tell nth weekdays from plain days); other fields only need bounds.
+create or replace function _cron_weekdays(
+    p_low integer, p_high integer, p_step integer, p_from_start boolean
+)
+returns integer[]
+language sql immutable strict
+set search_path = ceaseless, pg_catalog
+as $$
+    select case
+        when p_low = p_high and p_from_start then array[p_low]
+        when p_low = p_high then array(select generate_series(0, 6, p_step))
+        when p_low < p_high then array(select generate_series(p_low, p_high, p_step))
+        else array(select generate_series(p_low, 6, p_step))
+             || array(select generate_series(
+                    -- croniter restarts after the wrap at the step's remainder,
+                    -- except when the last day before it plus the step lands
+                    -- exactly one past Saturday.
+                    case when last_day + p_step > 7 then p_step - (6 - last_day) else 0 end,
+                    p_high, p_step))
+    end
+    from (select p_low + ((6 - p_low) / p_step) * p_step as last_day) as wrap;
+$$;
+
+comment on function _cron_weekdays(integer, integer, integer, boolean) is
+    'The days (0-6) a day-of-week range expands to, wrapping past Saturday as croniter does.';
+
+-- Why one field of a 5/6-field schedule is not a valid croniter field, or NULL.
+-- p_field is the field as written (its case is kept for the message);
+-- p_position is 0 minute, 1 hour, 2 day-of-month, 3 month, 4 day-of-week,
+-- 5 second.
+create or replace function _cron_field_error(p_field text, p_position integer)
+returns text
+language plpgsql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_name constant text := (array['minute', 'hour', 'day-of-month', 'month', 'day-of-week',
+                                   'second'])[p_position + 1];
+    v_min constant integer := (array[0, 0, 1, 1, 0, 0])[p_position + 1];
+    v_max constant integer := (array[59, 23, 31, 12, 6, 59])[p_position + 1];
+    -- 7 is Sunday too, so say 0-7 where the user may have written 7.
+    v_bounds constant text := case when p_position = 4 then '0-7'
+                                   else format('%s-%s', v_min, v_max) end;
+    v_words constant text := case p_position
+                                 when 2 then 'a number 1-31 or L'
+                                 when 3 then 'a number or a month name (JAN-DEC)'
+                                 when 4 then 'a number or a day name (SUN-SAT)'
+                                 else 'a number' end;
+    v_field constant text := translate(p_field, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ',
+                                       'abcdefghijklmnopqrstuvwxyz');
+    v_items constant text[] := string_to_array(v_field, ',');
+    v_shown constant text[] := string_to_array(p_field, ',');
+    v_where text;
+    v_item text;
+    v_match text[];
+    v_nth boolean;
+    v_from_start boolean;
+    v_low integer;
+    v_high integer;
+    v_step integer;
+    v_days integer[];
+    v_plain integer[] := '{}';
+    v_nth_days integer[] := '{}';
+begin
+    -- croniter replaces a whole field written R, R(a-b), R/n or R(a-b)/n by a
+    -- random value, drawn again every time it reads the schedule: the listener
+    -- reads it after every fire, so "R 9 * * *" would fire at a new minute each
+    -- time, several times an hour. Refused on purpose (croniter accepts it).
+    -- H is the hashed twin; croniter itself refuses it without a hash id.
+    if v_field ~ '^[hr](\([0-9]+-[0-9]+\))?(/[0-9]+)?$' then
+        if left(v_field, 1) = 'h' then
+            return format('%s field "%s": H (hashed values) is not supported', v_name, p_field);
+        end if;
+        return format('%s field "%s": R (random values) is not supported: croniter draws a new '
+                      'value each time it reads the schedule, so the slot would move after every '
+                      'fire', v_name, p_field);
+    end if;
+
+    if strpos(v_field, '?') > 0 then
+        if v_field <> '?' then
+            return format('%s field "%s": ? must stand alone', v_name, p_field);
+        elsif p_position not in (2, 4) then
+            return format('%s field "?": ? is allowed only in day-of-month and day-of-week',
+                          v_name);
+        end if;
+        return null;
+    end if;
+
+    for i in 1 .. cardinality(v_items) loop
+        v_item := v_items[i];
+        v_where := case when cardinality(v_items) = 1 then format('%s field "%s"', v_name, p_field)
+                        else format('%s field "%s": "%s"', v_name, p_field, v_shown[i]) end;
+        v_nth := false;
+        v_from_start := false;
+
+        if v_item = '' then
+            return format('%s field "%s" has an empty list item', v_name, p_field);
+        end if;
+
+        -- Nearest weekday: 15W or W15, alone in its field.
+        if p_position = 2 then
+            v_match := regexp_match(v_item, '^([0-9]+)w$|^w([0-9]+)$');
+            if v_match is not null then
+                if _cron_number(coalesce(v_match[1], v_match[2])) not between 1 and 31 then
+                    return format('%s: the day next to W must be 1-31', v_where);
+                elsif cardinality(v_items) > 1 then
+                    return format('%s field "%s": W takes a single day, not a list',
+                                  v_name, p_field);
+                end if;
+                continue;
+            end if;
+        end if;
+
+        -- Day of week: L5 (the last Friday) and 5#2 (the second Friday). croniter
+        -- takes the part before # as one word or a range of day names (so
+        -- mon-fri#2 is valid but 1-5#2 is not), and checks the ordinal first.
+        if p_position = 4 then
+            if v_item ~ '^l[0-9]+$' then
+                v_nth := true;
+                v_item := substr(v_item, 2);
+            elsif strpos(v_item, '#') > 0 then
+                v_match := regexp_match(v_item, '^([a-z0-9_]+|[a-z]+-[a-z]+)#([0-9]+)$');
+                if v_match is null then
+                    return format('%s: # must come between a day (a number or SUN-SAT, or a '
+                                  'range of day names) and an ordinal 1-5', v_where);
+                elsif _cron_number(v_match[2]) not between 1 and 5 then
+                    return format('%s: the ordinal after # must be 1-5', v_where);
+                end if;
+                v_nth := true;
+                v_item := v_match[1];
+            end if;
+        end if;
+
+        -- Ranges and steps: a-b, a-b/n, */n, and a/n (read as a-<max>/n).
+        v_match := regexp_match(
+            regexp_replace(v_item, '^\*(/.+)$', format('%s-%s\1', v_min, v_max)),
+            '^([^-]+)-([^-/]+)(/([0-9]+))?$');
+        if v_match is null then
+            v_match := regexp_match(v_item, '^(.+)/(.+)$');
+            if v_match is not null then
+                v_match := regexp_match(format('%s-%s/%s', v_match[1], v_max, v_match[2]),
+                                        '^([^-]+)-([^-/]+)(/([0-9]+))?$');
+                v_from_start := v_match is not null;
+            end if;
+            if v_match is null and strpos(v_item, '/') > 0 then
+                return format('%s is not a valid step (write */n, a-b/n or a/n)', v_where);
+            end if;
+        end if;
+
+        if v_match is not null then
+            if p_position = 2 and v_match[1] = 'l' then
+                return format('%s: L can end a range, not start one', v_where);
+            end if;
+            v_low := _cron_value(v_match[1], p_position);
+            -- L ends a day-of-month range at the 31st, as croniter reads it.
+            v_high := case when p_position = 2 and v_match[2] = 'l' then 31
+                           else _cron_value(v_match[2], p_position) end;
+            v_step := _cron_number(coalesce(v_match[4], '1'));
+            if v_low is null or v_high is null then
+                return format('%s: "%s" is not %s', v_where,
+                              case when v_low is null then v_match[1] else v_match[2] end,
+                              v_words);
+            elsif v_step = 0 then
+                return format('%s: a step must be 1 or more', v_where);
+            end if;
+            if p_position = 4 then
+                v_low := case when v_low = 7 then 0 else v_low end;
+                v_high := case when v_high = 7 then 0 else v_high end;
+            end if;
+            -- croniter checks the upper bound of both ends, then every value the
+            -- range yields: a reversed range wraps and never yields a value below
+            -- the field's minimum, an equal one is the whole field, so only a
+            -- forward range can start too low (0-5 as days of the month).
+            if greatest(v_low, v_high) > v_max or (v_low < v_high and v_low < v_min) then
+                return format('%s is out of range %s', v_where, v_bounds);
+            end if;
+            if p_position = 4 then
+                v_days := _cron_weekdays(v_low, v_high, v_step, v_from_start);
+            end if;
+        else
+            if left(v_item, 1) = '-' then
+                return format('%s: negative numbers are not allowed', v_where);
+            elsif v_item = '*' then
+                v_days := array[-1];  -- a plain *, which croniter counts as a value of its own
+            elsif p_position = 2 and v_item = 'l' then
+                continue;
+            else
+                v_low := _cron_value(v_item, p_position);
+                if v_low is null then
+                    return format('%s is not %s', v_where, v_words);
+                end if;
+                if p_position = 4 and v_low = 7 then
+                    v_low := 0;
+                end if;
+                if v_low not between v_min and v_max then
+                    return format('%s is out of range %s', v_where, v_bounds);
+                end if;
+                v_days := array[v_low];
+            end if;
+        end if;
+
+        if p_position = 4 then
+            if v_nth then
+                v_nth_days := v_nth_days || v_days;
+            else
+                v_plain := v_plain || v_days;
+            end if;
+        end if;
+    end loop;
+
+    -- croniter refuses plain days next to nth weekdays (1#2,3), unless the
+    -- field lists exactly seven distinct values in all (its "every day" case).
+    if p_position = 4 and cardinality(v_nth_days) > 0
+       and (select count(distinct d) from unnest(v_plain || v_nth_days) as d) <> 7
+       and exists (select from unnest(v_plain) as d where d >= 0 and d <> all (v_nth_days)) then
+        return format('%s field "%s" mixes nth weekdays (# or L) with plain days', v_name, p_field);
+    end if;
+    return null;
+end;
+$$;
+
+comment on function _cron_field_error(text, integer) is
+    'Why one field (0 minute .. 4 day-of-week, 5 second) is not valid for croniter, or NULL.';
+
+-- Why p_expression is not a schedule croniter can compute in the forms the spec
+-- allows (5 fields, 6 with seconds sixth, a macro), or NULL when it is.
+create or replace function _cron_error(p_expression text)
+returns text
+language plpgsql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_fields text[];
+    v_count integer;
+    v_error text;
+begin
+    if p_expression is null then
+        return 'schedule is missing';
+    end if;
+    -- croniter splits on ASCII whitespace only and knows only ASCII words, so
+    -- a no-break space or a full-width digit can never be right: say so
+    -- plainly instead of reporting a strange field.
+    if p_expression ~ '[^\x01-\x7f]' then
+        return 'schedule contains a character that is not ASCII (a no-break space, say)';
+    end if;
+    -- Macros match the whole text, case-insensitively, nothing around them.
+    if translate(p_expression, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+       in ('@yearly', '@annually', '@monthly', '@weekly', '@daily', '@midnight', '@hourly') then
+        return null;
+    end if;
+
+    select array_agg(m[1] order by n) into v_fields
+    from regexp_matches(p_expression, '[^ \t\n\r\f\v]+', 'g') with ordinality as f(m, n);
+    v_count := coalesce(cardinality(v_fields), 0);
+
+    if v_count = 1 and left(v_fields[1], 1) = '@' then
+        if translate(v_fields[1], 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+           in ('@yearly', '@annually', '@monthly', '@weekly', '@daily', '@midnight', '@hourly') then
+            return format('macro "%s" must stand alone, without spaces around it', v_fields[1]);
+        end if;
+        return format('unknown macro "%s" (use @yearly, @annually, @monthly, @weekly, @daily, '
+                      '@midnight or @hourly)', v_fields[1]);
+    elsif v_count = 7 then
+        -- croniter would read a year as the seventh field; the spec allows 5 or 6.
+        return 'expected 5 fields (or 6 with seconds as the sixth) or a macro, got 7: '
+               'a year field is not supported';
+    elsif v_count not in (5, 6) then
+        return format('expected 5 fields (or 6 with seconds as the sixth) or a macro, got %s',
+                      v_count);
+    end if;
+
+    -- Python (hence croniter) refuses to read an integer of more than 4300
+    -- digits, leading zeros included.
+    if exists (select from regexp_matches(p_expression, '[0-9]+', 'g') as d(m)
+               where length(d.m[1]) > 4300) then
+        return 'schedule has a number longer than 4300 digits';
+    end if;
+
+    for i in 1 .. v_count loop
+        v_error := _cron_field_error(v_fields[i], i - 1);
+        if v_error is not null then
+            return v_error;
+        end if;
+    end loop;
+    return null;
+exception when others then
+    -- A validator that raised would replace the field-naming error the caller
+    -- builds with an opaque one; refuse the schedule with the reason instead.
+    return format('schedule could not be read (%s)', sqlerrm);
+end;
+$$;
+
+comment on function _cron_error(text) is
+    'NULL when p_expression is a schedule croniter accepts (5 fields, 6 with seconds sixth, or a '
+    'macro), else why not, naming the field and value; never raises.';
+
+-- Why p_timezone is not a time zone the listener can compute slots in, or NULL.
+-- The name must be listed by the server exactly (zoneinfo, which the listener
+-- uses, is case-sensitive where PostgreSQL is not). Servers built on the
+-- system's tz database also list its posix/ and right/ copies and posixrules:
+-- those are files, not IANA names, and another machine may lack them.
+-- The names live in the indexed table timezone_names (refilled at the end of
+-- this file): pg_timezone_names reads every zone file on each scan.
+create or replace function _timezone_error(p_timezone text)
+returns text
+language sql stable
+set search_path = ceaseless, pg_catalog
+as $$
+    select case
+        when p_timezone is null then 'time zone is missing'
+        when p_timezone ~ '^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z][A-Za-z0-9_+-]*)*$'
+             and p_timezone !~ '^(posix/|right/|posixrules$)'
+             and exists (select from timezone_names t where t.name = p_timezone) then null
+        else format('unknown time zone "%s": use an IANA name such as Europe/Berlin, '
+                    'America/New_York or UTC', p_timezone)
+    end;
+$$;
+
+comment on function _timezone_error(text) is
+    'NULL when p_timezone is an IANA time zone name the server knows (exact case), else why not; '
+    'never raises.';
+
+-- Refill the zone list from the server's own database: re-applied on every
+-- migrate, so a server upgrade that adds or renames zones is picked up.
+delete from timezone_names where name not in (select name from pg_timezone_names);
+insert into timezone_names (name)
+select name from pg_timezone_names
+where name !~ '^(posix/|right/|posixrules$)'
+on conflict (name) do nothing;

@@ -1,0 +1,178 @@
+"""When a cron schedule fires: croniter is the authority for times.
+
+The database checks a schedule when its row is stored (functions/35_cron.sql);
+this module computes the slots. Both accept the same language: croniter's 5
+fields, 6 with seconds as the sixth, or a macro, without R (random values)
+(docs/cron.md).
+
+Guarantees:
+- `next_fire` returns the first slot strictly after `after`, in UTC, read on the
+  wall clock of the schedule's IANA time zone;
+- DST: a slot whose wall-clock time does not exist (the spring-forward gap) is
+  skipped; a wall-clock time that occurs twice (fall-back) fires once, at its
+  first occurrence;
+- `slots_between` counts the same slots `next_fire` walks through, so the
+  missed-slot count and the next slot never disagree;
+- an invalid schedule or time zone raises `CronError` (a ValueError) that says
+  what to fix; nothing here touches the database.
+
+croniter's own time-zone handling is not used: it iterates over naive
+wall-clock times here, and each one is placed on the time line by zoneinfo,
+which keeps the DST rules above in one small, tested place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadDateError, CroniterError, croniter
+
+MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week", "second")
+# croniter splits fields on ASCII whitespace only (a no-break space is part of a field).
+_FIELDS = re.compile(r"[^ \t\n\r\f\v]+")
+# A whole field croniter replaces by a random (R) or hashed (H) value.
+_RANDOM_OR_HASHED = re.compile(r"[hr](\([0-9]+-[0-9]+\))?(/[0-9]+)?")
+_ONE_SECOND = timedelta(seconds=1)
+
+
+class CronError(ValueError):
+    """A schedule or time zone for which no slot can be computed."""
+
+
+def validate(schedule: str) -> str | None:
+    """None when `schedule` is valid, else why not; accepts what `_cron_error` accepts."""
+    if not isinstance(schedule, str):
+        return "schedule is missing"
+    if not schedule.isascii():
+        return "schedule contains a character that is not ASCII (a no-break space, say)"
+    if schedule.lower() in MACROS:
+        return None
+    fields = _FIELDS.findall(schedule)
+    if len(fields) == 1 and fields[0].startswith("@"):
+        if fields[0].lower() in MACROS:
+            return f'macro "{fields[0]}" must stand alone, without spaces around it'
+        return f'unknown macro "{fields[0]}" (use {", ".join(MACROS[:-1])} or {MACROS[-1]})'
+    if len(fields) not in (5, 6):
+        suffix = ": a year field is not supported" if len(fields) == 7 else ""
+        return (
+            f"expected 5 fields (or 6 with seconds as the sixth) or a macro, "
+            f"got {len(fields)}{suffix}"
+        )
+    for name, field in zip(FIELD_NAMES, fields, strict=False):
+        if _RANDOM_OR_HASHED.fullmatch(field.lower()):
+            return _random_or_hashed(name, field)
+    try:
+        croniter.expand(schedule)
+    except CroniterError as exc:
+        # Some croniter messages carry a traceback; its last line is the reason.
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        return f"croniter cannot read {schedule!r}: {reason}"
+    return None
+
+
+def _random_or_hashed(name: str, field: str) -> str:
+    if field[0] in "hH":
+        return f'{name} field "{field}": H (hashed values) is not supported'
+    # croniter draws R again each time it reads the schedule, and the listener
+    # reads it after every fire: "R 9 * * *" would fire several times an hour.
+    return (
+        f'{name} field "{field}": R (random values) is not supported: croniter draws a new '
+        "value each time it reads the schedule, so the slot would move after every fire"
+    )
+
+
+def next_fire(schedule: str, timezone: str, after: datetime) -> datetime:
+    """The first slot strictly after `after` (an aware datetime), in UTC."""
+    return next(_fires(_checked(schedule), _zone(timezone), _aware(after)))
+
+
+def slots_between(
+    schedule: str, timezone: str, start: datetime, end: datetime, limit: int = 10_000
+) -> int:
+    """How many slots fall in (start, end], counting at most `limit`."""
+    start, end = _aware(start), _aware(end)
+    fires = _fires(_checked(schedule), _zone(timezone), start)
+    if end <= start:
+        return 0
+    count = 0
+    while count < limit and next(fires) <= end:
+        count += 1
+    return count
+
+
+def _checked(schedule: str) -> str:
+    if (error := validate(schedule)) is not None:
+        raise CronError(error)
+    return schedule
+
+
+def _zone(timezone: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError) as exc:
+        raise CronError(
+            f'unknown time zone "{timezone}": use an IANA name such as Europe/Berlin, '
+            "America/New_York or UTC"
+        ) from exc
+
+
+def _aware(moment: datetime) -> datetime:
+    """`moment` in UTC: aware datetimes sharing a tzinfo compare by wall clock, fold ignored."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"{moment!r} has no time zone: pass an aware datetime")
+    return moment.astimezone(UTC)
+
+
+def _fires(schedule: str, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
+    """Every slot strictly after `after`, in order, in UTC."""
+    # Whole seconds: croniter's resolution. A slot at or before `after` that this
+    # lets through is dropped by the comparison below.
+    start = after.astimezone(zone).replace(tzinfo=None, microsecond=0)
+    while True:
+        for wall in _wall_clock_slots(schedule, start):
+            moment = wall.replace(tzinfo=zone)  # fold=0: the first of a repeated time
+            fire = moment.astimezone(UTC)
+            if fire.astimezone(zone).replace(tzinfo=None) != wall:
+                # The wall-clock time does not exist: skip the rest of the gap too.
+                start = _gap_end(wall, zone) - _ONE_SECOND
+                break
+            # A repeated time's first occurrence may lie before `after` when
+            # `after` falls in the repetition: it has fired already.
+            if fire > after:
+                yield fire
+
+
+def _wall_clock_slots(schedule: str, start: datetime) -> Iterator[datetime]:
+    """croniter's slots after the naive wall-clock time `start`, as naive times."""
+    slots = croniter(schedule, start)  # naive in, naive out: no DST arithmetic
+    while True:
+        try:
+            yield slots.get_next(datetime)
+        except (CroniterBadDateError, OverflowError) as exc:
+            raise CronError(
+                f"schedule {schedule!r} has no slot in the 50 years after {start:%Y-%m-%d}: "
+                "check that its day and month can meet (February 30th never comes)"
+            ) from exc
+
+
+def _gap_end(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The first wall-clock time after the spring-forward gap that contains `wall`."""
+    # Inside a gap, fold=1 reads `wall` with the offset after the change and fold=0
+    # with the one before, so the two readings bracket the instant of the change.
+    before = int(wall.replace(tzinfo=zone, fold=1).timestamp())
+    after = int(wall.replace(tzinfo=zone, fold=0).timestamp())
+    while after - before > 1:
+        middle = (before + after) // 2
+        if _wall_clock(middle, zone) > wall:
+            after = middle
+        else:
+            before = middle
+    return _wall_clock(after, zone)
+
+
+def _wall_clock(timestamp: int, zone: ZoneInfo) -> datetime:
+    return datetime.fromtimestamp(timestamp, zone).replace(tzinfo=None)
