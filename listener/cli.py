@@ -623,12 +623,11 @@ def routine_run(
     user: Annotated[str | None, typer.Option(help="Owner, when names clash.")] = None,
 ) -> None:
     """Fire a routine now (run_routine): ignores cooldown, respects max_concurrent."""
-    rows = _sql(
-        "select r.id, r.status, r.skip_reason from ceaseless.routine_runs r "
-        "where r.id = ceaseless.run_routine(%s)",
-        (_routine_id(routine, user),),
-    )
-    run_id, status, reason = rows[0]
+    # Two statements: a query cannot see a row its own function call inserted.
+    run_id = _sql("select ceaseless.run_routine(%s)", (_routine_id(routine, user),))[0][0]
+    status, reason = _sql(
+        "select status, skip_reason from ceaseless.routine_runs where id = %s", (run_id,)
+    )[0]
     typer.echo(f"{run_id} {status}" + (f" ({reason})" if reason else ""))
 
 

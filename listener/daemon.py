@@ -353,6 +353,7 @@ class Listener:
             max_turns=job.max_turns,
             resume_session_id=job.resume_session_id,
             cwd=self.config.workdir,
+            max_tokens=job.payload.get("max_tokens"),
         )
         try:
             result = await run_agent(adapter_for(agent.adapter), agent, task, cancel=running.cancel)

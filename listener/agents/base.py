@@ -47,6 +47,8 @@ class Task:
     max_turns: int | None = None
     resume_session_id: str | None = None
     cwd: str | None = None
+    # A lightweight routine's reply budget (action_config.max_tokens).
+    max_tokens: int | None = None
 
 
 @dataclass(frozen=True)

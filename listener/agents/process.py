@@ -106,6 +106,10 @@ def _environment(agent: AgentConfig, task: Task) -> dict[str, str]:
     # Set last so an agent's configured env cannot mislabel which job/run it serves.
     env["CEASELESS_JOB_ID"] = task.job_id
     env["CEASELESS_RUN_ID"] = task.run_id
+    if task.max_tokens is not None:
+        # Every agent can read the budget; Claude Code honours its own variable.
+        env["CEASELESS_MAX_TOKENS"] = str(task.max_tokens)
+        env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(task.max_tokens)
     return env
 
 

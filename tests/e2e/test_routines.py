@@ -283,3 +283,33 @@ def test_webhook_refused_by_cooldown_is_recorded_as_skipped(
         "select status, skip_reason from ceaseless.routine_runs where routine_id = %s", (routine,)
     ).fetchone()
     assert row == ("skipped", "cooldown")
+
+
+def test_routine_notification_is_delivered_by_the_running_listener(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    routine = make_routine(
+        conn, agent=_reply_agent(conn, "Certificate expires in 3 days"), notify_user="carol"
+    )
+    listener = start_listener("--poll-interval", "60")
+    conn.execute("select ceaseless.run_routine(%s)", (routine,))
+    wait_until(
+        lambda: (
+            conn.execute("select status from ceaseless.notifications").fetchone() == ("delivered",)
+        ),
+        15,
+        "the notification was not delivered",
+    )
+    listener.wait_for_event("notification.delivered")
+    line = listener.events("notification.delivered")[0]
+    assert "Certificate expires in 3 days" in str(line)
+
+
+def test_max_tokens_reaches_the_agent_environment(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    make_agent(conn, "env", "command", ["sh", "-c", "cat >/dev/null; echo $CEASELESS_MAX_TOKENS"])
+    routine = make_routine(conn, agent="env", action_config={"prompt": "p", "max_tokens": 321})
+    start_listener("--poll-interval", "60")
+    conn.execute("select ceaseless.run_routine(%s)", (routine,))
+    assert _wait_run(conn, routine) == ("attention", "321")

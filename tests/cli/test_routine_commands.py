@@ -1,0 +1,99 @@
+"""`ceaseless routine …` against a real database."""
+
+from __future__ import annotations
+
+import psycopg
+
+from tests.cli.test_commands import _run
+
+
+def test_routine_lifecycle_from_the_command_line(db_url: str, conn: psycopg.Connection) -> None:
+    assert _run(db_url, "agent", "add", "noop", "--adapter", "noop").returncode == 0
+    added = _run(
+        db_url,
+        "routine",
+        "add",
+        "nightly",
+        "--agent",
+        "noop",
+        "--user",
+        "alice",
+        "--cron",
+        "0 3 * * *",
+        "--timezone",
+        "Europe/Berlin",
+        "--prompt",
+        "Check the backups.",
+    )
+    assert added.returncode == 0, added.stderr
+    routine_id = added.stdout.strip()
+
+    listed = _run(db_url, "routine", "list")
+    assert "nightly" in listed.stdout and "0 3 * * *" in listed.stdout
+
+    ran = _run(db_url, "routine", "run", "nightly")
+    assert ran.returncode == 0 and "running" in ran.stdout
+    shown = _run(db_url, "routine", "show", "nightly")
+    assert "Check the backups." in shown.stdout and "manual" in shown.stdout
+
+    assert _run(db_url, "routine", "disable", "nightly").returncode == 0
+    enabled = conn.execute(
+        "select enabled from ceaseless.routines where id = %s", (routine_id,)
+    ).fetchone()
+    assert enabled == (False,)
+    assert _run(db_url, "routine", "enable", routine_id).returncode == 0
+    assert _run(db_url, "routine", "delete", "nightly").returncode == 0
+    assert conn.execute("select count(*) from ceaseless.routines").fetchone() == (0,)
+
+
+def test_bad_routine_is_refused_with_the_field_named(db_url: str) -> None:
+    _run(db_url, "agent", "add", "noop", "--adapter", "noop")
+    result = _run(
+        db_url, "routine", "add", "bad", "--agent", "noop", "--cron", "61 * * * *", "--prompt", "p"
+    )
+    assert result.returncode == 1
+    assert "trigger_config.schedule" in result.stderr and "61" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_two_triggers_at_once_are_refused(db_url: str) -> None:
+    result = _run(
+        db_url,
+        "routine",
+        "add",
+        "x",
+        "--agent",
+        "noop",
+        "--cron",
+        "* * * * *",
+        "--event",
+        "x",
+        "--prompt",
+        "p",
+    )
+    assert result.returncode == 1 and "choose one trigger" in result.stderr
+
+
+def test_webhook_routine_from_the_command_line_keeps_its_secret_out_of_show(
+    db_url: str,
+) -> None:
+    _run(db_url, "agent", "add", "noop", "--adapter", "noop")
+    added = _run(
+        db_url,
+        "routine",
+        "add",
+        "hook",
+        "--agent",
+        "noop",
+        "--webhook",
+        "deploys",
+        "--secret",
+        "a-secret-of-enough-length",
+        "--title",
+        "t",
+        "--description",
+        "d",
+    )
+    assert added.returncode == 0, added.stderr
+    shown = _run(db_url, "routine", "show", "hook")
+    assert "deploys" in shown.stdout and "a-secret-of-enough-length" not in shown.stdout
