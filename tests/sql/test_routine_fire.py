@@ -207,3 +207,19 @@ def test_cron_fire_defers_a_cooldown_to_its_end(conn: psycopg.Connection) -> Non
         ([routine], [now + timedelta(minutes=1)], [0], now),
     ).fetchall()
     assert rows == [("skipped", "cooldown", finished + timedelta(seconds=600))]
+
+
+def test_event_matching_reads_only_the_users_event_routines(conn: psycopg.Connection) -> None:
+    conn.execute(
+        "insert into ceaseless.routines (name, user_id, agent, trigger_type, trigger_config, "
+        "action_type, action_config) "
+        "select 'r' || g, 'user' || g, 'noop', 'event', '{\"pattern\": \"x\"}', 'lightweight', "
+        "'{\"prompt\": \"p\"}' from generate_series(1, 5000) g"
+    )
+    conn.execute("analyze ceaseless.routines")
+    plan = conn.execute(
+        "explain (format json) select r.id from ceaseless.routines r "
+        "where r.user_id = 'user7' and r.enabled and r.trigger_type = 'event' "
+        "and 'x' ~ (r.trigger_config ->> 'pattern')"
+    ).fetchone()
+    assert plan is not None and "idx_routines_event_triggers" in str(plan[0])

@@ -1,0 +1,243 @@
+"""ceaseless's scenarios: each measures one promise, on a fresh migrated database.
+
+Every scenario goes through the real parts: listener processes started as an
+operator would, jobs and routines inserted through the SQL API, and results read
+back from the tables. Setup is excluded from the timings; what is timed says so.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from bench.observe import DeliveredCounter, Listener, percentile, wait_until
+from bench.server import Server
+
+
+@dataclass
+class Measurement:
+    """One run of one scenario: its numbers, and whether anything was lost or doubled."""
+
+    values: dict[str, float]
+    lost: int = 0
+    duplicated: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _noop_lane(conn: psycopg.Connection) -> None:
+    conn.execute(
+        "insert into ceaseless.agents (name, adapter, max_concurrent) values ('noop', 'noop', 100000)"
+    )
+
+
+def _check_jobs(conn: psycopg.Connection, expected: int) -> tuple[int, int]:
+    row = conn.execute(
+        "select count(*) filter (where j.state <> 'delivered'), "
+        "       coalesce(sum(greatest(r.runs - 1, 0)), 0) "
+        "from ceaseless.job j "
+        "left join (select job_id, count(*) as runs from ceaseless.agent_run group by job_id) r "
+        "on r.job_id = j.id"
+    ).fetchone()
+    total = conn.execute("select count(*) from ceaseless.job").fetchone()
+    assert row is not None and total is not None
+    return int(row[0]) + (expected - int(total[0])), int(row[1])
+
+
+def throughput(server: Server, jobs: int, listeners: int) -> Measurement:
+    """Bulk-enqueue `jobs` noop jobs, then time insert → every job delivered (full path)."""
+    with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
+        _noop_lane(conn)
+        procs = [
+            Listener(url, "--poll-interval", "60", "--concurrency", "5000",
+                     worker_id=f"bench-{i}")
+            for i in range(listeners)
+        ]
+        try:
+            for proc in procs:
+                proc.wait_ready()
+            counter = DeliveredCounter(url)
+            started = time.monotonic()
+            conn.execute(
+                "insert into ceaseless.job (kind, agent) "
+                "select 'task', 'noop' from generate_series(1, %s)", (jobs,)
+            )
+            finished = counter.wait_for(jobs, timeout=600)
+            counter.close()
+        finally:
+            for proc in procs:
+                proc.stop()
+        seconds = finished - started
+        lost, duplicated = _check_jobs(conn, jobs)
+        return Measurement({"jobs_per_s": jobs / seconds, "seconds": seconds}, lost, duplicated)
+
+
+def latency(server: Server, jobs: int, rate: float) -> Measurement:
+    """Insert jobs one at a time at `rate` per second; insert → agent start percentiles (ms)."""
+    with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
+        _noop_lane(conn)
+        proc = Listener(url, "--poll-interval", "60", worker_id="bench-latency").wait_ready()
+        try:
+            counter = DeliveredCounter(url)
+            for _ in range(jobs):
+                tick = time.monotonic()
+                conn.execute("insert into ceaseless.job (kind, agent) values ('task', 'noop')")
+                time.sleep(max(0.0, 1 / rate - (time.monotonic() - tick)))
+            counter.wait_for(jobs, timeout=120)
+            counter.close()
+        finally:
+            proc.stop()
+        rows = conn.execute(
+            "select extract(epoch from r.started_at - j.created_at) * 1000 "
+            "from ceaseless.job j join ceaseless.agent_run r on r.job_id = j.id"
+        ).fetchall()
+        samples = [float(ms) for (ms,) in rows]
+        lost, duplicated = _check_jobs(conn, jobs)
+        return Measurement(
+            {"p50_ms": percentile(samples, 50), "p95_ms": percentile(samples, 95),
+             "p99_ms": percentile(samples, 99)},
+            lost, duplicated, extra={"samples": samples},
+        )
+
+
+def cron_fanout(server: Server, routines: int, listeners: int = 2) -> Measurement:
+    """`routines` cron routines due at one instant, two listeners: time until every run exists."""
+    with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
+        _noop_lane(conn)
+        conn.execute("update ceaseless.settings set value = %s where key = 'routine_max_running'",
+                     (json.dumps(routines * 2),))
+        procs = [Listener(url, "--poll-interval", "60", worker_id=f"bench-cron-{i}")
+                 for i in range(listeners)]
+        try:
+            for proc in procs:
+                proc.wait_ready()
+            # An instant far enough ahead for the inserts and the scheduling to
+            # finish, written as a six-field schedule (seconds last) that
+            # fires exactly then.
+            instant = (datetime.now(UTC) + timedelta(seconds=10 + routines / 500)).replace(
+                microsecond=0)
+            schedule = (f"{instant.minute} {instant.hour} {instant.day} {instant.month} * "
+                        f"{instant.second}")
+            conn.execute(
+                "insert into ceaseless.routines (name, user_id, agent, trigger_type, "
+                "trigger_config, action_type, action_config, cooldown_secs) "
+                "select 'r' || g, 'bench', 'noop', 'cron', %s, 'full_job', "
+                "'{\"title\": \"t\", \"description\": \"d\"}', 0 "
+                "from generate_series(1, %s) g",
+                (json.dumps({"schedule": schedule, "timezone": "UTC"}), routines),
+            )
+            wait_until(lambda: conn.execute(
+                "select count(*) from ceaseless.routines where next_fire_at is null"
+            ).fetchone() == (0,), timeout=120, interval=0.1)
+            if datetime.now(UTC) >= instant:
+                raise RuntimeError("setup overran the firing instant; use fewer routines")
+            time.sleep(max(0.0, (instant - datetime.now(UTC)).total_seconds()))
+            # The monotonic clock's reading at the instant itself.
+            at_instant = time.monotonic() - (datetime.now(UTC) - instant).total_seconds()
+            done = wait_until(lambda: conn.execute(
+                "select count(*) from ceaseless.routine_runs").fetchone() == (routines,),
+                timeout=120, interval=0.01)
+            all_runs_after = done - at_instant
+            time.sleep(0.5)  # a double fire, if any, would land now
+        finally:
+            for proc in procs:
+                proc.stop()
+        lateness = [float(s) for (s,) in conn.execute(
+            "select extract(epoch from started_at - %s) from ceaseless.routine_runs",
+            (instant,)).fetchall()]
+        row = conn.execute(
+            "select count(*) filter (where n > 1), %s - count(*) from "
+            "(select routine_id, count(*) as n from ceaseless.routine_runs group by routine_id) x",
+            (routines,)).fetchone()
+        assert row is not None
+        return Measurement(
+            {"all_runs_s": all_runs_after, "lateness_p99_s": percentile(lateness, 99),
+             "double_fires": float(row[0])},
+            lost=int(row[1]), duplicated=int(row[0]),
+        )
+
+
+_DUE_QUERY = (
+    "select id from ceaseless.routines "
+    "where enabled and next_fire_at is not null and next_fire_at <= now() "
+    "order by next_fire_at limit 100 for update skip locked"
+)
+
+
+def scheduler_scale(server: Server, routines: int) -> Measurement:
+    """Buffers of the scheduler's due query (a batch of 100) with `routines` rows, 1 % due."""
+    with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
+        _noop_lane(conn)
+        # Setup only: the rows are written past the validation trigger, which
+        # is not what is measured and would take minutes for a million rows.
+        conn.execute("alter table ceaseless.routines disable trigger routines_validate")
+        conn.execute("alter table ceaseless.routines disable trigger routines_changed")
+        conn.execute(
+            "insert into ceaseless.routines (name, user_id, agent, trigger_type, trigger_config, "
+            "action_type, action_config, next_fire_at) "
+            "select 'r' || g, 'u' || (g % 1000), 'noop', 'cron', "
+            "'{\"schedule\": \"* * * * *\", \"timezone\": \"UTC\"}', 'full_job', "
+            "'{\"title\": \"t\", \"description\": \"d\"}', "
+            "case when g % 100 = 0 then now() - interval '1 minute' "
+            "     else now() + (g % 10000) * interval '1 second' end "
+            "from generate_series(1, %s) g", (routines,))
+        conn.execute("vacuum analyze ceaseless.routines")
+        with conn.transaction(force_rollback=True):
+            plan = conn.execute(
+                "explain (analyze, buffers, format json) " + _DUE_QUERY).fetchone()
+        assert plan is not None
+        top = plan[0][0]["Plan"]
+        buffers = int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+        uses_index = "idx_routines_next_fire" in json.dumps(plan[0])
+        return Measurement({"buffers": float(buffers)}, extra={"uses_index": uses_index})
+
+
+def event_fanin(server: Server, routines: int, events: int) -> Measurement:
+    """Event inserts per second with `routines` event routines for the inserting user."""
+    with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
+        _noop_lane(conn)
+        conn.execute("update ceaseless.settings set value = '100000000' "
+                     "where key = 'routine_max_running'")
+        # Distinct patterns, about one routine matching each event.
+        conn.execute(
+            "insert into ceaseless.routines (name, user_id, agent, trigger_type, trigger_config, "
+            "action_type, action_config, cooldown_secs, max_concurrent) "
+            "select 'e' || g, 'bench', 'noop', 'event', "
+            "jsonb_build_object('pattern', 'alert-' || g || ' '), 'lightweight', "
+            "'{\"prompt\": \"p\"}', 0, 1000000 from generate_series(1, %s) g", (routines,))
+        started = time.monotonic()
+        for i in range(events):
+            conn.execute("insert into ceaseless.events (user_id, content) values ('bench', %s)",
+                         (f"alert-{i % routines + 1} on host {i}",))
+        seconds = time.monotonic() - started
+        fired = conn.execute("select count(*) from ceaseless.routine_runs").fetchone()
+        assert fired is not None
+        return Measurement({"inserts_per_s": events / seconds,
+                            "ms_per_insert": seconds / events * 1000},
+                           lost=events - int(fired[0]))
+
+
+def listener_footprint(server: Server, agents: int) -> Measurement:
+    """RSS of one listener while it runs `agents` concurrent agent processes (`sleep`)."""
+    with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "insert into ceaseless.agents (name, adapter, argv, max_concurrent) "
+            "values ('sleeper', 'command', '{sleep,30}', %s)", (agents,))
+        proc = Listener(url, "--poll-interval", "60", "--concurrency", str(agents),
+                        worker_id="bench-rss").wait_ready()
+        try:
+            conn.execute("insert into ceaseless.job (kind, agent) "
+                         "select 'task', 'sleeper' from generate_series(1, %s)", (agents,))
+            wait_until(lambda: conn.execute(
+                "select count(*) from ceaseless.agent_run where finished_at is null"
+            ).fetchone() == (agents,), timeout=60, interval=0.1)
+            time.sleep(1)
+            rss = proc.rss_mb()
+            conn.execute("select ceaseless.cancel_job(id) from ceaseless.job")
+        finally:
+            proc.stop()
+        return Measurement({"rss_mb": rss})

@@ -1,0 +1,90 @@
+"""The PostgreSQL every system is measured on, and a fresh database per run.
+
+Default: a dedicated embedded PostgreSQL 18 in a temporary home, started for the
+run and stopped after, so results do not depend on what else a machine's server
+holds. `--database-url` measures on an existing server instead. Either way every
+system (ours and the peers) gets its own empty database on that one server, with
+the server's settings untouched.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from listener.embedded import EmbeddedServer
+from listener.migrate import migrate
+
+
+@dataclass
+class Server:
+    url: str
+    template: str | None = None
+
+    def url_for(self, database: str) -> str:
+        return make_conninfo(self.url, dbname=database)
+
+    def settings(self) -> dict[str, str]:
+        names = ["server_version", "shared_buffers", "fsync", "synchronous_commit",
+                 "max_connections", "work_mem", "wal_level"]
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            rows = conn.execute(
+                "select name, setting || coalesce(' ' || unit, '') from pg_settings "
+                "where name = any(%s)", (names,)
+            ).fetchall()
+        return dict(rows)
+
+    def migrated_template(self) -> str:
+        """A database with ceaseless migrated, cloned for each of our runs."""
+        if self.template is None:
+            self.template = f"bench_tpl_{uuid.uuid4().hex[:8]}"
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                conn.execute(f'create database "{self.template}"')
+            migrate(self.url_for(self.template))
+        return self.template
+
+    @contextmanager
+    def database(self, *, migrated: bool) -> Iterator[str]:
+        name = f"bench_{uuid.uuid4().hex[:10]}"
+        template = f' template "{self.migrated_template()}"' if migrated else ""
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'create database "{name}"{template}')
+        try:
+            yield self.url_for(name)
+        finally:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                conn.execute(f'drop database if exists "{name}" with (force)')
+
+    def close(self) -> None:
+        if self.template:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                conn.execute(f'drop database if exists "{self.template}" with (force)')
+
+
+@contextmanager
+def provision(database_url: str | None) -> Iterator[Server]:
+    if database_url:
+        server = Server(make_conninfo(database_url, dbname="postgres"))
+        try:
+            yield server
+        finally:
+            server.close()
+        return
+    home = Path(tempfile.mkdtemp(prefix="ceaseless-bench-"))
+    home.chmod(0o755)  # as root the server's own OS user must reach it
+    embedded = EmbeddedServer(home)
+    server = Server(make_conninfo(embedded.start(), dbname="postgres"))
+    try:
+        yield server
+    finally:
+        server.close()
+        embedded.stop()
+        shutil.rmtree(home, ignore_errors=True)
