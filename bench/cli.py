@@ -40,24 +40,57 @@ class Sizes:
     footprint_agents: int
 
 
-QUICK = Sizes(runs=1, jobs=2_000, latency_jobs=100, latency_rate=50, cron_routines=500,
-              scale=(10_000, 100_000), event_routines=1_000, events=100, footprint_agents=50)
-FULL = Sizes(runs=3, jobs=20_000, latency_jobs=1_000, latency_rate=100, cron_routines=10_000,
-             scale=(10_000, 1_000_000), event_routines=1_000, events=1_000, footprint_agents=200)
+QUICK = Sizes(
+    runs=1,
+    jobs=2_000,
+    latency_jobs=100,
+    latency_rate=50,
+    cron_routines=500,
+    scale=(10_000, 100_000),
+    event_routines=1_000,
+    events=100,
+    footprint_agents=50,
+)
+FULL = Sizes(
+    runs=3,
+    jobs=20_000,
+    latency_jobs=1_000,
+    latency_rate=100,
+    cron_routines=10_000,
+    scale=(10_000, 1_000_000),
+    event_routines=1_000,
+    events=1_000,
+    footprint_agents=200,
+)
 
 
 def _repeat(runs: int, step: Callable[[], ours.Measurement]) -> list[ours.Measurement]:
     return [step() for _ in range(runs)]
 
 
-def _rows(scenario: str, system: str, found: list[ours.Measurement], metrics: dict[str, str],
-          ) -> list[Row]:
+def _rows(
+    scenario: str,
+    system: str,
+    found: list[ours.Measurement],
+    metrics: dict[str, str],
+) -> list[Row]:
     rows = []
     for metric, target in metrics.items():
         values = [m.values[metric] for m in found]
-        rows.append(Row(scenario, system, metric, statistics.median(values), min(values),
-                        max(values), len(found), sum(m.lost for m in found),
-                        sum(m.duplicated for m in found), target))
+        rows.append(
+            Row(
+                scenario,
+                system,
+                metric,
+                statistics.median(values),
+                min(values),
+                max(values),
+                len(found),
+                sum(m.lost for m in found),
+                sum(m.duplicated for m in found),
+                target,
+            )
+        )
     return rows
 
 
@@ -72,14 +105,18 @@ def _peer(name: str) -> Any:
         return None
 
 
-def _peer_rows(server: Server, module: Any, jobs: int, workers: int, runs: int,
-               scenario: str) -> list[Row]:
+def _peer_rows(
+    server: Server, module: Any, jobs: int, workers: int, runs: int, scenario: str
+) -> list[Row]:
     found = []
     for _ in range(runs):
         with server.database(migrated=False) as url:
             result = module.run(url, jobs, workers=workers)
-        found.append(ours.Measurement({"jobs_per_s": result.jobs / result.seconds},
-                                      result.lost, result.duplicated))
+        found.append(
+            ours.Measurement(
+                {"jobs_per_s": result.jobs / result.seconds}, result.lost, result.duplicated
+            )
+        )
     return _rows(scenario, result.name, found, {"jobs_per_s": ""})
 
 
@@ -91,8 +128,13 @@ def _median(rows: list[Row], scenario: str, system: str, metric: str) -> float |
 
 
 def _verdicts(rows: list[Row]) -> None:
-    limits = {"p50_ms": 5.0, "p99_ms": 20.0, "all_runs_s": 2.0, "double_fires": 0.0,
-              "rss_mb": 120.0}
+    limits = {
+        "p50_ms": 5.0,
+        "p99_ms": 20.0,
+        "all_runs_s": 2.0,
+        "double_fires": 0.0,
+        "rss_mb": 120.0,
+    }
     for row in rows:
         if row.system != "ceaseless":
             continue
@@ -109,8 +151,11 @@ def _ratios(rows: list[Row], scale: tuple[int, int]) -> list[tuple[str, float, s
     for listeners in (1, 2):
         scenario = f"throughput ({listeners} listener{'s' if listeners > 1 else ''})"
         ours_value = _median(rows, scenario, "ceaseless", "jobs_per_s")
-        for peer, target in (("pgqueuer", "≥ 2"), ("procrastinate", "≥ 10"),
-                             ("pgbench limit", "≥ 1")):
+        for peer, target in (
+            ("pgqueuer", "≥ 2"),
+            ("procrastinate", "≥ 10"),
+            ("pgbench limit", "≥ 1"),
+        ):
             theirs = _median(rows, scenario, peer, "jobs_per_s")
             if ours_value and theirs:
                 ratios.append((f"ours / {peer}, {scenario}", ours_value / theirs, target))
@@ -123,7 +168,9 @@ def _ratios(rows: list[Row], scale: tuple[int, int]) -> list[tuple[str, float, s
 
 @app.command()
 def run(
-    quick: Annotated[bool, typer.Option(help="Small sizes, one run: a smoke test (< 2 min).")] = False,
+    quick: Annotated[
+        bool, typer.Option(help="Small sizes, one run: a smoke test (< 2 min).")
+    ] = False,
     database_url: Annotated[
         str | None,
         typer.Option(help="Measure on this server (default: a fresh embedded PostgreSQL 18)."),
@@ -131,7 +178,9 @@ def run(
     output: Annotated[Path, typer.Option(help="Where results.{md,json,png} go.")] = Path(
         "bench/results"
     ),
-    peers: Annotated[bool, typer.Option(help="Also measure pgqueuer, procrastinate, pgbench.")] = True,
+    peers: Annotated[
+        bool, typer.Option(help="Also measure pgqueuer, procrastinate, pgbench.")
+    ] = True,
 ) -> None:
     """Run every scenario, ours and the peers', and write the report."""
     sizes = QUICK if quick else FULL
@@ -150,55 +199,93 @@ def run(
 
         for listeners in (1, 2):
             scenario = f"throughput ({listeners} listener{'s' if listeners > 1 else ''})"
-            step(scenario, lambda n=listeners, s=scenario: _rows(
-                s, "ceaseless",
-                _repeat(sizes.runs, lambda: ours.throughput(server, sizes.jobs, n)),
-                {"jobs_per_s": ""}))
+            step(
+                scenario,
+                lambda n=listeners, s=scenario: _rows(
+                    s,
+                    "ceaseless",
+                    _repeat(sizes.runs, lambda: ours.throughput(server, sizes.jobs, n)),
+                    {"jobs_per_s": ""},
+                ),
+            )
             if peers:
                 for name in ("pgqueuer_peer", "procrastinate_peer", "pgbench_limit"):
                     module = _peer(name)
                     if module is None:
                         progress.advance(overall)
                         continue
-                    step(f"{scenario}: {name}", lambda m=module, n=listeners, s=scenario:
-                         _peer_rows(server, m, sizes.jobs, n, sizes.runs, s))
+                    step(
+                        f"{scenario}: {name}",
+                        lambda m=module, n=listeners, s=scenario: _peer_rows(
+                            server, m, sizes.jobs, n, sizes.runs, s
+                        ),
+                    )
 
         def latency_rows() -> list[Row]:
-            found = _repeat(sizes.runs, lambda: ours.latency(
-                server, sizes.latency_jobs, sizes.latency_rate))
+            found = _repeat(
+                sizes.runs, lambda: ours.latency(server, sizes.latency_jobs, sizes.latency_rate)
+            )
             latencies.extend(found[-1].extra.get("samples", []))
-            return _rows("latency", "ceaseless", found,
-                         {"p50_ms": "", "p95_ms": "", "p99_ms": ""})
+            return _rows("latency", "ceaseless", found, {"p50_ms": "", "p95_ms": "", "p99_ms": ""})
 
         step("latency", latency_rows)
-        step("cron fan-out", lambda: _rows(
-            f"cron fan-out ({sizes.cron_routines:,} routines)", "ceaseless",
-            _repeat(sizes.runs, lambda: ours.cron_fanout(server, sizes.cron_routines)),
-            {"all_runs_s": "", "lateness_p99_s": "", "double_fires": ""}))
+        step(
+            "cron fan-out",
+            lambda: _rows(
+                f"cron fan-out ({sizes.cron_routines:,} routines)",
+                "ceaseless",
+                _repeat(sizes.runs, lambda: ours.cron_fanout(server, sizes.cron_routines)),
+                {"all_runs_s": "", "lateness_p99_s": "", "double_fires": ""},
+            ),
+        )
         for count in sizes.scale:
-            step(f"scheduler scale {count:,}", lambda c=count: _rows(
-                f"scheduler scale ({c:,})", "ceaseless", [ours.scheduler_scale(server, c)],
-                {"buffers": ""}))
-        step("event fan-in", lambda: _rows(
-            f"event fan-in ({sizes.event_routines:,} routines)", "ceaseless",
-            _repeat(sizes.runs, lambda: ours.event_fanin(
-                server, sizes.event_routines, sizes.events)),
-            {"inserts_per_s": "", "ms_per_insert": ""}))
-        step("listener footprint", lambda: _rows(
-            f"listener footprint ({sizes.footprint_agents} agents)", "ceaseless",
-            [ours.listener_footprint(server, sizes.footprint_agents)], {"rss_mb": ""}))
+            step(
+                f"scheduler scale {count:,}",
+                lambda c=count: _rows(
+                    f"scheduler scale ({c:,})",
+                    "ceaseless",
+                    [ours.scheduler_scale(server, c)],
+                    {"buffers": ""},
+                ),
+            )
+        step(
+            "event fan-in",
+            lambda: _rows(
+                f"event fan-in ({sizes.event_routines:,} routines)",
+                "ceaseless",
+                _repeat(
+                    sizes.runs, lambda: ours.event_fanin(server, sizes.event_routines, sizes.events)
+                ),
+                {"inserts_per_s": "", "ms_per_insert": ""},
+            ),
+        )
+        step(
+            "listener footprint",
+            lambda: _rows(
+                f"listener footprint ({sizes.footprint_agents} agents)",
+                "ceaseless",
+                [ours.listener_footprint(server, sizes.footprint_agents)],
+                {"rss_mb": ""},
+            ),
+        )
         settings = server.settings()
 
     _verdicts(rows)
     ratios = _ratios(rows, sizes.scale)
-    meta = {"started": started.isoformat(), "quick": quick, "sizes": sizes.__dict__,
-            "server": "embedded" if database_url is None else "given", "settings": settings}
+    meta = {
+        "started": started.isoformat(),
+        "quick": quick,
+        "sizes": sizes.__dict__,
+        "server": "embedded" if database_url is None else "given",
+        "settings": settings,
+    }
     write(output, rows, ratios, meta, latencies)
     typer.echo(markdown(rows, ratios))
     broken = [r for r in rows if r.lost or r.duplicated]
     if broken:
         for row in broken:
-            console.print(f"[red]{row.scenario} / {row.system}: {row.lost} lost, "
-                          f"{row.duplicated} duplicated")
+            console.print(
+                f"[red]{row.scenario} / {row.system}: {row.lost} lost, {row.duplicated} duplicated"
+            )
         raise typer.Exit(1)
     console.print(f"results in {output}/results.md, .json, .png")

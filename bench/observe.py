@@ -24,10 +24,23 @@ class Listener:
     def __init__(self, url: str, *args: str, worker_id: str) -> None:
         env = {**os.environ, "DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "listener", "listen", "--log-format", "json",
-             "--worker-id", worker_id, *args],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "listener",
+                "listen",
+                "--log-format",
+                "json",
+                "--worker-id",
+                worker_id,
+                *args,
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
         )
         self._ready = threading.Event()
         threading.Thread(target=self._pump, daemon=True).start()

@@ -49,14 +49,26 @@ def markdown(rows: list[Row], ratios: list[tuple[str, float, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(out: Path, rows: list[Row], ratios: list[tuple[str, float, str]],
-          meta: dict[str, Any], latencies: list[float]) -> None:
+def write(
+    out: Path,
+    rows: list[Row],
+    ratios: list[tuple[str, float, str]],
+    meta: dict[str, Any],
+    latencies: list[float],
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
     meta = {**meta, "python": platform.python_version(), "machine": platform.machine()}
-    (out / "results.json").write_text(json.dumps(
-        {"meta": meta, "rows": [asdict(r) for r in rows],
-         "ratios": [{"name": n, "value": v, "target": t} for n, v, t in ratios]},
-        indent=2, default=str))
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "meta": meta,
+                "rows": [asdict(r) for r in rows],
+                "ratios": [{"name": n, "value": v, "target": t} for n, v, t in ratios],
+            },
+            indent=2,
+            default=str,
+        )
+    )
     (out / "results.md").write_text(markdown(rows, ratios))
     _chart(out / "results.png", rows, latencies)
 
@@ -72,9 +84,12 @@ def _chart(path: Path, rows: list[Row], latencies: list[float]) -> None:
     bars = [r for r in rows if r.metric == "jobs_per_s"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     labels = [f"{r.system}\n{r.scenario.split('(')[-1].rstrip(')')}" for r in bars]
-    left.bar(range(len(bars)), [r.median for r in bars],
-             yerr=[[r.median - r.low for r in bars], [r.high - r.median for r in bars]],
-             color=["#2b6cb0" if r.system == "ceaseless" else "#a0aec0" for r in bars])
+    left.bar(
+        range(len(bars)),
+        [r.median for r in bars],
+        yerr=[[r.median - r.low for r in bars], [r.high - r.median for r in bars]],
+        color=["#2b6cb0" if r.system == "ceaseless" else "#a0aec0" for r in bars],
+    )
     left.set_xticks(range(len(bars)), labels, fontsize=8)
     left.set_ylabel("jobs/s (median, min–max)")
     left.set_title("Throughput: claim → run → finish")

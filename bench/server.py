@@ -33,12 +33,20 @@ class Server:
         return make_conninfo(self.url, dbname=database)
 
     def settings(self) -> dict[str, str]:
-        names = ["server_version", "shared_buffers", "fsync", "synchronous_commit",
-                 "max_connections", "work_mem", "wal_level"]
+        names = [
+            "server_version",
+            "shared_buffers",
+            "fsync",
+            "synchronous_commit",
+            "max_connections",
+            "work_mem",
+            "wal_level",
+        ]
         with psycopg.connect(self.url, autocommit=True) as conn:
             rows = conn.execute(
                 "select name, setting || coalesce(' ' || unit, '') from pg_settings "
-                "where name = any(%s)", (names,)
+                "where name = any(%s)",
+                (names,),
             ).fetchall()
         return dict(rows)
 

@@ -30,10 +30,13 @@ comment on function _setting_int(text) is
 
 -- Who is acting, for the audit log: the listener id a function set for this
 -- transaction, else the database role (an operator in psql).
+--
+-- No `set search_path` here, unlike the other functions: it names only
+-- pg_catalog built-ins (always searched first), and a SET clause stops
+-- PostgreSQL from inlining a SQL function — this one runs once per audit row.
 create or replace function _actor()
 returns text
 language sql stable
-set search_path = ceaseless, pg_catalog
 as $$
     select coalesce(nullif(current_setting('ceaseless.actor', true), ''), current_user::text);
 $$;

@@ -14,6 +14,12 @@ set local search_path = ceaseless, pg_catalog, public;
 -- lane's governor (concurrency and rolling-window budget) in the same
 -- transaction.
 --
+-- With p_start, the claimed jobs go straight to running and their agent_run
+-- rows are opened in the same statement (run_id is returned): the listener
+-- spawns at once, and a separate start_runs round trip — a second update of
+-- every claimed row — would only cost time. Without it, jobs stay claimed for
+-- a worker that starts them later with start_runs.
+--
 -- Locks: the rows of the enabled, unpaused lanes (FOR NO KEY UPDATE, in name
 -- order, so two claimers never deadlock) and then the claimed jobs (FOR UPDATE
 -- SKIP LOCKED). The lane lock is what makes admission exact: without it, two
@@ -21,18 +27,20 @@ set local search_path = ceaseless, pg_catalog, public;
 -- together admit twice the budget. It is taken in its own statement because a
 -- READ COMMITTED statement's snapshot predates any lock it waits for; the
 -- counting statement that follows sees the other claimer's commit.
+drop function if exists claim_jobs(text, integer, text[], text[], timestamptz, integer);
 create or replace function claim_jobs(
     p_worker text,
     p_limit integer,
     p_kinds text[] default null,
     p_agents text[] default null,
     p_now timestamptz default now(),
-    p_lease_secs integer default null
+    p_lease_secs integer default null,
+    p_start boolean default false
 )
 returns table (
     id uuid, kind text, agent text, prompt text, payload jsonb,
     max_turns integer, resume_session_id text, attempts integer,
-    claim_expires_at timestamptz
+    claim_expires_at timestamptz, run_id uuid
 )
 language plpgsql
 set search_path = ceaseless, pg_catalog
@@ -65,7 +73,7 @@ begin
     -- budget allow. Claimed-but-unstarted jobs count against both, or a burst
     -- of claims would overrun the budget before the runs exist.
     with lane as (
-        select a.name,
+        select a.name, a.adapter, a.model,
                least(
                    a.max_concurrent - live.n,
                    case when a.window_budget is null then p_limit
@@ -108,24 +116,39 @@ begin
         -- Across lanes, oldest due work first, up to the caller's capacity.
         order by c.run_after, c.created_at
         limit p_limit
+    ),
+    claimed as (
+        update job j
+        set state = case when p_start then 'running' else 'claimed' end,
+            claimed_by = p_worker,
+            claim_expires_at = p_now + v_lease,
+            attempts = j.attempts + 1,
+            updated_at = p_now
+        -- An array, not a join: the planner cannot know `picked` is tiny, and
+        -- with a join it may hash it against a scan of the whole table.
+        where j.id = any (array(select picked.id from picked))
+        returning j.id, j.kind, j.agent, j.prompt, j.payload, j.max_turns,
+                  j.resume_session_id, j.attempts, j.claim_expires_at
+    ),
+    opened as (
+        insert into agent_run (job_id, agent, adapter, model, worker, attempt, started_at)
+        select c.id, c.agent, lane.adapter, lane.model, p_worker, c.attempts, p_now
+        from claimed c
+        join lane on lane.name = c.agent
+        where p_start
+        returning agent_run.job_id, agent_run.id
     )
-    update job j
-    set state = 'claimed',
-        claimed_by = p_worker,
-        claim_expires_at = p_now + v_lease,
-        attempts = j.attempts + 1,
-        updated_at = p_now
-    -- An array, not a join: the planner cannot know `picked` is tiny, and
-    -- with a join it may hash it against a scan of the whole table.
-    where j.id = any (array(select picked.id from picked))
-    returning j.id, j.kind, j.agent, j.prompt, j.payload, j.max_turns,
-              j.resume_session_id, j.attempts, j.claim_expires_at;
+    select c.id, c.kind, c.agent, c.prompt, c.payload, c.max_turns, c.resume_session_id,
+           c.attempts, c.claim_expires_at, o.id
+    from claimed c
+    left join opened o on o.job_id = c.id;
 end;
 $$;
 
-comment on function claim_jobs(text, integer, text[], text[], timestamptz, integer) is
+comment on function claim_jobs(text, integer, text[], text[], timestamptz, integer, boolean) is
     'Claim up to p_limit due pending jobs for listener p_worker, oldest first, admitting each '
-    'through its lane''s governor (max_concurrent, window_budget, paused_until) atomically.';
+    'through its lane''s governor (max_concurrent, window_budget, paused_until) atomically; '
+    'with p_start, open their agent runs too and return run_id.';
 
 -- Extend the leases p_worker holds on p_job_ids; returns the ids it no longer
 -- holds (cancelled, expired and reclaimed, or unknown), whose agents the

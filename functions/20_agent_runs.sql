@@ -106,6 +106,10 @@ begin
         from agent_run r
         join reported x on x.run_id = r.id
         join job j on j.id = r.job_id
+        -- Probe by primary key: jsonb_to_recordset hides the batch's size
+        -- from the planner, which would otherwise hash-join it against a
+        -- scan of every run ever recorded.
+        where r.id = any (array(select reported.run_id from reported))
         for update of r
     ),
     finished as (

@@ -184,6 +184,130 @@ comment on function _validated_routine(routines) is
     'Validate a routine''s trigger_config and action_config (CE422 naming field, rule, value) '
     'and fill their defaults.';
 
+-- The longest literal that every string matching the PostgreSQL regular
+-- expression p_pattern must contain, or '' when none can be promised.
+--
+-- Conservative by construction: it reads only a top-level sequence of atoms;
+-- anything it does not fully understand (alternation, embedded options,
+-- back-references, escapes other than escaped punctuation) yields '' or ends
+-- the current run of literal characters. A quantifier that can repeat zero
+-- times (?, *, {0,...}) takes its character back out of the run; one that must
+-- match at least once (+, {n,...}) keeps it but ends the run. A property test
+-- checks the promise against the regex engine itself.
+create or replace function _regex_required_literal(p_pattern text)
+returns text
+language plpgsql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_len integer := length(p_pattern);
+    v_i integer := 1;
+    v_c text;
+    v_run text := '';
+    v_best text := '';
+    v_depth integer;
+    v_next text;
+begin
+    if p_pattern is null or p_pattern = '' then
+        return '';
+    end if;
+    -- Director prefixes: ***= makes the rest a plain literal; other *** forms
+    -- and embedded options (?...) change the rules, so promise nothing.
+    if left(p_pattern, 4) = '***=' then
+        return substr(p_pattern, 5);
+    end if;
+    if left(p_pattern, 3) = '***' or left(p_pattern, 2) = '(?' then
+        return '';
+    end if;
+    while v_i <= v_len loop
+        v_c := substr(p_pattern, v_i, 1);
+        v_next := substr(p_pattern, v_i + 1, 1);
+        if v_c = '|' then
+            return '';  -- alternation: no single literal is required
+        elsif v_c = '\' then
+            if v_next ~ '^[^A-Za-z0-9]$' then
+                -- Escaped punctuation stands for itself, unless a quantifier
+                -- follows (handled when the quantifier is read).
+                v_run := v_run || v_next;
+                v_i := v_i + 2;
+                continue;
+            end if;
+            -- A class, a back-reference or a control escape: not literal.
+            if length(v_run) > length(v_best) then v_best := v_run; end if;
+            v_run := '';
+            v_i := v_i + 2;
+            continue;
+        elsif v_c in ('*', '?') or (v_c = '{' and substr(p_pattern, v_i + 1) ~ '^0*(,[0-9]*)?}') then
+            -- The previous atom may be absent: take it back out of the run.
+            v_run := left(v_run, greatest(length(v_run) - 1, 0));
+            if length(v_run) > length(v_best) then v_best := v_run; end if;
+            v_run := '';
+            if v_c = '{' then
+                v_i := v_i + position('}' in substr(p_pattern, v_i));  -- past the bound
+                continue;
+            end if;
+        elsif v_c = '+' or (v_c = '{' and substr(p_pattern, v_i + 1) ~ '^[0-9]+(,[0-9]*)?}') then
+            -- At least once: the character stays, but what follows may repeat it.
+            if length(v_run) > length(v_best) then v_best := v_run; end if;
+            v_run := '';
+            if v_c = '{' then
+                v_i := v_i + position('}' in substr(p_pattern, v_i));
+                continue;
+            end if;
+        elsif v_c = '{' then
+            return '';  -- a brace that is not a bound: promise nothing
+        elsif v_c = '[' then
+            if length(v_run) > length(v_best) then v_best := v_run; end if;
+            v_run := '';
+            -- Skip the bracket expression whole; a ] first is literal.
+            v_i := v_i + 1;
+            if substr(p_pattern, v_i, 1) = '^' then v_i := v_i + 1; end if;
+            if substr(p_pattern, v_i, 1) = ']' then v_i := v_i + 1; end if;
+            while v_i <= v_len and substr(p_pattern, v_i, 1) <> ']' loop
+                if substr(p_pattern, v_i, 2) in ('[:', '[.', '[=') then
+                    return '';  -- named classes and collating elements: give up
+                end if;
+                v_i := v_i + 1;
+            end loop;
+        elsif v_c = '(' then
+            if length(v_run) > length(v_best) then v_best := v_run; end if;
+            v_run := '';
+            -- Skip the group whole, counting nested parentheses.
+            v_depth := 1;
+            v_i := v_i + 1;
+            while v_i <= v_len and v_depth > 0 loop
+                v_c := substr(p_pattern, v_i, 1);
+                if v_c = '\' then
+                    v_i := v_i + 1;
+                elsif v_c = '[' then
+                    return '';  -- brackets inside groups: not worth the risk
+                elsif v_c = '(' then
+                    v_depth := v_depth + 1;
+                elsif v_c = ')' then
+                    v_depth := v_depth - 1;
+                end if;
+                v_i := v_i + 1;
+            end loop;
+            v_i := v_i - 1;
+        elsif v_c in ('.', '^', '$', ')', ']', '}') then
+            if length(v_run) > length(v_best) then v_best := v_run; end if;
+            v_run := '';
+        else
+            v_run := v_run || v_c;
+        end if;
+        v_i := v_i + 1;
+    end loop;
+    if length(v_run) > length(v_best) then v_best := v_run; end if;
+    return v_best;
+exception when others then
+    return '';  -- never let a strange pattern break validation
+end;
+$$;
+
+comment on function _regex_required_literal(text) is
+    'A literal that every match of the regular expression must contain (empty when none is '
+    'known): the cheap prefilter of event matching.';
+
 create or replace function _tg_routines_validate()
 returns trigger
 language plpgsql
@@ -210,6 +334,9 @@ begin
         new.next_fire_at := null;
         new.last_error := null;
     end if;
+    new.event_literal := case when new.trigger_type = 'event'
+                              then _regex_required_literal(new.trigger_config ->> 'pattern')
+                              else '' end;
     new.updated_at := case when tg_op = 'UPDATE' then now() else new.updated_at end;
     return new;
 end;
@@ -561,6 +688,9 @@ begin
           and r.enabled and r.trigger_type = 'event'
           and (r.trigger_config ->> 'channel' is null
                or lower(r.trigger_config ->> 'channel') = lower(new.channel))
+          -- The literal first: a strpos rules most routines out without
+          -- compiling their pattern (db/0004_event_literal.sql).
+          and strpos(new.content, r.event_literal) > 0
           and new.content ~ (r.trigger_config ->> 'pattern')
         order by r.id
     loop

@@ -4,13 +4,15 @@ Four tasks share one small state (what this listener is running):
 - the notifier holds a dedicated LISTEN connection, reconnects with backoff when
   it drops, and on every (re)connect wakes the claimer to catch up;
 - the claimer claims in batches when woken (NOTIFY, a finished run) or when the
-  fallback poll interval passes, then starts the runs and spawns the agents;
+  fallback poll interval passes — claim and run start in one statement — and
+  spawns the agents;
 - the finisher records finished runs in batches, retrying until the database
   has them (finish_runs is idempotent, so a retry after a lost reply is safe);
 - the heartbeat extends leases, stops agents whose job this listener no longer
   holds (cancelled, or expired and taken), and sweeps expired leases.
 
-Guarantees: an agent runs only after start_runs confirmed the claim; every run
+Guarantees: an agent runs only for a job this listener claimed and whose run the
+same statement opened (claim_jobs with p_start); every run
 that started is finished in the database (by us, or by lease expiry if we die);
 on stop, no new claims, running agents get `shutdown_grace` seconds, and what
 remains is killed and released back to pending.
@@ -308,7 +310,7 @@ class Listener:
                 async with self._claiming:
                     jobs = await self._with_retry(
                         "claim",
-                        lambda conn, limit=limit: queries.claim(
+                        lambda conn, limit=limit: queries.claim_and_start(
                             conn,
                             self.config.worker_id,
                             limit,
@@ -323,24 +325,18 @@ class Listener:
                     break
 
     async def _start(self, jobs: list[queries.ClaimedJob]) -> None:
+        """Spawn the agents of jobs claimed and started (their runs are open)."""
         if any(job.agent not in self._agents for job in jobs):
             await self._with_retry("reload", self._reload)
-        ids = [job.id for job in jobs]
-        started = await self._with_retry(
-            "start_runs", lambda conn: queries.start_runs(conn, self.config.worker_id, ids)
-        )
         for job in jobs:
-            run_id = started.get(job.id)
-            if run_id is None:
-                log.event("job.lost_before_start", job=str(job.id))
-                continue
+            assert job.run_id is not None, "claim_and_start opens a run per job"
             agent = self._agents[job.agent]
-            log.debug("job.started", job=str(job.id), run=str(run_id), agent=agent.name)
+            log.debug("job.started", job=str(job.id), run=str(job.run_id), agent=agent.name)
             if agent.adapter is Adapter.NOOP:
-                task = Task(str(job.id), str(run_id), job.prompt)
-                self._record(queries.FinishedRun(run_id, job.id, run_noop(task)))
+                task = Task(str(job.id), str(job.run_id), job.prompt)
+                self._record(queries.FinishedRun(job.run_id, job.id, run_noop(task)))
                 continue
-            running = _Running(job, run_id, asyncio.Event())
+            running = _Running(job, job.run_id, asyncio.Event())
             self._running[job.id] = running
             running.task = asyncio.create_task(self._run(running, agent))
 

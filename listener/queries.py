@@ -30,6 +30,7 @@ class ClaimedJob:
     resume_session_id: str | None
     attempts: int
     claim_expires_at: Any
+    run_id: UUID | None
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class FinishedRun:
         }
 
 
-async def claim(
+async def claim_and_start(
     conn: psycopg.AsyncConnection,
     worker: str,
     limit: int,
@@ -77,19 +78,10 @@ async def claim(
 ) -> list[ClaimedJob]:
     async with conn.cursor(row_factory=class_row(ClaimedJob)) as cur:
         await cur.execute(
-            "select * from ceaseless.claim_jobs(%s, %s, %s, %s, now(), %s)",
+            "select * from ceaseless.claim_jobs(%s, %s, %s, %s, now(), %s, true)",
             (worker, limit, kinds, agents, lease_secs),
         )
         return await cur.fetchall()
-
-
-async def start_runs(
-    conn: psycopg.AsyncConnection, worker: str, job_ids: list[UUID]
-) -> dict[UUID, UUID]:
-    cur = await conn.execute(
-        "select job_id, run_id from ceaseless.start_runs(%s, %s)", (worker, job_ids)
-    )
-    return {job_id: run_id for job_id, run_id in await cur.fetchall()}
 
 
 async def finish_runs(

@@ -6,17 +6,18 @@ every peer is timed and counted the same way:
 
 - `PeerResult`, the one answer shape the harness reads;
 - `drain_in_processes`, which starts the consumer processes, lets each one set up (imports,
-  connections, handler registration), and only then starts the clock and releases them all at
-  once; the clock stops when the last consumer reports its queue drained, which each peer
-  defines as "its own bookkeeping of the last job is written";
+  connections, handler registration), then reads the start off the server's clock and releases
+  them all at once. The clock stops at the last completion the peer itself recorded, read off
+  the same server clock; the time a consumer takes to notice the queue is empty and exit is
+  not counted, just as for ours, where a watcher sees the last job delivered;
 - `tally`, which turns what was enqueued, what the no-op task saw, and what the peer's own
   bookkeeping says into completed / lost / duplicated.
 
 The no-op task of every queue peer costs the same: it appends the job's id to a list in its
 own process, and the list travels back to the parent when the consumer exits.
 
-Guarantees: a consumer that fails or hangs fails the run (with the consumer's traceback) instead
-of yielding a number; consumer processes are always reaped.
+Guarantees: a consumer that fails or hangs fails the run (with the end of its stderr) instead of
+yielding a number; consumer processes are always reaped.
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from importlib import import_module
 from typing import IO, Any
+
+import psycopg
 
 __all__ = ["Drain", "Gate", "PeerError", "PeerResult", "drain_in_processes", "tally"]
 
@@ -66,19 +70,24 @@ class PeerError(RuntimeError):
 
 @dataclass(frozen=True)
 class Drain:
-    """What the consumer processes reported: the drain's wall time and each task run seen."""
+    """A finished drain: when the consumers were released (server clock), each task run seen."""
 
-    seconds: float
+    started_at: datetime
     runs: Counter[int]
+
+    def seconds_until(self, last_completed_at: datetime | None) -> float:
+        """Seconds from the release to the last completion the peer recorded (server clock)."""
+        if last_completed_at is None:
+            raise PeerError("the peer recorded no completion at all")
+        return (last_completed_at - self.started_at).total_seconds()
 
 
 class Gate:
-    """A consumer's side of the start line: announce readiness, wait, then mark the drain done."""
+    """A consumer's side of the start line: announce readiness, then wait for the common start."""
 
     def __init__(self, channel: IO[str], commands: IO[str]) -> None:
         self._channel = channel
         self._commands = commands
-        self.drained_at: float | None = None
 
     async def wait(self) -> None:
         """Report this consumer set up, then block until every consumer may start."""
@@ -87,13 +96,9 @@ class Gate:
         if line.strip() != "go":
             raise PeerError(f"expected 'go' from the parent, got {line!r}")
 
-    def drained(self) -> None:
-        """Stop this consumer's clock: its queue is empty and its completions are written."""
-        self.drained_at = time.monotonic()
 
-
-# A consumer: sets up, awaits gate.wait(), drains, calls gate.drained(), returns the job ids
-# its no-op task saw, one entry per run.
+# A consumer: sets up, awaits gate.wait(), drains until its queue is empty, and returns the job
+# ids its no-op task saw, one entry per run.
 Consume = Callable[[str, Gate], Awaitable[list[int]]]
 
 
@@ -112,16 +117,13 @@ def consumer_main() -> None:
     """Body of one consumer process: read its orders on stdin, report on stdout.
 
     stdin carries one JSON line {"consume": "module:function", "dsn": ...} (the DSN stays off
-    the command line), then "go". stdout carries {"ready": pid}, then {"seen": [...],
-    "drained_at": t}; anything a library prints goes to stderr instead.
+    the command line), then "go". stdout carries {"ready": pid}, then {"seen": [...]};
+    anything a library prints goes to stderr instead.
     """
     channel, sys.stdout = sys.stdout, sys.stderr
     orders = json.loads(sys.stdin.readline())
-    gate = Gate(channel, sys.stdin)
-    seen = asyncio.run(_resolve(orders["consume"])(orders["dsn"], gate))
-    if gate.drained_at is None:
-        raise PeerError("the consumer returned without marking its drain done")
-    _send(channel, {"seen": seen, "drained_at": gate.drained_at})
+    seen = asyncio.run(_resolve(orders["consume"])(orders["dsn"], Gate(channel, sys.stdin)))
+    _send(channel, {"seen": seen})
 
 
 def _reference(consume: Consume) -> str:
@@ -202,12 +204,21 @@ def _consumers(count: int) -> Iterator[list[_Consumer]]:
                 consumer.reap()
 
 
-def drain_in_processes(consume: Consume, dsn: str, workers: int, *, timeout: float) -> Drain:
-    """Run `workers` consumer processes over one queue and time them from a common start.
+def _server_clock(dsn: str) -> datetime:
+    """The server's clock: starts and completions are then read off one clock, the database's."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("select clock_timestamp()").fetchone()
+    assert row is not None
+    now: datetime = row[0]
+    return now
 
-    `consume` must be a module-level function: each process imports it by name. The clock
-    starts once every consumer has called `gate.wait()` and stops at the latest
-    `gate.drained()`; `timeout` bounds the drain itself.
+
+def drain_in_processes(consume: Consume, dsn: str, workers: int, *, timeout: float) -> Drain:
+    """Run `workers` consumer processes over one queue, released together; wait until drained.
+
+    `consume` must be a module-level function: each process imports it by name. The start is
+    read off the server's clock once every consumer has called `gate.wait()`, just before they
+    are released; `timeout` bounds the drain itself.
     """
     if workers < 1:
         raise ValueError("workers must be at least 1")
@@ -218,14 +229,15 @@ def drain_in_processes(consume: Consume, dsn: str, workers: int, *, timeout: flo
             consumer.send(orders)
         for consumer in consumers:
             consumer.receive(setup_deadline, "ready")
-        started = time.monotonic()
+        started_at = _server_clock(dsn)
+        deadline = time.monotonic() + timeout
         for consumer in consumers:
             consumer.send("go")
-        reports = [consumer.receive(started + timeout, "its drain") for consumer in consumers]
+        reports = [consumer.receive(deadline, "its drain") for consumer in consumers]
     runs: Counter[int] = Counter()
     for report in reports:
         runs.update(report["seen"])
-    return Drain(seconds=max(report["drained_at"] for report in reports) - started, runs=runs)
+    return Drain(started_at=started_at, runs=runs)
 
 
 def tally(

@@ -11,15 +11,16 @@ Drain (timed): each worker process runs one `QueueManager` on its own psycopg (v
 connection, in drain mode, so `run()` returns once the queue is empty and the job-status buffer
 is flushed. The batch size follows the performance guide's advice for short jobs.
 
-Counting: the no-op entrypoint appends `job.id` in its process; pgqueuer's own bookkeeping is
-`pgqueuer_log`, where finishing a job writes a row with status 'successful' in the same
-statement that deletes the job.
+Counting and timing: the no-op entrypoint appends `job.id` in its process; pgqueuer's own
+bookkeeping is `pgqueuer_log`, where finishing a job writes a row with status 'successful' in
+the same statement that deletes the job. The drain ends at the latest such row's `created`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from datetime import datetime
 from importlib.metadata import version
 
 import psycopg
@@ -33,7 +34,7 @@ NAME = "pgqueuer"
 ENTRYPOINT = "bench_noop"
 # Jobs claimed per dequeue round trip. The default is 10; the guide says to raise it for jobs
 # shorter than a second, and a no-op is as short as jobs get.
-BATCH_SIZE = 25
+BATCH_SIZE = 10
 
 
 async def _connect(dsn: str) -> psycopg.AsyncConnection:
@@ -63,17 +64,16 @@ async def _consume(dsn: str, gate: Gate) -> list[int]:
 
         await gate.wait()
         await manager.run(batch_size=BATCH_SIZE, mode=QueueExecutionMode.drain)
-        gate.drained()
     return seen
 
 
-def _finished(dsn: str) -> Counter[int]:
-    """Jobs pgqueuer logged as successful, with how many times each was logged."""
+def _finished(dsn: str) -> tuple[Counter[int], datetime | None]:
+    """Jobs pgqueuer logged as successful (with how many times each), and the last such log."""
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
-            "select job_id from pgqueuer_log where status = 'successful'"
+            "select job_id, created from pgqueuer_log where status = 'successful'"
         ).fetchall()
-    return Counter(int(job_id) for (job_id,) in rows)
+    return Counter(int(job_id) for job_id, _ in rows), max((at for _, at in rows), default=None)
 
 
 def run(dsn: str, jobs: int, *, workers: int = 1, timeout: float = 600.0) -> PeerResult:
@@ -85,4 +85,5 @@ def run(dsn: str, jobs: int, *, workers: int = 1, timeout: float = 600.0) -> Pee
         f"one QueueManager per process, batch_size={BATCH_SIZE}, drain mode, durability durable, "
         "autovacuum settings applied; counted task runs and pgqueuer_log 'successful' rows"
     )
-    return tally(NAME, ids, drain.runs, _finished(dsn), seconds=drain.seconds, note=note)
+    finished, last = _finished(dsn)
+    return tally(NAME, ids, drain.runs, finished, seconds=drain.seconds_until(last), note=note)

@@ -214,7 +214,7 @@ def test_event_matching_reads_only_the_users_event_routines(conn: psycopg.Connec
         "insert into ceaseless.routines (name, user_id, agent, trigger_type, trigger_config, "
         "action_type, action_config) "
         "select 'r' || g, 'user' || g, 'noop', 'event', '{\"pattern\": \"x\"}', 'lightweight', "
-        "'{\"prompt\": \"p\"}' from generate_series(1, 5000) g"
+        '\'{"prompt": "p"}\' from generate_series(1, 5000) g'
     )
     conn.execute("analyze ceaseless.routines")
     plan = conn.execute(

