@@ -412,59 +412,70 @@ $$;
 comment on function _routine_ok_instruction() is
     'The closing instruction of every lightweight routine prompt.';
 
--- Create the job that does a routine run's work.
---
--- The prompt is assembled here, in the order of spec 5.8: the routine's
--- prompt (and what fired it), then the context files — which only the
--- listener can read, so they are named in payload.context_paths and inserted
--- by the listener between `prompt` and payload.prompt_tail — then the previous
--- run's state, then the ROUTINE_OK instruction.
+-- What the job of one routine run looks like, assembled in the order of spec
+-- 5.8: the routine's prompt (and what fired it), then the context files —
+-- which only the listener can read, so they are named in
+-- payload.context_paths and inserted by the listener between `prompt` and
+-- payload.prompt_tail — then the previous run's state, then the ROUTINE_OK
+-- instruction. One definition for single fires and batch fires alike.
+create or replace function _routine_job_spec(p_routine routines, p_context text)
+returns table (prompt text, payload jsonb, expects_reply boolean, max_attempts integer,
+               max_turns integer)
+language sql stable
+set search_path = ceaseless, pg_catalog
+as $$
+    with fired as (
+        select case when p_context is not null and p_context <> ''
+                    then E'\n\n## What fired this run\n\n' || p_context else '' end as context
+    )
+    select case when p_routine.action_type = 'lightweight'
+                then (p_routine.action_config ->> 'prompt') || fired.context
+                else (p_routine.action_config ->> 'title') || E'\n\n'
+                     || (p_routine.action_config ->> 'description') || fired.context
+           end,
+           case when p_routine.action_type = 'lightweight'
+                then jsonb_build_object(
+                         'routine_id', p_routine.id, 'action', 'lightweight',
+                         'context_paths', p_routine.action_config -> 'context_paths',
+                         'max_tokens', p_routine.action_config -> 'max_tokens',
+                         'prompt_tail',
+                         case when p_routine.state <> '{}'::jsonb
+                              then E'\n\n## State from the previous run\n\n' || p_routine.state::text
+                              else '' end
+                         || E'\n\n' || _routine_ok_instruction())
+                else jsonb_build_object('routine_id', p_routine.id, 'action', 'full_job')
+           end,
+           -- A lightweight run's whole product is its reply: an empty one is
+           -- a failure, retried at most twice (three attempts).
+           p_routine.action_type = 'lightweight',
+           case when p_routine.action_type = 'lightweight' then 3 end,
+           case when p_routine.action_type = 'full_job'
+                then (p_routine.action_config ->> 'max_iterations')::integer end
+    from fired;
+$$;
+
+comment on function _routine_job_spec(routines, text) is
+    'The prompt, payload and limits of a routine run''s job: lightweight (prompt + context + '
+    'state + ROUTINE_OK, replies required) or full_job (title + description, max_turns).';
+
+-- Enqueue the job that does one routine run.
 create or replace function _routine_job(
     p_routine routines, p_run_id uuid, p_context text, p_now timestamptz
 )
 returns uuid
-language plpgsql
+language sql
 set search_path = ceaseless, pg_catalog
 as $$
-declare
-    v_head text;
-    v_tail text;
-    v_job uuid;
-    v_context text := case when p_context is not null and p_context <> ''
-                           then E'\n\n## What fired this run\n\n' || p_context else '' end;
-begin
-    if p_routine.action_type = 'lightweight' then
-        v_head := (p_routine.action_config ->> 'prompt') || v_context;
-        v_tail := case when p_routine.state <> '{}'::jsonb
-                       then E'\n\n## State from the previous run\n\n' || p_routine.state::text
-                       else '' end
-                  || E'\n\n' || _routine_ok_instruction();
-        insert into job (kind, agent, prompt, payload, routine_run_id, expects_reply, max_attempts,
-                         run_after, created_at)
-        values ('routine', p_routine.agent, v_head,
-                jsonb_build_object('routine_id', p_routine.id, 'action', 'lightweight',
-                                   'context_paths', p_routine.action_config -> 'context_paths',
-                                   'prompt_tail', v_tail,
-                                   'max_tokens', p_routine.action_config -> 'max_tokens'),
-                p_run_id, true, 3, p_now, p_now)
-        returning id into v_job;
-    else
-        insert into job (kind, agent, prompt, payload, routine_run_id, max_turns,
-                         run_after, created_at)
-        values ('routine', p_routine.agent,
-                (p_routine.action_config ->> 'title') || E'\n\n'
-                    || (p_routine.action_config ->> 'description') || v_context,
-                jsonb_build_object('routine_id', p_routine.id, 'action', 'full_job'),
-                p_run_id, (p_routine.action_config ->> 'max_iterations')::integer, p_now, p_now)
-        returning id into v_job;
-    end if;
-    return v_job;
-end;
+    insert into job (kind, agent, prompt, payload, routine_run_id, expects_reply, max_attempts,
+                     max_turns, run_after, created_at)
+    select 'routine', p_routine.agent, s.prompt, s.payload, p_run_id, s.expects_reply,
+           s.max_attempts, s.max_turns, p_now, p_now
+    from _routine_job_spec(p_routine, p_context) s
+    returning id;
 $$;
 
 comment on function _routine_job(routines, uuid, text, timestamptz) is
-    'Enqueue the job that does one routine run: lightweight (prompt + context + state + '
-    'ROUTINE_OK, replies required) or full_job (title + description, max_turns).';
+    'Enqueue the job that does one routine run (see _routine_job_spec).';
 
 -- Fire one routine, checking its guardrails atomically; returns the
 -- routine_runs row written (running, or skipped with its reason).
@@ -551,8 +562,14 @@ comment on function _fire_routine(uuid, text, timestamptz, text, text, integer, 
 -- and missed-slot count with croniter, and calls this in the same
 -- transaction, so no two listeners fire one slot.
 --
--- A fire refused by cooldown is deferred to the end of the cooldown instead of
--- the next slot (spec 5.6).
+-- Set-based: one statement judges the whole batch against the guardrails
+-- that apply to cron (cooldown — deferred to its end, spec 5.6 —,
+-- max_concurrent, the global cap, filled in the order given) and writes every
+-- run, every job and every next_fire_at, so a fan-out of thousands of
+-- routines costs a few statements, not thousands.
+--
+-- Locks: the routine_run_gauge row (the cap's serialisation point, as for a
+-- single fire), then the batch's routine rows, which the caller holds already.
 create or replace function fire_cron_routines(
     p_routine_ids uuid[],
     p_next_fire_ats timestamptz[],
@@ -566,42 +583,97 @@ set search_path = ceaseless, pg_catalog
 as $$
 #variable_conflict use_column
 declare
-    v_run routine_runs;
-    v_next timestamptz;
-    v_routine routines;
+    v_free bigint;
 begin
     if cardinality(p_routine_ids) is distinct from cardinality(p_next_fire_ats)
        or cardinality(p_routine_ids) is distinct from cardinality(p_missed) then
         raise exception 'fire_cron_routines: the three arrays must have one entry per routine'
             using errcode = 'CE422';
     end if;
-    for i in 1 .. coalesce(cardinality(p_routine_ids), 0) loop
-        select * into v_routine from routines r where r.id = p_routine_ids[i] for update;
-        -- Changed or disabled since the listener read it: its new schedule
-        -- gets a fresh next_fire_at through ceaseless_schedule instead.
-        continue when not found or not v_routine.enabled or v_routine.trigger_type <> 'cron'
-                      or v_routine.next_fire_at is null or v_routine.next_fire_at > p_now;
-        v_run := _fire_routine(v_routine.id, 'cron', p_now,
-                               v_routine.trigger_config ->> 'schedule', null, p_missed[i]);
-        v_next := case when v_run.skip_reason = 'cooldown'
-                       then greatest(v_routine.last_run_at
-                                     + make_interval(secs => v_routine.cooldown_secs),
-                                     p_now)
-                       else p_next_fire_ats[i] end;
-        update routines r set next_fire_at = v_next where r.id = v_routine.id;
-        routine_id := v_routine.id;
-        run_id := v_run.id;
-        status := v_run.status;
-        skip_reason := v_run.skip_reason;
-        next_fire_at := v_next;
-        return next;
-    end loop;
+    select greatest(_setting_int('routine_max_running') - g.running, 0) into v_free
+    from routine_run_gauge g for update;
+
+    return query
+    with input as (
+        select * from unnest(p_routine_ids, p_next_fire_ats, p_missed) with ordinality
+            as i(id, next_at, missed, ord)
+    ),
+    -- Changed or disabled since the listener read it: its new schedule gets a
+    -- fresh next_fire_at through ceaseless_schedule instead.
+    due as (
+        select r as routine, i.next_at, i.missed, i.ord,
+               (select count(*) from routine_runs rr
+                where rr.routine_id = r.id and rr.status = 'running') as running
+        from routines r
+        join input i on i.id = r.id
+        where r.enabled and r.trigger_type = 'cron'
+          and r.next_fire_at is not null and r.next_fire_at <= p_now
+        for update of r
+    ),
+    judged as (
+        select d.*,
+               case when (d.routine).last_run_at is not null
+                         and p_now < (d.routine).last_run_at
+                                     + make_interval(secs => (d.routine).cooldown_secs)
+                    then 'cooldown'
+                    when d.running >= (d.routine).max_concurrent then 'concurrency'
+               end as reason
+        from due d
+    ),
+    -- The global cap admits the first v_free runnable routines, in order.
+    capped as (
+        select j.routine, j.next_at, j.missed,
+               case when j.reason is null
+                         and count(*) filter (where j.reason is null) over (order by j.ord) > v_free
+                    then 'global_cap' else j.reason end as reason,
+               gen_random_uuid() as run_id,
+               gen_random_uuid() as job_id
+        from judged j
+    ),
+    -- Runs and jobs point at each other; both are written by this one
+    -- statement, whose foreign keys are checked when it ends.
+    runs as (
+        insert into routine_runs (id, routine_id, trigger_type, trigger_detail, started_at,
+                                  status, skip_reason, completed_at, missed_slots, created_at,
+                                  job_id)
+        select c.run_id, (c.routine).id, 'cron', left((c.routine).trigger_config ->> 'schedule', 200),
+               p_now, case when c.reason is null then 'running' else 'skipped' end, c.reason,
+               case when c.reason is null then null else p_now end, greatest(c.missed, 0), p_now,
+               case when c.reason is null then c.job_id end
+        from capped c
+        returning routine_runs.id
+    ),
+    jobs as (
+        insert into job (id, kind, agent, prompt, payload, routine_run_id, expects_reply,
+                         max_attempts, max_turns, run_after, created_at)
+        select c.job_id, 'routine', (c.routine).agent, s.prompt, s.payload, c.run_id,
+               s.expects_reply, s.max_attempts, s.max_turns, p_now, p_now
+        from capped c
+        cross join lateral _routine_job_spec(c.routine, null) s
+        where c.reason is null
+        returning job.id
+    ),
+    moved as (
+        update routines r
+        set next_fire_at = case when c.reason = 'cooldown'
+                                then greatest((c.routine).last_run_at
+                                              + make_interval(secs => (c.routine).cooldown_secs),
+                                              p_now)
+                                else c.next_at end
+        from capped c
+        where r.id = (c.routine).id
+        returning r.id, r.next_fire_at
+    )
+    select (c.routine).id, c.run_id,
+           case when c.reason is null then 'running' else 'skipped' end, c.reason, m.next_fire_at
+    from capped c
+    join moved m on m.id = (c.routine).id;
 end;
 $$;
 
 comment on function fire_cron_routines(uuid[], timestamptz[], integer[], timestamptz) is
-    'Fire due cron routines the caller locked, recording missed slots, and store each one''s '
-    'next slot (or the end of its cooldown) in the same transaction.';
+    'Fire a batch of due cron routines the caller locked, set-based: guardrails (cooldown '
+    'deferred, max_concurrent, global cap), runs, jobs and each next slot in one statement.';
 
 -- The listener's answer to ceaseless_schedule: store freshly computed
 -- next_fire_at values, but only where the schedule and timezone they were
@@ -837,38 +909,84 @@ create trigger job_routine_outcome
     referencing old table as old_rows new table as new_rows
     for each statement execute function _tg_job_routine_outcome();
 
--- Announce and audit routine run starts and ends.
-create or replace function _tg_routine_runs_changed()
+-- Keep routine_run_gauge, audit and announce routine run starts and ends.
+-- Statement-level, like the job triggers: a cron batch writes hundreds of
+-- runs in one statement, and the gauge then moves once, not once per row.
+create or replace function _tg_routine_runs_insert()
 returns trigger
 language plpgsql
 set search_path = ceaseless, pg_catalog
 as $$
 begin
-    if tg_op = 'UPDATE' and new.status = old.status then
-        return null;
-    end if;
-    if (new.status = 'running') <> (tg_op = 'UPDATE' and old.status = 'running') then
-        update routine_run_gauge
-        set running = running + case when new.status = 'running' then 1 else -1 end;
-    end if;
-    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-    values (_actor(), 'routine_run', new.id, lower(tg_op),
-            case when tg_op = 'UPDATE' then old.status end, new.status,
-            jsonb_build_object('routine_id', new.routine_id, 'skip_reason', new.skip_reason));
-    perform pg_notify('ceaseless_run', jsonb_build_object(
-        'table', 'routine_runs', 'id', new.id, 'status', new.status)::text);
+    update routine_run_gauge
+    set running = running + (select count(*) from new_rows where status = 'running')
+    where exists (select from new_rows where status = 'running');
+
+    insert into audit_log (actor, entity, entity_id, action, new_state, detail)
+    select _actor(), 'routine_run', n.id, 'insert', n.status,
+           jsonb_build_object('routine_id', n.routine_id, 'skip_reason', n.skip_reason)
+    from new_rows n;
+
+    perform _notify_group('ceaseless_run', array_agg(n.id),
+                          jsonb_build_object('table', 'routine_runs', 'status', n.status))
+    from new_rows n
+    group by n.status;
     return null;
 end;
 $$;
 
-comment on function _tg_routine_runs_changed() is
-    'After a routine run is written or changes status: keep routine_run_gauge, audit it and '
-    'NOTIFY ceaseless_run.';
+comment on function _tg_routine_runs_insert() is
+    'After INSERT on routine_runs: move routine_run_gauge, audit each run, NOTIFY ceaseless_run '
+    'once per status.';
+
+create or replace function _tg_routine_runs_update()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    update routine_run_gauge
+    set running = running + d.delta
+    from (select sum(case when n.status = 'running' then 1 else 0 end
+                     - case when o.status = 'running' then 1 else 0 end) as delta
+          from new_rows n join old_rows o on o.id = n.id) d
+    where d.delta <> 0;
+
+    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
+    select _actor(), 'routine_run', n.id, 'update', o.status, n.status,
+           jsonb_build_object('routine_id', n.routine_id, 'skip_reason', n.skip_reason)
+    from new_rows n
+    join old_rows o on o.id = n.id
+    where n.status is distinct from o.status;
+
+    perform _notify_group('ceaseless_run', array_agg(n.id),
+                          jsonb_build_object('table', 'routine_runs', 'status', n.status))
+    from new_rows n
+    join old_rows o on o.id = n.id
+    where n.status is distinct from o.status
+    group by n.status;
+    return null;
+end;
+$$;
+
+comment on function _tg_routine_runs_update() is
+    'After UPDATE on routine_runs: move routine_run_gauge, audit status changes, NOTIFY '
+    'ceaseless_run once per new status.';
 
 drop trigger if exists routine_runs_changed on routine_runs;
-create trigger routine_runs_changed
-    after insert or update on routine_runs
-    for each row execute function _tg_routine_runs_changed();
+drop function if exists _tg_routine_runs_changed();
+
+drop trigger if exists routine_runs_insert on routine_runs;
+create trigger routine_runs_insert
+    after insert on routine_runs
+    referencing new table as new_rows
+    for each statement execute function _tg_routine_runs_insert();
+
+drop trigger if exists routine_runs_update on routine_runs;
+create trigger routine_runs_update
+    after update on routine_runs
+    referencing old table as old_rows new table as new_rows
+    for each statement execute function _tg_routine_runs_update();
 
 -- A running run deleted with its routine still leaves the gauge.
 create or replace function _tg_routine_runs_deleted()

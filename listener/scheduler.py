@@ -15,6 +15,7 @@ croniter rejects is disabled with its error recorded and never stops the others.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from uuid import UUID
@@ -23,7 +24,7 @@ import psycopg
 
 from listener import cron, log
 
-_BATCH = 500
+_BATCH = 2000
 
 
 @dataclass(frozen=True)
@@ -114,12 +115,16 @@ async def _fire_batch(conn: psycopg.AsyncConnection, now: datetime) -> tuple[int
         ids: list[UUID] = []
         nexts: list[datetime] = []
         missed: list[int] = []
+        # Routines of a fan-out share schedules: compute each distinct answer
+        # once per batch (croniter costs a few hundred microseconds a call).
+        next_fire = functools.cache(cron.next_fire)
+        slots_between = functools.cache(cron.slots_between)
         for routine_id, schedule, timezone, due_at in due:
             try:
-                next_at = cron.next_fire(schedule, timezone, now)
+                next_at = next_fire(schedule, timezone, now)
                 # One fire stands for the latest due slot; the slots after the
                 # one it was due at were missed (spec 5.2).
-                missed_slots = cron.slots_between(schedule, timezone, due_at, now)
+                missed_slots = slots_between(schedule, timezone, due_at, now)
             except cron.CronError as exc:
                 await _disable(conn, routine_id, schedule, exc)
                 continue

@@ -8,8 +8,8 @@ every peer is timed and counted the same way:
 - `drain_in_processes`, which starts the consumer processes, lets each one set up (imports,
   connections, handler registration), then reads the start off the server's clock and releases
   them all at once. The clock stops at the last completion the peer itself recorded, read off
-  the same server clock; the time a consumer takes to notice the queue is empty and exit is
-  not counted, just as for ours, where a watcher sees the last job delivered;
+  the same server clock; the time a consumer takes to notice that the queue is empty and to
+  exit is not counted;
 - `tally`, which turns what was enqueued, what the no-op task saw, and what the peer's own
   bookkeeping says into completed / lost / duplicated.
 
@@ -145,8 +145,8 @@ class _Consumer:
         self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
 
-    def receive(self, deadline: float, what: str) -> dict[str, Any]:
-        """The consumer's next message, or PeerError when it dies or the deadline passes.
+    def receive(self, key: str, deadline: float) -> Any:
+        """The consumer's next message, which must be `key`'s; PeerError on death or deadline.
 
         select() on the buffered stream is sound here because the consumer never writes a
         message before the parent has read the previous one.
@@ -155,12 +155,14 @@ class _Consumer:
         assert stdout is not None
         readable, _, _ = select.select([stdout], [], [], max(deadline - time.monotonic(), 0.0))
         if not readable:
-            raise self.failure(f"did not report {what} in time; raise the timeout")
+            raise self.failure(f"did not report {key!r} in time; raise the timeout")
         line = stdout.readline()
         if not line:
-            raise self.failure(f"exited before reporting {what}")
+            raise self.failure(f"exited before reporting {key!r}")
         message: dict[str, Any] = json.loads(line)
-        return message
+        if key not in message:
+            raise self.failure(f"sent {sorted(message)} where {key!r} was due")
+        return message[key]
 
     def failure(self, what: str) -> PeerError:
         code = self.process.poll()
@@ -204,10 +206,9 @@ def _consumers(count: int) -> Iterator[list[_Consumer]]:
                 consumer.reap()
 
 
-def _server_clock(dsn: str) -> datetime:
+def _now(clock: psycopg.Connection) -> datetime:
     """The server's clock: starts and completions are then read off one clock, the database's."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("select clock_timestamp()").fetchone()
+    row = clock.execute("select clock_timestamp()").fetchone()
     assert row is not None
     now: datetime = row[0]
     return now
@@ -228,15 +229,16 @@ def drain_in_processes(consume: Consume, dsn: str, workers: int, *, timeout: flo
         for consumer in consumers:
             consumer.send(orders)
         for consumer in consumers:
-            consumer.receive(setup_deadline, "ready")
-        started_at = _server_clock(dsn)
+            consumer.receive("ready", setup_deadline)
+        with psycopg.connect(dsn, autocommit=True) as clock:
+            started_at = _now(clock)
+            for consumer in consumers:
+                consumer.send("go")
         deadline = time.monotonic() + timeout
-        for consumer in consumers:
-            consumer.send("go")
-        reports = [consumer.receive(deadline, "its drain") for consumer in consumers]
+        reports = [consumer.receive("seen", deadline) for consumer in consumers]
     runs: Counter[int] = Counter()
-    for report in reports:
-        runs.update(report["seen"])
+    for seen in reports:
+        runs.update(seen)
     return Drain(started_at=started_at, runs=runs)
 
 

@@ -31,9 +31,9 @@ from bench.peers import Gate, PeerResult, drain_in_processes, tally
 
 NAME = "procrastinate"
 TASK = "bench_noop"
-# Parallel sub-workers per worker process; enough to keep the database busy while each job's
-# fetch and finish round trips are in flight.
-CONCURRENCY = 30
+# Parallel sub-workers per worker process, so finishing jobs overlaps with fetching the next.
+# A worker still fetches one job at a time, so values from 1 to 30 measured about the same.
+CONCURRENCY = 10
 # Connections a worker holds besides its sub-workers' (the LISTEN connection, and one spare for
 # heartbeats and abort polling).
 _OWN_CONNECTIONS = 2

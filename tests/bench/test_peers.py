@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from bench.peers import PeerResult, tally
+from bench.peers import Gate, PeerError, PeerResult, drain_in_processes, tally
 from tests.conftest import url_for
 
 JOBS = 300
@@ -80,3 +80,22 @@ def test_tally_counts_a_double_run_as_duplicated_and_an_unrecorded_one_as_lost()
 def test_tally_counts_a_twice_recorded_completion_as_duplicated() -> None:
     result = tally("peer", [1], Counter({1: 1}), Counter({1: 2}), seconds=1.0, note="n")
     assert (result.completed, result.duplicated, result.lost) == (0, 1, 0)
+
+
+async def _failing_consumer(dsn: str, gate: Gate) -> list[int]:
+    await gate.wait()
+    raise RuntimeError("the consumer broke mid-drain")
+
+
+async def _consumer_skipping_the_gate(dsn: str, gate: Gate) -> list[int]:
+    return []
+
+
+def test_a_consumer_failure_fails_the_drain_with_its_traceback(server_url: str) -> None:
+    with pytest.raises(PeerError, match="the consumer broke mid-drain"):
+        drain_in_processes(_failing_consumer, server_url, 2, timeout=30)
+
+
+def test_a_consumer_that_skips_the_start_line_fails_the_drain(server_url: str) -> None:
+    with pytest.raises(PeerError, match="'ready' was due"):
+        drain_in_processes(_consumer_skipping_the_gate, server_url, 1, timeout=30)
