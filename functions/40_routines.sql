@@ -458,25 +458,6 @@ comment on function _routine_job_spec(routines, text) is
     'The prompt, payload and limits of a routine run''s job: lightweight (prompt + context + '
     'state + ROUTINE_OK, replies required) or full_job (title + description, max_turns).';
 
--- Enqueue the job that does one routine run.
-create or replace function _routine_job(
-    p_routine routines, p_run_id uuid, p_context text, p_now timestamptz
-)
-returns uuid
-language sql
-set search_path = ceaseless, pg_catalog
-as $$
-    insert into job (kind, agent, prompt, payload, routine_run_id, expects_reply, max_attempts,
-                     max_turns, run_after, created_at)
-    select 'routine', p_routine.agent, s.prompt, s.payload, p_run_id, s.expects_reply,
-           s.max_attempts, s.max_turns, p_now, p_now
-    from _routine_job_spec(p_routine, p_context) s
-    returning id;
-$$;
-
-comment on function _routine_job(routines, uuid, text, timestamptz) is
-    'Enqueue the job that does one routine run (see _routine_job_spec).';
-
 -- Fire one routine, checking its guardrails atomically; returns the
 -- routine_runs row written (running, or skipped with its reason).
 --
@@ -506,6 +487,8 @@ declare
     v_run routine_runs;
     v_hash text;
     v_reason text;
+    v_run_id uuid;
+    v_job_id uuid;
 begin
     select * into v_routine from routines where id = p_routine_id for update;
     if not found then
@@ -536,19 +519,30 @@ begin
         v_reason := 'global_cap';
     end if;
 
-    insert into routine_runs (routine_id, trigger_type, trigger_detail, started_at, status,
-                              skip_reason, completed_at, missed_slots, content_hash, context,
-                              created_at)
-    values (v_routine.id, p_trigger, left(p_detail, 200), p_now,
-            case when v_reason is null then 'running' else 'skipped' end,
-            v_reason, case when v_reason is null then null else p_now end,
-            greatest(p_missed, 0), v_hash, p_context, p_now)
-    returning * into v_run;
-
-    if v_reason is null then
-        v_run.job_id := _routine_job(v_routine, v_run.id, p_context, p_now);
-        update routine_runs set job_id = v_run.job_id where id = v_run.id;
-    end if;
+    v_run_id := gen_random_uuid();
+    v_job_id := case when v_reason is null then gen_random_uuid() end;
+    -- The run and its job point at each other: one statement writes both,
+    -- and its foreign keys are checked when it ends.
+    with run as (
+        insert into routine_runs (id, routine_id, trigger_type, trigger_detail, started_at,
+                                  status, skip_reason, completed_at, missed_slots, content_hash,
+                                  context, created_at, job_id)
+        values (v_run_id, v_routine.id, p_trigger, left(p_detail, 200), p_now,
+                case when v_reason is null then 'running' else 'skipped' end,
+                v_reason, case when v_reason is null then null else p_now end,
+                greatest(p_missed, 0), v_hash, p_context, p_now, v_job_id)
+        returning *
+    ),
+    work as (
+        insert into job (id, kind, agent, prompt, payload, routine_run_id, expects_reply,
+                         max_attempts, max_turns, run_after, created_at)
+        select v_job_id, 'routine', v_routine.agent, s.prompt, s.payload, v_run_id,
+               s.expects_reply, s.max_attempts, s.max_turns, p_now, p_now
+        from _routine_job_spec(v_routine, p_context) s
+        where v_job_id is not null
+        returning id
+    )
+    select run.* into v_run from run;
     return v_run;
 end;
 $$;
