@@ -90,7 +90,7 @@ def _chart(path: Path, rows: list[Row], latencies: list[float]) -> None:
         yerr=[[r.median - r.low for r in bars], [r.high - r.median for r in bars]],
         color=["#2b6cb0" if r.system == "ceaseless" else "#a0aec0" for r in bars],
     )
-    left.set_xticks(range(len(bars)), labels, fontsize=8)
+    left.set_xticks(range(len(bars)), labels, fontsize=8, rotation=30, ha="right")
     left.set_ylabel("jobs/s (median, min–max)")
     left.set_title("Throughput: claim → run → finish")
     if latencies:
