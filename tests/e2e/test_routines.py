@@ -193,10 +193,19 @@ def test_an_unparseable_stored_schedule_disables_only_that_routine(
         "select last_error from ceaseless.routines where id = %s", (bad,)
     ).fetchone()
     assert error is not None and "99 * * * *" in error[0]
-    scheduled = conn.execute(
-        "select next_fire_at is not null from ceaseless.routines where id = %s", (good,)
-    ).fetchone()
-    assert scheduled == (True,)
+    # The good routine is scheduled in the same pass (its batch is written
+    # after the bad one is disabled, so wait for it rather than race it).
+    wait_until(
+        lambda: (
+            conn.execute(
+                "select next_fire_at is not null and enabled from ceaseless.routines where id = %s",
+                (good,),
+            ).fetchone()
+            == (True,)
+        ),
+        10,
+        "the good routine was not scheduled",
+    )
 
 
 # -- webhooks over HTTP ---------------------------------------------------------
