@@ -94,7 +94,8 @@ comment on function _webhook_signature_ok(text, timestamptz, bytea, text) is
 -- stale timestamp; CE413 replayed signature; CE410 disabled; CE411 cooldown;
 -- CE412 concurrency or global cap; CE414 duplicate content (dedup window).
 -- A raise rolls back the refused run's record with it: callers that want
--- refusals recorded call _record_refused_webhook afterwards, as the ingress does.
+-- refusals recorded pass the SQLSTATE to _record_refused_webhook afterwards,
+-- as the ingress does.
 create or replace function receive_webhook(
     p_token text,
     p_body bytea,
@@ -168,9 +169,12 @@ comment on function receive_webhook(text, bytea, text, timestamptz, timestamptz)
     'routine; returns the routine_runs id. Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414.';
 
 -- Record a webhook fire that receive_webhook refused for a guardrail, after
--- the fact (its own transaction rolled back with the raise).
+-- the fact (its own transaction rolled back with the raise). Refusals that
+-- were not fires — unknown path, bad signature, stale, replay, disabled —
+-- leave nothing: p_sqlstate decides, so callers need not know which is which.
+drop function if exists _record_refused_webhook(text, text, bytea, timestamptz);
 create or replace function _record_refused_webhook(
-    p_token text, p_reason text, p_body bytea, p_now timestamptz default now()
+    p_token text, p_sqlstate text, p_body bytea, p_now timestamptz default now()
 )
 returns uuid
 language sql
@@ -178,12 +182,17 @@ set search_path = ceaseless, pg_catalog
 as $$
     insert into routine_runs (routine_id, trigger_type, trigger_detail, started_at, status,
                               skip_reason, completed_at, content_hash, created_at)
-    select r.id, 'webhook', p_token, p_now, 'skipped', p_reason, p_now,
+    select r.id, 'webhook', p_token, p_now, 'skipped', reason.skip, p_now,
            encode(sha256(p_body), 'hex'), p_now
     from routines r
+    cross join (select case p_sqlstate when 'CE411' then 'cooldown'
+                                       when 'CE412' then 'concurrency'
+                                       when 'CE414' then 'dedup' end as skip) reason
     where r.trigger_type = 'webhook' and r.trigger_config ->> 'path' = p_token
+      and reason.skip is not null
     returning id;
 $$;
 
 comment on function _record_refused_webhook(text, text, bytea, timestamptz) is
-    'Leave the skipped routine_runs row for a webhook fire refused by a guardrail.';
+    'After receive_webhook refused a fire for a guardrail (CE411/CE412/CE414), leave its '
+    'skipped routine_runs row; other refusals record nothing.';

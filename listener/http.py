@@ -36,14 +36,6 @@ STATUS_BY_SQLSTATE: dict[str, int] = {
     SqlState.DUPLICATE: 409,
 }
 
-# Refusals by a guardrail are recorded as skipped runs after the fact: the
-# raise that reported them rolled their record back.
-_RECORDED_REFUSALS = {
-    SqlState.COOLDOWN: "cooldown",
-    SqlState.CONCURRENCY: "concurrency",
-    SqlState.DUPLICATE: "dedup",
-}
-
 _POOL = web.AppKey("pool", AsyncConnectionPool)
 
 
@@ -83,11 +75,13 @@ async def _receive(request: web.Request) -> web.Response:
         status = STATUS_BY_SQLSTATE.get(exc.sqlstate or "")
         if status is None:
             raise
-        if reason := _RECORDED_REFUSALS.get(SqlState(exc.sqlstate)):
-            async with pool.connection() as conn:
-                await conn.execute(
-                    "select ceaseless._record_refused_webhook(%s, %s, %s)", (path, reason, body)
-                )
+        # The raise rolled back the refused fire's record; SQL decides whether
+        # this refusal is one to record (a guardrail) and writes it.
+        async with pool.connection() as conn:
+            await conn.execute(
+                "select ceaseless._record_refused_webhook(%s, %s, %s)",
+                (path, exc.sqlstate, body),
+            )
         log.event("webhook.refused", path=path, status=status, sqlstate=exc.sqlstate)
         return web.json_response({"error": exc.diag.message_primary}, status=status)
     run_id = row[0] if row else None

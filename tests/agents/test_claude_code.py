@@ -21,7 +21,7 @@ def init(api_key_source: str | None = "none") -> dict:
     line = {
         "type": "system",
         "subtype": "init",
-        "cwd": "/work",
+        "cwd": "/home/user/project",
         "session_id": SESSION,
         "tools": ["Bash"],
         "model": "claude-opus-4-1",

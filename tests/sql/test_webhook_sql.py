@@ -107,7 +107,8 @@ def test_cooldown_and_concurrency_refusals(conn: psycopg.Connection) -> None:
 
 
 def test_refused_fire_can_be_recorded_after_the_rollback(conn: psycopg.Connection) -> None:
-    conn.execute("select ceaseless._record_refused_webhook('deploys', 'cooldown', 'x')")
+    conn.execute("select ceaseless._record_refused_webhook('deploys', 'CE411', 'x')")
+    conn.execute("select ceaseless._record_refused_webhook('deploys', 'CE401', 'x')")
     row = conn.execute(
         "select status, skip_reason, trigger_type from ceaseless.routine_runs"
     ).fetchone()
