@@ -153,6 +153,12 @@ comment on function claim_jobs(text, integer, text[], text[], timestamptz, integ
 -- Extend the leases p_worker holds on p_job_ids; returns the ids it no longer
 -- holds (cancelled, expired and reclaimed, or unknown), whose agents the
 -- listener must stop.
+--
+-- Only leases past half their life are pushed. A listener draining thousands
+-- of short jobs holds thousands of fresh leases at every heartbeat; rewriting
+-- them all (claim_expires_at is indexed, so never a HOT update) cost more
+-- than the jobs themselves, and a lease with more than half its life left
+-- cannot expire before the next heartbeat anyway.
 create or replace function extend_leases(
     p_worker text,
     p_job_ids uuid[],
@@ -167,17 +173,33 @@ declare
     v_lease interval := make_interval(secs => coalesce(p_lease_secs, _setting_int('lease_secs')));
 begin
     return query
-    with extended as (
+    with held as (
+        select j.id, j.claim_expires_at
+        -- Joined to the ids rather than `j.id = any (p_job_ids)`: with
+        -- thousands of ids and a young table the planner may scan job and
+        -- test each row against the whole array (see finish_runs).
+        from unnest(p_job_ids) as x(id)
+        join job j on j.id = x.id
+        where j.claimed_by = p_worker
+          and j.state in ('claimed', 'running')
+    ),
+    extended as (
         update job j
         set claim_expires_at = p_now + v_lease
-        where j.id = any (p_job_ids)
+        from held h
+        where j.id = h.id
+          and h.claim_expires_at < p_now + v_lease / 2
+          -- Rechecked on the locked row: a job cancelled or expired since
+          -- `held` was read is not extended.
           and j.claimed_by = p_worker
           and j.state in ('claimed', 'running')
         returning j.id
     )
     select x.id from unnest(p_job_ids) as x(id)
     except
-    select e.id from extended e;
+    (select h.id from held h where h.claim_expires_at >= p_now + v_lease / 2
+     union all
+     select e.id from extended e);
 end;
 $$;
 

@@ -29,10 +29,10 @@ begin
     return query
     with held as (
         select j.id, j.agent, j.attempts, a.adapter, a.model
-        from job j
+        from unnest(p_job_ids) as x(id)
+        join job j on j.id = x.id
         join agents a on a.name = j.agent
-        where j.id = any (p_job_ids)
-          and j.state = 'claimed'
+        where j.state = 'claimed'
           and j.claimed_by = p_worker
         for update of j
     ),
@@ -97,53 +97,67 @@ begin
     ),
     -- Whether each run was still open decides whether its outcome moves the
     -- job; read under lock so a concurrent cancel or expiry is seen.
+    --
+    -- Every step below probes the tables by key for each row of the batch,
+    -- the batch on the outer side (LATERAL ... OFFSET 0 keeps the planner
+    -- from turning it around). It cannot size the batch, and on a young table
+    -- or one whose statistics predate the burst, a filter such as "running
+    -- jobs of this worker" looks empty: turned around, the join rescans the
+    -- whole batch for every row, quadratic in the batch (seconds at 2,000).
     target as (
-        select r.id, r.finished_at is null as was_open,
+        select x.*, r.was_open,
                -- A job that expects a reply and got none has failed, whatever
                -- the process's exit status said.
-               (j.expects_reply and x.outcome = 'succeeded'
+               (r.expects_reply and x.outcome = 'succeeded'
                 and coalesce(btrim(x.final_message), '') = '') as empty_reply
-        from agent_run r
-        join reported x on x.run_id = r.id
-        join job j on j.id = r.job_id
-        -- Probe by primary key: jsonb_to_recordset hides the batch's size
-        -- from the planner, which would otherwise hash-join it against a
-        -- scan of every run ever recorded.
-        where r.id = any (array(select reported.run_id from reported))
-        for update of r
+        from reported x
+        cross join lateral (
+            select r.finished_at is null as was_open, j.expects_reply
+            from agent_run r
+            join job j on j.id = r.job_id
+            where r.id = x.run_id
+            for update of r
+        ) r
     ),
     finished as (
         update agent_run r
-        set outcome = coalesce(r.outcome, case when t.empty_reply then 'failed' else x.outcome end),
+        set outcome = coalesce(r.outcome, case when t.empty_reply then 'failed' else t.outcome end),
             finished_at = coalesce(r.finished_at, p_now),
-            exit_status = coalesce(r.exit_status, x.exit_status),
-            final_message = coalesce(r.final_message, x.final_message),
-            error = coalesce(r.error, x.error,
+            exit_status = coalesce(r.exit_status, t.exit_status),
+            final_message = coalesce(r.final_message, t.final_message),
+            error = coalesce(r.error, t.error,
                              case when t.empty_reply then 'the agent''s reply was empty' end),
-            session_id = coalesce(r.session_id, x.session_id),
-            billing = case when r.billing = 'unknown' then coalesce(x.billing, r.billing)
+            session_id = coalesce(r.session_id, t.session_id),
+            billing = case when r.billing = 'unknown' then coalesce(t.billing, r.billing)
                            else r.billing end,
-            model = coalesce(x.model, r.model),
-            tokens_in = coalesce(r.tokens_in, x.tokens_in),
-            tokens_out = coalesce(r.tokens_out, x.tokens_out),
-            cost_usd = coalesce(r.cost_usd, x.cost_usd),
-            num_turns = coalesce(r.num_turns, x.num_turns),
-            rate_limit_reset_at = coalesce(r.rate_limit_reset_at, x.rate_limit_reset_at),
-            pr_forge = coalesce(r.pr_forge, x.pr_forge),
-            pr_owner = coalesce(r.pr_owner, x.pr_owner),
-            pr_repo = coalesce(r.pr_repo, x.pr_repo),
-            pr_number = coalesce(r.pr_number, x.pr_number),
-            pr_head_branch = coalesce(r.pr_head_branch, x.pr_head_branch),
-            pr_url = coalesce(r.pr_url, x.pr_url)
-        from reported x, target t
-        where r.id = x.run_id and t.id = r.id
+            model = coalesce(t.model, r.model),
+            tokens_in = coalesce(r.tokens_in, t.tokens_in),
+            tokens_out = coalesce(r.tokens_out, t.tokens_out),
+            cost_usd = coalesce(r.cost_usd, t.cost_usd),
+            num_turns = coalesce(r.num_turns, t.num_turns),
+            rate_limit_reset_at = coalesce(r.rate_limit_reset_at, t.rate_limit_reset_at),
+            pr_forge = coalesce(r.pr_forge, t.pr_forge),
+            pr_owner = coalesce(r.pr_owner, t.pr_owner),
+            pr_repo = coalesce(r.pr_repo, t.pr_repo),
+            pr_number = coalesce(r.pr_number, t.pr_number),
+            pr_head_branch = coalesce(r.pr_head_branch, t.pr_head_branch),
+            pr_url = coalesce(r.pr_url, t.pr_url)
+        from target t
+        where r.id = t.run_id
         returning r.id, r.job_id, r.agent, r.outcome, r.error, r.rate_limit_reset_at, t.was_open
     ),
     decided as (
         select f.id as run_id, f.job_id, f.outcome, f.error, f.rate_limit_reset_at,
                j.attempts < coalesce(j.max_attempts, a.max_attempts) as attempts_left
         from finished f
-        join job j on j.id = f.job_id
+        cross join lateral (
+            -- Only the key inside the fence: given the state too, the planner
+            -- may walk a partial index of live jobs instead of the primary key.
+            select j.attempts, j.max_attempts, j.agent, j.state, j.claimed_by
+            from job j
+            where j.id = f.job_id
+            offset 0
+        ) j
         join agents a on a.name = j.agent
         where f.was_open and j.state = 'running' and j.claimed_by = p_worker
     ),
@@ -180,7 +194,7 @@ begin
             updated_at = p_now
         from decided d
         where j.id = d.job_id
-        returning j.id, j.state
+        returning d.run_id, j.id, j.state
     ),
     paused as (
         update agents a
@@ -193,10 +207,20 @@ begin
         where a.name = d.agent
         returning a.name
     )
-    select f.id, f.job_id, coalesce(m.state, j.state)
+    -- Moved jobs report their new state; the rest (already ended by a
+    -- cancel or an expiry, or held by another listener now) report the state
+    -- they keep. Two halves rather than a join of `finished` to `moved`: the
+    -- planner cannot size either, and joined it loops over both, which is
+    -- quadratic in the batch.
+    select m.run_id, m.id, m.state
+    from moved m
+    union all
+    select f.id, f.job_id, j.state
     from finished f
-    join job j on j.id = f.job_id
-    left join moved m on m.id = f.job_id;
+    cross join lateral (
+        select j.state, j.claimed_by from job j where j.id = f.job_id offset 0
+    ) j
+    where not (f.was_open and j.state = 'running' and j.claimed_by = p_worker);
 end;
 $$;
 

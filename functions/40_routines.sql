@@ -418,12 +418,17 @@ comment on function _routine_ok_instruction() is
 -- payload.context_paths and inserted by the listener between `prompt` and
 -- payload.prompt_tail — then the previous run's state, then the ROUTINE_OK
 -- instruction. One definition for single fires and batch fires alike.
+--
+-- PL/pgSQL for its cached plan: as a SQL function with a SET clause it was
+-- planned afresh on every fire, over a millisecond of each event's insert.
 create or replace function _routine_job_spec(p_routine routines, p_context text)
 returns table (prompt text, payload jsonb, expects_reply boolean, max_attempts integer,
                max_turns integer)
-language sql stable
+language plpgsql stable
 set search_path = ceaseless, pg_catalog
 as $$
+begin
+    return query
     with fired as (
         select case when p_context is not null and p_context <> ''
                     then E'\n\n## What fired this run\n\n' || p_context else '' end as context
@@ -452,6 +457,7 @@ as $$
            case when p_routine.action_type = 'full_job'
                 then (p_routine.action_config ->> 'max_iterations')::integer end
     from fired;
+end;
 $$;
 
 comment on function _routine_job_spec(routines, text) is
@@ -733,6 +739,81 @@ comment on function run_routine(uuid, timestamptz) is
 -- Events
 -- ---------------------------------------------------------------------------
 
+-- The event routines of p_user_id whose literal occurs in p_content: the
+-- candidates whose channel and pattern the event's trigger then checks.
+--
+-- Two ways to find them, the cheaper one chosen per event. Reading a
+-- routine's entry and literal costs about a quarter of an index probe, so a
+-- user with no more event routines than a quarter of the content's
+-- four-character windows (a handful of routines, or a long event) is read
+-- whole. Otherwise each distinct window of the content is probed in
+-- routines_event_key_idx (db/0005_event_key.sql), and the routines whose
+-- literal is too short to have a key are added: a thousand routines then
+-- cost what ten do.
+create or replace function _event_candidates(p_user_id text, p_content text)
+returns setof uuid
+language plpgsql stable
+set search_path = ceaseless, pg_catalog
+-- The probe's generic plan guesses a thousand windows and looks dearer than
+-- the plan for this event's actual few, so PL/pgSQL would plan it afresh on
+-- every event (most of a millisecond); its shape is fixed by the LATERAL
+-- fence anyway, so the one generic plan is the right one.
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+    v_windows integer := greatest(char_length(p_content) - 3, 0);
+    v_few integer := v_windows / 4;
+    v_ids uuid[];
+    v_literals text[];
+begin
+    -- One more than "few" from each index tells whether there are more.
+    select array_agg(u.id), array_agg(u.event_literal) into v_ids, v_literals
+    from ((select r.id, r.event_literal
+           from routines r
+           where r.user_id = p_user_id and r.enabled and r.trigger_type = 'event'
+             and char_length(r.event_literal) >= 4
+           limit v_few + 1)
+          union all
+          (select r.id, r.event_literal
+           from routines r
+           where r.user_id = p_user_id and r.enabled and r.trigger_type = 'event'
+             and char_length(r.event_literal) < 4
+           limit v_few + 1)) u;
+    if coalesce(cardinality(v_ids), 0) <= v_few then
+        return query
+        select u.id from unnest(v_ids, v_literals) as u(id, literal)
+        where strpos(p_content, u.literal) > 0;
+        return;
+    end if;
+
+    return query
+    select r.id
+    from (select distinct substr(p_content, i, 4) as key
+          from generate_series(1, v_windows) i) w
+    -- One probe per window, both columns of the key index equal: with
+    -- `key = any (windows)` instead, a planner without statistics prefers
+    -- reading all of the user's routines through another index.
+    cross join lateral (
+        select r.id, r.event_literal
+        from routines r
+        where r.user_id = p_user_id and right(r.event_literal, 4) = w.key
+          and r.enabled and r.trigger_type = 'event' and char_length(r.event_literal) >= 4
+        offset 0
+    ) r
+    where strpos(p_content, r.event_literal) > 0
+    union all
+    select r.id
+    from routines r
+    where r.user_id = p_user_id and r.enabled and r.trigger_type = 'event'
+      and char_length(r.event_literal) < 4
+      and strpos(p_content, r.event_literal) > 0;
+end;
+$$;
+
+comment on function _event_candidates(text, text) is
+    'The enabled event routines of a user whose literal occurs in the content, found by reading '
+    'them all or by probing routines_event_key_idx, whichever is cheaper for this event.';
+
 -- Fire every matching event routine of the event's user, in the inserting
 -- transaction: the routine's user equals the event's, its channel (when set)
 -- equals the event's ignoring case, and its pattern matches anywhere in the
@@ -749,14 +830,15 @@ declare
 begin
     for v_routine in
         select r.id
-        from routines r
-        where r.user_id = new.user_id
-          and r.enabled and r.trigger_type = 'event'
-          and (r.trigger_config ->> 'channel' is null
+        -- The candidates passed the literal test, which rules most routines
+        -- out without compiling their pattern (db/0004_event_literal.sql);
+        -- each is read by primary key (OFFSET 0 keeps it that way).
+        from _event_candidates(new.user_id, new.content) as c(id)
+        cross join lateral (
+            select r.id, r.trigger_config from routines r where r.id = c.id offset 0
+        ) r
+        where (r.trigger_config ->> 'channel' is null
                or lower(r.trigger_config ->> 'channel') = lower(new.channel))
-          -- The literal first: a strpos rules most routines out without
-          -- compiling their pattern (db/0004_event_literal.sql).
-          and strpos(new.content, r.event_literal) > 0
           and new.content ~ (r.trigger_config ->> 'pattern')
         order by r.id
     loop
@@ -873,35 +955,32 @@ comment on function _finish_routine_run(uuid, timestamptz) is
     'Close a routine run from its job''s end state and reply (ok / attention / failed), update '
     'the routine''s counters and state, and queue notifications.';
 
+-- Row-level with a WHEN clause, not statement-level: the clause is checked
+-- in C before any trigger is queued, so the finish of a batch of plain jobs
+-- pays nothing here. A statement trigger with transition tables made every
+-- job update copy its old and new rows aside and join them, for routine
+-- jobs that are a small share of the work.
 create or replace function _tg_job_routine_outcome()
 returns trigger
 language plpgsql
 set search_path = ceaseless, pg_catalog
 as $$
-declare
-    v_run_id uuid;
 begin
-    for v_run_id in
-        select n.routine_run_id
-        from new_rows n
-        join old_rows o on o.id = n.id
-        where n.routine_run_id is not null
-          and n.finished_at is not null and o.finished_at is null
-    loop
-        perform _finish_routine_run(v_run_id, now());
-    end loop;
+    perform _finish_routine_run(new.routine_run_id, now());
     return null;
 end;
 $$;
 
 comment on function _tg_job_routine_outcome() is
-    'After UPDATE on job: close the routine runs whose jobs just ended.';
+    'After a routine''s job ends: close its routine run.';
 
 drop trigger if exists job_routine_outcome on job;
 create trigger job_routine_outcome
-    after update on job
-    referencing old table as old_rows new table as new_rows
-    for each statement execute function _tg_job_routine_outcome();
+    after update of finished_at on job
+    for each row
+    when (new.routine_run_id is not null
+          and new.finished_at is not null and old.finished_at is null)
+    execute function _tg_job_routine_outcome();
 
 -- Keep routine_run_gauge, audit and announce routine run starts and ends.
 -- Statement-level, like the job triggers: a cron batch writes hundreds of

@@ -1,8 +1,7 @@
 """The claim is O(due work): its plan walks job_claimable_idx and its buffers stay flat.
 
 The claim runs inside a PL/pgSQL function, so the plan is read with auto_explain
-(nested statements, sent to the client as a NOTICE) — the real statement as the
-listener runs it, not a hand-copied twin of it.
+(tests/sql/plans.py): the real statement as the listener runs it.
 """
 
 from __future__ import annotations
@@ -13,47 +12,18 @@ from typing import Any
 import psycopg
 
 from tests.factories import make_agent, make_jobs
-
-
-def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    found = [plan]
-    for child in plan.get("Plans", []):
-        found.extend(_nodes(child))
-    return found
+from tests.sql.plans import explained, nodes, statement
 
 
 def _claim_plan(conn: psycopg.Connection) -> dict[str, Any]:
-    plans: list[dict[str, Any]] = []
-
-    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
-        text = diag.message_primary or ""
-        if "Query Text" in text:
-            body = text[text.index("{") :]
-            plans.append(json.loads(body))
-
-    conn.add_notice_handler(on_notice)
-    conn.execute("load 'auto_explain'")
-    for setting, value in {
-        "auto_explain.log_min_duration": "0",
-        "auto_explain.log_analyze": "on",
-        "auto_explain.log_buffers": "on",
-        "auto_explain.log_nested_statements": "on",
-        "auto_explain.log_format": "json",
-        "auto_explain.log_level": "notice",
-        "client_min_messages": "notice",
-    }.items():
-        conn.execute(f"set {setting} = {value}")
-    with conn.transaction(force_rollback=True):
+    with explained(conn) as plans, conn.transaction(force_rollback=True):
         claimed = conn.execute("select count(*) from ceaseless.claim_jobs('w1', 10)").fetchone()
-    assert claimed == (10,)
-    conn.execute("set auto_explain.log_min_duration = -1")
-    updates = [p for p in plans if p["Query Text"].lstrip().startswith("with lane")]
-    assert len(updates) == 1, [p["Query Text"][:60] for p in plans]
-    return updates[0]["Plan"]
+        assert claimed == (10,)
+    return statement(plans, "with lane")
 
 
 def _picked(plan: dict[str, Any]) -> dict[str, Any]:
-    return next(n for n in _nodes(plan) if n.get("Subplan Name") == "CTE picked")
+    return next(n for n in nodes(plan) if n.get("Subplan Name") == "CTE picked")
 
 
 def _buffers(plan: dict[str, Any]) -> int:
@@ -72,12 +42,12 @@ def test_claim_uses_the_partial_index_and_its_buffers_do_not_grow_with_the_backl
     large = _claim_plan(conn)
 
     for plan in (small, large):
-        index_scans = [n for n in _nodes(plan) if n.get("Index Name") == "job_claimable_idx"]
+        index_scans = [n for n in nodes(plan) if n.get("Index Name") == "job_claimable_idx"]
         assert index_scans, json.dumps(plan)[:2000]
     # With a large backlog no step may scan the job table. (With a small one
     # the planner may rightly prefer reading its few pages to ten index probes.)
     seq = [
-        n for n in _nodes(large) if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "job"
+        n for n in nodes(large) if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "job"
     ]
     assert not seq, json.dumps(large, indent=1)
     # Finding the work (the `picked` CTE) must cost the same at any backlog.

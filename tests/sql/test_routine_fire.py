@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from tests.factories import complete_job, make_agent, make_routine, run_of
+from tests.sql.plans import explained, nodes
 
 
 @pytest.fixture(autouse=True)
@@ -209,17 +210,29 @@ def test_cron_fire_defers_a_cooldown_to_its_end(conn: psycopg.Connection) -> Non
     assert rows == [("skipped", "cooldown", finished + timedelta(seconds=600))]
 
 
-def test_event_matching_reads_only_the_users_event_routines(conn: psycopg.Connection) -> None:
+def test_event_matching_probes_the_key_index_whatever_the_number_of_routines(
+    conn: psycopg.Connection,
+) -> None:
+    # A thousand routines for the event's user and five thousand for others,
+    # on a table without statistics, as right after a user creates them.
     conn.execute(
         "insert into ceaseless.routines (name, user_id, agent, trigger_type, trigger_config, "
         "action_type, action_config) "
-        "select 'r' || g, 'user' || g, 'noop', 'event', '{\"pattern\": \"x\"}', 'lightweight', "
-        '\'{"prompt": "p"}\' from generate_series(1, 5000) g'
+        "select 'r' || g, case when g <= 1000 then 'alice' else 'user' || g end, 'noop', "
+        "'event', jsonb_build_object('pattern', 'alert-' || g || ' '), 'lightweight', "
+        '\'{"prompt": "p"}\' from generate_series(1, 6000) g'
     )
-    conn.execute("analyze ceaseless.routines")
-    plan = conn.execute(
-        "explain (format json) select r.id from ceaseless.routines r "
-        "where r.user_id = 'user7' and r.enabled and r.trigger_type = 'event' "
-        "and 'x' ~ (r.trigger_config ->> 'pattern')"
-    ).fetchone()
-    assert plan is not None and "idx_routines_event_triggers" in str(plan[0])
+    with explained(conn) as plans:
+        assert _event(conn, "alert-7 on host 3") == 1
+
+    read = {}
+    for plan in plans:
+        for node in nodes(plan["Plan"]):
+            if node.get("Relation Name") == "routines":
+                index = node.get("Index Name", node["Node Type"])
+                rows = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+                read[index] = read.get(index, 0) + rows * node.get("Actual Loops", 1)
+    assert read.get("routines_event_key_idx", 0) >= 1, read
+    # The candidates, the routine fired and its lock: a handful of rows, not
+    # the user's thousand.
+    assert sum(read.values()) < 20, read
