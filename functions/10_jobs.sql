@@ -10,6 +10,18 @@
 
 set local search_path = ceaseless, pg_catalog, public;
 
+-- enable_seqscan = off on the batch functions (here and in 20_agent_runs.sql).
+-- They reach rows only by key or through their partial indexes. PL/pgSQL
+-- plans each statement once per session and keeps the plan; planned while
+-- the table was small, or for a batch of one, a statement may read the whole
+-- job or agent_run table and test every row against the batch's ids. Kept
+-- for a batch of two thousand on a grown table, that is quadratic. Without
+-- sequential scans the plans probe the indexes at any size.
+--
+-- jit = off with it: before PostgreSQL 18 a disabled scan still costs 10^10,
+-- which crosses jit_above_cost, and compiling a claim's expressions took most
+-- of a second per call. Statements this short never repay a compile anyway.
+
 -- Claim up to p_limit due jobs for p_worker, admitting each through its
 -- lane's governor (concurrency and rolling-window budget) in the same
 -- transaction.
@@ -44,6 +56,8 @@ returns table (
 )
 language plpgsql
 set search_path = ceaseless, pg_catalog
+set enable_seqscan = off
+set jit = off
 as $$
 #variable_conflict use_column
 declare
@@ -168,6 +182,8 @@ create or replace function extend_leases(
 returns setof uuid
 language plpgsql
 set search_path = ceaseless, pg_catalog
+set enable_seqscan = off
+set jit = off
 as $$
 declare
     v_lease interval := make_interval(secs => coalesce(p_lease_secs, _setting_int('lease_secs')));
@@ -215,6 +231,8 @@ create or replace function expire_leases(p_now timestamptz default now())
 returns integer
 language plpgsql
 set search_path = ceaseless, pg_catalog
+set enable_seqscan = off
+set jit = off
 as $$
 declare
     v_count integer;
@@ -274,6 +292,8 @@ create or replace function release_jobs(
 returns integer
 language plpgsql
 set search_path = ceaseless, pg_catalog
+set enable_seqscan = off
+set jit = off
 as $$
 declare
     v_count integer;

@@ -10,6 +10,8 @@
 
 set local search_path = ceaseless, pg_catalog, public;
 
+-- enable_seqscan = off, jit = off: see the head of 10_jobs.sql.
+
 -- Open one agent_run per job in p_job_ids that p_worker still holds in state
 -- claimed, and move those jobs to running. Jobs it no longer holds (cancelled
 -- or expired meanwhile) are left out of the result: the caller must not run
@@ -22,6 +24,8 @@ create or replace function start_runs(
 returns table (job_id uuid, run_id uuid)
 language plpgsql
 set search_path = ceaseless, pg_catalog
+set enable_seqscan = off
+set jit = off
 as $$
 #variable_conflict use_column
 begin
@@ -80,6 +84,8 @@ create or replace function finish_runs(
 returns table (run_id uuid, job_id uuid, job_state text)
 language plpgsql
 set search_path = ceaseless, pg_catalog
+set enable_seqscan = off
+set jit = off
 as $$
 #variable_conflict use_column
 begin

@@ -6,6 +6,12 @@
 -- payloads carry ids and states, never job data (the tables are the truth);
 -- every state change writes one audit_log row in the same transaction, so
 -- the log and the state can never disagree.
+--
+-- A run's start and end are audited once, as its job's transitions into and
+-- out of `running` (the detail names the attempt, and agent_run (job_id,
+-- attempt) the run): they are the same events, in the same statements, and
+-- auditing them twice cost two of the eight rows a short job wrote. The
+-- agent_run triggers only announce.
 
 set local search_path = ceaseless, pg_catalog, public;
 
@@ -56,17 +62,28 @@ $$;
 comment on function _tg_job_insert() is
     'After INSERT on job: audit each row, NOTIFY ceaseless_job once per (kind, agent, state).';
 
+-- The update triggers join a statement's old rows to its new rows by id.
+-- PL/pgSQL plans that join once per session and keeps the plan; planned for
+-- a statement of one row it is a nested loop, which a later statement of two
+-- thousand rows then runs as four million comparisons (half a second of one
+-- finish_runs call, at random, depending on which batch came first). With
+-- nested loops off the join is always hashed or merged: linear at any size,
+-- and no dearer for one row.
 create or replace function _tg_job_update()
 returns trigger
 language plpgsql
 set search_path = ceaseless, pg_catalog
+set enable_nestloop = off
 as $$
 begin
     -- Lease extensions and bookkeeping updates change no state: they are
     -- neither audited nor announced, or every heartbeat would wake everyone.
     insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
     select _actor(), 'job', n.id, 'state', o.state, n.state,
-           jsonb_build_object('attempts', n.attempts, 'claimed_by', n.claimed_by)
+           jsonb_strip_nulls(jsonb_build_object(
+               'attempts', n.attempts, 'claimed_by', n.claimed_by,
+               'error', case when n.last_error is distinct from o.last_error
+                             then n.last_error end))
     from new_rows n
     join old_rows o on o.id = n.id
     where o.state is distinct from n.state;
@@ -91,10 +108,6 @@ language plpgsql
 set search_path = ceaseless, pg_catalog
 as $$
 begin
-    insert into audit_log (actor, entity, entity_id, action, new_state, detail)
-    select _actor(), 'agent_run', n.id, 'start', 'running', jsonb_build_object('job_id', n.job_id)
-    from new_rows n;
-
     perform _notify_group('ceaseless_run', array_agg(n.id),
                           jsonb_build_object('table', 'agent_run', 'status', 'running'))
     from new_rows n;
@@ -103,21 +116,16 @@ end;
 $$;
 
 comment on function _tg_agent_run_insert() is
-    'After INSERT on agent_run: audit each start, NOTIFY ceaseless_run once per statement.';
+    'After INSERT on agent_run: NOTIFY ceaseless_run once per statement (the start is audited on the job).';
 
+-- enable_nestloop: see _tg_job_update.
 create or replace function _tg_agent_run_update()
 returns trigger
 language plpgsql
 set search_path = ceaseless, pg_catalog
+set enable_nestloop = off
 as $$
 begin
-    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-    select _actor(), 'agent_run', n.id, 'finish', 'running', n.outcome,
-           jsonb_build_object('job_id', n.job_id, 'exit_status', n.exit_status)
-    from new_rows n
-    join old_rows o on o.id = n.id
-    where o.finished_at is null and n.finished_at is not null;
-
     perform _notify_group('ceaseless_run', array_agg(n.id),
                           jsonb_build_object('table', 'agent_run', 'status', n.outcome))
     from new_rows n
@@ -129,7 +137,7 @@ end;
 $$;
 
 comment on function _tg_agent_run_update() is
-    'After UPDATE on agent_run: audit and NOTIFY ceaseless_run for runs that just finished.';
+    'After UPDATE on agent_run: NOTIFY ceaseless_run for runs that just finished (audited on the job).';
 
 -- Configuration changed: every listener reloads the registry and settings.
 -- Row-level because configuration changes are rare and each deserves its own

@@ -1012,10 +1012,13 @@ comment on function _tg_routine_runs_insert() is
     'After INSERT on routine_runs: move routine_run_gauge, audit each run, NOTIFY ceaseless_run '
     'once per status.';
 
+-- enable_nestloop: the old rows are joined to the new ones; see _tg_job_update
+-- (30_notify_audit.sql).
 create or replace function _tg_routine_runs_update()
 returns trigger
 language plpgsql
 set search_path = ceaseless, pg_catalog
+set enable_nestloop = off
 as $$
 begin
     update routine_run_gauge

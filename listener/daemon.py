@@ -331,10 +331,10 @@ class Listener:
         for job in jobs:
             assert job.run_id is not None, "claim_and_start opens a run per job"
             agent = self._agents[job.agent]
-            log.debug("job.started", job=str(job.id), run=str(job.run_id), agent=agent.name)
+            # Fields are formatted only if the line is written.
+            log.debug("job.started", job=job.id, run=job.run_id, agent=agent.name)
             if agent.adapter is Adapter.NOOP:
-                task = Task(str(job.id), str(job.run_id), job.prompt)
-                self._record(queries.FinishedRun(job.run_id, job.id, run_noop(task)))
+                self._record(queries.FinishedRun(job.run_id, job.id, run_noop()))
                 continue
             running = _Running(job, job.run_id, asyncio.Event())
             self._running[job.id] = running

@@ -27,7 +27,7 @@ _ADAPTERS: dict[Adapter, AgentAdapter] = {
 def adapter_for(kind: Adapter) -> AgentAdapter:
     """The adapter for a subprocess agent kind; noop has none (call run_noop instead)."""
     if kind == Adapter.NOOP:
-        raise ValueError("the noop agent runs in-process: call run_noop(task), not run_agent")
+        raise ValueError("the noop agent runs in-process: call run_noop(), not run_agent")
     try:
         return _ADAPTERS[Adapter(kind)]
     except (KeyError, ValueError):

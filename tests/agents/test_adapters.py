@@ -10,8 +10,6 @@ from listener.agents.command import CommandAdapter
 from listener.agents.opencode import OpencodeAdapter
 from listener.enums import Adapter, Outcome
 
-from .support import task
-
 
 @pytest.mark.parametrize(
     ("kind", "expected"),
@@ -48,7 +46,7 @@ def test_parsers_are_fresh_for_every_run():
 
 
 def test_noop_succeeds_at_once():
-    result = run_noop(task())
+    result = run_noop()
     assert result.outcome == Outcome.SUCCEEDED
     assert result.final_message == "noop"
     assert result.error is None
