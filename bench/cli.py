@@ -256,7 +256,7 @@ def run(
                 _repeat(
                     sizes.runs, lambda: ours.event_fanin(server, sizes.event_routines, sizes.events)
                 ),
-                {"inserts_per_s": "", "ms_per_insert": ""},
+                {"inserts_per_s": "", "ms_per_insert": "", "unmatched_inserts_per_s": ""},
             ),
         )
         step(

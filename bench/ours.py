@@ -253,11 +253,26 @@ def event_fanin(server: Server, routines: int, events: int) -> Measurement:
                 (f"alert-{i % routines + 1} on host {i}",),
             )
         seconds = time.monotonic() - started
+        # The same number of events that match no routine: what matching
+        # alone costs, next to matching and firing.
+        started = time.monotonic()
+        for i in range(events):
+            conn.execute(
+                "insert into ceaseless.events (user_id, content) values ('bench', %s)",
+                (f"heartbeat {i} from host {i % 7}",),
+            )
+        quiet_seconds = time.monotonic() - started
         fired = conn.execute("select count(*) from ceaseless.routine_runs").fetchone()
         assert fired is not None
         return Measurement(
-            {"inserts_per_s": events / seconds, "ms_per_insert": seconds / events * 1000},
+            {
+                "inserts_per_s": events / seconds,
+                "ms_per_insert": seconds / events * 1000,
+                "unmatched_inserts_per_s": events / quiet_seconds,
+            },
             lost=events - int(fired[0]),
+            # A fire of an event that should have matched nothing.
+            duplicated=max(int(fired[0]) - events, 0),
         )
 
 
