@@ -47,15 +47,20 @@ comment on function _actor() is
 -- Exponential backoff with jitter for the next retry of a job that has used
 -- p_attempts attempts. Jitter keeps a burst of failures (a provider outage)
 -- from coming back as a synchronised burst.
+--
+-- PL/pgSQL: a SQL function with a SET clause is planned afresh on every call,
+-- and finish_runs calls this once per failed run of a batch.
 create or replace function _retry_delay(p_attempts integer)
 returns interval
-language sql volatile
+language plpgsql volatile
 set search_path = ceaseless, pg_catalog
 as $$
-    select make_interval(secs =>
+begin
+    return make_interval(secs =>
         least(_setting_int('retry_max_secs')::double precision,
               _setting_int('retry_base_secs') * power(2, greatest(p_attempts - 1, 0)))
         * (1 + random() * 0.25));
+end;
 $$;
 
 comment on function _retry_delay(integer) is

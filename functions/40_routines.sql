@@ -419,16 +419,17 @@ comment on function _routine_ok_instruction() is
 -- payload.prompt_tail — then the previous run's state, then the ROUTINE_OK
 -- instruction. One definition for single fires and batch fires alike.
 --
--- PL/pgSQL for its cached plan: as a SQL function with a SET clause it was
--- planned afresh on every fire, over a millisecond of each event's insert.
+-- Plain SQL without a SET clause, so the planner inlines it into its two
+-- callers' plans (which PL/pgSQL caches): with a SET clause it could not be
+-- inlined and was planned afresh on every call, over a millisecond of each
+-- event's insert; as PL/pgSQL it cost a function call and a tuplestore per
+-- routine of a cron batch. Without SET, names outside pg_catalog are
+-- schema-qualified.
 create or replace function _routine_job_spec(p_routine routines, p_context text)
 returns table (prompt text, payload jsonb, expects_reply boolean, max_attempts integer,
                max_turns integer)
-language plpgsql stable
-set search_path = ceaseless, pg_catalog
+language sql stable
 as $$
-begin
-    return query
     with fired as (
         select case when p_context is not null and p_context <> ''
                     then E'\n\n## What fired this run\n\n' || p_context else '' end as context
@@ -447,7 +448,7 @@ begin
                          case when p_routine.state <> '{}'::jsonb
                               then E'\n\n## State from the previous run\n\n' || p_routine.state::text
                               else '' end
-                         || E'\n\n' || _routine_ok_instruction())
+                         || E'\n\n' || ceaseless._routine_ok_instruction())
                 else jsonb_build_object('routine_id', p_routine.id, 'action', 'full_job')
            end,
            -- A lightweight run's whole product is its reply: an empty one is
@@ -457,7 +458,6 @@ begin
            case when p_routine.action_type = 'full_job'
                 then (p_routine.action_config ->> 'max_iterations')::integer end
     from fired;
-end;
 $$;
 
 comment on function _routine_job_spec(routines, text) is

@@ -38,13 +38,18 @@ on conflict (key) do nothing;
 -- The sink configuration. A deleted row falls back to logging everything
 -- rather than failing: the log sink loses nothing, and a notification that
 -- cannot be delivered anywhere is worse than one in the listener's log.
+--
+-- PL/pgSQL for its cached plan (a SQL function with a SET clause is planned
+-- on every call, and this runs for every notification queued).
 create or replace function _notification_sinks()
 returns jsonb
-language sql stable
+language plpgsql stable
 set search_path = ceaseless, pg_catalog
 as $$
-    select coalesce((select s.value from settings s where s.key = 'notification_sinks'),
+begin
+    return coalesce((select s.value from settings s where s.key = 'notification_sinks'),
                     '{"default": {"type": "log"}}'::jsonb);
+end;
 $$;
 
 comment on function _notification_sinks() is
