@@ -105,11 +105,14 @@ begin
     -- job; read under lock so a concurrent cancel or expiry is seen.
     --
     -- Every step below probes the tables by key for each row of the batch,
-    -- the batch on the outer side (LATERAL ... OFFSET 0 keeps the planner
-    -- from turning it around). It cannot size the batch, and on a young table
-    -- or one whose statistics predate the burst, a filter such as "running
-    -- jobs of this worker" looks empty: turned around, the join rescans the
-    -- whole batch for every row, quadratic in the batch (seconds at 2,000).
+    -- the batch on the outer side: the reads through LATERAL subqueries that
+    -- the planner cannot flatten and turn around (fenced by FOR UPDATE or
+    -- OFFSET 0), the two updates because no table may be scanned here
+    -- (enable_seqscan, at the head of this file). The planner cannot size the
+    -- batch, and on a young table, or one whose statistics predate the burst,
+    -- a filter such as "running jobs of this worker" looks empty: turned
+    -- around, a join rescans the whole batch for every row, quadratic in the
+    -- batch (seconds at 2,000).
     target as (
         select x.*, r.was_open,
                -- A job that expects a reply and got none has failed, whatever
