@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -246,34 +247,40 @@ def event_fanin(server: Server, routines: int, events: int) -> Measurement:
             '\'{"prompt": "p"}\', 0, 1000000 from generate_series(1, %s) g',
             (routines,),
         )
-        started = time.monotonic()
-        for i in range(events):
-            conn.execute(
-                "insert into ceaseless.events (user_id, content) values ('bench', %s)",
-                (f"alert-{i % routines + 1} on host {i}",),
-            )
-        seconds = time.monotonic() - started
+        seconds = _insert_events(
+            conn, (f"alert-{i % routines + 1} on host {i}" for i in range(events))
+        )
+        fired = _count(conn, "select count(*) from ceaseless.routine_runs")
         # The same number of events that match no routine: what matching
         # alone costs, next to matching and firing.
-        started = time.monotonic()
-        for i in range(events):
-            conn.execute(
-                "insert into ceaseless.events (user_id, content) values ('bench', %s)",
-                (f"heartbeat {i} from host {i % 7}",),
-            )
-        quiet_seconds = time.monotonic() - started
-        fired = conn.execute("select count(*) from ceaseless.routine_runs").fetchone()
-        assert fired is not None
+        quiet = _insert_events(conn, (f"heartbeat {i} from host {i % 7}" for i in range(events)))
+        misfired = _count(conn, "select count(*) from ceaseless.routine_runs") - fired
         return Measurement(
             {
                 "inserts_per_s": events / seconds,
                 "ms_per_insert": seconds / events * 1000,
-                "unmatched_inserts_per_s": events / quiet_seconds,
+                "unmatched_inserts_per_s": events / quiet,
             },
-            lost=events - int(fired[0]),
-            # A fire of an event that should have matched nothing.
-            duplicated=max(int(fired[0]) - events, 0),
+            lost=events - fired,
+            # Fires of events that should have matched nothing.
+            duplicated=misfired,
         )
+
+
+def _insert_events(conn: psycopg.Connection, contents: Iterable[str]) -> float:
+    """Insert one event per content, each in its own transaction; the seconds it took."""
+    started = time.monotonic()
+    for content in contents:
+        conn.execute(
+            "insert into ceaseless.events (user_id, content) values ('bench', %s)", (content,)
+        )
+    return time.monotonic() - started
+
+
+def _count(conn: psycopg.Connection, query: str) -> int:
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def listener_footprint(server: Server, agents: int) -> Measurement:
