@@ -19,7 +19,8 @@ begin
     if v_value is null then
         raise exception 'setting % is missing from ceaseless.settings', p_key
             using errcode = 'CE500',
-                  hint = 'Re-run `ceaseless migrate` or insert the row; the defaults are in db/0001_foundation.sql.';
+                  hint = 'Insert the row again; the defaults are in db/0001_foundation.sql, '
+                         'db/0002_routines_engine.sql and db/0007_seed_data.sql.';
     end if;
     return (v_value #>> '{}')::integer;
 end;

@@ -28,9 +28,10 @@ set local search_path = ceaseless, pg_catalog, public;
 --
 -- With p_start, the claimed jobs go straight to running and their agent_run
 -- rows are opened in the same statement (run_id is returned): the listener
--- spawns at once, and a separate start_runs round trip — a second update of
--- every claimed row — would only cost time. Without it, jobs stay claimed for
--- a worker that starts them later with start_runs.
+-- spawns at once; a separate start step — a second update of every claimed
+-- row — only cost time, and is gone. Without it, jobs are only claimed (the
+-- spec's `claimed` state, no run opened): what admission tests and operators
+-- probing the governor use; such a claim ends when its lease does.
 --
 -- Locks: the rows of the enabled, unpaused lanes (FOR NO KEY UPDATE, in name
 -- order, so two claimers never deadlock) and then the claimed jobs (FOR UPDATE
@@ -164,22 +165,27 @@ comment on function claim_jobs(text, integer, text[], text[], timestamptz, integ
     'through its lane''s governor (max_concurrent, window_budget, paused_until) atomically; '
     'with p_start, open their agent runs too and return run_id.';
 
--- Extend the leases p_worker holds on p_job_ids; returns the ids it no longer
--- holds (cancelled, expired and reclaimed, or unknown), whose agents the
--- listener must stop.
+-- Extend the leases p_worker holds on p_job_ids. One row per id: held (still
+-- p_worker's), and renewed (its lease now ends p_lease_secs after p_now).
+-- The listener stops the agent of a job no longer held at once, and fences
+-- the others locally: it counts each lease from just before the call that
+-- last renewed it, so it knows a lower bound of when the lease ends without
+-- trusting its clock against the server's, and stops an agent whose lease it
+-- could not renew before that moment (listener/producer/leases.py).
 --
 -- Only leases past half their life are pushed. A listener draining thousands
 -- of short jobs holds thousands of fresh leases at every heartbeat; rewriting
 -- them all (claim_expires_at is indexed, so never a HOT update) cost more
 -- than the jobs themselves, and a lease with more than half its life left
 -- cannot expire before the next heartbeat anyway.
+drop function if exists extend_leases(text, uuid[], timestamptz, integer);
 create or replace function extend_leases(
     p_worker text,
     p_job_ids uuid[],
     p_now timestamptz default now(),
     p_lease_secs integer default null
 )
-returns setof uuid
+returns table (job_id uuid, held boolean, renewed boolean)
 language plpgsql
 set search_path = ceaseless, pg_catalog
 set enable_seqscan = off
@@ -189,12 +195,15 @@ declare
     v_lease interval := make_interval(secs => coalesce(p_lease_secs, _setting_int('lease_secs')));
 begin
     return query
-    with held as (
+    with asked as (
+        select distinct x.id from unnest(p_job_ids) as x(id)
+    ),
+    held as (
         select j.id, j.claim_expires_at
         -- Joined to the ids rather than `j.id = any (p_job_ids)`: with
         -- thousands of ids and a young table the planner may scan job and
         -- test each row against the whole array (see finish_runs).
-        from unnest(p_job_ids) as x(id)
+        from asked x
         join job j on j.id = x.id
         where j.claimed_by = p_worker
           and j.state in ('claimed', 'running')
@@ -211,16 +220,28 @@ begin
           and j.state in ('claimed', 'running')
         returning j.id
     )
-    select x.id from unnest(p_job_ids) as x(id)
-    except
-    (select h.id from held h where h.claim_expires_at >= p_now + v_lease / 2
-     union all
-     select e.id from extended e);
+    -- Set operations, not joins of the CTEs to one another: the planner
+    -- cannot size them, and a join planned for one row loops, which is
+    -- quadratic in the batch (see finish_runs).
+    select h.id, true, false
+    from held h
+    where h.claim_expires_at >= p_now + v_lease / 2
+    union all
+    select e.id, true, true
+    from extended e
+    union all
+    select lost.id, false, false
+    from (select x.id from asked x
+          except
+          (select h.id from held h where h.claim_expires_at >= p_now + v_lease / 2
+           union all
+           select e.id from extended e)) lost;
 end;
 $$;
 
 comment on function extend_leases(text, uuid[], timestamptz, integer) is
-    'Heartbeat: push the lease of every job p_worker still holds; returns the ids it lost.';
+    'Heartbeat: push the lease of every job p_worker still holds; one row per id says whether '
+    'it is still held and whether its lease was renewed now.';
 
 -- Return every job whose lease has passed to the pool (or abandon it when its
 -- attempts are used up), finishing its open agent_run as lease_expired.
@@ -238,7 +259,11 @@ declare
     v_count integer;
 begin
     with expired as (
-        select j.id, j.claimed_by
+        -- The open run's session, probed by key (agent_run_one_open_idx): a
+        -- join of the CTEs below would loop over both when planned small.
+        select j.id, j.claimed_by,
+               (select r.session_id from agent_run r
+                where r.job_id = j.id and r.finished_at is null) as session_id
         from job j
         where j.state in ('claimed', 'running')
           and j.claim_expires_at < p_now
@@ -250,6 +275,7 @@ begin
         update agent_run r
         set outcome = 'lease_expired',
             finished_at = p_now,
+            ended_by = 'lease_expiry',
             error = format('lease expired: listener %s stopped extending it', e.claimed_by)
         from expired e
         where r.job_id = e.id and r.finished_at is null
@@ -266,6 +292,10 @@ begin
             finished_at = case when j.attempts < coalesce(j.max_attempts, a.max_attempts)
                                then null else p_now end,
             run_after = p_now,
+            -- The vanished listener's agent may have got far: the next
+            -- attempt resumes its session (noted at its start) rather than
+            -- starting over.
+            resume_session_id = coalesce(e.session_id, j.resume_session_id),
             last_error = format('lease expired (held by %s, attempt %s)', e.claimed_by, j.attempts),
             updated_at = p_now
         from expired e, agents a
@@ -300,7 +330,9 @@ declare
 begin
     perform set_config('ceaseless.actor', p_worker, true);
     with held as (
-        select j.id
+        select j.id,
+               (select r.session_id from agent_run r
+                where r.job_id = j.id and r.finished_at is null) as session_id
         from job j
         where j.id = any (p_job_ids)
           and j.claimed_by = p_worker
@@ -309,7 +341,7 @@ begin
     ),
     runs as (
         update agent_run r
-        set outcome = 'cancelled', finished_at = p_now,
+        set outcome = 'cancelled', finished_at = p_now, ended_by = 'release',
             error = format('released: listener %s shut down before the agent finished', p_worker)
         from held h
         where r.job_id = h.id and r.finished_at is null
@@ -319,6 +351,8 @@ begin
         update job j
         set state = 'pending', claimed_by = null, claim_expires_at = null,
             attempts = greatest(j.attempts - 1, 0), run_after = p_now, updated_at = p_now,
+            -- The next attempt picks the interrupted session up again.
+            resume_session_id = coalesce(h.session_id, j.resume_session_id),
             last_error = format('released by %s at shutdown', p_worker)
         from held h
         where j.id = h.id
@@ -357,7 +391,8 @@ begin
     end if;
 
     update agent_run
-    set outcome = 'cancelled', finished_at = p_now, error = 'cancelled by ' || _actor()
+    set outcome = 'cancelled', finished_at = p_now, ended_by = 'cancel',
+        error = 'cancelled by ' || _actor()
     where job_id = p_job_id and finished_at is null;
 
     update job

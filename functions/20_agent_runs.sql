@@ -1,87 +1,110 @@
--- Agent runs: start and finish, and the outcome → job state machine.
+-- Agent runs: sessions noted while they run, results recorded when they end,
+-- and the outcome → job state machine.
 --
--- Called by: listeners, in batches (one call for every run that started or
--- finished since the last call), so the hot path costs one round trip per
--- batch rather than per job.
--- Guarantees: a run starts only for a job its caller still holds; a job's
--- state follows its run's outcome in the same statement; a run finished
--- earlier (cancel_job, expire_leases) keeps that outcome and only gains the
--- details its agent reported. NOTIFY ceaseless_run / ceaseless_job by trigger.
+-- Called by: listeners, in batches (one call for every run that reported a
+-- session or finished since the last call), so the hot path costs one round
+-- trip per batch rather than per job. Runs are opened by claim_jobs.
+-- Guarantees: a result is written onto its run only while that run is still
+-- open and its job still held by the reporting listener at the run's attempt
+-- (the claim is the fence); a result for a run someone else ended — a lease
+-- sweep, a release, a cancel — is kept apart in late_results and audited, and
+-- the closed run is never rewritten; a repeated report of a result already
+-- recorded (its reply was lost) is answered as recorded, not kept apart. A
+-- job's state follows its run's outcome in the same statement. Locks: the
+-- job row before the run row, as every queue function does, so a finish and a
+-- cancel of the same job queue instead of deadlocking. NOTIFY ceaseless_run /
+-- ceaseless_job by trigger.
 
 set local search_path = ceaseless, pg_catalog, public;
 
 -- enable_seqscan = off, jit = off: see the head of 10_jobs.sql.
 
--- Open one agent_run per job in p_job_ids that p_worker still holds in state
--- claimed, and move those jobs to running. Jobs it no longer holds (cancelled
--- or expired meanwhile) are left out of the result: the caller must not run
--- them.
-create or replace function start_runs(
+-- Runs are opened by claim_jobs(p_start => true) in the claiming statement;
+-- the separate start step this replaced cost a second update of every row.
+drop function if exists start_runs(text, uuid[], timestamptz);
+
+-- Whether an agent-reported session id may be stored and later passed back
+-- on an agent's command line (db/0008: session_id_plausible).
+create or replace function _session_id_ok(p_session_id text)
+returns boolean
+language sql immutable
+as $$
+    select p_session_id ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$';
+$$;
+
+comment on function _session_id_ok(text) is
+    'True when a session id is plausible: 1-200 characters of [A-Za-z0-9._:-], not starting '
+    'with punctuation (so it can never be read as a command-line flag).';
+
+-- Record the session each agent reported as it started (Claude Code's init
+-- line), while the run is still going: if the listener dies mid-run, the lease
+-- sweep hands the session to the job, and the next attempt resumes it instead
+-- of starting over. Only open runs of p_worker are touched; an implausible
+-- id is skipped. Returns how many runs gained a session.
+create or replace function note_sessions(
     p_worker text,
-    p_job_ids uuid[],
-    p_now timestamptz default now()
+    p_run_ids uuid[],
+    p_session_ids text[]
 )
-returns table (job_id uuid, run_id uuid)
+returns integer
 language plpgsql
 set search_path = ceaseless, pg_catalog
 set enable_seqscan = off
 set jit = off
 as $$
-#variable_conflict use_column
+declare
+    v_count integer;
 begin
-    perform set_config('ceaseless.actor', p_worker, true);
-    return query
-    with held as (
-        select j.id, j.agent, j.attempts, a.adapter, a.model
-        from unnest(p_job_ids) as x(id)
-        join job j on j.id = x.id
-        join agents a on a.name = j.agent
-        where j.state = 'claimed'
-          and j.claimed_by = p_worker
-        for update of j
-    ),
-    moved as (
-        update job j
-        set state = 'running', updated_at = p_now
-        from held h
-        where j.id = h.id
-        returning j.id
-    ),
-    opened as (
-        insert into agent_run (job_id, agent, adapter, model, worker, attempt, started_at)
-        select h.id, h.agent, h.adapter, h.model, p_worker, h.attempts, p_now
-        from held h
-        returning agent_run.job_id, agent_run.id
-    )
-    select o.job_id, o.id from opened o;
+    update agent_run r
+    set session_id = s.session_id
+    from unnest(p_run_ids, p_session_ids) as s(run_id, session_id)
+    where r.id = s.run_id
+      and r.worker = p_worker
+      and r.finished_at is null
+      and _session_id_ok(s.session_id)
+      and r.session_id is distinct from s.session_id;
+    get diagnostics v_count = row_count;
+    return v_count;
 end;
 $$;
 
-comment on function start_runs(text, uuid[], timestamptz) is
-    'Open an agent_run for each job p_worker still holds and mark those jobs running; '
-    'returns (job_id, run_id) for the ones it may run.';
+comment on function note_sessions(text, uuid[], text[]) is
+    'Store the session id each open run of p_worker reported at its start, so a rescued job '
+    'can resume it; implausible ids are skipped.';
 
 -- Finish runs in a batch and move their jobs by outcome:
 --   succeeded                                   → delivered
 --   budget_exhausted, output_budget_exhausted   → blocked (a person must add budget or split the work)
 --   cancelled                                   → cancelled
 --   failed, timed_out, rate_limited             → pending after backoff while attempts remain, else failed
+--   lease_expired (the listener stopped its own agent because it could not
+--   renew the lease)                            → pending at once while attempts remain, else abandoned
 -- A succeeded run of a job that expects a reply (job.expects_reply) but
 -- reported an empty final message is recorded as failed.
 -- A rate limit with a reported reset time waits until then, pauses the whole
 -- lane until then (every job of the lane would hit the same limit), and does
 -- not use up an attempt: the provider paused, the job did not fail.
+-- An interrupted run (lease_expired, rate_limited) hands its session to the
+-- job, so the next attempt resumes it.
+--
+-- A result is recorded only on a run that is still open, is p_worker's, and
+-- whose job p_worker still holds at that attempt. Any other is refused:
+-- kept in late_results with the reason, audited, and reported with
+-- recorded = false. The one exception is a result this worker already
+-- recorded (ended_by = 'agent'): a retry after a lost reply, answered as
+-- recorded.
 --
 -- p_results: a JSON array of objects with run_id, outcome and any of
 -- exit_status, final_message, error, session_id, billing, model, tokens_in,
 -- tokens_out, cost_usd, num_turns, rate_limit_reset_at, pr_forge, pr_owner,
 -- pr_repo, pr_number, pr_head_branch, pr_url.
+drop function if exists finish_runs(text, jsonb, timestamptz);
 create or replace function finish_runs(
     p_worker text,
     p_results jsonb,
     p_now timestamptz default now()
 )
-returns table (run_id uuid, job_id uuid, job_state text)
+returns table (run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
 language plpgsql
 set search_path = ceaseless, pg_catalog
 set enable_seqscan = off
@@ -101,74 +124,97 @@ begin
             pr_forge text, pr_owner text, pr_repo text, pr_number bigint,
             pr_head_branch text, pr_url text)
     ),
-    -- Whether each run was still open decides whether its outcome moves the
-    -- job; read under lock so a concurrent cancel or expiry is seen.
+    -- Each result against its run and the run's job, the job locked first
+    -- (the order of every queue function), so a concurrent cancel or expiry
+    -- either finished before this read — and is seen — or waits for it.
     --
     -- Every step below probes the tables by key for each row of the batch,
     -- the batch on the outer side: the reads through LATERAL subqueries that
     -- the planner cannot flatten and turn around (fenced by FOR UPDATE or
-    -- OFFSET 0), the two updates because no table may be scanned here
+    -- OFFSET 0), the updates because no table may be scanned here
     -- (enable_seqscan, at the head of this file). The planner cannot size the
     -- batch, and on a young table, or one whose statistics predate the burst,
     -- a filter such as "running jobs of this worker" looks empty: turned
     -- around, a join rescans the whole batch for every row, quadratic in the
     -- batch (seconds at 2,000).
     target as (
-        select x.*, r.was_open,
+        select x.*, r.run_job_id, r.held, r.repeat, r.refusal, r.job_state,
                -- A job that expects a reply and got none has failed, whatever
                -- the process's exit status said.
                (r.expects_reply and x.outcome = 'succeeded'
                 and coalesce(btrim(x.final_message), '') = '') as empty_reply
         from reported x
-        cross join lateral (
-            select r.finished_at is null as was_open, j.expects_reply
+        left join lateral (
+            select r.job_id as run_job_id, j.state as job_state, j.expects_reply,
+                   -- The fence: open, ours, and the job still ours at this attempt.
+                   (r.finished_at is null and r.worker = p_worker
+                    and j.state = 'running' and j.claimed_by = p_worker
+                    and j.attempts = r.attempt) as held,
+                   (r.finished_at is not null and r.ended_by = 'agent'
+                    and r.worker = p_worker) as repeat,
+                   case
+                       when r.worker <> p_worker
+                           then format('run belongs to listener %s', r.worker)
+                       when r.finished_at is not null
+                           then format('run already ended (%s, by %s)', r.outcome,
+                                       coalesce(r.ended_by, 'an earlier version'))
+                       else format('job is no longer held by this listener (%s, held by %s)',
+                                   j.state, coalesce(j.claimed_by, 'nobody'))
+                   end as refusal
             from agent_run r
             join job j on j.id = r.job_id
             where r.id = x.run_id
-            for update of r
-        ) r
+            for update of j
+        ) r on true
     ),
     finished as (
         update agent_run r
-        set outcome = coalesce(r.outcome, case when t.empty_reply then 'failed' else t.outcome end),
-            finished_at = coalesce(r.finished_at, p_now),
-            exit_status = coalesce(r.exit_status, t.exit_status),
-            final_message = coalesce(r.final_message, t.final_message),
-            error = coalesce(r.error, t.error,
+        set outcome = case when t.empty_reply then 'failed' else t.outcome end,
+            finished_at = p_now,
+            ended_by = 'agent',
+            exit_status = t.exit_status,
+            final_message = t.final_message,
+            error = coalesce(t.error,
                              case when t.empty_reply then 'the agent''s reply was empty' end),
-            session_id = coalesce(r.session_id, t.session_id),
+            session_id = case when _session_id_ok(t.session_id) then t.session_id
+                              else r.session_id end,
             billing = case when r.billing = 'unknown' then coalesce(t.billing, r.billing)
                            else r.billing end,
             model = coalesce(t.model, r.model),
-            tokens_in = coalesce(r.tokens_in, t.tokens_in),
-            tokens_out = coalesce(r.tokens_out, t.tokens_out),
-            cost_usd = coalesce(r.cost_usd, t.cost_usd),
-            num_turns = coalesce(r.num_turns, t.num_turns),
-            rate_limit_reset_at = coalesce(r.rate_limit_reset_at, t.rate_limit_reset_at),
-            pr_forge = coalesce(r.pr_forge, t.pr_forge),
-            pr_owner = coalesce(r.pr_owner, t.pr_owner),
-            pr_repo = coalesce(r.pr_repo, t.pr_repo),
-            pr_number = coalesce(r.pr_number, t.pr_number),
-            pr_head_branch = coalesce(r.pr_head_branch, t.pr_head_branch),
-            pr_url = coalesce(r.pr_url, t.pr_url)
+            tokens_in = t.tokens_in,
+            tokens_out = t.tokens_out,
+            cost_usd = t.cost_usd,
+            num_turns = t.num_turns,
+            rate_limit_reset_at = t.rate_limit_reset_at,
+            pr_forge = t.pr_forge,
+            pr_owner = t.pr_owner,
+            pr_repo = t.pr_repo,
+            pr_number = t.pr_number,
+            pr_head_branch = t.pr_head_branch,
+            pr_url = t.pr_url
         from target t
         where r.id = t.run_id
-        returning r.id, r.job_id, r.agent, r.outcome, r.error, r.rate_limit_reset_at, t.was_open
+          and t.held
+          -- Rechecked on the row as updated: a run closed since `target` read
+          -- it (its job was locked, its run was not) stays as it was closed.
+          and r.finished_at is null
+        returning r.id, r.job_id, r.agent, r.outcome, r.error, r.rate_limit_reset_at,
+                  r.session_id
     ),
     decided as (
         select f.id as run_id, f.job_id, f.outcome, f.error, f.rate_limit_reset_at,
+               f.session_id,
                j.attempts < coalesce(j.max_attempts, a.max_attempts) as attempts_left
         from finished f
         cross join lateral (
             -- Only the key inside the fence: given the state too, the planner
             -- may walk a partial index of live jobs instead of the primary key.
-            select j.attempts, j.max_attempts, j.agent, j.state, j.claimed_by
+            select j.attempts, j.max_attempts, j.agent
             from job j
             where j.id = f.job_id
             offset 0
         ) j
         join agents a on a.name = j.agent
-        where f.was_open and j.state = 'running' and j.claimed_by = p_worker
     ),
     moved as (
         update job j
@@ -178,6 +224,7 @@ begin
                 when d.outcome = 'cancelled' then 'cancelled'
                 when d.outcome = 'rate_limited' and d.rate_limit_reset_at is not null then 'pending'
                 when d.attempts_left then 'pending'
+                when d.outcome = 'lease_expired' then 'abandoned'
                 else 'failed'
             end,
             claimed_by = case when d.outcome in ('failed', 'timed_out', 'rate_limited', 'lease_expired')
@@ -194,10 +241,14 @@ begin
                     then greatest(d.rate_limit_reset_at, p_now)
                 when d.outcome in ('failed', 'timed_out', 'rate_limited')
                     then p_now + _retry_delay(j.attempts)
+                when d.outcome = 'lease_expired' then p_now
                 else j.run_after
             end,
             attempts = case when d.outcome = 'rate_limited' and d.rate_limit_reset_at is not null
                             then greatest(j.attempts - 1, 0) else j.attempts end,
+            resume_session_id = case when d.outcome in ('lease_expired', 'rate_limited')
+                                     then coalesce(d.session_id, j.resume_session_id)
+                                     else j.resume_session_id end,
             last_error = case when d.outcome = 'succeeded' then j.last_error
                               else coalesce(d.error, d.outcome) end,
             updated_at = p_now
@@ -215,24 +266,55 @@ begin
               group by f.agent) d
         where a.name = d.agent
         returning a.name
+    ),
+    -- Refused results, kept whole (each text within agent_run's bounds) with
+    -- the reason, so an operator can see what the fenced-off agent did.
+    kept as (
+        insert into late_results (run_id, job_id, worker, reason, result, received_at)
+        select t.run_id, t.run_job_id, p_worker,
+               coalesce(t.refusal, 'no such run'),
+               jsonb_strip_nulls(jsonb_build_object(
+                   'outcome', t.outcome, 'exit_status', t.exit_status,
+                   'final_message', left(t.final_message, 65536),
+                   'error', left(t.error, 65536),
+                   'session_id', left(t.session_id, 200), 'billing', t.billing,
+                   'model', left(t.model, 200), 'tokens_in', t.tokens_in,
+                   'tokens_out', t.tokens_out, 'cost_usd', t.cost_usd,
+                   'num_turns', t.num_turns, 'rate_limit_reset_at', t.rate_limit_reset_at,
+                   'pr_url', left(t.pr_url, 2000))),
+               p_now
+        from target t
+        where not coalesce(t.held or t.repeat, false)
+        returning late_results.run_id, late_results.job_id, late_results.reason
+    ),
+    audited as (
+        insert into audit_log (actor, entity, entity_id, action, detail)
+        select p_worker, 'agent_run', k.run_id, 'late_result',
+               jsonb_strip_nulls(jsonb_build_object('job_id', k.job_id, 'reason', k.reason))
+        from kept k
+        returning 1
     )
-    -- Moved jobs report their new state; the rest (already ended by a
-    -- cancel or an expiry, or held by another listener now) report the state
-    -- they keep. Two halves rather than a join of `finished` to `moved`: the
-    -- planner cannot size either, and joined it loops over both, which is
-    -- quadratic in the batch.
-    select m.run_id, m.id, m.state
+    -- Three parts rather than joins of the CTEs to one another: the planner
+    -- cannot size any of them, and joined it loops over both sides, which is
+    -- quadratic in the batch. A held run is always in `moved`: every path that
+    -- ends a run locks its job first (cancel_job, expire_leases, release_jobs,
+    -- this function), so once `target` holds the job the run cannot end before
+    -- the update, and the recheck in `finished` is a guard, never a branch.
+    select m.run_id, m.id, m.state, true, null::text
     from moved m
     union all
-    select f.id, f.job_id, j.state
-    from finished f
-    cross join lateral (
-        select j.state, j.claimed_by from job j where j.id = f.job_id offset 0
-    ) j
-    where not (f.was_open and j.state = 'running' and j.claimed_by = p_worker);
+    select t.run_id, t.run_job_id, t.job_state, true, null
+    from target t
+    where t.repeat
+    union all
+    select k.run_id, k.job_id, j.state, false, k.reason
+    from kept k
+    left join lateral (select j.state from job j where j.id = k.job_id offset 0) j on true;
 end;
 $$;
 
 comment on function finish_runs(text, jsonb, timestamptz) is
     'Finish a batch of agent runs and move each job by its outcome (delivered, blocked, '
-    'cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane.';
+    'cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane. '
+    'A result for a run that is no longer the reporter''s is kept in late_results, never '
+    'written onto the closed run (recorded = false).';

@@ -166,36 +166,32 @@ $$;
 comment on function _tg_config_changed() is
     'After a change to an agents or settings row: audit it and NOTIFY ceaseless_config so listeners reload.';
 
-drop trigger if exists job_insert on job;
-create trigger job_insert
+-- CREATE OR REPLACE, never drop and create: DROP TRIGGER takes ACCESS
+-- EXCLUSIVE on the table, stalling even its readers until migrate commits.
+create or replace trigger job_insert
     after insert on job
     referencing new table as new_rows
     for each statement execute function _tg_job_insert();
 
-drop trigger if exists job_update on job;
-create trigger job_update
+create or replace trigger job_update
     after update on job
     referencing old table as old_rows new table as new_rows
     for each statement execute function _tg_job_update();
 
-drop trigger if exists agent_run_insert on agent_run;
-create trigger agent_run_insert
+create or replace trigger agent_run_insert
     after insert on agent_run
     referencing new table as new_rows
     for each statement execute function _tg_agent_run_insert();
 
-drop trigger if exists agent_run_update on agent_run;
-create trigger agent_run_update
+create or replace trigger agent_run_update
     after update on agent_run
     referencing old table as old_rows new table as new_rows
     for each statement execute function _tg_agent_run_update();
 
-drop trigger if exists agents_changed on agents;
-create trigger agents_changed
+create or replace trigger agents_changed
     after insert or update or delete on agents
     for each row execute function _tg_config_changed();
 
-drop trigger if exists settings_changed on settings;
-create trigger settings_changed
+create or replace trigger settings_changed
     after insert or update or delete on settings
     for each row execute function _tg_config_changed();

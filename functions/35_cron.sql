@@ -364,8 +364,11 @@ comment on function _cron_error(text) is
 -- uses, is case-sensitive where PostgreSQL is not). Servers built on the
 -- system's tz database also list its posix/ and right/ copies and posixrules:
 -- those are files, not IANA names, and another machine may lack them.
--- The names live in the indexed table timezone_names (refilled at the end of
--- this file): pg_timezone_names reads every zone file on each scan.
+-- The names are looked up in the indexed table timezone_names (filled once by
+-- db/0007_seed_data.sql): pg_timezone_names reads every zone file on each
+-- scan. Only a name the table lacks, which is rare (bad input, or a zone a
+-- tzdata upgrade added since), pays for that scan, so a valid new zone is
+-- still accepted.
 create or replace function _timezone_error(p_timezone text)
 returns text
 language sql stable
@@ -375,7 +378,11 @@ as $$
         when p_timezone is null then 'time zone is missing'
         when p_timezone ~ '^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z][A-Za-z0-9_+-]*)*$'
              and p_timezone !~ '^(posix/|right/|posixrules$)'
-             and exists (select from timezone_names t where t.name = p_timezone) then null
+             -- CASE, not OR: it fixes the order, so a hit never scans the view.
+             and case when exists (select from timezone_names t where t.name = p_timezone)
+                      then true
+                      else exists (select from pg_timezone_names z where z.name = p_timezone)
+                 end then null
         else format('unknown time zone "%s": use an IANA name such as Europe/Berlin, '
                     'America/New_York or UTC', p_timezone)
     end;
@@ -384,11 +391,3 @@ $$;
 comment on function _timezone_error(text) is
     'NULL when p_timezone is an IANA time zone name the server knows (exact case), else why not; '
     'never raises.';
-
--- Refill the zone list from the server's own database: re-applied on every
--- migrate, so a server upgrade that adds or renames zones is picked up.
-delete from timezone_names where name not in (select name from pg_timezone_names);
-insert into timezone_names (name)
-select name from pg_timezone_names
-where name !~ '^(posix/|right/|posixrules$)'
-on conflict (name) do nothing;

@@ -385,13 +385,13 @@ comment on function _tg_routines_changed() is
     'After a routine changes: NOTIFY ceaseless_schedule when it needs a next_fire_at; audit '
     'operator-visible changes.';
 
-drop trigger if exists routines_validate on routines;
-create trigger routines_validate
+-- CREATE OR REPLACE, never drop and create: DROP TRIGGER takes ACCESS
+-- EXCLUSIVE on the table, stalling even its readers until migrate commits.
+create or replace trigger routines_validate
     before insert or update on routines
     for each row execute function _tg_routines_validate();
 
-drop trigger if exists routines_changed on routines;
-create trigger routines_changed
+create or replace trigger routines_changed
     after insert or update or delete on routines
     for each row execute function _tg_routines_changed();
 
@@ -856,8 +856,7 @@ $$;
 comment on function _tg_events_fire() is
     'Before INSERT on events: fire the user''s matching event routines in the same transaction.';
 
-drop trigger if exists events_fire on events;
-create trigger events_fire
+create or replace trigger events_fire
     before insert on events
     for each row execute function _tg_events_fire();
 
@@ -974,8 +973,7 @@ $$;
 comment on function _tg_job_routine_outcome() is
     'After a routine''s job ends: close its routine run.';
 
-drop trigger if exists job_routine_outcome on job;
-create trigger job_routine_outcome
+create or replace trigger job_routine_outcome
     after update of finished_at on job
     for each row
     when (new.routine_run_id is not null
@@ -1049,17 +1047,17 @@ comment on function _tg_routine_runs_update() is
     'After UPDATE on routine_runs: move routine_run_gauge, audit status changes, NOTIFY '
     'ceaseless_run once per new status.';
 
+-- The name these triggers replaced: a database migrated before the rename
+-- would otherwise run both, auditing and counting every run twice.
 drop trigger if exists routine_runs_changed on routine_runs;
 drop function if exists _tg_routine_runs_changed();
 
-drop trigger if exists routine_runs_insert on routine_runs;
-create trigger routine_runs_insert
+create or replace trigger routine_runs_insert
     after insert on routine_runs
     referencing new table as new_rows
     for each statement execute function _tg_routine_runs_insert();
 
-drop trigger if exists routine_runs_update on routine_runs;
-create trigger routine_runs_update
+create or replace trigger routine_runs_update
     after update on routine_runs
     referencing old table as old_rows new table as new_rows
     for each statement execute function _tg_routine_runs_update();
@@ -1080,8 +1078,7 @@ $$;
 comment on function _tg_routine_runs_deleted() is
     'After routine_runs rows are deleted: take their running ones off routine_run_gauge.';
 
-drop trigger if exists routine_runs_deleted on routine_runs;
-create trigger routine_runs_deleted
+create or replace trigger routine_runs_deleted
     after delete on routine_runs
     referencing old table as old_rows
     for each statement execute function _tg_routine_runs_deleted();

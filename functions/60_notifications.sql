@@ -18,22 +18,11 @@
 -- - whether and when to retry is decided here (exponential backoff with
 --   jitter, up to notification_max_attempts), never in the listener;
 -- - every INSERT statement on notifications sends one NOTIFY
---   ceaseless_notification ({"count": n}), so listeners wake at once.
+--   ceaseless_notification ({"count": n}), so listeners wake at once;
+-- - the two settings are seeded once, by db/0007_seed_data.sql: this file
+--   writes no rows, so re-applying it never brings back one an operator deleted.
 
 set local search_path = ceaseless, pg_catalog, public;
-
--- Seeded here rather than in a migration so the feature ships as one file;
--- ON CONFLICT keeps an operator's value on every re-apply.
-insert into settings (key, value, description) values
-    ('notification_sinks', '{"default": {"type": "log"}}',
-     'Notification sinks by name (notifications.channel names one; NULL means "default"). '
-     'Types: {"type": "log"}, {"type": "pg", "channel": "<listen channel>"}, '
-     '{"type": "webhook", "url": "https://…", "headers": {…}, "timeout_secs": 10}. '
-     'See docs/notifications.md.'),
-    ('notification_max_attempts', '5',
-     'Delivery attempts per notification before it is marked failed. Retries back off as '
-     'retry_base_secs * 2^(attempt-1), capped at retry_max_secs, plus up to 25% jitter.')
-on conflict (key) do nothing;
 
 -- The sink configuration. A deleted row falls back to logging everything
 -- rather than failing: the log sink loses nothing, and a notification that
@@ -367,16 +356,15 @@ $$;
 comment on function _tg_notifications_insert() is
     'After INSERT on notifications: NOTIFY ceaseless_notification once per statement with {count}.';
 
-drop trigger if exists notifications_insert on notifications;
-create trigger notifications_insert
+-- CREATE OR REPLACE: DROP TRIGGER would lock the outbox against readers too.
+create or replace trigger notifications_insert
     after insert on notifications
     referencing new table as new_rows
     for each statement execute function _tg_notifications_insert();
 
--- Dropped and recreated for the reason given in 90_views.sql: CREATE OR
--- REPLACE VIEW cannot rename or retype a column.
-drop view if exists notification_status cascade;
-create view notification_status as
+-- CREATE OR REPLACE, never dropped here: see the rule in 90_views.sql's
+-- header for changing a column.
+create or replace view notification_status as
 -- One row per (sink, status), because the operator's question is "which sink
 -- is in trouble". It reads the whole table: an operator query, not a hot one.
 with grouped as (

@@ -2,15 +2,28 @@
 --
 -- Called by: operators in psql, `ceaseless status`, dashboards.
 -- Guarantees: read-only; column names are a stable interface (add columns,
--- never rename them).
+-- never rename them); an operator's own view built on one of these survives
+-- every migrate, or migrate fails naming it: nothing here is ever dropped.
+--
+-- The rule for changing a view (here and in notification_status, 60_):
+-- - CREATE OR REPLACE VIEW can only append columns at the end, with the
+--   existing ones keeping their names, types and order. That is the only
+--   change to make in this file.
+-- - Any other change (rename, retype, remove or reorder a column) needs a db/
+--   migration that drops the old view first, WITHOUT cascade
+--   (`drop view ceaseless.job_queue;`), in the same release as the new
+--   definition here: a view an operator built on ours then makes the
+--   migration fail loudly, naming it, instead of vanishing without a word.
+--   Drop the views that depend on it (stuck_jobs on job_queue) in the same
+--   migration; this file recreates them all.
+-- - stuck_jobs selects job_queue's `q.*`: a column appended to job_queue lands
+--   before stuck_jobs.reason, which is no append there, so that change too
+--   needs the migration (dropping stuck_jobs).
+-- - Never `drop … cascade`: a test refuses it anywhere in db/ or functions/.
 
 set local search_path = ceaseless, pg_catalog, public;
 
--- Views are dropped (cascade: every dependent view is recreated below or by a
--- later file) because CREATE OR REPLACE VIEW cannot rename or retype a
--- column, and these views are re-applied on every migrate.
-drop view if exists job_queue cascade;
-create view job_queue as
+create or replace view job_queue as
 select j.id,
        j.kind,
        j.agent,
@@ -35,8 +48,7 @@ where j.state in ('pending', 'claimed', 'running');
 comment on view job_queue is
     'Live jobs (pending, claimed, running): who holds each, how long its lease has left, whether it is due.';
 
-drop view if exists stuck_jobs cascade;
-create view stuck_jobs as
+create or replace view stuck_jobs as
 select q.*,
        case
            when q.state in ('claimed', 'running') and q.lease_remaining < interval '0'
@@ -63,8 +75,7 @@ where (q.state in ('claimed', 'running') and q.lease_remaining < interval '0')
 comment on view stuck_jobs is
     'Live jobs that should have moved by now, each with the likely reason.';
 
-drop view if exists governor_usage cascade;
-create view governor_usage as
+create or replace view governor_usage as
 select a.name as agent,
        a.adapter,
        a.enabled,
@@ -96,8 +107,7 @@ comment on view governor_usage is
     'Per agent lane: live runs against max_concurrent, starts in the rolling window against '
     'window_budget, free slots, pause, and due work waiting.';
 
-drop view if exists routine_status cascade;
-create view routine_status as
+create or replace view routine_status as
 select r.id,
        r.name,
        r.user_id,
@@ -135,3 +145,56 @@ left join lateral (
 comment on view routine_status is
     'One row per routine: trigger, schedule, next fire, last status, consecutive failures, '
     'and runs and skips in the last 24 hours.';
+
+-- One row per listener that holds work, is connected, or had results refused
+-- in the last day: how much it holds, how close its nearest lease is to ending
+-- (negative: a lease passed and waits for a sweep, the listener stopped
+-- renewing), and how many of its results were refused (late_results: it was
+-- cut off long enough for another listener to take its jobs over).
+create or replace view listener_status as
+with held as (
+    -- job_claim_expiry_idx: partial on live jobs, so this reads only what is held.
+    select j.claimed_by as worker,
+           count(*) as held,
+           count(*) filter (where j.state = 'running') as running,
+           min(j.claim_expires_at) - now() as next_lease_ends_in
+    from job j
+    where j.state in ('claimed', 'running')
+    group by j.claimed_by
+),
+connected as (
+    -- A listener names its LISTEN session 'ceaseless listen <worker id>'.
+    select distinct substr(a.application_name, length('ceaseless listen ') + 1) as worker
+    from pg_stat_activity a
+    where a.datname = current_database()
+      and a.application_name like 'ceaseless listen %'
+),
+refused as (
+    -- late_results_received_idx: only the last day is read.
+    select l.worker, count(*) as late
+    from late_results l
+    where l.received_at > now() - interval '24 hours'
+    group by l.worker
+),
+workers as (
+    select worker from held
+    union
+    select worker from connected
+    union
+    select worker from refused
+)
+select w.worker,
+       coalesce(h.held, 0) as held,
+       coalesce(h.running, 0) as running,
+       h.next_lease_ends_in,
+       coalesce(r.late, 0) as late_results_24h,
+       c.worker is not null as listening
+from workers w
+left join held h on h.worker = w.worker
+left join connected c on c.worker = w.worker
+left join refused r on r.worker = w.worker;
+
+comment on view listener_status is
+    'One row per listener holding work, listening, or with results refused in 24 h: jobs held '
+    'and running, time until its nearest lease ends (negative: it stopped renewing), refused '
+    'results, connected.';

@@ -1,14 +1,25 @@
 """The migration runner: forward-only files in db/, idempotent files in functions/.
 
-Called by `ceaseless migrate`, `ceaseless up` and the test fixtures.
+Called by `ceaseless migrate`, `ceaseless up` (on every start, so on a running
+system) and the test fixtures.
 
 Guarantees:
 - each `db/NNNN_name.sql` is applied once, in its own transaction, and recorded
   in ceaseless.schema_migrations with its checksum;
 - an applied migration whose file has since changed is a hard error naming the
   file: the database would no longer match what the repository says it is;
-- every `functions/*.sql` file is re-applied on every run, in name order, in one
-  transaction, so functions, triggers and views always match the repository;
+- the `functions/*.sql` files are re-applied, in name order, in one
+  transaction, only when their checksum (names and contents of all of them, in
+  order) differs from the one recorded in ceaseless.schema_functions, or when a
+  db/ migration was applied since they last were; the checksum is recorded in
+  the same transaction, so a failed re-apply is retried by the next run;
+- on an unchanged schema, migrate only reads its two bookkeeping tables: it
+  takes no lock stronger than ACCESS SHARE on any table of schema ceaseless,
+  so `ceaseless up` on a busy database stalls nothing;
+- every transaction runs with a lock_timeout: DDL that waits behind a long
+  transaction gives up after a few seconds instead of queueing in front of
+  every claim, and is retried with backoff; after the last attempt the error
+  names the file and the statement;
 - two runners at once are safe: a session advisory lock serialises them, and the
   second finds nothing left to apply.
 """
@@ -18,23 +29,40 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pglast
 import pglast.parser
 import psycopg
+import psycopg.errors
 
 import listener
+from listener import db
 
 MIGRATION_NAME = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9]+(?:_[a-z0-9]+)*)\.sql$")
 FUNCTION_NAME = re.compile(r"^\d{2}_[a-z0-9]+(?:_[a-z0-9]+)*\.sql$")
 # Any fixed number: it only has to be the same for every ceaseless runner.
 _LOCK_KEY = 0x6365_6173_656C
 
+# PostgreSQL grants table locks in queue order: DDL waiting for a table that a
+# long transaction holds makes every later claim, insert and update of that
+# table wait behind it, even those that do not conflict with the long
+# transaction. So DDL may wait this long at most (per attempt), and is then
+# retried after LOCK_BACKOFF_SECS, doubled each time, LOCK_ATTEMPTS times in all.
+LOCK_TIMEOUT_SECS = 3.0
+LOCK_ATTEMPTS = 4
+LOCK_BACKOFF_SECS = 1.0
+
 
 class MigrationError(RuntimeError):
     """A migration could not be applied; the message names the file."""
+
+
+class MigrationLockTimeout(MigrationError):
+    """A statement of a migration or function file waited for a lock longer than the timeout."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +78,16 @@ class Migration:
 
 @dataclass(frozen=True)
 class MigrateReport:
+    """What a run applied (or, on a dry run, would apply).
+
+    `functions` lists the functions/ files re-applied, in order, and is empty
+    when they were skipped; `functions_skipped` is True exactly then: the
+    files were unchanged since they were last applied and no migration ran.
+    """
+
     applied: list[Migration]
     functions: list[Path]
+    functions_skipped: bool = False
 
 
 def sql_root() -> Path:
@@ -89,29 +125,88 @@ def function_files(root: Path | None = None) -> list[Path]:
     return files
 
 
+def functions_checksum(files: Sequence[Path]) -> str:
+    """One checksum of the whole functions/ set: a renamed, added or removed file changes it."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
 def _bootstrap(conn: psycopg.Connection) -> None:
     # The runner's own bookkeeping, so it lives here rather than in a
     # migration: it must exist before the first migration can be recorded.
-    conn.execute("create schema if not exists ceaseless")
-    conn.execute(
-        """
-        create table if not exists ceaseless.schema_migrations (
-            version integer primary key,
-            name text not null,
-            checksum text not null,
-            applied_at timestamptz not null default now()
+    # Checked first, without locking anything: COMMENT ON (and CREATE … IF
+    # NOT EXISTS on some objects) would lock the table on every start.
+    row = conn.execute(
+        "select to_regclass('ceaseless.schema_migrations') is not null"
+        " and to_regclass('ceaseless.schema_functions') is not null"
+    ).fetchone()
+    if row is not None and row[0]:
+        return
+    with conn.transaction():
+        conn.execute("create schema if not exists ceaseless")
+        conn.execute(
+            """
+            create table if not exists ceaseless.schema_migrations (
+                version integer primary key,
+                name text not null,
+                checksum text not null,
+                applied_at timestamptz not null default now()
+            )
+            """
         )
-        """
-    )
-    conn.execute(
-        "comment on table ceaseless.schema_migrations is "
-        "'Migrations applied by `ceaseless migrate`, with the checksum of the file as applied.'"
-    )
+        conn.execute(
+            "comment on table ceaseless.schema_migrations is "
+            "'Migrations applied by `ceaseless migrate`, with the checksum of the file as applied.'"
+        )
+        conn.execute(
+            """
+            create table if not exists ceaseless.schema_functions (
+                singleton boolean primary key default true,
+                checksum text not null,
+                -- How many migrations were applied when the functions were:
+                -- a migration applied by a run whose functions then failed
+                -- must still get them re-applied, though they are unchanged.
+                migration_count integer not null,
+                files text[] not null,
+                applied_at timestamptz not null default now(),
+
+                -- One row: two would leave "which set is applied" ambiguous.
+                constraint one_row check (singleton)
+            )
+            """
+        )
+        conn.execute(
+            "comment on table ceaseless.schema_functions is "
+            "'The functions/ set last applied by `ceaseless migrate`: its checksum, so an "
+            "unchanged set is not re-applied. Delete the row to force a re-apply.'"
+        )
 
 
 def _applied(conn: psycopg.Connection) -> dict[int, tuple[str, str]]:
     rows = conn.execute("select version, name, checksum from ceaseless.schema_migrations")
     return {version: (name, checksum) for version, name, checksum in rows}
+
+
+def _functions_current(conn: psycopg.Connection, checksum: str) -> bool:
+    """Whether these functions/ were applied after every migration applied so far."""
+    row = conn.execute(
+        """
+        select f.checksum = %s
+               and f.migration_count = (select count(*) from ceaseless.schema_migrations)
+        from ceaseless.schema_functions f
+        """,
+        (checksum,),
+    ).fetchone()
+    return row is not None and bool(row[0])
+
+
+def _first_line(statement: str) -> str:
+    """The statement's first line of SQL, to name it in an error."""
+    lines = (line.strip() for line in statement.splitlines())
+    return next((line for line in lines if line and not line.startswith("--")), "")
 
 
 def _execute_file(conn: psycopg.Connection, path: Path) -> None:
@@ -131,7 +226,42 @@ def _execute_file(conn: psycopg.Connection, path: Path) -> None:
             conn.execute(statement.encode())
         except psycopg.Error as exc:
             line = text.count("\n", 0, start) + 1 + (len(statement) - len(statement.lstrip("\n")))
-            raise MigrationError(f"{path.name}, statement at line {line}: {exc}") from exc
+            where = f"{path.name}, statement at line {line}"
+            if isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.DeadlockDetected):
+                raise MigrationLockTimeout(f"{where} ({_first_line(statement)}): {exc}") from exc
+            raise MigrationError(f"{where}: {exc}") from exc
+
+
+def _transaction(
+    conn: psycopg.Connection,
+    work: Callable[[], None],
+    *,
+    lock_timeout: float,
+    attempts: int,
+    backoff: float,
+) -> None:
+    """Run `work` in one transaction under lock_timeout, retrying it when a lock was not granted.
+
+    Retrying the whole transaction is safe: a lock timeout rolls all of it back.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            with conn.transaction():
+                conn.execute(
+                    "select set_config('lock_timeout', %s, true)",
+                    (f"{max(round(lock_timeout * 1000), 1)}ms",),
+                )
+                work()
+            return
+        except MigrationLockTimeout as exc:
+            if attempt == attempts:
+                raise MigrationLockTimeout(
+                    f"{exc} — gave up after {attempts} attempts of {lock_timeout:g} s each: "
+                    "another transaction holds a lock on that table. Find it with "
+                    "`select pid, xact_start, state, query from pg_stat_activity "
+                    "order by xact_start limit 5`, let it finish (or end it), then migrate again."
+                ) from exc
+            time.sleep(backoff * 2 ** (attempt - 1))
 
 
 def pending(conn: psycopg.Connection, root: Path | None = None) -> list[Migration]:
@@ -161,33 +291,85 @@ def pending(conn: psycopg.Connection, root: Path | None = None) -> list[Migratio
     return todo
 
 
-def migrate(url: str, *, dry_run: bool = False, root: Path | None = None) -> MigrateReport:
-    """Apply pending migrations, then re-apply every functions/ file."""
-    with psycopg.connect(url, autocommit=True, application_name="ceaseless migrate") as conn:
+def migrate(
+    url: str,
+    *,
+    dry_run: bool = False,
+    root: Path | None = None,
+    reapply_functions: bool = False,
+    lock_timeout: float = LOCK_TIMEOUT_SECS,
+    attempts: int = LOCK_ATTEMPTS,
+    backoff: float = LOCK_BACKOFF_SECS,
+) -> MigrateReport:
+    """Apply pending migrations, then re-apply functions/ if they or the schema changed.
+
+    `reapply_functions` re-applies them regardless (say, after an operator
+    dropped a function by hand); `lock_timeout`, `attempts` and `backoff`
+    bound how long DDL may wait for a table lock, and how often it retries.
+    """
+    with db.connect(url, application_name="ceaseless migrate") as conn:
+        # Not under lock_timeout: a second runner should wait for the first.
         conn.execute("select pg_advisory_lock(%s)", (_LOCK_KEY,))
         try:
             # Every file is checked before anything is applied, so a bad
             # functions/ name cannot leave a migrated database without functions.
             files = function_files(root)
+            checksum = functions_checksum(files)
             if dry_run:
-                has_table = conn.execute(
-                    "select to_regclass('ceaseless.schema_migrations') is not null"
-                ).fetchone()
-                todo = pending(conn, root) if has_table and has_table[0] else migrations(root)
-                return MigrateReport(todo, files)
+                has_tables = conn.execute(
+                    "select to_regclass('ceaseless.schema_migrations') is not null,"
+                    " to_regclass('ceaseless.schema_functions') is not null"
+                ).fetchone() or (False, False)
+                todo = pending(conn, root) if has_tables[0] else migrations(root)
+                unchanged = bool(
+                    has_tables[1]
+                    and not todo
+                    and not reapply_functions
+                    and _functions_current(conn, checksum)
+                )
+                return MigrateReport(todo, [] if unchanged else files, unchanged)
             _bootstrap(conn)
             todo = pending(conn, root)
             for migration in todo:
-                with conn.transaction():
+
+                def apply(migration: Migration = migration) -> None:
                     _execute_file(conn, migration.path)
                     conn.execute(
                         "insert into ceaseless.schema_migrations (version, name, checksum) "
                         "values (%s, %s, %s)",
                         (migration.version, migration.name, migration.checksum),
                     )
-            with conn.transaction():
+
+                _transaction(
+                    conn, apply, lock_timeout=lock_timeout, attempts=attempts, backoff=backoff
+                )
+            # Re-applying is not free even when nothing changed: CREATE OR
+            # REPLACE TRIGGER locks its table against writes and CREATE OR
+            # REPLACE VIEW locks the view against reads until commit.
+            if not todo and not reapply_functions and _functions_current(conn, checksum):
+                return MigrateReport(todo, [], functions_skipped=True)
+
+            def apply_functions() -> None:
                 for path in files:
                     _execute_file(conn, path)
+                conn.execute(
+                    """
+                    insert into ceaseless.schema_functions
+                        (singleton, checksum, migration_count, files, applied_at)
+                    values (true, %s, (select count(*) from ceaseless.schema_migrations), %s,
+                            now())
+                    on conflict (singleton) do update
+                    set checksum = excluded.checksum,
+                        migration_count = excluded.migration_count,
+                        files = excluded.files,
+                        applied_at = excluded.applied_at
+                    """,
+                    (checksum, [path.name for path in files]),
+                )
+
+            _transaction(
+                conn, apply_functions, lock_timeout=lock_timeout, attempts=attempts, backoff=backoff
+            )
             return MigrateReport(todo, files)
         finally:
             # Never let a failed unlock (a dead connection) hide the real

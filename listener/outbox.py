@@ -23,42 +23,21 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import aiohttp
-from psycopg.rows import class_row
-from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from listener import log
+from listener import db, log
+from listener.queries import outbox
+from listener.queries.outbox import ClaimedNotification
 
 NOTIFICATION_CHANNEL = "ceaseless_notification"
 
 _DEFAULT_TIMEOUT_SECS = 10.0
 # Enough of a refusing receiver's answer to explain itself in last_error.
 _ERROR_BODY_BYTES = 300
-
-
-@dataclass(frozen=True)
-class ClaimedNotification:
-    """A row of claim_notifications: `state` 'claimed' means deliver it now;
-    'delivered' and 'failed' were settled in SQL and are only reported."""
-
-    id: UUID
-    state: str
-    attempts: int
-    sink_name: str
-    sink: dict[str, Any] | None
-    kind: str
-    subject: str
-    body: str
-    recipient: str | None
-    source_table: str
-    source_id: UUID
-    created_at: datetime
-    last_error: str | None
 
 
 @dataclass(frozen=True)
@@ -73,19 +52,22 @@ class Result:
 
 
 async def deliver_due(
-    pool: AsyncConnectionPool, worker: str, *, http: aiohttp.ClientSession, limit: int = 100
+    pool: AsyncConnectionPool,
+    worker: str,
+    *,
+    http: aiohttp.ClientSession,
+    limit: int = 100,
+    deadline: float = 15.0,
 ) -> int:
     """Claim, deliver and finish one batch of due notifications; returns how many it handled.
 
-    Raises only psycopg errors (the database is away or refused a call); every
-    sink failure is recorded as a failed attempt instead.
+    Raises only psycopg errors (the database is away or refused a call, or a
+    call outlived `deadline` seconds); every sink failure is recorded as a
+    failed attempt instead.
     """
-    async with (
-        pool.connection() as conn,
-        conn.cursor(row_factory=class_row(ClaimedNotification)) as cur,
-    ):
-        await cur.execute("select * from ceaseless.claim_notifications(%s, %s)", (worker, limit))
-        claimed = await cur.fetchall()
+    claimed = await db.call(
+        pool, "claim_notifications", lambda conn: outbox.claim(conn, worker, limit), deadline
+    )
     for settled in claimed:
         if settled.state != "claimed":
             _log_settled(settled)
@@ -94,13 +76,12 @@ async def deliver_due(
         return len(claimed)
 
     results = await asyncio.gather(*(_deliver(n, http) for n in to_deliver))
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "select id, status, attempts, next_attempt_at, last_error "
-            "from ceaseless.finish_notifications(%s, %s)",
-            (worker, Jsonb([r.as_json() for r in results])),
-        )
-        finished = await cur.fetchall()
+    finished = await db.call(
+        pool,
+        "finish_notifications",
+        lambda conn: outbox.finish(conn, worker, [r.as_json() for r in results]),
+        deadline,
+    )
     sinks = {n.id: n.sink_name for n in to_deliver}
     for id_, status, attempts, next_attempt_at, last_error in finished:
         if status == "pending":

@@ -4,7 +4,7 @@ croniter is the authority for times, and it runs here, so the listener
 computes every cron routine's next_fire_at:
 - on NOTIFY ceaseless_schedule (a routine was created, changed or re-enabled),
 - at startup for every cron routine still waiting for one (reconcile),
-- when it fires due routines: it locks them (FOR UPDATE SKIP LOCKED), computes
+- when it fires due routines: it locks them (due_cron_routines, SKIP LOCKED), computes
   each next slot and how many slots were missed, and hands both to
   fire_cron_routines in the same transaction.
 
@@ -23,6 +23,7 @@ from uuid import UUID
 import psycopg
 
 from listener import cron, log
+from listener.queries import schedule as queries
 
 _BATCH = 2000
 
@@ -42,32 +43,18 @@ async def schedule(
     `routine_ids` limits it to those routines (the ids a ceaseless_schedule
     NOTIFY named); None schedules every waiting routine (startup, catch-up).
     """
-    cur = await conn.execute(
-        "select id, trigger_config ->> 'schedule', trigger_config ->> 'timezone' "
-        "from ceaseless.routines where enabled and trigger_type = 'cron' "
-        "and next_fire_at is null and (%s::uuid[] is null or id = any(%s::uuid[]))",
-        (routine_ids, routine_ids),
-    )
-    ids: list[UUID] = []
-    schedules: list[str] = []
-    timezones: list[str] = []
+    computable: list[queries.CronRoutine] = []
     nexts: list[datetime] = []
-    for routine_id, schedule_text, timezone in await cur.fetchall():
+    for routine in await queries.unscheduled(conn, routine_ids):
         try:
-            nexts.append(cron.next_fire(schedule_text, timezone, now))
+            nexts.append(cron.next_fire(routine.schedule, routine.timezone, now))
         except cron.CronError as exc:
-            await _disable(conn, routine_id, schedule_text, exc)
+            await _disable(conn, routine.id, routine.schedule, exc)
             continue
-        ids.append(routine_id)
-        schedules.append(schedule_text)
-        timezones.append(timezone)
-    if not ids:
+        computable.append(routine)
+    if not computable:
         return 0
-    cur = await conn.execute(
-        "select ceaseless.set_next_fires(%s, %s, %s, %s)", (ids, schedules, timezones, nexts)
-    )
-    row = await cur.fetchone()
-    stored = int(row[0]) if row else 0
+    stored = await queries.set_next_fires(conn, computable, nexts)
     log.debug("cron.scheduled", routines=stored)
     return stored
 
@@ -81,7 +68,7 @@ async def _disable(
     conn: psycopg.AsyncConnection, routine_id: UUID, schedule: str, error: Exception
 ) -> None:
     message = f"schedule {schedule!r} cannot be used: {error}"
-    await conn.execute("select ceaseless.disable_routine(%s, %s)", (routine_id, message))
+    await queries.disable_routine(conn, routine_id, message)
     log.warning("cron.disabled", routine=str(routine_id), error=message)
 
 
@@ -94,24 +81,12 @@ async def fire_due(conn: psycopg.AsyncConnection, now: datetime) -> FireReport:
         skipped += batch_skipped
         if not full:
             break
-    cur = await conn.execute(
-        "select min(next_fire_at) from ceaseless.routines "
-        "where enabled and next_fire_at is not null"
-    )
-    row = await cur.fetchone()
-    return FireReport(fired, skipped, row[0] if row else None)
+    return FireReport(fired, skipped, await queries.next_fire(conn))
 
 
 async def _fire_batch(conn: psycopg.AsyncConnection, now: datetime) -> tuple[int, int, bool]:
     async with conn.transaction():
-        cur = await conn.execute(
-            "select id, trigger_config ->> 'schedule', trigger_config ->> 'timezone', next_fire_at "
-            "from ceaseless.routines "
-            "where enabled and next_fire_at is not null and next_fire_at <= %s "
-            "order by next_fire_at limit %s for update skip locked",
-            (now, _BATCH),
-        )
-        due = await cur.fetchall()
+        due = await queries.lock_due(conn, now, _BATCH)
         ids: list[UUID] = []
         nexts: list[datetime] = []
         missed: list[int] = []
@@ -119,25 +94,23 @@ async def _fire_batch(conn: psycopg.AsyncConnection, now: datetime) -> tuple[int
         # once per batch (croniter costs a few hundred microseconds a call).
         next_fire = functools.cache(cron.next_fire)
         slots_between = functools.cache(cron.slots_between)
-        for routine_id, schedule, timezone, due_at in due:
+        for routine in due:
             try:
-                next_at = next_fire(schedule, timezone, now)
+                next_at = next_fire(routine.schedule, routine.timezone, now)
                 # One fire stands for the latest due slot; the slots after the
                 # one it was due at were missed (spec 5.2).
-                missed_slots = slots_between(schedule, timezone, due_at, now)
+                missed_slots = slots_between(
+                    routine.schedule, routine.timezone, routine.next_fire_at, now
+                )
             except cron.CronError as exc:
-                await _disable(conn, routine_id, schedule, exc)
+                await _disable(conn, routine.id, routine.schedule, exc)
                 continue
-            ids.append(routine_id)
+            ids.append(routine.id)
             nexts.append(next_at)
             missed.append(missed_slots)
         if not ids:
             return 0, 0, len(due) == _BATCH
-        cur = await conn.execute(
-            "select status from ceaseless.fire_cron_routines(%s, %s, %s, %s)",
-            (ids, nexts, missed, now),
-        )
-        statuses = [row[0] for row in await cur.fetchall()]
+        statuses = await queries.fire(conn, ids, nexts, missed, now)
     fired = sum(1 for status in statuses if status == "running")
     if statuses:
         log.event("cron.fired", fired=fired, skipped=len(statuses) - fired)

@@ -88,6 +88,19 @@ def db_url() -> Iterator[str]:
 
 
 @pytest.fixture
+def empty_db_url() -> Iterator[str]:
+    """A database of its own with nothing in it, never migrated (template0)."""
+    name = f"ceaseless_empty_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_server_url(), autocommit=True) as conn:
+        conn.execute(f'create database "{name}" template template0')
+    try:
+        yield url_for(name)
+    finally:
+        with psycopg.connect(_server_url(), autocommit=True) as conn:
+            conn.execute(f'drop database if exists "{name}" with (force)')
+
+
+@pytest.fixture
 def conn(db_url: str) -> Iterator[psycopg.Connection]:
     with psycopg.connect(db_url, autocommit=True) as connection:
         yield connection

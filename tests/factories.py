@@ -65,9 +65,15 @@ def claim(conn: psycopg.Connection, worker: str = "w1", limit: int = 10, **kw: A
     return [row[0] for row in rows]
 
 
-def start(conn: psycopg.Connection, job_ids: list[UUID], worker: str = "w1") -> dict[UUID, UUID]:
+def claim_started(
+    conn: psycopg.Connection, worker: str = "w1", limit: int = 10, **kw: Any
+) -> dict[UUID, UUID]:
+    """Claim and start as a listener does (claim_jobs with p_start): {job id: run id}."""
+    args = "".join(f", {k} => %({k})s" for k in kw)
     rows = conn.execute(
-        "select job_id, run_id from ceaseless.start_runs(%s, %s)", (worker, job_ids)
+        f"select id, run_id from ceaseless.claim_jobs(%(worker)s, %(limit)s, "
+        f"p_start => true{args})",
+        {"worker": worker, "limit": limit, **kw},
     ).fetchall()
     return dict(rows)
 
@@ -132,11 +138,10 @@ def run_of(conn: psycopg.Connection, run_id: UUID) -> dict[str, Any]:
 def complete_job(
     conn: psycopg.Connection, job_id: UUID, outcome: str, message: str | None = None
 ) -> str:
-    """Drive a job through claim → start → finish as listener w1 would."""
+    """Drive a job through claim (and start) → finish as listener w1 would."""
     conn.execute(
         "update ceaseless.job set run_after = now() - interval '1 second' where id = %s", (job_id,)
     )
-    claimed = claim(conn, limit=100)
-    assert job_id in claimed
-    run = start(conn, [job_id])[job_id]
-    return finish(conn, run, outcome, final_message=message)
+    runs = claim_started(conn, limit=100)
+    assert job_id in runs
+    return finish(conn, runs[job_id], outcome, final_message=message)

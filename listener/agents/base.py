@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -28,13 +28,15 @@ FINAL_MESSAGE_LIMIT = 65_536
 class AgentConfig:
     """One row of `ceaseless.agents`, as the listener caches it."""
 
+    # No defaults: the database owns them (agents' column defaults), and a
+    # copy here would drift from them.
     name: str
     adapter: Adapter
     argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    model: str | None = None
-    timeout_secs: int = 3600
-    kill_grace_secs: int = 10
+    env: dict[str, str]
+    model: str | None
+    timeout_secs: int
+    kill_grace_secs: int
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,15 @@ class RunResult:
 
 
 class OutputParser(Protocol):
-    """Reads an agent's stdout one line at a time, then says what happened."""
+    """Reads an agent's stdout one line at a time, then says what happened.
+
+    `session_id` is the agent's session as soon as its output names one (None
+    until then): the runner records it while the agent still runs, so a run
+    cut short can be resumed.
+    """
+
+    @property
+    def session_id(self) -> str | None: ...
 
     def feed(self, line: bytes) -> None: ...
 

@@ -99,6 +99,10 @@ class ClaudeStreamParser:
         self._cost_usd: float | None = None
         self._num_turns: int | None = None
 
+    @property
+    def session_id(self) -> str | None:
+        return self._session_id
+
     def feed(self, line: bytes) -> None:
         event = decode_json_object(line)
         if event is None:

@@ -73,6 +73,11 @@ class CommandOutputParser:
         self._last: str | None = None
         self._blank_run = 0
 
+    @property
+    def session_id(self) -> str | None:
+        """A command reports its session only in its final JSON line, after the run."""
+        return None
+
     def feed(self, line: bytes) -> None:
         text = line.decode("utf-8", "replace")
         if not text.strip():

@@ -88,6 +88,10 @@ class OpencodeJsonParser:
         self._answer: str | None = None
         self._error: _Error | None = None
 
+    @property
+    def session_id(self) -> str | None:
+        return self._session_id
+
     def feed(self, line: bytes) -> None:
         event = decode_json_object(line)
         if event is None:

@@ -14,8 +14,12 @@ Guarantees:
   bytes of stderr, and what the parser keeps.
 - A program that cannot be started is a FAILED RunResult, never an exception.
 - Timeout and cancel both send SIGTERM to the group, then SIGKILL after
-  `agent.kill_grace_secs`. Processes an agent leaves behind after exiting by itself
-  get the same treatment: a finished run owns no processes.
+  `agent.kill_grace_secs` — or sooner when the cancel is a `StopRequest` that asks
+  for a shorter grace, even one made while the SIGTERM is already out (a lease
+  about to lapse cannot wait for a polite exit). Processes an agent leaves behind
+  after exiting by itself get the same treatment: a finished run owns no processes.
+- `on_session` is called with the session id as soon as the agent's output names
+  one (before the run ends), and again only if it changes.
 
 No decision about *whether* a job may run is made here; that is the database's.
 """
@@ -59,12 +63,30 @@ _PR_SET_PDEATHSIG = 1
 _SIGKILL = int(signal.SIGKILL)
 
 
+class StopRequest(asyncio.Event):
+    """A cancel that can also say how long SIGTERM lasts before SIGKILL.
+
+    `stop(grace)` sets it; a later call can only shorten the grace. None keeps
+    the agent's own kill_grace_secs.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grace: float | None = None
+
+    def stop(self, grace: float | None = None) -> None:
+        if grace is not None:
+            self.grace = grace if self.grace is None else min(self.grace, grace)
+        self.set()
+
+
 async def run_agent(
     adapter: AgentAdapter,
     agent: AgentConfig,
     task: Task,
     *,
     cancel: asyncio.Event,
+    on_session: Callable[[str], None] | None = None,
     line_limit: int = 1 << 20,
     stderr_limit: int = 64 << 10,
 ) -> RunResult:
@@ -83,7 +105,7 @@ async def run_agent(
     stderr_tail = bytearray()
     io_tasks = [
         asyncio.create_task(_write_prompt(proc, task.prompt)),
-        asyncio.create_task(_read_lines(proc, parser, line_limit)),
+        asyncio.create_task(_read_lines(proc, parser, line_limit, on_session)),
         asyncio.create_task(_read_tail(proc, stderr_tail, stderr_limit)),
     ]
     try:
@@ -182,11 +204,17 @@ async def _write_prompt(proc: asyncio.subprocess.Process, prompt: str) -> None:
         stdin.close()
 
 
-async def _read_lines(proc: asyncio.subprocess.Process, parser: OutputParser, limit: int) -> None:
+async def _read_lines(
+    proc: asyncio.subprocess.Process,
+    parser: OutputParser,
+    limit: int,
+    on_session: Callable[[str], None] | None,
+) -> None:
     """Feed stdout to the parser one line at a time, cutting lines at `limit` bytes."""
     stream = proc.stdout
     assert stream is not None
     line = bytearray()
+    session: str | None = None
     while chunk := await stream.read(_CHUNK):
         pieces = chunk.split(b"\n")
         for i, piece in enumerate(pieces):
@@ -195,8 +223,20 @@ async def _read_lines(proc: asyncio.subprocess.Process, parser: OutputParser, li
             if i < len(pieces) - 1:
                 _feed(parser, line)
                 line.clear()
+        if on_session is not None and parser.session_id not in (None, session):
+            session = parser.session_id
+            _report_session(on_session, session)
     if line:
         _feed(parser, line)
+
+
+def _report_session(on_session: Callable[[str], None], session: str | None) -> None:
+    if session is None:
+        return
+    try:
+        on_session(session)
+    except Exception:
+        log.exception("session callback failed; the run goes on")
 
 
 def _feed(parser: OutputParser, line: bytearray) -> None:
@@ -234,17 +274,26 @@ async def _supervise(
         ending = None
     else:
         ending = Outcome.CANCELLED if cancelled in done else Outcome.TIMED_OUT
-    await _stop_group(proc, agent.kill_grace_secs)
+    await _stop_group(proc, lambda: _grace(agent, cancel))
     return ending
 
 
-async def _stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
-    """SIGTERM the group, SIGKILL it after `grace` seconds, and reap the leader."""
+def _grace(agent: AgentConfig, cancel: asyncio.Event) -> float:
+    requested = cancel.grace if isinstance(cancel, StopRequest) else None
+    return agent.kill_grace_secs if requested is None else min(requested, agent.kill_grace_secs)
+
+
+async def _stop_group(proc: asyncio.subprocess.Process, grace: Callable[[], float]) -> None:
+    """SIGTERM the group, SIGKILL it after `grace()` seconds, and reap the leader.
+
+    The grace is read again while waiting, so a stop request that shortens it
+    takes effect at once.
+    """
     pgid = proc.pid
     if proc.returncode is None or _group_alive(pgid):
         _signal_group(pgid, signal.SIGTERM)
-        deadline = asyncio.get_running_loop().time() + grace
-        while asyncio.get_running_loop().time() < deadline and (
+        started = asyncio.get_running_loop().time()
+        while asyncio.get_running_loop().time() < started + grace() and (
             proc.returncode is None or _group_alive(pgid)
         ):
             await asyncio.sleep(_POLL_SECS)

@@ -21,7 +21,15 @@ from listener.enums import Adapter
 
 fake, pid_file = sys.argv[1], sys.argv[2]
 env = {"FAKE_AGENT_MODE": "sleep", "FAKE_AGENT_PID_FILE": pid_file}
-config = AgentConfig("sleeper", Adapter.COMMAND, argv=[fake], env=env, timeout_secs=600)
+config = AgentConfig(
+    "sleeper",
+    Adapter.COMMAND,
+    argv=[fake],
+    env=env,
+    model=None,
+    timeout_secs=600,
+    kill_grace_secs=10,
+)
 job = Task(job_id="j", run_id="r", prompt="sleep")
 asyncio.run(run_agent(adapter_for(Adapter.COMMAND), config, job, cancel=asyncio.Event()))
 """

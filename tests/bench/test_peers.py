@@ -8,30 +8,13 @@ pgbench on PATH), which is always there.
 from __future__ import annotations
 
 import importlib
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 from bench.peers import Gate, PeerError, PeerResult, drain_in_processes, tally
-from tests.conftest import url_for
 
 JOBS = 300
-
-
-@pytest.fixture
-def empty_db(server_url: str) -> Iterator[str]:
-    """An empty database of its own, as the harness gives each peer run."""
-    name = f"ceaseless_peer_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'create database "{name}"')
-    try:
-        yield url_for(name)
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(f'drop database if exists "{name}" with (force)')
 
 
 def assert_drained_exactly_once(result: PeerResult, name: str) -> None:
@@ -43,30 +26,32 @@ def assert_drained_exactly_once(result: PeerResult, name: str) -> None:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_pgqueuer_drains_every_job_exactly_once(empty_db: str, workers: int) -> None:
+def test_pgqueuer_drains_every_job_exactly_once(empty_db_url: str, workers: int) -> None:
     pytest.importorskip("pgqueuer", reason="pgqueuer is in the optional 'bench' extra")
     peer = importlib.import_module("bench.peers.pgqueuer_peer")
-    assert_drained_exactly_once(peer.run(empty_db, JOBS, workers=workers), "pgqueuer")
+    assert_drained_exactly_once(peer.run(empty_db_url, JOBS, workers=workers), "pgqueuer")
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_procrastinate_drains_every_job_exactly_once(empty_db: str, workers: int) -> None:
+def test_procrastinate_drains_every_job_exactly_once(empty_db_url: str, workers: int) -> None:
     pytest.importorskip("procrastinate", reason="procrastinate is in the optional 'bench' extra")
     peer = importlib.import_module("bench.peers.procrastinate_peer")
-    assert_drained_exactly_once(peer.run(empty_db, JOBS, workers=workers), "procrastinate")
+    assert_drained_exactly_once(peer.run(empty_db_url, JOBS, workers=workers), "procrastinate")
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_pgbench_limit_completes_every_row(empty_db: str, workers: int) -> None:
+def test_pgbench_limit_completes_every_row(empty_db_url: str, workers: int) -> None:
     from bench.peers import pgbench_limit
 
-    assert_drained_exactly_once(pgbench_limit.run(empty_db, JOBS, workers=workers), "pgbench limit")
+    assert_drained_exactly_once(
+        pgbench_limit.run(empty_db_url, JOBS, workers=workers), "pgbench limit"
+    )
 
 
-def test_pgbench_limit_completes_an_odd_count_over_two_clients(empty_db: str) -> None:
+def test_pgbench_limit_completes_an_odd_count_over_two_clients(empty_db_url: str) -> None:
     from bench.peers import pgbench_limit
 
-    result = pgbench_limit.run(empty_db, 7, workers=2)
+    result = pgbench_limit.run(empty_db_url, 7, workers=2)
     assert (result.completed, result.lost) == (7, 0)
 
 

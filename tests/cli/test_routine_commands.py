@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
+from tests.cli.column_defaults import shift_column_defaults
 from tests.cli.test_commands import _run
 
 
@@ -97,3 +98,42 @@ def test_webhook_routine_from_the_command_line_keeps_its_secret_out_of_show(
     assert added.returncode == 0, added.stderr
     shown = _run(db_url, "routine", "show", "hook")
     assert "deploys" in shown.stdout and "a-secret-of-enough-length" not in shown.stdout
+
+
+def test_routine_added_without_guardrails_gets_the_column_defaults(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    defaults = shift_column_defaults(conn, "routines", ["cooldown_secs", "max_concurrent"])
+    _run(db_url, "agent", "add", "noop", "--adapter", "noop")
+    added = _run(db_url, "routine", "add", "plain", "--agent", "noop", "--prompt", "p")
+    assert added.returncode == 0, added.stderr
+    row = conn.execute(
+        "select cooldown_secs, max_concurrent from ceaseless.routines where name = 'plain'"
+    ).fetchone()
+    assert row == (defaults["cooldown_secs"], defaults["max_concurrent"])
+
+
+def test_routine_guardrails_given_are_stored(db_url: str, conn: psycopg.Connection) -> None:
+    _run(db_url, "agent", "add", "noop", "--adapter", "noop")
+    added = _run(
+        db_url,
+        "routine",
+        "add",
+        "tight",
+        "--agent",
+        "noop",
+        "--prompt",
+        "p",
+        "--cooldown",
+        "0",
+        "--max-concurrent",
+        "7",
+        "--dedup-window",
+        "60",
+    )
+    assert added.returncode == 0, added.stderr
+    row = conn.execute(
+        "select cooldown_secs, max_concurrent, dedup_window_secs from ceaseless.routines "
+        "where name = 'tight'"
+    ).fetchone()
+    assert row == (0, 7, 60)

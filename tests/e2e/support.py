@@ -86,13 +86,17 @@ class ListenerProcess:
         return self.proc.returncode
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, message: str = "") -> None:
+def wait_until(
+    predicate: Callable[[], bool], timeout: float, message: str | Callable[[], str] = ""
+) -> None:
+    """Poll `predicate` until true; else fail with `message` (called then, if callable)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.02)
-    raise AssertionError(message or "condition not reached in time")
+    text = message() if callable(message) else message
+    raise AssertionError(text or "condition not reached in time")
 
 
 def scalar(url: str, query: str, params: tuple[Any, ...] = ()) -> Any:

@@ -1,14 +1,15 @@
-"""start_runs / finish_runs: runs open only for held jobs; outcomes move jobs."""
+"""Runs opened by claim_jobs(p_start) and ended by finish_runs: outcomes move jobs."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import psycopg
 import pytest
 
-from tests.factories import claim, finish, job_state, make_agent, make_job, start
+from tests.factories import claim_started, finish, job_state, make_agent, make_job
 
 Running = tuple[psycopg.Connection, UUID, UUID]
 
@@ -18,16 +19,16 @@ def running(conn: psycopg.Connection) -> tuple[psycopg.Connection, UUID, UUID]:
     """A job of a two-attempt lane, claimed and started by w1: (conn, job id, run id)."""
     make_agent(conn, max_attempts=2)
     job = make_job(conn)
-    claim(conn)
-    run = start(conn, [job])[job]
+    run = claim_started(conn)[job]
     return conn, job, run
 
 
-def test_start_opens_one_run_and_marks_the_job_running(conn: psycopg.Connection) -> None:
+def test_claim_with_start_opens_one_run_and_marks_the_job_running(
+    conn: psycopg.Connection,
+) -> None:
     make_agent(conn)
     job = make_job(conn)
-    claim(conn)
-    runs = start(conn, [job])
+    runs = claim_started(conn)
     assert list(runs) == [job]
     assert job_state(conn, job) == "running"
     row = conn.execute(
@@ -36,15 +37,6 @@ def test_start_opens_one_run_and_marks_the_job_running(conn: psycopg.Connection)
         (job,),
     ).fetchone()
     assert row == ("noop", "noop", "w1", 1, None)
-
-
-def test_start_refuses_jobs_the_caller_does_not_hold(conn: psycopg.Connection) -> None:
-    make_agent(conn)
-    job = make_job(conn)
-    claim(conn, worker="w1")
-    assert start(conn, [job], worker="w2") == {}
-    conn.execute("select ceaseless.cancel_job(%s)", (job,))
-    assert start(conn, [job], worker="w1") == {}
 
 
 @pytest.mark.parametrize(
@@ -81,8 +73,7 @@ def test_failure_retries_with_backoff_then_fails_after_max_attempts(running: Run
     ).fetchone()
     assert row == (None, True, "boom")
     later = datetime.now(UTC) + timedelta(hours=2)
-    assert claim(conn, p_now=later) == [job]
-    run2 = start(conn, [job])[job]
+    run2 = claim_started(conn, p_now=later)[job]
     assert finish(conn, run2, "timed_out") == "failed"
 
 
@@ -111,14 +102,25 @@ def test_finishing_twice_is_harmless(running: Running) -> None:
     assert outcome == ("succeeded",)
 
 
-def test_cancelled_run_keeps_cancelled_and_gains_exit_details(running: Running) -> None:
+def test_result_of_a_cancelled_run_is_kept_apart_and_never_rewrites_it(
+    running: Running,
+) -> None:
     conn, job, run = running
     conn.execute("select ceaseless.cancel_job(%s)", (job,))
-    assert finish(conn, run, "cancelled", exit_status=-15) == "cancelled"
-    row = conn.execute(
-        "select outcome, exit_status from ceaseless.agent_run where id = %s", (run,)
+    payload = json.dumps([{"run_id": str(run), "outcome": "cancelled", "exit_status": -15}])
+    answer = conn.execute(
+        "select job_state, recorded, refusal from ceaseless.finish_runs('w1', %s::jsonb)",
+        (payload,),
     ).fetchone()
-    assert row == ("cancelled", -15)
+    assert answer == ("cancelled", False, "run already ended (cancelled, by cancel)")
+    row = conn.execute(
+        "select outcome, exit_status, ended_by from ceaseless.agent_run where id = %s", (run,)
+    ).fetchone()
+    assert row == ("cancelled", None, "cancel")
+    kept = conn.execute(
+        "select job_id, worker, result from ceaseless.late_results where run_id = %s", (run,)
+    ).fetchall()
+    assert kept == [(job, "w1", {"outcome": "cancelled", "exit_status": -15})]
 
 
 def test_cancel_and_retry_report_unknown_and_wrong_state(conn: psycopg.Connection) -> None:
@@ -148,7 +150,6 @@ def test_every_state_change_is_audited(running: Running) -> None:
     ).fetchall()
     assert rows == [
         (None, "pending", "postgres"),
-        ("pending", "claimed", "w1"),
-        ("claimed", "running", "w1"),
+        ("pending", "running", "w1"),
         ("running", "delivered", "w1"),
     ]

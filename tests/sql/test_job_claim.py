@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from tests.factories import claim, make_agent, make_job, start
+from tests.factories import claim, claim_started, make_agent, make_job
 
 
 def test_claim_takes_oldest_due_jobs_and_marks_them_claimed(conn: psycopg.Connection) -> None:
@@ -70,8 +70,7 @@ def test_window_budget_counts_started_and_claimed_runs(conn: psycopg.Connection)
     make_agent(conn, max_concurrent=10, window_budget=3, window_secs=3600)
     for _ in range(5):
         make_job(conn)
-    first = claim(conn, limit=2)
-    start(conn, first)
+    first = list(claim_started(conn, limit=2))
     conn.execute(
         "update ceaseless.job set state = 'delivered', finished_at = now() where id = any(%s)",
         (first,),

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from tests.factories import claim, job_state, make_agent, make_job, start
+from tests.factories import claim, claim_started, job_state, make_agent, make_job
 
 
 def _later(seconds: int = 120) -> datetime:
@@ -19,8 +19,7 @@ def test_expired_lease_returns_job_to_pending_and_finishes_its_run(
 ) -> None:
     make_agent(conn)
     job = make_job(conn)
-    claim(conn)
-    run = start(conn, [job])[job]
+    run = claim_started(conn)[job]
     assert conn.execute("select ceaseless.expire_leases(%s)", (_later(),)).fetchone() == (1,)
     row = conn.execute(
         "select state, claimed_by, claim_expires_at from ceaseless.job where id = %s", (job,)
@@ -53,10 +52,11 @@ def test_extend_leases_reports_jobs_no_longer_held(conn: psycopg.Connection) -> 
     kept, cancelled = make_job(conn), make_job(conn)
     claim(conn)
     conn.execute("select ceaseless.cancel_job(%s)", (cancelled,))
-    lost = conn.execute(
-        "select * from ceaseless.extend_leases('w1', %s, now(), 600)", ([kept, cancelled],)
+    answers = conn.execute(
+        "select job_id, held from ceaseless.extend_leases('w1', %s, now(), 600)",
+        ([kept, cancelled],),
     ).fetchall()
-    assert lost == [(cancelled,)]
+    assert sorted(answers) == sorted([(kept, True), (cancelled, False)])
     remaining = conn.execute(
         "select claim_expires_at - now() > interval '500 seconds' from ceaseless.job where id = %s",
         (kept,),
@@ -67,8 +67,7 @@ def test_extend_leases_reports_jobs_no_longer_held(conn: psycopg.Connection) -> 
 def test_release_returns_jobs_with_their_attempt_refunded(conn: psycopg.Connection) -> None:
     make_agent(conn)
     job = make_job(conn)
-    claim(conn)
-    start(conn, [job])
+    claim_started(conn)
     assert conn.execute("select ceaseless.release_jobs('w1', %s)", ([job],)).fetchone() == (1,)
     row = conn.execute(
         "select state, attempts, claimed_by from ceaseless.job where id = %s", (job,)
@@ -81,8 +80,7 @@ def test_release_returns_jobs_with_their_attempt_refunded(conn: psycopg.Connecti
 def test_database_refuses_two_open_runs_of_one_job(conn: psycopg.Connection) -> None:
     make_agent(conn)
     job = make_job(conn)
-    claim(conn)
-    start(conn, [job])
+    claim_started(conn)
     with pytest.raises(psycopg.errors.UniqueViolation) as error:
         conn.execute(
             "insert into ceaseless.agent_run (job_id, agent, adapter, worker, attempt) "

@@ -91,10 +91,11 @@ def test_run_start_and_finish_announce_on_ceaseless_run(db_url: str) -> None:
         psycopg.connect(db_url, autocommit=True) as conn,
     ):
         make_agent(conn)
-        job = make_job(conn)
-        claim(conn)
+        make_job(conn)
         listener.execute("listen ceaseless_run")
-        run = conn.execute("select run_id from ceaseless.start_runs('w1', %s)", ([job],)).fetchone()
+        run = conn.execute(
+            "select run_id from ceaseless.claim_jobs('w1', 10, p_start => true)"
+        ).fetchone()
         assert run is not None
         conn.execute(
             "select ceaseless.finish_runs('w1', %s::jsonb)",

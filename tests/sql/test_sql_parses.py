@@ -3,9 +3,9 @@
 - every file parses, and so does every PL/pgSQL body (a typo in a function body
   otherwise surfaces only when the function first runs);
 - migrations define no functions, triggers or views: those live once, in
-  functions/, and are re-applied on every migrate;
-- functions/ files can be re-applied: CREATE OR REPLACE FUNCTION, and DROP
-  TRIGGER IF EXISTS before each CREATE TRIGGER;
+  functions/, and are re-applied by migrate when they change;
+- functions/ files can be re-applied: CREATE OR REPLACE FUNCTION and CREATE OR
+  REPLACE TRIGGER (a DROP TRIGGER would lock the table against readers too);
 - dynamic SQL is built with format() and %I / %L, never by concatenation;
 - every table, view and function carries a COMMENT.
 """
@@ -19,7 +19,6 @@ from typing import Any
 import psycopg
 import pytest
 from pglast import ast, parse_plpgsql, parse_sql
-from pglast.enums import ObjectType
 from pglast.parser import ParseError, scan
 
 from listener.migrate import function_files, migrations
@@ -177,23 +176,13 @@ def test_function_files_create_or_replace_every_function(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", FUNCTION_FILES, ids=_id)
-def test_function_files_drop_each_trigger_before_creating_it(path: Path) -> None:
-    dropped: set[tuple[str, str]] = set()
-    undropped = []
-    for stmt, _ in _statements(path):
-        if (
-            isinstance(stmt, ast.DropStmt)
-            and stmt.removeType == ObjectType.OBJECT_TRIGGER
-            and stmt.missing_ok
-        ):
-            *_, table, trigger = (part.sval for part in stmt.objects[0])
-            dropped.add((table, trigger))
-        elif (
-            isinstance(stmt, ast.CreateTrigStmt)
-            and (stmt.relation.relname, stmt.trigname) not in dropped
-        ):
-            undropped.append(f"{stmt.trigname} on {stmt.relation.relname}")
-    assert undropped == [], f"{path.name}: DROP TRIGGER IF EXISTS must precede CREATE TRIGGER"
+def test_function_files_create_or_replace_every_trigger(path: Path) -> None:
+    plain = [
+        f"{stmt.trigname} on {stmt.relation.relname}"
+        for stmt, _ in _statements(path)
+        if isinstance(stmt, ast.CreateTrigStmt) and not stmt.replace
+    ]
+    assert plain == [], f"{path.name}: use CREATE OR REPLACE TRIGGER, the file is re-applied"
 
 
 @pytest.mark.parametrize("path", SQL_FILES, ids=_id)

@@ -1,8 +1,7 @@
-"""Named calls into the SQL API: the listener's whole vocabulary with the database.
+"""The job queue's calls: claim, note sessions, finish, extend, expire, release.
 
-Each function is one round trip and one transaction (the connections are
-autocommit). No decisions are made here: the SQL functions decide, this module
-only moves arguments and rows across.
+Guarantees: each call is one round trip and one transaction; a finish reports
+per run whether it was recorded, and why not (functions/20_agent_runs.sql).
 """
 
 from __future__ import annotations
@@ -15,8 +14,7 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import args_row
 
-from listener.agents.base import AgentConfig, RunResult
-from listener.enums import Adapter
+from listener.agents.base import RunResult
 
 
 class ClaimedJob(NamedTuple):
@@ -77,7 +75,7 @@ async def claim_and_start(
     *,
     kinds: list[str] | None,
     agents: list[str] | None,
-    lease_secs: int | None,
+    lease_secs: int,
 ) -> list[ClaimedJob]:
     async with conn.cursor(row_factory=args_row(ClaimedJob)) as cur:
         await cur.execute(
@@ -88,24 +86,56 @@ async def claim_and_start(
         return await cur.fetchall()
 
 
+class Finished(NamedTuple):
+    """finish_runs' answer for one run: recorded, or refused (kept in late_results) and why."""
+
+    run_id: UUID
+    job_id: UUID | None
+    job_state: str | None
+    recorded: bool
+    refusal: str | None
+
+
 async def finish_runs(
     conn: psycopg.AsyncConnection, worker: str, runs: list[FinishedRun]
-) -> list[tuple[UUID, UUID, str]]:
+) -> list[Finished]:
     payload = json.dumps([run.as_json() for run in runs])
+    async with conn.cursor(row_factory=args_row(Finished)) as cur:
+        await cur.execute(
+            "select run_id, job_id, job_state, recorded, refusal "
+            "from ceaseless.finish_runs(%s, %s::jsonb)",
+            (worker, payload),
+        )
+        return await cur.fetchall()
+
+
+async def note_sessions(
+    conn: psycopg.AsyncConnection, worker: str, sessions: dict[UUID, str]
+) -> int:
+    """Store the session each run reported at its start (see note_sessions in SQL)."""
     cur = await conn.execute(
-        "select run_id, job_id, job_state from ceaseless.finish_runs(%s, %s::jsonb)",
-        (worker, payload),
+        "select ceaseless.note_sessions(%s, %s, %s)",
+        (worker, list(sessions), list(sessions.values())),
     )
-    return await cur.fetchall()
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+class LeaseRenewal(NamedTuple):
+    job_id: UUID
+    held: bool
+    renewed: bool
 
 
 async def extend_leases(
-    conn: psycopg.AsyncConnection, worker: str, job_ids: list[UUID], lease_secs: int | None
-) -> set[UUID]:
-    cur = await conn.execute(
-        "select * from ceaseless.extend_leases(%s, %s, now(), %s)", (worker, job_ids, lease_secs)
-    )
-    return {row[0] for row in await cur.fetchall()}
+    conn: psycopg.AsyncConnection, worker: str, job_ids: list[UUID], lease_secs: int
+) -> list[LeaseRenewal]:
+    async with conn.cursor(row_factory=args_row(LeaseRenewal)) as cur:
+        await cur.execute(
+            "select job_id, held, renewed from ceaseless.extend_leases(%s, %s, now(), %s)",
+            (worker, job_ids, lease_secs),
+        )
+        return await cur.fetchall()
 
 
 async def expire_leases(conn: psycopg.AsyncConnection) -> int:
@@ -127,28 +157,3 @@ async def held_jobs(conn: psycopg.AsyncConnection, worker: str) -> list[UUID]:
         (worker,),
     )
     return [row[0] for row in await cur.fetchall()]
-
-
-async def load_agents(conn: psycopg.AsyncConnection) -> dict[str, AgentConfig]:
-    cur = await conn.execute(
-        "select name, adapter, argv, env, model, timeout_secs, kill_grace_secs "
-        "from ceaseless.agents"
-    )
-    return {
-        name: AgentConfig(
-            name=name,
-            adapter=Adapter(adapter),
-            argv=list(argv),
-            env=dict(env),
-            model=model,
-            timeout_secs=timeout_secs,
-            kill_grace_secs=kill_grace_secs,
-        )
-        for name, adapter, argv, env, model, timeout_secs, kill_grace_secs in await cur.fetchall()
-    }
-
-
-async def lease_secs(conn: psycopg.AsyncConnection) -> int:
-    cur = await conn.execute("select ceaseless._setting_int('lease_secs')")
-    row = await cur.fetchone()
-    return int(row[0]) if row else 60

@@ -1,0 +1,86 @@
+"""What every command group shares: the database URL, one SQL call, an error, a table.
+
+Guarantees: a database error reaches the user as the database phrased it (its
+primary message and detail name the field, the rule and the value), with exit
+status 1 and no traceback. Every call opens its own autocommit connection, named
+"ceaseless cli" in pg_stat_activity, so each statement is its own transaction.
+Columns a command leaves unset are left out of its INSERT, so the database's
+column default applies: defaults are never copied into Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import psycopg
+import typer
+from psycopg import sql
+
+from listener import db
+from listener.embedded import EmbeddedError
+
+Params = Mapping[str, object] | tuple[object, ...]
+
+
+def fail(message: str) -> typer.Exit:
+    """Print `error: message` in red on stderr; raise the result to exit with status 1."""
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    return typer.Exit(1)
+
+
+def url() -> str:
+    """The database's conninfo, starting the embedded server when it is the database."""
+    try:
+        return db.database_url()
+    except EmbeddedError as exc:
+        raise fail(str(exc)) from None
+
+
+def query(statement: str | sql.Composable, params: Params = ()) -> list[tuple[object, ...]]:
+    """Run one statement in its own transaction and return its rows (none for a command)."""
+    try:
+        with db.connect(url(), application_name="ceaseless cli") as conn:
+            # psycopg types a str query as LiteralString; ours are fixed statements.
+            text = statement.encode() if isinstance(statement, str) else statement
+            cur = conn.execute(text, params)
+            return cur.fetchall() if cur.description else []
+    except psycopg.Error as exc:
+        detail = f"\n{exc.diag.message_detail}" if exc.diag.message_detail else ""
+        raise fail(f"{exc.diag.message_primary or exc}{detail}") from None
+
+
+def given(values: Mapping[str, object | None]) -> dict[str, object]:
+    """The columns the user set: None means "not given", so the column default applies."""
+    return {column: value for column, value in values.items() if value is not None}
+
+
+def columns(values: Mapping[str, object]) -> sql.Composed:
+    """The keys of `values` as a list of quoted column names."""
+    return sql.SQL(", ").join(sql.Identifier(column) for column in values)
+
+
+def placeholders(values: Mapping[str, object]) -> sql.Composed:
+    """A named placeholder per key of `values`, in the same order as `columns`."""
+    return sql.SQL(", ").join(sql.Placeholder(column) for column in values)
+
+
+def insert(table: str, values: Mapping[str, object]) -> sql.Composed:
+    """`insert into ceaseless.<table> (…) values (…)` for exactly the columns in `values`.
+
+    Run it with `values` as the parameters.
+    """
+    return sql.SQL("insert into {table} ({columns}) values ({placeholders})").format(
+        table=sql.Identifier("ceaseless", table),
+        columns=columns(values),
+        placeholders=placeholders(values),
+    )
+
+
+def table(rows: list[tuple[object, ...]], headers: list[str]) -> None:
+    """Print rows as aligned columns under a header line."""
+    cells = [headers, *[["" if v is None else str(v) for v in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for n, row in enumerate(cells):
+        typer.echo("  ".join(value.ljust(widths[i]) for i, value in enumerate(row)).rstrip())
+        if n == 0:
+            typer.echo("  ".join("-" * w for w in widths))

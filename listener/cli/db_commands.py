@@ -1,0 +1,79 @@
+"""`ceaseless db …`: the embedded PostgreSQL's lifecycle, its URL, and psql on it.
+
+Named for its group, so it is mistaken neither for `listener.db` (the module
+that opens connections) nor for `listener.database` (the listener's pool).
+start and stop refuse politely when DATABASE_URL or PG* variables point
+elsewhere; `db status` exits 3 when the embedded server is not running.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from listener import db
+from listener.cli.common import fail, url
+from listener.embedded import EmbeddedError, EmbeddedServer, default_home, wheel_bin_dir
+
+app = typer.Typer(
+    help="The database: embedded PostgreSQL unless DATABASE_URL is set.", no_args_is_help=True
+)
+
+
+def _embedded() -> EmbeddedServer:
+    if not db.uses_embedded():
+        raise fail("DATABASE_URL (or PG* variables) is set: the embedded database is not in use")
+    return EmbeddedServer(default_home())
+
+
+@app.command("start")
+def db_start() -> None:
+    """Start the embedded PostgreSQL (reuses it when already running) and print its URL."""
+    try:
+        typer.echo(_embedded().start())
+    except EmbeddedError as exc:
+        raise fail(str(exc)) from None
+
+
+@app.command("stop")
+def db_stop() -> None:
+    """Stop the embedded PostgreSQL."""
+    try:
+        typer.echo(_embedded().stop())
+    except EmbeddedError as exc:
+        raise fail(str(exc)) from None
+
+
+@app.command("status")
+def db_status() -> None:
+    """Say whether the embedded PostgreSQL is running, and where its data lives."""
+    if not db.uses_embedded():
+        typer.echo("using DATABASE_URL / PG* variables, not the embedded database")
+        return
+    state = _embedded().state()
+    typer.echo(state.detail)
+    if not state.running:
+        raise typer.Exit(3)
+
+
+@app.command("url")
+def db_url() -> None:
+    """Print the database URL (starting the embedded server if needed)."""
+    typer.echo(url())
+
+
+@app.command("psql")
+def db_psql(
+    args: Annotated[list[str] | None, typer.Argument(help="Extra arguments for psql.")] = None,
+) -> None:
+    """Open psql on the database (the psql shipped with the embedded server)."""
+    conninfo = url()
+    # The embedded wheel's psql works with any server version we support, so
+    # no system psql is needed either way.
+    psql = str(wheel_bin_dir() / "psql")
+    argv = [psql, conninfo or "", *(args or [])]
+    sys.stdout.flush()
+    os.execv(psql, argv)

@@ -1,0 +1,68 @@
+"""`ceaseless job …`: enqueue, list, cancel and retry jobs in ceaseless.job.
+
+Each command is one statement or one API function call (cancel_job, retry_job);
+whether a job may be cancelled or retried is the function's decision, and its
+error is shown as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from listener.cli.common import query, table
+from listener.enums import JobKind
+
+app = typer.Typer(help="Jobs in the queue (ceaseless.job).", no_args_is_help=True)
+
+
+@app.command("add")
+def job_add(
+    agent: Annotated[str, typer.Argument(help="Agent lane that runs it.")],
+    prompt: Annotated[str, typer.Argument(help="What the agent is asked (sent on stdin).")],
+    kind: Annotated[JobKind, typer.Option(help="Job kind.")] = JobKind.TASK,
+    dedup_key: Annotated[str | None, typer.Option(help="At most one live job per key.")] = None,
+    max_turns: Annotated[int | None, typer.Option(help="Bound on agent turns.")] = None,
+) -> None:
+    """Enqueue a job and print its id."""
+    rows = query(
+        "insert into ceaseless.job (kind, agent, prompt, dedup_key, max_turns) "
+        "values (%s, %s, %s, %s, %s) returning id",
+        (kind.value, agent, prompt, dedup_key, max_turns),
+    )
+    typer.echo(str(rows[0][0]))
+
+
+@app.command("list")
+def job_list(
+    all_states: Annotated[
+        bool, typer.Option("--all", help="Include finished jobs (latest 50).")
+    ] = False,
+) -> None:
+    """List live jobs (ceaseless.job_queue), or the latest jobs with --all."""
+    if all_states:
+        rows = query(
+            "select id, kind, agent, state, attempts, claimed_by, last_error from ceaseless.job "
+            "order by created_at desc limit 50"
+        )
+    else:
+        rows = query(
+            "select id, kind, agent, state, attempts, claimed_by, last_error "
+            "from ceaseless.job_queue order by created_at"
+        )
+    table(rows, ["id", "kind", "agent", "state", "attempts", "claimed_by", "last_error"])
+
+
+@app.command("cancel")
+def job_cancel(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> None:
+    """Cancel a job; a running agent is stopped (cancel_job)."""
+    query("select ceaseless.cancel_job(%s)", (job_id,))
+    typer.echo(f"job {job_id} cancelled")
+
+
+@app.command("retry")
+def job_retry(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> None:
+    """Run a finished job again with a fresh attempt budget (retry_job)."""
+    query("select ceaseless.retry_job(%s)", (job_id,))
+    typer.echo(f"job {job_id} is pending again")

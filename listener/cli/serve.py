@@ -1,0 +1,116 @@
+"""The main job: `up`, `listen`, `migrate` and `status`, the commands at the top level.
+
+`up` is `migrate` then `listen`. Both serve through `listener.supervisor.run`
+until Ctrl-C / SIGTERM, with the options `listener_options` builds from
+ListenerConfig, and exit with the status it returns (non-zero when the listener
+could not record every result).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from listener import db, log
+from listener.cli.common import fail, query, table, url
+from listener.cli.options import ListenerOptions, listener_options
+from listener.config import ListenerConfig
+from listener.migrate import MigrationError, migrate
+
+app = typer.Typer()
+
+
+def _serve(config: ListenerConfig) -> None:
+    # Imported here: the listener's own imports (aiohttp, the adapters) are
+    # only paid for by the commands that serve.
+    from listener import supervisor
+
+    status = supervisor.run(config)
+    if status:
+        raise typer.Exit(status)
+
+
+@app.command()
+@listener_options
+def up(options: ListenerOptions) -> None:
+    """Start the database, apply migrations, and run the listener until Ctrl-C / SIGTERM."""
+    log.configure(options.log_format)
+    database = url()
+    try:
+        report = migrate(database)
+    except MigrationError as exc:
+        raise fail(str(exc)) from None
+    log.event(
+        "migrate.done",
+        applied=[m.path.name for m in report.applied],
+        functions="unchanged" if report.functions_skipped else "re-applied",
+    )
+    if db.uses_embedded():
+        log.event("db.embedded", url=database, psql="ceaseless db psql")
+    _serve(options.config(database))
+
+
+@app.command()
+@listener_options
+def listen(options: ListenerOptions) -> None:
+    """Run only the listener (the schema must be migrated): claim jobs and run their agents."""
+    log.configure(options.log_format)
+    _serve(options.config(url()))
+
+
+@app.command("migrate")
+def migrate_command(
+    dry_run: Annotated[bool, typer.Option(help="List what would run; change nothing.")] = False,
+) -> None:
+    """Apply new db/ migrations, then re-apply functions/ if they changed."""
+    try:
+        report = migrate(url(), dry_run=dry_run)
+    except MigrationError as exc:
+        raise fail(str(exc)) from None
+    verb = "would apply" if dry_run else "applied"
+    if report.applied:
+        for migration in report.applied:
+            typer.echo(f"{verb} {migration.path.name}")
+    else:
+        typer.echo("no migrations to apply")
+    if report.functions_skipped:
+        typer.echo("functions/ unchanged: not re-applied")
+    else:
+        typer.echo(
+            f"{'would re-apply' if dry_run else 're-applied'} {len(report.functions)} "
+            f"function files: {', '.join(p.name for p in report.functions)}"
+        )
+
+
+@app.command()
+def status() -> None:
+    """Queue summary: jobs by state, and each agent lane's governor usage."""
+    rows = query("select state, count(*) from ceaseless.job group by state order by state")
+    table(rows, ["state", "jobs"])
+    typer.echo("")
+    rows = query(
+        "select agent, adapter, enabled, live, max_concurrent, started_in_window, window_budget, "
+        "free_slots, pending_due, paused_until from ceaseless.governor_usage order by agent"
+    )
+    table(
+        rows,
+        [
+            "agent",
+            "adapter",
+            "enabled",
+            "live",
+            "max",
+            "in_window",
+            "budget",
+            "free",
+            "due",
+            "paused_until",
+        ],
+    )
+    stuck = query("select count(*) from ceaseless.stuck_jobs")
+    if stuck and stuck[0][0]:
+        typer.secho(
+            f"\n{stuck[0][0]} stuck jobs: select * from ceaseless.stuck_jobs;",
+            fg=typer.colors.YELLOW,
+        )

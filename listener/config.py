@@ -1,0 +1,95 @@
+"""The listener's options, defined once: the daemon reads them, the CLI is built from them.
+
+Every field that carries a `help` text in its metadata is a command-line option of
+`ceaseless up` and `ceaseless listen` (listener/cli builds the options from these
+fields, so a new option is one field here). Policy the database owns — the lease
+length, the webhook body limit — defaults to None here and is read from
+`ceaseless.settings` at startup, never copied into Python.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def default_worker_id() -> str:
+    """host:pid:random — unique per process, and readable in claimed_by."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def _help(text: str, *, flag: str | None = None) -> dict[str, Any]:
+    """Field metadata that makes a field a command-line option (`flag` when not --name)."""
+    return {"help": text, "flag": flag}
+
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    """What one listener process does; `url` comes from the environment, the rest from flags."""
+
+    url: str
+    concurrency: int = field(default=32, metadata=_help("Agents this listener runs at once."))
+    poll_interval: float = field(
+        default=5.0,
+        metadata=_help(
+            "Seconds between fallback polls for work and schedules; NOTIFY wakes it sooner."
+        ),
+    )
+    shutdown_grace: float = field(
+        default=30.0,
+        metadata=_help(
+            "On SIGTERM, seconds running agents get to finish and results get to reach the "
+            "database; what remains is released and named in the log."
+        ),
+    )
+    kinds: list[str] | None = field(
+        default=None,
+        metadata=_help("Only claim jobs of this kind (repeatable).", flag="--kind"),
+    )
+    agents: list[str] | None = field(
+        default=None,
+        metadata=_help("Only claim jobs of this agent lane (repeatable).", flag="--agent"),
+    )
+    lease_secs: int | None = field(
+        default=None,
+        metadata=_help(
+            "Lease seconds per claim (default: the lease_secs setting in the database)."
+        ),
+    )
+    worker_id: str = field(
+        default_factory=default_worker_id,
+        metadata=_help("This listener's id in job.claimed_by (default host:pid:random)."),
+    )
+    workdir: str | None = field(
+        default=None,
+        metadata=_help(
+            "Workspace root: agents run here and routine context_paths are read from here "
+            "(default: the current directory)."
+        ),
+    )
+    http: str | None = field(
+        default=None,
+        metadata=_help(
+            "Serve the webhook ingress (POST /hooks/{path}) on HOST:PORT, e.g. 127.0.0.1:8787."
+        ),
+    )
+    max_body: int | None = field(
+        default=None,
+        metadata=_help(
+            "Largest webhook body in bytes; larger gets 413 "
+            "(default: the webhook_max_body_bytes setting in the database)."
+        ),
+    )
+    db_deadline: float = field(
+        default=15.0,
+        metadata=_help(
+            "Seconds any one database call may take before its connection is given up as "
+            "dead and replaced (a hung server or a silent network partition)."
+        ),
+    )
+    # Internal tuning, not options: claims per round trip and the sweep period.
+    batch_size: int = 500
+    sweep_interval: float = 5.0

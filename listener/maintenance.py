@@ -1,0 +1,105 @@
+"""Maintenance: the loops that keep shared state moving, whoever's work it is.
+
+- the lease sweep returns jobs whose listener vanished to the pool
+  (expire_leases; every listener sweeps, SKIP LOCKED splits the work);
+- cron keeps time: computes next slots for routines that ask, fires what is
+  due, and sleeps until the next slot (listener/scheduler.py);
+- the outbox delivers due notifications (listener/outbox.py).
+
+Guarantees: each loop waits on the database through the shared retry policy
+and deadline (listener/database.py), so a hung or lost connection delays it
+and is logged, never stops it; cron and the outbox are woken by NOTIFY and
+also run every poll interval, so a lost NOTIFY only delays them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from uuid import UUID
+
+import aiohttp
+import psycopg
+
+from listener import log, scheduler
+from listener.backoff import Backoff
+from listener.config import ListenerConfig
+from listener.database import Database
+from listener.outbox import deliver_due
+from listener.producer.claimer import wait_for
+from listener.producer.ledger import Ledger
+from listener.queries import jobs
+
+_OUTBOX_BATCH = 100
+
+
+class Maintenance:
+    def __init__(self, config: ListenerConfig, database: Database, ledger: Ledger) -> None:
+        self._config = config
+        self._db = database
+        self._ledger = ledger
+        self.cron_wake = asyncio.Event()
+        self.outbox_wake = asyncio.Event()
+        self.to_schedule: set[UUID] = set()
+
+    async def sweep_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.sweep_interval)
+            expired = await self._db.retry("expire_leases", jobs.expire_leases)
+            if expired:
+                log.event("lease.expired", jobs=expired)
+                self._ledger.wake.set()
+
+    async def keep_cron(self) -> None:
+        """Schedule what asks for it, fire what is due, sleep until the next slot."""
+        await self._db.retry("cron.reconcile", lambda c: scheduler.reconcile(c, scheduler.utcnow()))
+        while True:
+            self.cron_wake.clear()
+            if self.to_schedule:
+                ids = list(self.to_schedule)
+                self.to_schedule.clear()
+                await self._db.retry(
+                    "cron.schedule",
+                    lambda c, ids=ids: scheduler.schedule(c, scheduler.utcnow(), ids),
+                )
+            report = await self._db.retry(
+                "cron.fire", lambda c: scheduler.fire_due(c, scheduler.utcnow())
+            )
+            timeout = self._config.poll_interval
+            if report.next_due is not None:
+                until = (report.next_due - scheduler.utcnow()).total_seconds()
+                # Never 0: a due routine another listener holds locked would
+                # otherwise spin this loop until that listener commits.
+                timeout = min(timeout, max(until, 0.05))
+            await wait_for(self.cron_wake, timeout)
+
+    async def deliver_notifications(self) -> None:
+        """Deliver the outbox: when told of new rows, and every poll for retries."""
+        async with aiohttp.ClientSession() as http:
+            while True:
+                self.outbox_wake.clear()
+                await self._deliver_all(http)
+                await wait_for(self.outbox_wake, self._config.poll_interval)
+
+    async def _deliver_all(self, http: aiohttp.ClientSession) -> None:
+        backoff = Backoff()
+        while True:
+            try:
+                handled = await deliver_due(
+                    self._db.pool,
+                    self._config.worker_id,
+                    http=http,
+                    limit=_OUTBOX_BATCH,
+                    deadline=self._db.deadline,
+                )
+            except psycopg.OperationalError as exc:
+                log.warning(
+                    "db.unavailable",
+                    call="deliver_notifications",
+                    error=str(exc).strip(),
+                    retry_in=backoff.delay,
+                )
+                await backoff.sleep()
+                continue
+            backoff.reset()
+            if handled < _OUTBOX_BATCH:
+                return

@@ -1,0 +1,104 @@
+"""The recorder: sessions and results into the database, in batches, until they are there.
+
+Guarantees:
+- a session an agent reports is sent to note_sessions as soon as the recorder
+  is free, so a job rescued after this listener dies can resume it;
+- a result stays in the ledger's `unrecorded` until finish_runs has answered
+  for it; calls are retried with backoff, and retrying is safe (a repeated
+  finish of a result already recorded is answered as recorded);
+- a result the database refuses (its run was ended by someone else: a lease
+  sweep, a cancel) is logged with the reason; the database keeps it apart in
+  late_results and never writes it onto the closed run;
+- `drain` is for shutdown: it keeps trying until the given moment and returns
+  what it could not record, so the caller can name it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from uuid import UUID
+
+import psycopg
+
+from listener import log
+from listener.database import Database
+from listener.producer.ledger import Ledger
+from listener.queries import jobs
+from listener.queries.jobs import FinishedRun
+
+_BATCH = 2000
+
+
+class Recorder:
+    def __init__(self, database: Database, worker: str, ledger: Ledger) -> None:
+        self._db = database
+        self._worker = worker
+        self._ledger = ledger
+        self._sessions: dict[UUID, str] = {}
+        self._wake = asyncio.Event()
+
+    def record(self, finished: FinishedRun) -> None:
+        self._ledger.unrecorded[finished.job_id] = finished
+        self._wake.set()
+
+    def note_session(self, run_id: UUID, session_id: str) -> None:
+        self._sessions[run_id] = session_id
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._flush(give_up_at=None)
+
+    async def drain(self, give_up_at: float) -> list[FinishedRun]:
+        """Record what is left, trying until loop time `give_up_at`; returns what was not."""
+        try:
+            await self._flush(give_up_at)
+        except psycopg.OperationalError as exc:
+            log.warning("recorder.gave_up", error=str(exc).strip())
+        return list(self._ledger.unrecorded.values())
+
+    async def _flush(self, give_up_at: float | None) -> None:
+        if self._sessions:
+            sessions, self._sessions = self._sessions, {}
+            try:
+                await self._db.retry(
+                    "note_sessions",
+                    lambda conn: jobs.note_sessions(conn, self._worker, sessions),
+                    give_up_at=give_up_at,
+                )
+            except psycopg.OperationalError:
+                # Shutdown ran out of time: the results below matter more.
+                self._sessions = {**sessions, **self._sessions}
+        while self._ledger.unrecorded:
+            batch = list(self._ledger.unrecorded.values())[:_BATCH]
+            answers = await self._db.retry(
+                "finish_runs",
+                lambda conn, batch=batch: jobs.finish_runs(conn, self._worker, batch),
+                give_up_at=give_up_at,
+            )
+            self._settle(batch, answers)
+            self._ledger.wake.set()
+
+    def _settle(self, batch: list[FinishedRun], answers: list[jobs.Finished]) -> None:
+        answered = {answer.run_id: answer for answer in answers}
+        for finished in batch:
+            self._ledger.unrecorded.pop(finished.job_id, None)
+            answer = answered.get(finished.run_id)
+            if answer is None:
+                log.warning(
+                    "run.result_unanswered",
+                    job=str(finished.job_id),
+                    run=str(finished.run_id),
+                    outcome=str(finished.result.outcome),
+                )
+            elif not answer.recorded:
+                log.warning(
+                    "run.result_refused",
+                    job=str(finished.job_id),
+                    run=str(finished.run_id),
+                    outcome=str(finished.result.outcome),
+                    reason=answer.refusal,
+                    kept_in="ceaseless.late_results",
+                )

@@ -1,0 +1,66 @@
+"""The runner: one claimed job's agent, from spawn to a result for the recorder.
+
+Guarantees: the job leaves the ledger's `running` only once its agent has
+exited and been reaped (run_agent's guarantee); the result it hands on says
+why the listener stopped the agent, if it did — cancelled, or lease_expired
+when the lease could not be renewed; an agent released at shutdown yields no
+result (release_jobs ends its run); a bug in an adapter is a failed run, never
+a run left open.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from listener import log
+from listener.agents import adapter_for, run_agent
+from listener.agents.base import AgentConfig, RunResult, Task
+from listener.context import compose_prompt
+from listener.enums import Outcome
+from listener.producer.ledger import Held, Ledger, StopReason
+from listener.producer.recorder import Recorder
+from listener.queries.jobs import FinishedRun
+
+
+async def run_held(
+    held: Held, agent: AgentConfig, *, workdir: str | None, ledger: Ledger, recorder: Recorder
+) -> None:
+    job = held.job
+    task = Task(
+        job_id=str(job.id),
+        run_id=str(held.run_id),
+        prompt=compose_prompt(job.prompt, job.payload, Path(workdir or ".")),
+        max_turns=job.max_turns,
+        resume_session_id=job.resume_session_id,
+        cwd=workdir,
+        max_tokens=job.payload.get("max_tokens"),
+    )
+    try:
+        result = await run_agent(
+            adapter_for(agent.adapter),
+            agent,
+            task,
+            cancel=held.stop,
+            on_session=lambda session: recorder.note_session(held.run_id, session),
+        )
+    except Exception as exc:  # an adapter bug must not strand the run
+        result = RunResult(outcome=Outcome.FAILED, error=f"listener error: {exc!r}")
+    finally:
+        ledger.running.pop(job.id, None)
+        ledger.wake.set()
+    if held.stop_reason is StopReason.RELEASED:
+        return
+    if held.stop_reason is StopReason.FENCED:
+        result.outcome = Outcome.LEASE_EXPIRED
+        result.error = (
+            "stopped by its listener before its lease could end: the lease could not be "
+            "renewed (the database was unreachable), and another listener may take the job over"
+        )
+    log.event(
+        "job.finished",
+        job=str(job.id),
+        run=str(held.run_id),
+        outcome=str(result.outcome),
+        exit_status=result.exit_status,
+    )
+    recorder.record(FinishedRun(held.run_id, job.id, result))

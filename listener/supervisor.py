@@ -1,0 +1,251 @@
+"""The supervisor: starts a listener's parts, routes notifications, and stops it in order.
+
+Parts: the notifier (one LISTEN connection), the producer (claimer, runner,
+recorder, leases and fence), maintenance (lease sweep, cron, outbox) and,
+when asked, the webhook ingress on a pool of its own.
+
+Guarantees on SIGTERM / SIGINT:
+- no new claims; running agents get `shutdown_grace` seconds to end, and their
+  results are retried until the grace period ends;
+- what still runs then is stopped and released back to pending
+  (release_jobs: the attempt is refunded, the session kept for resuming);
+- results that could not be recorded are logged by job and run
+  (listener.results_unrecorded) and the exit status is 3 — their jobs run
+  again once their leases pass; 0 means every result reached the database.
+If a part crashes, the listener logs it and shuts down the same way, so a
+process manager restarts a whole listener rather than a limping one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Coroutine
+from typing import Any
+
+import psycopg
+
+from listener import log
+from listener.config import ListenerConfig
+from listener.database import Database
+from listener.enums import JobState
+from listener.events import (
+    CONFIG_CHANNEL,
+    JOB_CHANNEL,
+    NOTIFICATION_CHANNEL,
+    SCHEDULE_CHANNEL,
+    ConfigChanged,
+    Event,
+    JobChanged,
+    NotificationQueued,
+    ScheduleChanged,
+)
+from listener.http import Ingress, serve
+from listener.maintenance import Maintenance
+from listener.notifier import Notifier
+from listener.producer.claimer import Claimer
+from listener.producer.leases import Leases
+from listener.producer.ledger import Ledger, StopReason
+from listener.producer.recorder import Recorder
+from listener.queries import jobs
+from listener.queries.registry import setting_int
+from listener.registry import Registry
+
+EXIT_RESULTS_UNRECORDED = 3
+_CHANNELS = [JOB_CHANNEL, CONFIG_CHANNEL, SCHEDULE_CHANNEL, NOTIFICATION_CHANNEL]
+# How long a released agent gets between SIGTERM and SIGKILL at shutdown.
+_RELEASE_GRACE_SECS = 5.0
+
+
+def run(config: ListenerConfig) -> int:
+    """Serve until SIGTERM or SIGINT; returns the process exit status."""
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        return await Listener(config).serve(stop)
+
+    return asyncio.run(main())
+
+
+class Listener:
+    def __init__(self, config: ListenerConfig) -> None:
+        self.config = config
+        name = f"ceaseless listener {config.worker_id}"
+        self.db = Database(config.url, name, deadline=config.db_deadline)
+        self.registry = Registry(config.lease_secs)
+        self.ledger = Ledger()
+        self.recorder = Recorder(self.db, config.worker_id, self.ledger)
+        self.claimer = Claimer(config, self.db, self.registry, self.ledger, self.recorder)
+        self.leases = Leases(config, self.db, self.registry, self.ledger)
+        self.maintenance = Maintenance(config, self.db, self.ledger)
+        self.notifier = Notifier(
+            config.url,
+            f"ceaseless listen {config.worker_id}",
+            _CHANNELS,
+            on_event=self._route,
+            on_subscribed=self._caught_up,
+            deadline=config.db_deadline,
+        )
+        self._background: set[asyncio.Task[Any]] = set()
+
+    async def serve(self, stop: asyncio.Event) -> int:
+        """Serve until `stop` is set, then shut down; returns the exit status."""
+        log.event("listener.starting", worker=self.config.worker_id)
+        await self.db.open()
+        await self.db.retry("load", self.registry.reload)
+        parts = {
+            "notifier": self.notifier.run(),
+            "claimer": self.claimer.run(),
+            "recorder": self.recorder.run(),
+            "heartbeat": self.leases.heartbeat(),
+            "fence": self.leases.fence(),
+            "lease_sweep": self.maintenance.sweep_leases(),
+            "cron": self.maintenance.keep_cron(),
+            "outbox": self.maintenance.deliver_notifications(),
+        }
+        tasks = {name: asyncio.create_task(part, name=name) for name, part in parts.items()}
+        http = await self._start_http()
+        log.event(
+            "listener.ready",
+            worker=self.config.worker_id,
+            concurrency=self.config.concurrency,
+            poll_interval=self.config.poll_interval,
+            lease_secs=self.registry.lease_secs,
+        )
+        stopped = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait(
+            [stopped, *tasks.values()], return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in done:
+            if task is not stopped and not task.cancelled() and task.exception():
+                log.warning(
+                    "listener.part_crashed", part=task.get_name(), error=repr(task.exception())
+                )
+        stopped.cancel()
+        if http is not None:
+            await http.close()
+        return await self._shutdown(tasks)
+
+    async def _start_http(self) -> Ingress | None:
+        if not self.config.http:
+            return None
+        max_body = self.config.max_body
+        if max_body is None:
+            max_body = await self.db.retry(
+                "settings", lambda c: setting_int(c, "webhook_max_body_bytes")
+            )
+        return await serve(
+            self.config.url,
+            self.config.http,
+            worker_id=self.config.worker_id,
+            max_body=max_body,
+            deadline=self.config.db_deadline,
+        )
+
+    # -- routing ------------------------------------------------------------
+
+    def _route(self, event: Event) -> None:
+        if isinstance(event, JobChanged):
+            if event.state == JobState.CANCELLED:
+                self._stop_cancelled(event)
+            elif event.state == JobState.PENDING or event.old_state in (
+                JobState.CLAIMED,
+                JobState.RUNNING,
+            ):
+                # New work, or a lane slot freed somewhere.
+                self.ledger.wake.set()
+        elif isinstance(event, ScheduleChanged):
+            if event.table == "routines":
+                self.maintenance.to_schedule.add(event.id)
+                self.maintenance.cron_wake.set()
+        elif isinstance(event, NotificationQueued):
+            self.maintenance.outbox_wake.set()
+        elif isinstance(event, ConfigChanged):
+            self._in_background(self.db.retry("reload", self.registry.reload))
+            self.ledger.wake.set()
+
+    def _stop_cancelled(self, event: JobChanged) -> None:
+        if event.id is None:
+            # A bulk cancel names no ids: the heartbeat finds which were ours.
+            self.db.doubt.set()
+            return
+        held = self.ledger.running.get(event.id)
+        if held is not None:
+            log.event("job.cancel_requested", job=str(event.id))
+            held.request_stop(StopReason.CANCELLED)
+
+    def _caught_up(self) -> None:
+        """After every (re)subscription: catch up on what was announced while deaf."""
+        self.db.doubt.set()
+        self.ledger.wake.set()
+        self.maintenance.cron_wake.set()
+        self.maintenance.outbox_wake.set()
+        self._in_background(self.db.retry("reload", self.registry.reload))
+
+    def _in_background(self, call: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.create_task(call)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- shutdown -----------------------------------------------------------
+
+    async def _shutdown(self, tasks: dict[str, asyncio.Task[None]]) -> int:
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + self.config.shutdown_grace
+        self.claimer.accepting = False
+        tasks["claimer"].cancel()
+        log.event(
+            "listener.stopping",
+            running=len(self.ledger.running),
+            grace_secs=self.config.shutdown_grace,
+        )
+        agents = [h.task for h in self.ledger.running.values() if h.task]
+        if agents:
+            await asyncio.wait(agents, timeout=max(give_up_at - loop.time(), 0))
+        await self._release_leftovers()
+        tasks["recorder"].cancel()
+        unrecorded = await self.recorder.drain(give_up_at)
+        for task in [*tasks.values(), *self._background]:
+            task.cancel()
+        await asyncio.gather(*tasks.values(), *self._background, return_exceptions=True)
+        await self.db.close()
+        if unrecorded:
+            log.warning(
+                "listener.results_unrecorded",
+                jobs=[str(f.job_id) for f in unrecorded],
+                runs=[str(f.run_id) for f in unrecorded],
+                outcomes=[str(f.result.outcome) for f in unrecorded],
+                note="these jobs run again once their leases pass",
+            )
+            log.event("listener.stopped", worker=self.config.worker_id, exit_status=3)
+            return EXIT_RESULTS_UNRECORDED
+        log.event("listener.stopped", worker=self.config.worker_id, exit_status=0)
+        return 0
+
+    async def _release_leftovers(self) -> None:
+        leftovers = list(self.ledger.running.values())
+        if not leftovers:
+            return
+        for held in leftovers:
+            held.request_stop(StopReason.RELEASED, grace=_RELEASE_GRACE_SECS)
+        await asyncio.wait([h.task for h in leftovers if h.task], timeout=30)
+        ids = [h.job.id for h in leftovers]
+        worker = self.config.worker_id
+        try:
+            released = await self.db.once(
+                "release_jobs",
+                lambda conn: jobs.release_jobs(conn, worker, ids),
+                deadline=min(self.db.deadline, 5.0),
+            )
+        except psycopg.OperationalError as exc:
+            log.warning(
+                "listener.release_failed",
+                jobs=[str(i) for i in ids],
+                error=str(exc).strip(),
+                note="these jobs run again once their leases pass",
+            )
+            return
+        log.event("listener.released", jobs=released)

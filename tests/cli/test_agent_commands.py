@@ -1,0 +1,67 @@
+"""`ceaseless agent add`: the database owns the defaults, and registering again changes only
+what was given."""
+
+from __future__ import annotations
+
+import psycopg
+
+from tests.cli.column_defaults import shift_column_defaults
+from tests.cli.test_commands import _run
+
+LIMITS = ["timeout_secs", "max_concurrent", "window_secs"]
+
+
+def test_agent_added_without_limits_gets_the_column_defaults(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    defaults = shift_column_defaults(conn, "agents", LIMITS)
+    added = _run(db_url, "agent", "add", "noop", "--adapter", "noop")
+    assert added.returncode == 0, added.stderr
+    row = conn.execute(
+        "select timeout_secs, max_concurrent, window_secs from ceaseless.agents where name = 'noop'"
+    ).fetchone()
+    assert row == tuple(defaults[column] for column in LIMITS)
+
+
+def test_registering_again_changes_only_the_options_given(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    first = _run(
+        db_url,
+        "agent",
+        "add",
+        "script",
+        "--adapter",
+        "command",
+        "--model",
+        "opus",
+        "--timeout-secs",
+        "600",
+        "--max-concurrent",
+        "2",
+        "--window-secs",
+        "60",
+        "--window-budget",
+        "5",
+        "--env",
+        "TOKEN=abc",
+        "--",
+        "my-agent",
+        "-v",
+    )
+    assert first.returncode == 0, first.stderr
+    # No argv either: the stored one must survive, although a command adapter needs one.
+    again = _run(db_url, "agent", "add", "script", "--adapter", "command", "--max-concurrent", "3")
+    assert again.returncode == 0, again.stderr
+    row = conn.execute(
+        "select argv, model, timeout_secs, max_concurrent, window_secs, window_budget, env, "
+        "updated_at > created_at from ceaseless.agents where name = 'script'"
+    ).fetchone()
+    assert row == (["my-agent", "-v"], "opus", 600, 3, 60, 5, {"TOKEN": "abc"}, True)
+
+
+def test_env_without_an_equals_sign_says_what_to_type(db_url: str) -> None:
+    result = _run(db_url, "agent", "add", "noop", "--adapter", "noop", "--env", "TOKEN")
+    assert result.returncode == 1
+    assert "KEY=VALUE" in result.stderr and "'TOKEN'" in result.stderr
+    assert "Traceback" not in result.stderr
