@@ -1,8 +1,9 @@
-"""The supervisor: starts a listener's parts, routes notifications, and stops it in order.
+"""The supervisor: starts a listener's parts, and stops them in order.
 
-Parts: the notifier (one LISTEN connection), the producer (claimer, runner,
-recorder, leases and fence), maintenance (lease sweep, cron, outbox) and,
-when asked, the webhook ingress on a pool of its own.
+Parts: the notifier (one LISTEN connection, its events routed by router.py),
+the producer (claimer, runner, recorder, leases and fence), maintenance
+(lease sweep, cron, outbox) and, when asked, the webhook ingress on a pool of
+its own.
 
 Guarantees on SIGTERM / SIGINT:
 - no new claims; running agents get `shutdown_grace` seconds to end, and their
@@ -12,34 +13,22 @@ Guarantees on SIGTERM / SIGINT:
 - results that could not be recorded are logged by job and run
   (listener.results_unrecorded) and the exit status is 3 — their jobs run
   again once their leases pass; 0 means every result reached the database.
-If a part crashes, the listener logs it and shuts down the same way, so a
-process manager restarts a whole listener rather than a limping one.
+If a part crashes, the listener logs it and shuts down the same way with exit
+status 1, so a process manager restarts a whole listener rather than a limping
+one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Coroutine
-from typing import Any
 
 import psycopg
 
 from listener import log
 from listener.config import ListenerConfig
 from listener.database import Database
-from listener.enums import JobState
-from listener.events import (
-    CONFIG_CHANNEL,
-    JOB_CHANNEL,
-    NOTIFICATION_CHANNEL,
-    SCHEDULE_CHANNEL,
-    ConfigChanged,
-    Event,
-    JobChanged,
-    NotificationQueued,
-    ScheduleChanged,
-)
+from listener.events import CONFIG_CHANNEL, JOB_CHANNEL, NOTIFICATION_CHANNEL, SCHEDULE_CHANNEL
 from listener.http import Ingress, serve
 from listener.maintenance import Maintenance
 from listener.notifier import Notifier
@@ -50,7 +39,9 @@ from listener.producer.recorder import Recorder
 from listener.queries import jobs
 from listener.queries.registry import setting_int
 from listener.registry import Registry
+from listener.router import Router
 
+EXIT_PART_CRASHED = 1
 EXIT_RESULTS_UNRECORDED = 3
 _CHANNELS = [JOB_CHANNEL, CONFIG_CHANNEL, SCHEDULE_CHANNEL, NOTIFICATION_CHANNEL]
 # How long a released agent gets between SIGTERM and SIGKILL at shutdown.
@@ -81,21 +72,31 @@ class Listener:
         self.claimer = Claimer(config, self.db, self.registry, self.ledger, self.recorder)
         self.leases = Leases(config, self.db, self.registry, self.ledger)
         self.maintenance = Maintenance(config, self.db, self.ledger)
+        self.router = Router(self.db, self.registry, self.ledger, self.maintenance)
         self.notifier = Notifier(
             config.url,
             f"ceaseless listen {config.worker_id}",
             _CHANNELS,
-            on_event=self._route,
-            on_subscribed=self._caught_up,
+            on_event=self.router.route,
+            on_subscribed=self.router.caught_up,
             deadline=config.db_deadline,
         )
-        self._background: set[asyncio.Task[Any]] = set()
 
     async def serve(self, stop: asyncio.Event) -> int:
         """Serve until `stop` is set, then shut down; returns the exit status."""
         log.event("listener.starting", worker=self.config.worker_id)
         await self.db.open()
-        await self.db.retry("load", self.registry.reload)
+        stopped = asyncio.create_task(stop.wait())
+        loaded = asyncio.create_task(self.db.retry("load", self.registry.reload))
+        # A database that never answers must not make Ctrl-C wait for it.
+        await asyncio.wait({stopped, loaded}, return_when=asyncio.FIRST_COMPLETED)
+        if not loaded.done():
+            loaded.cancel()
+            await asyncio.gather(loaded, return_exceptions=True)
+            await self.db.close()
+            log.event("listener.stopped", worker=self.config.worker_id, exit_status=0)
+            return 0
+        loaded.result()
         parts = {
             "notifier": self.notifier.run(),
             "claimer": self.claimer.run(),
@@ -115,19 +116,18 @@ class Listener:
             poll_interval=self.config.poll_interval,
             lease_secs=self.registry.lease_secs,
         )
-        stopped = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait(
             [stopped, *tasks.values()], return_when=asyncio.FIRST_COMPLETED
         )
-        for task in done:
-            if task is not stopped and not task.cancelled() and task.exception():
-                log.warning(
-                    "listener.part_crashed", part=task.get_name(), error=repr(task.exception())
-                )
+        crashed = [task for task in done if task is not stopped]
+        for task in crashed:
+            error = None if task.cancelled() else task.exception()
+            log.warning("listener.part_crashed", part=task.get_name(), error=repr(error))
         stopped.cancel()
         if http is not None:
             await http.close()
-        return await self._shutdown(tasks)
+        status = await self._shutdown(tasks)
+        return status or (EXIT_PART_CRASHED if crashed else 0)
 
     async def _start_http(self) -> Ingress | None:
         if not self.config.http:
@@ -144,51 +144,6 @@ class Listener:
             max_body=max_body,
             deadline=self.config.db_deadline,
         )
-
-    # -- routing ------------------------------------------------------------
-
-    def _route(self, event: Event) -> None:
-        if isinstance(event, JobChanged):
-            if event.state == JobState.CANCELLED:
-                self._stop_cancelled(event)
-            elif event.state == JobState.PENDING or event.old_state in (
-                JobState.CLAIMED,
-                JobState.RUNNING,
-            ):
-                # New work, or a lane slot freed somewhere.
-                self.ledger.wake.set()
-        elif isinstance(event, ScheduleChanged):
-            if event.table == "routines":
-                self.maintenance.to_schedule.add(event.id)
-                self.maintenance.cron_wake.set()
-        elif isinstance(event, NotificationQueued):
-            self.maintenance.outbox_wake.set()
-        elif isinstance(event, ConfigChanged):
-            self._in_background(self.db.retry("reload", self.registry.reload))
-            self.ledger.wake.set()
-
-    def _stop_cancelled(self, event: JobChanged) -> None:
-        if event.id is None:
-            # A bulk cancel names no ids: the heartbeat finds which were ours.
-            self.db.doubt.set()
-            return
-        held = self.ledger.running.get(event.id)
-        if held is not None:
-            log.event("job.cancel_requested", job=str(event.id))
-            held.request_stop(StopReason.CANCELLED)
-
-    def _caught_up(self) -> None:
-        """After every (re)subscription: catch up on what was announced while deaf."""
-        self.db.doubt.set()
-        self.ledger.wake.set()
-        self.maintenance.cron_wake.set()
-        self.maintenance.outbox_wake.set()
-        self._in_background(self.db.retry("reload", self.registry.reload))
-
-    def _in_background(self, call: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.create_task(call)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     # -- shutdown -----------------------------------------------------------
 
@@ -208,9 +163,10 @@ class Listener:
         await self._release_leftovers()
         tasks["recorder"].cancel()
         unrecorded = await self.recorder.drain(give_up_at)
-        for task in [*tasks.values(), *self._background]:
+        for task in tasks.values():
             task.cancel()
-        await asyncio.gather(*tasks.values(), *self._background, return_exceptions=True)
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        await self.router.close()
         await self.db.close()
         if unrecorded:
             log.warning(
@@ -226,26 +182,36 @@ class Listener:
         return 0
 
     async def _release_leftovers(self) -> None:
+        """Stop what still runs and give back every job held here whose result is not pending.
+
+        Asked of the database rather than taken from the ledger: a claim
+        whose reply was lost at the last moment holds jobs the ledger never saw.
+        """
         leftovers = list(self.ledger.running.values())
-        if not leftovers:
-            return
         for held in leftovers:
             held.request_stop(StopReason.RELEASED, grace=_RELEASE_GRACE_SECS)
-        await asyncio.wait([h.task for h in leftovers if h.task], timeout=30)
-        ids = [h.job.id for h in leftovers]
+        if leftovers:
+            await asyncio.wait([h.task for h in leftovers if h.task], timeout=30)
         worker = self.config.worker_id
+        deadline = min(self.db.deadline, 5.0)
+        ids = [h.job.id for h in leftovers]
         try:
-            released = await self.db.once(
-                "release_jobs",
-                lambda conn: jobs.release_jobs(conn, worker, ids),
-                deadline=min(self.db.deadline, 5.0),
+            held = await self.db.once(
+                "held_jobs", lambda conn: jobs.held_jobs(conn, worker), deadline=deadline
             )
+            ids = [job_id for job_id in held if job_id not in self.ledger.unrecorded]
+            if ids:
+                released = await self.db.once(
+                    "release_jobs",
+                    lambda conn: jobs.release_jobs(conn, worker, ids),
+                    deadline=deadline,
+                )
+                log.event("listener.released", jobs=released)
         except psycopg.OperationalError as exc:
-            log.warning(
-                "listener.release_failed",
-                jobs=[str(i) for i in ids],
-                error=str(exc).strip(),
-                note="these jobs run again once their leases pass",
-            )
-            return
-        log.event("listener.released", jobs=released)
+            if ids:
+                log.warning(
+                    "listener.release_failed",
+                    jobs=[str(i) for i in ids],
+                    error=str(exc).strip(),
+                    note="these jobs run again once their leases pass",
+                )

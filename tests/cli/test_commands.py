@@ -64,4 +64,4 @@ def test_migrate_dry_run_on_a_migrated_database_lists_nothing(db_url: str) -> No
     result = _run(db_url, "migrate", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "no migrations to apply" in result.stdout
-    assert "would re-apply" in result.stdout
+    assert "functions/ unchanged: not re-applied" in result.stdout

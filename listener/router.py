@@ -1,0 +1,87 @@
+"""The router: each NOTIFY, as a typed event, to the one part that acts on it.
+
+Guarantees: routing never waits on the database (a reload it starts runs in
+the background, retried); a bulk cancel, which names no ids, makes the
+heartbeat find which of the cancelled jobs were ours; after every
+(re)subscription everything that could have been announced meanwhile is
+caught up on: claims, leases held by mistake, schedules, the outbox, config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from listener import log
+from listener.database import Database
+from listener.enums import JobState
+from listener.events import (
+    ConfigChanged,
+    Event,
+    JobChanged,
+    NotificationQueued,
+    ScheduleChanged,
+)
+from listener.maintenance import Maintenance
+from listener.producer.ledger import Ledger, StopReason
+from listener.registry import Registry
+
+
+class Router:
+    def __init__(
+        self, database: Database, registry: Registry, ledger: Ledger, maintenance: Maintenance
+    ) -> None:
+        self._db = database
+        self._registry = registry
+        self._ledger = ledger
+        self._maintenance = maintenance
+        self._background: set[asyncio.Task[Any]] = set()
+
+    def route(self, event: Event) -> None:
+        if isinstance(event, JobChanged):
+            if event.state == JobState.CANCELLED:
+                self._stop_cancelled(event)
+            elif event.state == JobState.PENDING or event.old_state in (
+                JobState.CLAIMED,
+                JobState.RUNNING,
+            ):
+                # New work, or a lane slot freed somewhere.
+                self._ledger.wake.set()
+        elif isinstance(event, ScheduleChanged):
+            if event.table == "routines":
+                self._maintenance.to_schedule.add(event.id)
+                self._maintenance.cron_wake.set()
+        elif isinstance(event, NotificationQueued):
+            self._maintenance.outbox_wake.set()
+        elif isinstance(event, ConfigChanged):
+            self._in_background(self._db.retry("reload", self._registry.reload))
+            self._ledger.wake.set()
+
+    def caught_up(self) -> None:
+        """After every (re)subscription: catch up on what was announced while deaf."""
+        self._db.doubt.set()
+        self._ledger.wake.set()
+        self._maintenance.cron_wake.set()
+        self._maintenance.outbox_wake.set()
+        self._in_background(self._db.retry("reload", self._registry.reload))
+
+    async def close(self) -> None:
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+
+    def _stop_cancelled(self, event: JobChanged) -> None:
+        if event.id is None:
+            # A bulk cancel names no ids: the heartbeat finds which were ours.
+            self._db.doubt.set()
+            return
+        held = self._ledger.running.get(event.id)
+        if held is not None:
+            log.event("job.cancel_requested", job=str(event.id))
+            held.request_stop(StopReason.CANCELLED)
+
+    def _in_background(self, call: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.create_task(call)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
