@@ -54,6 +54,7 @@ class AgentRecord:
     env: Mapping[str, str]
     """The values of the watch's `record` variables that the process has."""
     cmdline: tuple[str, ...]
+    """The command line, as of its first two seconds (after any exec)."""
     ppid: int
     """The parent when first seen."""
     spawner: int
@@ -299,7 +300,12 @@ class AgentWatch:
             proc = seen.get(pid)
             record = self._records[key]
             if proc is not None and (pid, proc.start_ticks) == key:
-                updated[key] = replace(record, last_seen=proc.before)
+                # Seen between fork and exec (a shell's `cmd &`), a process
+                # still shows its parent's command line: read it again while
+                # it is young, so the record names what it became.
+                young = proc.before - record.first_seen < _YOUNG_SECS
+                cmdline = (_read_cmdline(pid) or record.cmdline) if young else record.cmdline
+                updated[key] = replace(record, last_seen=proc.before, cmdline=cmdline)
             else:
                 updated[key] = replace(record, exited=True)
         for pid, proc in seen.items():
