@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -74,30 +75,31 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     os.environ.pop(_URL_VAR, None)
 
 
-@pytest.fixture
-def db_url() -> Iterator[str]:
-    """A freshly migrated database of its own for this test."""
-    name = f"ceaseless_t_{uuid.uuid4().hex[:12]}"
+@contextmanager
+def _database_of_its_own(prefix: str, template: str) -> Iterator[str]:
+    """A database cloned from `template` for one test, dropped after it."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(_server_url(), autocommit=True) as conn:
-        conn.execute(f'create database "{name}" template "{os.environ[_TEMPLATE_VAR]}"')
+        conn.execute(f'create database "{name}" template "{template}"')
     try:
         yield url_for(name)
     finally:
         with psycopg.connect(_server_url(), autocommit=True) as conn:
             conn.execute(f'drop database if exists "{name}" with (force)')
+
+
+@pytest.fixture
+def db_url() -> Iterator[str]:
+    """A freshly migrated database of its own for this test."""
+    with _database_of_its_own("ceaseless_t", os.environ[_TEMPLATE_VAR]) as url:
+        yield url
 
 
 @pytest.fixture
 def empty_db_url() -> Iterator[str]:
     """A database of its own with nothing in it, never migrated (template0)."""
-    name = f"ceaseless_empty_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_server_url(), autocommit=True) as conn:
-        conn.execute(f'create database "{name}" template template0')
-    try:
-        yield url_for(name)
-    finally:
-        with psycopg.connect(_server_url(), autocommit=True) as conn:
-            conn.execute(f'drop database if exists "{name}" with (force)')
+    with _database_of_its_own("ceaseless_empty", "template0") as url:
+        yield url
 
 
 @pytest.fixture
