@@ -1,4 +1,4 @@
-"""Exponential backoff with jitter: the one way every loop of the listener waits to retry.
+"""How the listener's loops wait: backoff with jitter to retry, or an event up to a timeout.
 
 Guarantees: the first retry waits about `first` seconds, each next one about
 twice as long, never more than `ceiling`; jitter keeps listeners that lost
@@ -8,6 +8,7 @@ the database together from coming back together.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 
 
@@ -31,3 +32,15 @@ class Backoff:
         """Wait the current delay (with up to 25 % jitter), then double it."""
         await asyncio.sleep(self._next * (1 + random.random() * 0.25))
         self._next = min(self._next * 2, self._ceiling)
+
+
+async def wait_for(event: asyncio.Event, timeout: float) -> None:
+    """Wait for `event` at most `timeout` seconds.
+
+    asyncio.timeout, not asyncio.wait_for: on Python 3.11 wait_for can swallow a
+    cancellation that arrives as the event fires, leaving a task that was told
+    to stop waiting another full interval.
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await event.wait()

@@ -21,11 +21,10 @@ import aiohttp
 import psycopg
 
 from listener import log, scheduler
-from listener.backoff import Backoff
+from listener.backoff import Backoff, wait_for
 from listener.config import ListenerConfig
 from listener.database import Database
 from listener.outbox import deliver_due
-from listener.producer.claimer import wait_for
 from listener.producer.ledger import Ledger
 from listener.queries import jobs
 

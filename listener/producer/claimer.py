@@ -12,13 +12,13 @@ the database's; no more agents run at once than the configured concurrency.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import psycopg
 
 from listener import log
 from listener.agents import run_noop
 from listener.agents.process import StopRequest
+from listener.backoff import wait_for
 from listener.config import ListenerConfig
 from listener.database import Database
 from listener.enums import Adapter
@@ -28,18 +28,6 @@ from listener.producer.runner import run_held
 from listener.queries import jobs
 from listener.queries.jobs import ClaimedJob, FinishedRun
 from listener.registry import Registry
-
-
-async def wait_for(event: asyncio.Event, timeout: float) -> None:
-    """Wait for `event` at most `timeout` seconds.
-
-    asyncio.timeout, not asyncio.wait_for: on Python 3.11 wait_for can swallow a
-    cancellation that arrives as the event fires, leaving a task that was told
-    to stop waiting another full interval.
-    """
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(timeout):
-            await event.wait()
 
 
 class Claimer:

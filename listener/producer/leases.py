@@ -28,10 +28,9 @@ import asyncio
 import psycopg
 
 from listener import log
-from listener.backoff import Backoff
+from listener.backoff import Backoff, wait_for
 from listener.config import ListenerConfig
 from listener.database import Database
-from listener.producer.claimer import wait_for
 from listener.producer.ledger import Ledger, StopReason
 from listener.queries import jobs
 from listener.registry import Registry
