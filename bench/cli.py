@@ -21,7 +21,7 @@ from rich.progress import Progress
 
 from bench import ours
 from bench.report import Row, markdown, write
-from bench.server import Server, provision
+from bench.server import Reset, Server, provision
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 console = Console(stderr=True)
@@ -38,6 +38,7 @@ class Sizes:
     event_routines: int
     events: int
     footprint_agents: int
+    load_events: int
 
 
 QUICK = Sizes(
@@ -50,6 +51,7 @@ QUICK = Sizes(
     event_routines=1_000,
     events=100,
     footprint_agents=50,
+    load_events=400,
 )
 FULL = Sizes(
     runs=3,
@@ -61,6 +63,7 @@ FULL = Sizes(
     event_routines=1_000,
     events=1_000,
     footprint_agents=200,
+    load_events=2_000,
 )
 
 
@@ -134,6 +137,9 @@ def _verdicts(rows: list[Row]) -> None:
         "all_runs_s": 2.0,
         "double_fires": 0.0,
         "rss_mb": 120.0,
+        "insert_errors": 0.0,
+        "skipped_runs": 0.0,
+        "listener_deadlocks": 0.0,
     }
     for row in rows:
         if row.system != "ceaseless":
@@ -141,7 +147,7 @@ def _verdicts(rows: list[Row]) -> None:
         if row.metric in limits:
             row.target = f"≤ {limits[row.metric]:g}"
             row.verdict = "met" if row.median <= limits[row.metric] else "missed"
-        elif row.metric == "inserts_per_s":
+        elif row.metric in ("inserts_per_s", "runs_per_s"):
             row.target = "≥ 1,000"
             row.verdict = "met" if row.median >= 1000 else "missed"
 
@@ -181,14 +187,28 @@ def run(
     peers: Annotated[
         bool, typer.Option(help="Also measure pgqueuer, procrastinate, pgbench.")
     ] = True,
+    reset_setting: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="FUNCTION:SETTING (repeatable): run ceaseless's functions with this planner "
+            "setting reset (ALTER FUNCTION … RESET), to see whether it still pays.",
+        ),
+    ] = None,
 ) -> None:
     """Run every scenario, ours and the peers', and write the report."""
     sizes = QUICK if quick else FULL
     rows: list[Row] = []
     latencies: list[float] = []
+    # Per run of the event load: INSERT errors by SQLSTATE and skips by reason,
+    # which the rows only total.
+    load_details: list[dict[str, Any]] = []
     started = datetime.now(UTC)
-    with provision(database_url) as server, Progress(console=console) as progress:
-        steps = 9 + (6 if peers else 0)
+    try:
+        resets = tuple(Reset.parse(text) for text in reset_setting or ())
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--reset-setting") from exc
+    with provision(database_url, resets) as server, Progress(console=console) as progress:
+        steps = 10 + (6 if peers else 0)
         overall = progress.add_task("benchmarks", total=steps)
 
         def step(label: str, action: Callable[[], list[Row]]) -> None:
@@ -259,6 +279,26 @@ def run(
                 {"inserts_per_s": "", "ms_per_insert": "", "unmatched_inserts_per_s": ""},
             ),
         )
+
+        def event_load_rows() -> list[Row]:
+            found = _repeat(sizes.runs, lambda: ours.event_load(server, sizes.load_events))
+            load_details.extend(m.extra for m in found)
+            return _rows(
+                f"event load ({sizes.load_events:,} events × 6 routines)",
+                "ceaseless",
+                found,
+                {
+                    "events_per_s": "",
+                    "runs_per_s": "",
+                    "insert_p50_ms": "",
+                    "insert_p99_ms": "",
+                    "insert_errors": "",
+                    "skipped_runs": "",
+                    "listener_deadlocks": "",
+                },
+            )
+
+        step("event load", event_load_rows)
         step(
             "listener footprint",
             lambda: _rows(
@@ -278,9 +318,16 @@ def run(
         "sizes": sizes.__dict__,
         "server": "embedded" if database_url is None else "given",
         "settings": settings,
+        "reset_settings": [f"{r.function}:{r.setting}" for r in resets],
+        "event_load": load_details,
     }
     write(output, rows, ratios, meta, latencies)
     typer.echo(markdown(rows, ratios))
+    for run_number, details in enumerate(load_details, 1):
+        console.print(
+            f"event load, run {run_number}: INSERT errors by SQLSTATE {details['errors'] or '{}'}, "
+            f"skipped runs by reason {details['skipped'] or '{}'}"
+        )
     broken = [r for r in rows if r.lost or r.duplicated]
     if broken:
         for row in broken:
@@ -288,4 +335,9 @@ def run(
                 f"[red]{row.scenario} / {row.system}: {row.lost} lost, {row.duplicated} duplicated"
             )
         raise typer.Exit(1)
+    if resets:
+        console.print(
+            "[yellow]measured with these planner settings reset (not ceaseless as shipped): "
+            + ", ".join(f"{r.function}:{r.setting}" for r in resets)
+        )
     console.print(f"results in {output}/results.md, .json, .png")

@@ -43,13 +43,19 @@ class Listener:
             cwd=ROOT,
         )
         self._ready = threading.Event()
-        threading.Thread(target=self._pump, daemon=True).start()
+        # Log lines that report a deadlock: the listener retries the call,
+        # so a deadlock costs time without failing anything visibly.
+        self.deadlock_lines = 0
+        self._pumping = threading.Thread(target=self._pump, daemon=True)
+        self._pumping.start()
 
     def _pump(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             if '"listen.subscribed"' in line:
                 self._ready.set()
+            if "deadlock" in line or "40P01" in line:
+                self.deadlock_lines += 1
 
     def wait_ready(self, timeout: float = 30) -> Listener:
         if not self._ready.wait(timeout):
@@ -70,6 +76,7 @@ class Listener:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._pumping.join(5)  # its last lines are counted before anyone reads the count
 
 
 class DeliveredCounter:

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from bench import event_load as load
 from bench.observe import DeliveredCounter, Listener, percentile, wait_until
 from bench.server import Server
 
@@ -265,6 +266,32 @@ def event_fanin(server: Server, routines: int, events: int) -> Measurement:
             # Fires of events that should have matched nothing.
             duplicated=misfired,
         )
+
+
+def event_load(server: Server, events: int, routines: int = 6) -> Measurement:
+    """Four producers insert `events` events, each firing `routines` routines, while two
+    listeners run them: events/s, and routine runs/s from the first insert until the last
+    run left `running`."""
+    with server.database(migrated=True) as url:
+        found = load.run(url, events, routines=routines)
+    produced = found.produced
+    return Measurement(
+        {
+            "events_per_s": len(produced.inserted) / (produced.finished - produced.started),
+            "runs_per_s": found.completed / (found.completed_at - produced.started),
+            # Every attempt, failed ones included: a producer waited for each.
+            "insert_p50_ms": percentile(produced.latencies_ms, 50),
+            "insert_p99_ms": percentile(produced.latencies_ms, 99),
+            "insert_errors": float(sum(produced.errors.values())),
+            # Nothing binds (no cooldown, caps far away): every skip is a defect.
+            "skipped_runs": float(sum(found.skipped.values())),
+            "listener_deadlocks": float(found.listener_deadlocks),
+        },
+        # A run still running at the deadline never completed.
+        lost=found.missing + found.statuses["running"],
+        duplicated=found.extra,
+        extra={"errors": dict(produced.errors), "skipped": dict(found.skipped)},
+    )
 
 
 def _insert_events(conn: psycopg.Connection, contents: Iterable[str]) -> float:

@@ -5,6 +5,12 @@ run and stopped after, so results do not depend on what else a machine's server
 holds. `--database-url` measures on an existing server instead. Either way every
 system (ours and the peers) gets its own empty database on that one server, with
 the server's settings untouched.
+
+`--reset-setting FUNCTION:SETTING` measures ceaseless without one of the planner
+settings its functions carry: the migrated template (which every run of ours
+clones) gets `ALTER FUNCTION … RESET`, so the function runs with the server's
+value. That is how docs/performance.md, "Planner settings on functions", judges
+whether a setting still pays.
 """
 
 from __future__ import annotations
@@ -18,16 +24,43 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from listener.embedded import EmbeddedServer
 from listener.migrate import migrate
 
 
+@dataclass(frozen=True)
+class Reset:
+    """A planner setting to take off one of ceaseless's functions for a run."""
+
+    function: str
+    setting: str
+
+    @classmethod
+    def parse(cls, text: str) -> Reset:
+        function, _, setting = text.partition(":")
+        if not function or not setting:
+            raise ValueError(
+                f"expected FUNCTION:SETTING, e.g. claim_jobs:enable_seqscan; got {text!r}"
+            )
+        return cls(function, setting)
+
+    def apply(self, conn: psycopg.Connection) -> None:
+        # By name alone: every function that carries a setting has one signature.
+        conn.execute(
+            sql.SQL("alter function ceaseless.{} reset {}").format(
+                sql.Identifier(self.function), sql.Identifier(self.setting)
+            )
+        )
+
+
 @dataclass
 class Server:
     url: str
     template: str | None = None
+    resets: tuple[Reset, ...] = ()
 
     def url_for(self, database: str) -> str:
         return make_conninfo(self.url, dbname=database)
@@ -57,6 +90,10 @@ class Server:
             with psycopg.connect(self.url, autocommit=True) as conn:
                 conn.execute(f'create database "{self.template}"')
             migrate(self.url_for(self.template))
+            if self.resets:
+                with psycopg.connect(self.url_for(self.template), autocommit=True) as conn:
+                    for reset in self.resets:
+                        reset.apply(conn)
         return self.template
 
     @contextmanager
@@ -78,9 +115,9 @@ class Server:
 
 
 @contextmanager
-def provision(database_url: str | None) -> Iterator[Server]:
+def provision(database_url: str | None, resets: tuple[Reset, ...] = ()) -> Iterator[Server]:
     if database_url:
-        server = Server(make_conninfo(database_url, dbname="postgres"))
+        server = Server(make_conninfo(database_url, dbname="postgres"), resets=resets)
         try:
             yield server
         finally:
@@ -89,7 +126,7 @@ def provision(database_url: str | None) -> Iterator[Server]:
     home = Path(tempfile.mkdtemp(prefix="ceaseless-bench-"))
     home.chmod(0o755)  # as root the server's own OS user must reach it
     embedded = EmbeddedServer(home)
-    server = Server(make_conninfo(embedded.start(), dbname="postgres"))
+    server = Server(make_conninfo(embedded.start(), dbname="postgres"), resets=resets)
     try:
         yield server
     finally:

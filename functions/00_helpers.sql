@@ -66,3 +66,35 @@ $$;
 
 comment on function _retry_delay(integer) is
     'Backoff before retry number p_attempts: base * 2^(attempts-1), capped, plus up to 25% jitter.';
+
+-- Is a text made only of whitespace (or empty, or NULL)? "Whitespace" is
+-- Unicode's White_Space set plus the invisible zero-width characters, not
+-- just U+0020: btrim() trims only spaces, so a prompt of tabs and newlines,
+-- or of U+00A0 / U+3000 pasted from a document, passed a "not blank" check
+-- built on it and reached an agent as an empty task.
+--
+-- No SET clause, so the planner can inline it into validation and finishing
+-- queries; it names only pg_catalog built-ins.
+create or replace function _is_blank(p_value text)
+returns boolean
+language sql immutable
+as $$
+    select coalesce(p_value !~ '[^\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]', true);
+$$;
+
+comment on function _is_blank(text) is
+    'True for NULL, empty, or only Unicode whitespace (White_Space plus zero-width characters).';
+
+-- The text without leading and trailing whitespace in the sense of
+-- _is_blank, so that "ROUTINE_OK\n" is the reply ROUTINE_OK.
+create or replace function _trim_blank(p_value text)
+returns text
+language sql immutable
+as $$
+    select regexp_replace(p_value,
+        '^[\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]+|[\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]+$',
+        '', 'g');
+$$;
+
+comment on function _trim_blank(text) is
+    'p_value without leading and trailing Unicode whitespace (the characters _is_blank counts).';

@@ -10,17 +10,14 @@
 
 set local search_path = ceaseless, pg_catalog, public;
 
--- enable_seqscan = off on the batch functions (here and in 20_agent_runs.sql).
--- They reach rows only by key or through their partial indexes. PL/pgSQL
--- plans each statement once per session and keeps the plan; planned while
--- the table was small, or for a batch of one, a statement may read the whole
--- job or agent_run table and test every row against the batch's ids. Kept
--- for a batch of two thousand on a grown table, that is quadratic. Without
--- sequential scans the plans probe the indexes at any size.
---
--- jit = off with it: before PostgreSQL 18 a disabled scan still costs 10^10,
--- which crosses jit_above_cost, and compiling a claim's expressions took most
--- of a second per call. Statements this short never repay a compile anyway.
+-- Planner settings (here and in 20_agent_runs.sql): none by default. A
+-- function keeps one only while a plan test shows the plan it prevents, or
+-- bin/bench on PostgreSQL 15 and 18 shows it pays; the comment beside each
+-- names that evidence (docs/performance.md, "Planner settings on functions").
+-- The shape these prevent: PL/pgSQL plans a statement once per session and
+-- keeps the plan; planned while the table was small, or for a batch of one,
+-- a statement may read the whole job table and test every row against the
+-- batch's ids, quadratic for a batch of a thousand.
 
 -- Claim up to p_limit due jobs for p_worker, admitting each through its
 -- lane's governor (concurrency and rolling-window budget) in the same
@@ -33,6 +30,9 @@ set local search_path = ceaseless, pg_catalog, public;
 -- spec's `claimed` state, no run opened): what admission tests and operators
 -- probing the governor use; such a claim ends when its lease does.
 --
+-- A lane is skipped while it is disabled or paused (a row of lane_pauses
+-- whose time has not come, read against p_now).
+--
 -- Locks: the rows of the enabled, unpaused lanes (FOR NO KEY UPDATE, in name
 -- order, so two claimers never deadlock) and then the claimed jobs (FOR UPDATE
 -- SKIP LOCKED). The lane lock is what makes admission exact: without it, two
@@ -40,6 +40,9 @@ set local search_path = ceaseless, pg_catalog, public;
 -- together admit twice the budget. It is taken in its own statement because a
 -- READ COMMITTED statement's snapshot predates any lock it waits for; the
 -- counting statement that follows sees the other claimer's commit.
+-- lane_pauses is only read (a rate limit pausing a lane takes no lane lock):
+-- the counting statement sees a pause committed before it starts, and one
+-- committed later holds from the next claim on.
 drop function if exists claim_jobs(text, integer, text[], text[], timestamptz, integer);
 create or replace function claim_jobs(
     p_worker text,
@@ -57,7 +60,13 @@ returns table (
 )
 language plpgsql
 set search_path = ceaseless, pg_catalog
+-- On PostgreSQL 15, a claim of 1,000 after one-job claims on a young table
+-- scans job against the claimed ids (18 probes the key on its own):
+-- tests/sql/test_batch_plans.py, test_without_enable_seqscan_a_claim_….
 set enable_seqscan = off
+-- The claim's cost estimate grows with the backlog and passes jit_above_cost
+-- (136,000 at 300,000 pending jobs): on PostgreSQL 15 compiling took 135-220
+-- ms of each claim, which takes 8-30 ms without (test_claim_plan.py).
 set jit = off
 as $$
 #variable_conflict use_column
@@ -79,7 +88,8 @@ begin
     from agents a
     where a.enabled
       and (p_agents is null or a.name = any (p_agents))
-      and (a.paused_until is null or a.paused_until <= p_now)
+      and not exists (select from lane_pauses p
+                      where p.agent = a.name and p.paused_until > p_now)
     order by a.name
     for no key update;
 
@@ -108,7 +118,9 @@ begin
         ) live
         where a.enabled
           and (p_agents is null or a.name = any (p_agents))
-          and (a.paused_until is null or a.paused_until <= p_now)
+          -- Paused: every job of the lane would hit the same provider limit.
+          and not exists (select from lane_pauses p
+                          where p.agent = a.name and p.paused_until > p_now)
     ),
     -- Each lane walks its own slice of job_claimable_idx and stops after its
     -- free slots, so a full lane with a deep backlog costs nothing and never
@@ -137,6 +149,9 @@ begin
         set state = case when p_start then 'running' else 'claimed' end,
             claimed_by = p_worker,
             claim_expires_at = p_now + v_lease,
+            -- stuck_jobs measures "claimed but never started" from here;
+            -- claim_expires_at cannot tell, heartbeats move it.
+            claimed_at = p_now,
             attempts = j.attempts + 1,
             updated_at = p_now
         -- An array, not a join: the planner cannot know `picked` is tiny, and
@@ -162,7 +177,7 @@ $$;
 
 comment on function claim_jobs(text, integer, text[], text[], timestamptz, integer, boolean) is
     'Claim up to p_limit due pending jobs for listener p_worker, oldest first, admitting each '
-    'through its lane''s governor (max_concurrent, window_budget, paused_until) atomically; '
+    'through its lane''s governor (max_concurrent, window_budget, lane_pauses) atomically; '
     'with p_start, open their agent runs too and return run_id.';
 
 -- Extend the leases p_worker holds on p_job_ids. One row per id: held (still
@@ -188,8 +203,6 @@ create or replace function extend_leases(
 returns table (job_id uuid, held boolean, renewed boolean)
 language plpgsql
 set search_path = ceaseless, pg_catalog
-set enable_seqscan = off
-set jit = off
 as $$
 declare
     v_lease interval := make_interval(secs => coalesce(p_lease_secs, _setting_int('lease_secs')));
@@ -246,18 +259,32 @@ comment on function extend_leases(text, uuid[], timestamptz, integer) is
 -- Return every job whose lease has passed to the pool (or abandon it when its
 -- attempts are used up), finishing its open agent_run as lease_expired.
 --
--- Locks: the expired jobs, FOR UPDATE SKIP LOCKED, so concurrent sweeps by
--- several listeners split the work instead of queueing on it.
+-- Locks: the routines of the expired jobs' runs, in id order
+-- (_lock_routines_of_jobs, 44_routine_outcomes.sql), then the expired jobs,
+-- FOR UPDATE SKIP LOCKED, so concurrent sweeps by several listeners split the
+-- work instead of queueing on it. Only jobs whose routines were locked first
+-- are taken: one that expired in between waits for the next sweep.
 create or replace function expire_leases(p_now timestamptz default now())
 returns integer
 language plpgsql
 set search_path = ceaseless, pg_catalog
+-- Without it, _lock_routines_of_jobs (which runs under these settings) scans
+-- job against the expired ids on a young table, on PostgreSQL 15 and 18:
+-- tests/sql/test_batch_plans.py, test_without_enable_seqscan_expiring_….
 set enable_seqscan = off
-set jit = off
 as $$
 declare
     v_count integer;
+    v_candidates uuid[];
 begin
+    select array_agg(j.id) into v_candidates
+    from job j
+    where j.state in ('claimed', 'running') and j.claim_expires_at < p_now;
+    if v_candidates is null then
+        return 0;
+    end if;
+    perform _lock_routines_of_jobs(v_candidates);
+
     with expired as (
         -- The open run's session, probed by key (agent_run_one_open_idx): a
         -- join of the CTEs below would loop over both when planned small.
@@ -265,7 +292,8 @@ begin
                (select r.session_id from agent_run r
                 where r.job_id = j.id and r.finished_at is null) as session_id
         from job j
-        where j.state in ('claimed', 'running')
+        where j.id = any (v_candidates)
+          and j.state in ('claimed', 'running')
           and j.claim_expires_at < p_now
         for update skip locked
     ),
@@ -289,6 +317,8 @@ begin
                               then null else j.claimed_by end,
             claim_expires_at = case when j.attempts < coalesce(j.max_attempts, a.max_attempts)
                                     then null else j.claim_expires_at end,
+            claimed_at = case when j.attempts < coalesce(j.max_attempts, a.max_attempts)
+                              then null else j.claimed_at end,
             finished_at = case when j.attempts < coalesce(j.max_attempts, a.max_attempts)
                                then null else p_now end,
             run_after = p_now,
@@ -322,13 +352,18 @@ create or replace function release_jobs(
 returns integer
 language plpgsql
 set search_path = ceaseless, pg_catalog
+-- Without it, _lock_routines_of_jobs (which runs under these settings) scans
+-- job against the released ids on a young table, on PostgreSQL 15 and 18:
+-- tests/sql/test_batch_plans.py, test_without_enable_seqscan_releasing_….
 set enable_seqscan = off
-set jit = off
 as $$
 declare
     v_count integer;
 begin
     perform set_config('ceaseless.actor', p_worker, true);
+    -- Routines before jobs, in id order: the order of every path that ends
+    -- routine jobs (44_routine_outcomes.sql).
+    perform _lock_routines_of_jobs(p_job_ids);
     with held as (
         select j.id,
                (select r.session_id from agent_run r
@@ -349,7 +384,7 @@ begin
     ),
     moved as (
         update job j
-        set state = 'pending', claimed_by = null, claim_expires_at = null,
+        set state = 'pending', claimed_by = null, claim_expires_at = null, claimed_at = null,
             attempts = greatest(j.attempts - 1, 0), run_after = p_now, updated_at = p_now,
             -- The next attempt picks the interrupted session up again.
             resume_session_id = coalesce(h.session_id, j.resume_session_id),
@@ -380,6 +415,9 @@ as $$
 declare
     v_state text;
 begin
+    -- Its routine before the job: the order of every path that ends routine
+    -- jobs (44_routine_outcomes.sql).
+    perform _lock_routines_of_jobs(array[p_job_id]);
     select state into v_state from job where id = p_job_id for update;
     if not found then
         raise exception 'cancel_job: no job with id %', p_job_id using errcode = 'CE404';
@@ -410,30 +448,68 @@ comment on function cancel_job(uuid, timestamptz) is
 -- budget. The live-job unique indexes still apply, so retrying a job whose
 -- issue or dedup key already has a live job fails with that index's name.
 --
--- Raises: CE404 unknown job; CE409 the job is still live.
+-- A routine's job is retried as a fire of its routine, through the one
+-- firing path (41_routine_firing.sql) like a manual run: a new routine run
+-- adopts the job, so its result reaches routine_runs, the routine and its
+-- notifications, and the routine's max_concurrent and the global cap hold;
+-- the cooldown does not apply, as for any manual run. A refused retry
+-- changes nothing and raises why.
+--
+-- Locks: the job row, then the fire lock (routine jobs only).
+-- Raises: CE404 unknown job; CE409 the job is still live; for a routine's
+-- job, CE410 its routine or agent is disabled, CE412 the routine's
+-- max_concurrent or CE415 the global cap is reached.
 create or replace function retry_job(p_job_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
 set search_path = ceaseless, pg_catalog
 as $$
 declare
-    v_state text;
+    v_job job;
+    v_routine_id uuid;
+    v_run_id uuid;
+    v_skip_reason text;
 begin
-    select state into v_state from job where id = p_job_id for update;
+    select * into v_job from job where id = p_job_id for update;
     if not found then
         raise exception 'retry_job: no job with id %', p_job_id using errcode = 'CE404';
     end if;
-    if v_state in ('pending', 'claimed', 'running') then
-        raise exception 'retry_job: job % is still %; only finished jobs can be retried', p_job_id, v_state
+    if v_job.state in ('pending', 'claimed', 'running') then
+        raise exception 'retry_job: job % is still %; only finished jobs can be retried', p_job_id, v_job.state
             using errcode = 'CE409', hint = 'Use cancel_job first to stop it.';
     end if;
 
+    select rr.routine_id into v_routine_id from routine_runs rr where rr.id = v_job.routine_run_id;
+    if v_routine_id is not null then
+        select f.run_id, f.skip_reason into v_run_id, v_skip_reason
+        from _fire_routines(array[v_routine_id], 'manual', p_now,
+                            array[format('retry of job %s', p_job_id)], null, null, true,
+                            array[p_job_id]) f;
+        case v_skip_reason
+            when 'disabled', 'agent_disabled' then
+                raise exception 'retry_job: the routine of job % cannot run: %', p_job_id,
+                    replace(v_skip_reason, '_', ' ') using errcode = 'CE410';
+            when 'concurrency' then
+                raise exception 'retry_job: the routine of job % is at its max_concurrent runs',
+                    p_job_id using errcode = 'CE412';
+            when 'global_cap' then
+                raise exception 'retry_job: the global cap of running routine runs '
+                                '(routine_max_running) is reached' using errcode = 'CE415';
+            else
+                null;
+        end case;
+    end if;
+
     update job
-    set state = 'pending', claimed_by = null, claim_expires_at = null, finished_at = null,
-        attempts = 0, run_after = p_now, updated_at = p_now
+    set state = 'pending', claimed_by = null, claim_expires_at = null, claimed_at = null,
+        finished_at = null,
+        attempts = 0, run_after = p_now, updated_at = p_now,
+        routine_run_id = coalesce(v_run_id, routine_run_id)
     where id = p_job_id;
 end;
 $$;
 
 comment on function retry_job(uuid, timestamptz) is
-    'Return a finished job to pending with its attempts reset. Raises CE404 (unknown) or CE409 (still live).';
+    'Return a finished job to pending with its attempts reset; a routine''s job through its '
+    'routine''s guardrails, as a new routine run. Raises CE404 (unknown), CE409 (still live), '
+    'CE410/CE412/CE415 (the routine may not run now).';

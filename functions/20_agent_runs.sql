@@ -17,7 +17,7 @@
 
 set local search_path = ceaseless, pg_catalog, public;
 
--- enable_seqscan = off, jit = off: see the head of 10_jobs.sql.
+-- Planner settings: see the head of 10_jobs.sql.
 
 -- Runs are opened by claim_jobs(p_start => true) in the claiming statement;
 -- the separate start step this replaced cost a second update of every row.
@@ -49,8 +49,6 @@ create or replace function note_sessions(
 returns integer
 language plpgsql
 set search_path = ceaseless, pg_catalog
-set enable_seqscan = off
-set jit = off
 as $$
 declare
     v_count integer;
@@ -107,12 +105,20 @@ create or replace function finish_runs(
 returns table (run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
 language plpgsql
 set search_path = ceaseless, pg_catalog
+-- Without it, _lock_routines_of_jobs (which runs under these settings) scans
+-- job against the batch's ids on a young table, on PostgreSQL 15 and 18:
+-- tests/sql/test_batch_plans.py, test_without_enable_seqscan_finishing_….
 set enable_seqscan = off
-set jit = off
 as $$
 #variable_conflict use_column
 begin
     perform set_config('ceaseless.actor', p_worker, true);
+    -- The routines of the batch's jobs before the jobs, in id order: the
+    -- order of every path that ends routine jobs (44_routine_outcomes.sql).
+    perform _lock_routines_of_jobs(array(
+        select r.job_id
+        from jsonb_to_recordset(p_results) as x(run_id uuid)
+        join agent_run r on r.id = x.run_id));
 
     return query
     with reported as (
@@ -132,17 +138,17 @@ begin
     -- the batch on the outer side: the reads through LATERAL subqueries that
     -- the planner cannot flatten and turn around (fenced by FOR UPDATE or
     -- OFFSET 0), the updates because no table may be scanned here
-    -- (enable_seqscan, at the head of this file). The planner cannot size the
-    -- batch, and on a young table, or one whose statistics predate the burst,
+    -- (enable_seqscan, above). The planner cannot size the batch, and on a
+    -- young table, or one whose statistics predate the burst,
     -- a filter such as "running jobs of this worker" looks empty: turned
     -- around, a join rescans the whole batch for every row, quadratic in the
     -- batch (seconds at 2,000).
     target as (
         select x.*, r.run_job_id, r.held, r.repeat, r.refusal, r.job_state,
-               -- A job that expects a reply and got none has failed, whatever
-               -- the process's exit status said.
+               -- A job that expects a reply and got none (or only whitespace)
+               -- has failed, whatever the process's exit status said.
                (r.expects_reply and x.outcome = 'succeeded'
-                and coalesce(btrim(x.final_message), '') = '') as empty_reply
+                and _is_blank(x.final_message)) as empty_reply
         from reported x
         left join lateral (
             select r.job_id as run_job_id, j.state as job_state, j.expects_reply,
@@ -233,6 +239,9 @@ begin
             claim_expires_at = case when d.outcome in ('failed', 'timed_out', 'rate_limited', 'lease_expired')
                                          and (d.attempts_left or d.rate_limit_reset_at is not null)
                                     then null else j.claim_expires_at end,
+            claimed_at = case when d.outcome in ('failed', 'timed_out', 'rate_limited', 'lease_expired')
+                                   and (d.attempts_left or d.rate_limit_reset_at is not null)
+                              then null else j.claimed_at end,
             finished_at = case when d.outcome in ('failed', 'timed_out', 'rate_limited', 'lease_expired')
                                     and (d.attempts_left or d.rate_limit_reset_at is not null)
                                then null else p_now end,
@@ -256,16 +265,26 @@ begin
         where j.id = d.job_id
         returning d.run_id, j.id, j.state
     ),
+    -- A rate limit pauses its lane until the latest reset reported, in
+    -- lane_pauses rather than on the agents row: a change there is a
+    -- configuration change, audited and announced to every listener (NOTIFY
+    -- ceaseless_config), for what is only a wait. A pause is only ever
+    -- lengthened: a run that saw an earlier reset does not cut short a later
+    -- one. In lane order, so two batches pausing the same lanes queue rather
+    -- than deadlock.
     paused as (
-        update agents a
-        set paused_until = greatest(coalesce(a.paused_until, p_now), d.reset_at),
-            updated_at = p_now
-        from (select f.agent, max(f.rate_limit_reset_at) as reset_at
-              from finished f
-              where f.outcome = 'rate_limited' and f.rate_limit_reset_at > p_now
-              group by f.agent) d
-        where a.name = d.agent
-        returning a.name
+        insert into lane_pauses as p (agent, paused_until, reason, updated_at)
+        select f.agent, max(f.rate_limit_reset_at), 'rate limit', p_now
+        from finished f
+        where f.outcome = 'rate_limited' and f.rate_limit_reset_at > p_now
+        group by f.agent
+        order by f.agent
+        on conflict (agent) do update
+        set paused_until = greatest(p.paused_until, excluded.paused_until),
+            reason = case when excluded.paused_until >= p.paused_until then excluded.reason
+                          else p.reason end,
+            updated_at = excluded.updated_at
+        returning p.agent
     ),
     -- Refused results, kept whole (each text within agent_run's bounds) with
     -- the reason, so an operator can see what the fenced-off agent did.

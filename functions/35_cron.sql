@@ -1,21 +1,26 @@
 -- Cron schedules and time zones, checked where the rows are stored.
 --
--- Called by: the validation trigger of routines (functions/40_routines.sql) and
--- of any other table that stores a schedule; never by users directly.
--- Guarantees: a schedule passes _cron_error exactly when croniter, which the
--- listener uses to compute next_fire_at (listener/cron.py), accepts it in the
--- forms the spec allows (5 fields, 6 with seconds as the sixth, or a macro),
--- except R (random values), refused below. So a stored schedule can always be
--- computed, and a bad one is refused at INSERT, naming the field, rather than
--- found at 3 a.m. by the listener. Seven fields (croniter reads the seventh as
--- a year) are refused: the spec allows 5 or 6. Every function here returns a
--- message instead of raising, for any input including NULL, so the caller
--- decides the SQLSTATE and names the column; nothing is locked or written.
+-- Called by: the validation trigger of routines (functions/40_routine_validation.sql)
+-- and of any other table that stores a schedule; never by users directly.
+-- Guarantees: a schedule passes _cron_error exactly when the listener can
+-- compute its next slot with croniter (listener/cron.py: validate, next_fire),
+-- in the forms the spec allows (5 fields, 6 with seconds as the sixth, or a
+-- macro). So a stored schedule always has a next slot, and a bad one is
+-- refused at INSERT, naming the field and the rule, rather than found at
+-- 3 a.m. by the listener. Refused on purpose though croniter reads them: seven
+-- fields (croniter reads the seventh as a year; the spec allows 5 or 6), R
+-- (random values), and day fields croniter would read against the documented
+-- "either day-of-month or day-of-week" meaning or never fire on
+-- (_cron_days_error). Every function here returns a message instead of
+-- raising, for any input including NULL, so the caller decides the SQLSTATE
+-- and names the column; nothing is locked or written.
 --
--- The field rules follow croniter 7 (croniter.expand), quirks included, since
--- agreeing with the listener matters more than agreeing with other crons:
--- docs/cron.md lists them, tests/sql/test_cron_validator.py checks the two
--- agree on generated expressions.
+-- The rules follow croniter 7 (croniter.expand and its search for the next
+-- slot), quirks included, since agreeing with the listener matters more than
+-- agreeing with other crons: docs/cron.md lists them; pyproject.toml pins
+-- croniter to that major version; tests/sql/test_cron_differential.py checks
+-- on generated expressions that this validator accepts exactly what the
+-- listener can compute.
 
 set local search_path = ceaseless, pg_catalog, public;
 
@@ -59,42 +64,58 @@ $$;
 comment on function _cron_value(text, integer) is
     'The number a cron token means in field p_position (digits, JAN-DEC, SUN-SAT), else NULL.';
 
--- The days a day-of-week range expands to, the way croniter expands it: an
--- equal range written as one ("mon-mon", "0-7") is the whole week, "a/n" whose
--- start is Saturday is Saturday alone, a reversed range wraps past Saturday and
--- carries its step across the wrap. Only the day-of-week field needs the values
--- (to tell nth weekdays from plain days); other fields only need bounds.
-create or replace function _cron_weekdays(
-    p_low integer, p_high integer, p_step integer, p_from_start boolean
+-- The values a range a-b/n expands to in a field bounded by p_min..p_max, the
+-- way croniter expands it: an equal range written as one ("mon-mon", "5-5") is
+-- the whole field, "a/n" whose start is the field's maximum is that value
+-- alone, and a reversed range wraps past the maximum, carrying its step across
+-- the wrap.
+create or replace function _cron_range(
+    p_low integer, p_high integer, p_step integer, p_from_start boolean,
+    p_min integer, p_max integer
 )
 returns integer[]
-language sql immutable strict
+language plpgsql immutable strict
 set search_path = ceaseless, pg_catalog
 as $$
-    select case
-        when p_low = p_high and p_from_start then array[p_low]
-        when p_low = p_high then array(select generate_series(0, 6, p_step))
-        when p_low < p_high then array(select generate_series(p_low, p_high, p_step))
-        else array(select generate_series(p_low, 6, p_step))
-             || array(select generate_series(
-                    -- croniter restarts after the wrap at the step's remainder,
-                    -- except when the last day before it plus the step lands
-                    -- exactly one past Saturday.
-                    case when last_day + p_step > 7 then p_step - (6 - last_day) else 0 end,
-                    p_high, p_step))
-    end
-    from (select p_low + ((6 - p_low) / p_step) * p_step as last_day) as wrap;
+declare
+    -- The last value before the wrap, in a reversed range.
+    v_last constant integer := p_low + ((p_max - p_low) / p_step) * p_step;
+begin
+    if p_low = p_high and p_from_start then
+        return array[p_low];
+    elsif p_low = p_high then
+        return array(select generate_series(p_min, p_max, p_step));
+    elsif p_low < p_high then
+        return array(select generate_series(p_low, p_high, p_step));
+    end if;
+    -- croniter restarts after the wrap at the field's minimum, shifted by what
+    -- the step had left when it passed the maximum, but only when the step
+    -- overshot the maximum by more than one.
+    return array(select generate_series(p_low, p_max, p_step))
+           || array(select generate_series(
+                  p_min + case when v_last + p_step > p_max + 1
+                               then p_step - (p_max - v_last) else 0 end,
+                  p_high, p_step));
+end;
 $$;
 
-comment on function _cron_weekdays(integer, integer, integer, boolean) is
-    'The days (0-6) a day-of-week range expands to, wrapping past Saturday as croniter does.';
+comment on function _cron_range(integer, integer, integer, boolean, integer, integer) is
+    'The values a cron range a-b/n expands to within p_min..p_max, wrapping as croniter does.';
 
--- Why one field of a 5/6-field schedule is not a valid croniter field, or NULL.
+-- Replaced by _cron_range, which expands ranges of every field, not only day-of-week.
+drop function if exists _cron_weekdays(integer, integer, integer, boolean);
+
+-- One field of a 5/6-field schedule read the way croniter reads it: `error` says
+-- why it is not a valid croniter field (NULL when it is), and `field_values`
+-- lists the values it names (day-of-week 0-6, Sunday 0), or is NULL when it
+-- names every value (* or ?, alone or in a list). Day-of-month L (the last day)
+-- and W (the nearest weekday) name no fixed day, so they add no value.
 -- p_field is the field as written (its case is kept for the message);
 -- p_position is 0 minute, 1 hour, 2 day-of-month, 3 month, 4 day-of-week,
 -- 5 second.
-create or replace function _cron_field_error(p_field text, p_position integer)
-returns text
+create or replace function _cron_field(
+    p_field text, p_position integer, out error text, out field_values integer[]
+)
 language plpgsql immutable
 set search_path = ceaseless, pg_catalog
 as $$
@@ -113,20 +134,23 @@ declare
                                  else 'a number' end;
     v_field constant text := translate(p_field, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ',
                                        'abcdefghijklmnopqrstuvwxyz');
-    v_items constant text[] := string_to_array(v_field, ',');
-    v_shown constant text[] := string_to_array(p_field, ',');
+    v_items constant text[] := string_to_array(p_field, ',');
     v_where text;
     v_item text;
+    v_item_shown text;
     v_match text[];
     v_nth boolean;
     v_from_start boolean;
     v_low integer;
     v_high integer;
     v_step integer;
-    v_days integer[];
-    v_plain integer[] := '{}';
-    v_nth_days integer[] := '{}';
+    v_values integer[];
+    v_every boolean := false;
+    v_has_nth boolean := false;
+    v_has_plain boolean := false;
 begin
+    field_values := '{}';
+
     -- croniter replaces a whole field written R, R(a-b), R/n or R(a-b)/n by a
     -- random value, drawn again every time it reads the schedule: the listener
     -- reads it after every fire, so "R 9 * * *" would fire at a new minute each
@@ -134,32 +158,39 @@ begin
     -- H is the hashed twin; croniter itself refuses it without a hash id.
     if v_field ~ '^[hr](\([0-9]+-[0-9]+\))?(/[0-9]+)?$' then
         if left(v_field, 1) = 'h' then
-            return format('%s field "%s": H (hashed values) is not supported', v_name, p_field);
+            error := format('%s field "%s": H (hashed values) is not supported', v_name, p_field);
+            return;
         end if;
-        return format('%s field "%s": R (random values) is not supported: croniter draws a new '
-                      'value each time it reads the schedule, so the slot would move after every '
-                      'fire', v_name, p_field);
+        error := format('%s field "%s": R (random values) is not supported: croniter draws a '
+                        'new value each time it reads the schedule, so the slot would move after '
+                        'every fire', v_name, p_field);
+        return;
     end if;
 
     if strpos(v_field, '?') > 0 then
         if v_field <> '?' then
-            return format('%s field "%s": ? must stand alone', v_name, p_field);
+            error := format('%s field "%s": ? must stand alone', v_name, p_field);
         elsif p_position not in (2, 4) then
-            return format('%s field "?": ? is allowed only in day-of-month and day-of-week',
-                          v_name);
+            error := format('%s field "?": ? is allowed only in day-of-month and day-of-week',
+                            v_name);
         end if;
-        return null;
+        field_values := null;  -- every value
+        return;
     end if;
 
-    for i in 1 .. cardinality(v_items) loop
-        v_item := v_items[i];
+    -- foreach, not v_items[i]: subscripting an array of text walks it from the
+    -- start, which made a field of 20,000 items cost seconds.
+    foreach v_item_shown in array v_items loop
+        v_item := translate(v_item_shown, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ',
+                            'abcdefghijklmnopqrstuvwxyz');
         v_where := case when cardinality(v_items) = 1 then format('%s field "%s"', v_name, p_field)
-                        else format('%s field "%s": "%s"', v_name, p_field, v_shown[i]) end;
+                        else format('%s field "%s": "%s"', v_name, p_field, v_item_shown) end;
         v_nth := false;
         v_from_start := false;
 
         if v_item = '' then
-            return format('%s field "%s" has an empty list item', v_name, p_field);
+            error := format('%s field "%s" has an empty list item', v_name, p_field);
+            return;
         end if;
 
         -- Nearest weekday: 15W or W15, alone in its field.
@@ -167,10 +198,13 @@ begin
             v_match := regexp_match(v_item, '^([0-9]+)w$|^w([0-9]+)$');
             if v_match is not null then
                 if _cron_number(coalesce(v_match[1], v_match[2])) not between 1 and 31 then
-                    return format('%s: the day next to W must be 1-31', v_where);
+                    error := format('%s: the day next to W must be 1-31', v_where);
                 elsif cardinality(v_items) > 1 then
-                    return format('%s field "%s": W takes a single day, not a list',
-                                  v_name, p_field);
+                    error := format('%s field "%s": W takes a single day, not a list',
+                                    v_name, p_field);
+                end if;
+                if error is not null then
+                    return;
                 end if;
                 continue;
             end if;
@@ -186,10 +220,12 @@ begin
             elsif strpos(v_item, '#') > 0 then
                 v_match := regexp_match(v_item, '^([a-z0-9_]+|[a-z]+-[a-z]+)#([0-9]+)$');
                 if v_match is null then
-                    return format('%s: # must come between a day (a number or SUN-SAT, or a '
-                                  'range of day names) and an ordinal 1-5', v_where);
+                    error := format('%s: # must come between a day (a number or SUN-SAT, or a '
+                                    'range of day names) and an ordinal 1-5', v_where);
+                    return;
                 elsif _cron_number(v_match[2]) not between 1 and 5 then
-                    return format('%s: the ordinal after # must be 1-5', v_where);
+                    error := format('%s: the ordinal after # must be 1-5', v_where);
+                    return;
                 end if;
                 v_nth := true;
                 v_item := v_match[1];
@@ -208,13 +244,15 @@ begin
                 v_from_start := v_match is not null;
             end if;
             if v_match is null and strpos(v_item, '/') > 0 then
-                return format('%s is not a valid step (write */n, a-b/n or a/n)', v_where);
+                error := format('%s is not a valid step (write */n, a-b/n or a/n)', v_where);
+                return;
             end if;
         end if;
 
         if v_match is not null then
             if p_position = 2 and v_match[1] = 'l' then
-                return format('%s: L can end a range, not start one', v_where);
+                error := format('%s: L can end a range, not start one', v_where);
+                return;
             end if;
             v_low := _cron_value(v_match[1], p_position);
             -- L ends a day-of-month range at the 31st, as croniter reads it.
@@ -222,11 +260,13 @@ begin
                            else _cron_value(v_match[2], p_position) end;
             v_step := _cron_number(coalesce(v_match[4], '1'));
             if v_low is null or v_high is null then
-                return format('%s: "%s" is not %s', v_where,
-                              case when v_low is null then v_match[1] else v_match[2] end,
-                              v_words);
+                error := format('%s: "%s" is not %s', v_where,
+                                case when v_low is null then v_match[1] else v_match[2] end,
+                                v_words);
+                return;
             elsif v_step = 0 then
-                return format('%s: a step must be 1 or more', v_where);
+                error := format('%s: a step must be 1 or more', v_where);
+                return;
             end if;
             if p_position = 4 then
                 v_low := case when v_low = 7 then 0 else v_low end;
@@ -237,58 +277,141 @@ begin
             -- the field's minimum, an equal one is the whole field, so only a
             -- forward range can start too low (0-5 as days of the month).
             if greatest(v_low, v_high) > v_max or (v_low < v_high and v_low < v_min) then
-                return format('%s is out of range %s', v_where, v_bounds);
+                error := format('%s is out of range %s', v_where, v_bounds);
+                return;
             end if;
-            if p_position = 4 then
-                v_days := _cron_weekdays(v_low, v_high, v_step, v_from_start);
-            end if;
+            v_values := _cron_range(v_low, v_high, v_step, v_from_start, v_min, v_max);
         else
             if left(v_item, 1) = '-' then
-                return format('%s: negative numbers are not allowed', v_where);
+                error := format('%s: negative numbers are not allowed', v_where);
+                return;
             elsif v_item = '*' then
-                v_days := array[-1];  -- a plain *, which croniter counts as a value of its own
+                v_every := true;
+                v_values := '{}';
             elsif p_position = 2 and v_item = 'l' then
                 continue;
             else
                 v_low := _cron_value(v_item, p_position);
                 if v_low is null then
-                    return format('%s is not %s', v_where, v_words);
+                    error := format('%s is not %s', v_where, v_words);
+                    return;
                 end if;
                 if p_position = 4 and v_low = 7 then
                     v_low := 0;
                 end if;
                 if v_low not between v_min and v_max then
-                    return format('%s is out of range %s', v_where, v_bounds);
+                    error := format('%s is out of range %s', v_where, v_bounds);
+                    return;
                 end if;
-                v_days := array[v_low];
+                v_values := array[v_low];
             end if;
         end if;
 
-        if p_position = 4 then
-            if v_nth then
-                v_nth_days := v_nth_days || v_days;
-            else
-                v_plain := v_plain || v_days;
-            end if;
+        -- Grown only by values not seen yet, so a list of thousands of items
+        -- stays a short array.
+        if not v_values <@ field_values then
+            field_values := field_values || v_values;
         end if;
+
+        v_has_nth := v_has_nth or v_nth;
+        v_has_plain := v_has_plain or not v_nth;
     end loop;
 
-    -- croniter refuses plain days next to nth weekdays (1#2,3), unless the
-    -- field lists exactly seven distinct values in all (its "every day" case).
-    if p_position = 4 and cardinality(v_nth_days) > 0
-       and (select count(distinct d) from unnest(v_plain || v_nth_days) as d) <> 7
-       and exists (select from unnest(v_plain) as d where d >= 0 and d <> all (v_nth_days)) then
-        return format('%s field "%s" mixes nth weekdays (# or L) with plain days', v_name, p_field);
+    -- Prevents a list whose plain days (or *) are silently dropped: croniter
+    -- refuses most mixes of nth weekdays and plain days (1#2,3), and the few it
+    -- accepts (1#2,1; *,1#2; 1#2,0-6) fire on the nth weekdays alone, though
+    -- the list reads as "or any Monday" or "or any day".
+    if v_has_nth and v_has_plain then
+        error := format('%s field "%s" mixes nth weekdays (# or L) with plain days',
+                        v_name, p_field);
+    end if;
+    if v_every then
+        field_values := null;
+    end if;
+end;
+$$;
+
+comment on function _cron_field(text, integer) is
+    'One cron field (0 minute .. 4 day-of-week, 5 second) read as croniter reads it: why it is '
+    'not valid (error), else the values it names (field_values).';
+
+-- Replaced by _cron_field, which also returns the values the field names.
+drop function if exists _cron_field_error(text, integer);
+
+-- Why the day fields of a schedule whose fields are each valid cannot be used
+-- together, or NULL. croniter reads day-of-month and day-of-week with "either"
+-- semantics only for plain values; next to W or an nth weekday it silently
+-- drops one of them, or finds no slot at all, so those pairs are refused here
+-- instead of firing on the wrong days or being disabled later by the listener.
+-- p_days and p_months are the field_values of _cron_field (NULL: every value).
+create or replace function _cron_days_error(
+    p_day_of_month text, p_month text, p_day_of_week text,
+    p_days integer[], p_months integer[]
+)
+returns text
+language plpgsql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_day_of_month constant text := translate(p_day_of_month, 'LW', 'lw');
+    v_day_of_week constant text := translate(p_day_of_week, 'L', 'l');
+    -- The longest each month can be: February counts 29 (leap years come
+    -- within 8 years, well inside croniter's 50-year search).
+    v_month_days constant integer[] := array[31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    v_first_day integer;
+    v_longest_month integer := 0;
+    v_value integer;
+begin
+    -- Prevents an nth weekday (5#2, L5) that ignores its day-of-month: croniter
+    -- fires on the nth weekday alone ("0 0 13 * 5#2" fires on every second
+    -- Friday, not on the 13th or a second Friday), and when the two can never
+    -- fall on one day ("0 0 1 * 1#5", "0 0 L * 1#2") it finds no slot and the
+    -- listener disables the routine.
+    if v_day_of_week ~ '#|(^|,)l[0-9]' and v_day_of_month not in ('*', '?') then
+        return format('day-of-week field "%s" is an nth weekday (# or L), so day-of-month must '
+                      'be * or ?, not "%s": croniter would fire on the nth weekday alone, or never',
+                      p_day_of_week, p_day_of_month);
+    end if;
+
+    -- Prevents a nearest weekday (15W) that ignores its day-of-week: croniter
+    -- fires on the W day alone ("0 0 15W * 1" fires on the weekday nearest the
+    -- 15th, Monday or not), and never when the W day cannot fall on that day of
+    -- the week ("0 0 15W * 0": W never lands on a Sunday).
+    if strpos(v_day_of_month, 'w') > 0 and v_day_of_week not in ('*', '?') then
+        return format('day-of-month field "%s" is a nearest weekday (W), so day-of-week must '
+                      'be * or ?, not "%s": croniter would fire on the W day alone, or never',
+                      p_day_of_month, p_day_of_week);
+    end if;
+
+    -- Prevents a day-of-month that never comes in its months ("0 0 30 2 *",
+    -- "0 0 31 4,6 *"): croniter finds no slot and the listener disables the
+    -- routine; next to a restricted day-of-week croniter would fire on that day
+    -- alone, the day-of-month dead. Every day (*), L and W always find a day;
+    -- every month (*) has a 31st.
+    if p_days is null or p_months is null or v_day_of_month ~ '(^|,)l(,|$)|w' then
+        return null;
+    end if;
+    foreach v_value in array p_days loop
+        v_first_day := least(v_first_day, v_value);
+    end loop;
+    foreach v_value in array p_months loop
+        v_longest_month := greatest(v_longest_month, v_month_days[v_value]);
+    end loop;
+    if v_first_day > v_longest_month then
+        return format('day-of-month field "%s" never comes in month field "%s": no month it '
+                      'names has more than %s days', p_day_of_month, p_month, v_longest_month);
     end if;
     return null;
 end;
 $$;
 
-comment on function _cron_field_error(text, integer) is
-    'Why one field (0 minute .. 4 day-of-week, 5 second) is not valid for croniter, or NULL.';
+comment on function _cron_days_error(text, text, text, integer[], integer[]) is
+    'Why valid day-of-month, month and day-of-week fields cannot be used together (nth weekday '
+    'or W next to a restricted other day field, a day its months never have), or NULL.';
 
 -- Why p_expression is not a schedule croniter can compute in the forms the spec
--- allows (5 fields, 6 with seconds sixth, a macro), or NULL when it is.
+-- allows (5 fields, 6 with seconds sixth, a macro), or NULL when it is: each
+-- field on its own (_cron_field), then the day fields together (_cron_days_error).
 create or replace function _cron_error(p_expression text)
 returns text
 language plpgsql immutable
@@ -297,7 +420,9 @@ as $$
 declare
     v_fields text[];
     v_count integer;
-    v_error text;
+    v_parsed record;
+    v_days integer[];
+    v_months integer[];
 begin
     if p_expression is null then
         return 'schedule is missing';
@@ -342,12 +467,17 @@ begin
     end if;
 
     for i in 1 .. v_count loop
-        v_error := _cron_field_error(v_fields[i], i - 1);
-        if v_error is not null then
-            return v_error;
+        v_parsed := _cron_field(v_fields[i], i - 1);
+        if v_parsed.error is not null then
+            return v_parsed.error;
+        end if;
+        if i = 3 then
+            v_days := v_parsed.field_values;
+        elsif i = 4 then
+            v_months := v_parsed.field_values;
         end if;
     end loop;
-    return null;
+    return _cron_days_error(v_fields[3], v_fields[4], v_fields[5], v_days, v_months);
 exception when others then
     -- A validator that raised would replace the field-naming error the caller
     -- builds with an opaque one; refuse the schedule with the reason instead.
@@ -356,8 +486,9 @@ end;
 $$;
 
 comment on function _cron_error(text) is
-    'NULL when p_expression is a schedule croniter accepts (5 fields, 6 with seconds sixth, or a '
-    'macro), else why not, naming the field and value; never raises.';
+    'NULL when p_expression is a schedule the listener can compute with croniter (5 fields, 6 with '
+    'seconds sixth, or a macro), else why not, naming the field, the value and the rule; never '
+    'raises.';
 
 -- Why p_timezone is not a time zone the listener can compute slots in, or NULL.
 -- The name must be listed by the server exactly (zoneinfo, which the listener

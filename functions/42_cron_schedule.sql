@@ -3,7 +3,7 @@
 --
 -- Called by: listener/scheduler.py (through listener/queries), which runs
 -- croniter — the one authority on cron times — on what these return and hands
--- the answers to set_next_fires and fire_cron_routines (40_routines.sql).
+-- the answers to set_next_fires and fire_cron_routines (41_routine_firing.sql).
 -- Guarantees: read-only, except the row locks of due_cron_routines, which
 -- last until the caller's transaction ends; so the caller must fire what it
 -- was given in the same transaction, and two listeners never get the same
@@ -33,7 +33,10 @@ comment on function unscheduled_cron_routines(uuid[]) is
 -- transaction. SKIP LOCKED: a routine another listener is firing right now
 -- is its business, and waiting for it would only fire nothing twice.
 --
--- Locks: the returned routines rows, FOR UPDATE, until the caller commits.
+-- Locks: the returned routines rows, FOR NO KEY UPDATE, until the caller
+-- commits. Not FOR UPDATE: that would block the KEY SHARE a manual run's
+-- foreign key takes on the same routine while it holds the fire lock, which
+-- the caller is about to wait for — a deadlock.
 create or replace function due_cron_routines(p_now timestamptz, p_limit integer)
 returns table (id uuid, schedule text, timezone text, next_fire_at timestamptz)
 language sql volatile
@@ -46,12 +49,12 @@ as $$
     where r.enabled and r.next_fire_at is not null and r.next_fire_at <= p_now
     order by r.next_fire_at
     limit p_limit
-    for update skip locked;
+    for no key update skip locked;
 $$;
 
 comment on function due_cron_routines(timestamptz, integer) is
-    'Lock and return up to p_limit routines due at p_now (FOR UPDATE SKIP LOCKED); fire them '
-    'with fire_cron_routines in the same transaction.';
+    'Lock and return up to p_limit routines due at p_now (FOR NO KEY UPDATE SKIP LOCKED); fire '
+    'them with fire_cron_routines in the same transaction.';
 
 -- When the earliest scheduled routine is due, so the scheduler can sleep
 -- exactly until then; NULL when nothing is scheduled.

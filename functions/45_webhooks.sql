@@ -91,8 +91,9 @@ comment on function _webhook_signature_ok(text, timestamptz, bytea, text) is
 -- X-Ceaseless-Timestamp header as a timestamptz. Returns the routine_runs id.
 --
 -- Raises (docs/errors.md): CE404 unknown token; CE401 bad signature; CE403
--- stale timestamp; CE413 replayed signature; CE410 disabled; CE411 cooldown;
--- CE412 concurrency or global cap; CE414 duplicate content (dedup window).
+-- stale timestamp; CE413 replayed signature; CE410 the routine or its agent is
+-- disabled; CE411 cooldown; CE412 the routine's max_concurrent; CE415 the
+-- global cap; CE414 duplicate content (dedup window).
 -- A raise rolls back the refused run's record with it: callers that want
 -- refusals recorded pass the SQLSTATE to _record_refused_webhook afterwards,
 -- as the ingress does.
@@ -110,7 +111,7 @@ as $$
 declare
     v_routine routines;
     v_window interval := make_interval(secs => _setting_int('webhook_window_secs'));
-    v_run routine_runs;
+    v_run record;
     v_body text;
 begin
     select * into v_routine
@@ -145,33 +146,44 @@ begin
         v_body := '\x' || encode(p_body, 'hex');
     end;
 
-    v_run := _fire_routine(v_routine.id, 'webhook', p_now, p_token, v_body);
+    select f.run_id, f.skip_reason into v_run
+    from _fire_routines(array[v_routine.id], 'webhook', p_now, array[p_token], array[v_body]) f;
     case v_run.skip_reason
         when 'disabled' then
             raise exception 'routine % is disabled', v_routine.name using errcode = 'CE410';
+        when 'agent_disabled' then
+            raise exception 'the agent % of routine % is disabled', v_routine.agent, v_routine.name
+                using errcode = 'CE410';
         when 'cooldown' then
             raise exception 'routine % is cooling down', v_routine.name using errcode = 'CE411';
-        when 'concurrency', 'global_cap' then
-            raise exception 'routine % is at its concurrency limit (%)', v_routine.name,
-                v_run.skip_reason using errcode = 'CE412';
+        when 'concurrency' then
+            raise exception 'routine % is at its max_concurrent runs', v_routine.name
+                using errcode = 'CE412';
+        when 'global_cap' then
+            raise exception 'routine % cannot start: the global cap of running routine runs '
+                            '(routine_max_running) is reached', v_routine.name
+                using errcode = 'CE415';
         when 'dedup' then
             raise exception 'routine % already ran for this content within its dedup window',
                 v_routine.name using errcode = 'CE414';
         else
             null;
     end case;
-    return v_run.id;
+    return v_run.run_id;
 end;
 $$;
 
 comment on function receive_webhook(text, bytea, text, timestamptz, timestamptz) is
     'Verify a signed webhook request (HMAC-SHA256, 300 s window, replay refusal) and fire its '
-    'routine; returns the routine_runs id. Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414.';
+    'routine; returns the routine_runs id. Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414/'
+    'CE415.';
 
 -- Record a webhook fire that receive_webhook refused for a guardrail, after
--- the fact (its own transaction rolled back with the raise). Refusals that
--- were not fires — unknown path, bad signature, stale, replay, disabled —
--- leave nothing: p_sqlstate decides, so callers need not know which is which.
+-- the fact (its own transaction rolled back with the raise), with the same
+-- skip reason the refused fire wrote. Refusals that were not fires — unknown
+-- path, bad signature, stale, replay — leave nothing: p_sqlstate decides, so
+-- callers need not know which is which. CE410 covers a disabled routine and a
+-- disabled agent; the routine's state tells them apart.
 drop function if exists _record_refused_webhook(text, text, bytea, timestamptz);
 create or replace function _record_refused_webhook(
     p_token text, p_sqlstate text, p_body bytea, p_now timestamptz default now()
@@ -185,14 +197,18 @@ as $$
     select r.id, 'webhook', p_token, p_now, 'skipped', reason.skip, p_now,
            encode(sha256(p_body), 'hex'), p_now
     from routines r
-    cross join (select case p_sqlstate when 'CE411' then 'cooldown'
-                                       when 'CE412' then 'concurrency'
-                                       when 'CE414' then 'dedup' end as skip) reason
+    cross join lateral (
+        select case p_sqlstate when 'CE410' then case when r.enabled then 'agent_disabled'
+                                                      else 'disabled' end
+                               when 'CE411' then 'cooldown'
+                               when 'CE412' then 'concurrency'
+                               when 'CE415' then 'global_cap'
+                               when 'CE414' then 'dedup' end as skip) reason
     where r.trigger_type = 'webhook' and r.trigger_config ->> 'path' = p_token
       and reason.skip is not null
     returning id;
 $$;
 
 comment on function _record_refused_webhook(text, text, bytea, timestamptz) is
-    'After receive_webhook refused a fire for a guardrail (CE411/CE412/CE414), leave its '
+    'After receive_webhook refused a fire for a guardrail (CE410/CE411/CE412/CE414/CE415), leave its '
     'skipped routine_runs row; other refusals record nothing.';

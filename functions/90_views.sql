@@ -40,34 +40,43 @@ select j.id,
        case when j.forge is not null
             then format('%s:%s/%s#%s', j.forge, j.owner, j.repo, j.number) end as issue,
        j.last_error,
-       j.created_at
+       j.created_at,
+       -- Only while held: the column keeps the time of the last claim after
+       -- the job has gone back to pending.
+       case when j.state in ('claimed', 'running') then j.claimed_at end as claimed_at
 from job j
 join agents a on a.name = j.agent
 where j.state in ('pending', 'claimed', 'running');
 
 comment on view job_queue is
-    'Live jobs (pending, claimed, running): who holds each, how long its lease has left, whether it is due.';
+    'Live jobs (pending, claimed, running): who holds each and since when, how long its lease '
+    'has left, whether it is due.';
 
+-- "Claimed but never started" counts from the claim, not from the job's
+-- creation: a job that waited an hour in the queue and was claimed a second
+-- ago is not stuck.
 create or replace view stuck_jobs as
 select q.*,
        case
            when q.state in ('claimed', 'running') and q.lease_remaining < interval '0'
                then 'lease expired, not yet swept: is any listener running?'
-           when q.state = 'claimed' and q.age > interval '5 minutes'
+           when q.state = 'claimed' and q.claimed_at < now() - interval '5 minutes'
                then 'claimed but never started'
            when q.state = 'running' and r.started_at < now()
                     - make_interval(secs => a.timeout_secs + a.kill_grace_secs + 60)
                then 'running past its agent''s timeout'
            when q.due and q.run_after < now() - interval '5 minutes'
                then case when not a.enabled then 'due, but its agent is disabled'
-                         when a.paused_until > now() then 'due, but its lane is paused (rate limit)'
+                         when p.agent is not null
+                             then format('due, but its lane is paused (%s)', p.reason)
                          else 'due for over 5 minutes: lane full or no listener' end
        end as reason
 from job_queue q
 join agents a on a.name = q.agent
+left join lane_pauses p on p.agent = q.agent and p.paused_until > now()
 left join agent_run r on r.job_id = q.id and r.finished_at is null
 where (q.state in ('claimed', 'running') and q.lease_remaining < interval '0')
-   or (q.state = 'claimed' and q.age > interval '5 minutes')
+   or (q.state = 'claimed' and q.claimed_at < now() - interval '5 minutes')
    or (q.state = 'running' and r.started_at < now()
            - make_interval(secs => a.timeout_secs + a.kill_grace_secs + 60))
    or (q.due and q.run_after < now() - interval '5 minutes');
@@ -75,6 +84,9 @@ where (q.state in ('claimed', 'running') and q.lease_remaining < interval '0')
 comment on view stuck_jobs is
     'Live jobs that should have moved by now, each with the likely reason.';
 
+-- free_slots is what claim_jobs would admit now: nothing for a disabled or
+-- paused lane, whatever its counts say. paused_until and pause_reason are
+-- those of a pause still in force (NULL once it has passed).
 create or replace view governor_usage as
 select a.name as agent,
        a.adapter,
@@ -84,12 +96,16 @@ select a.name as agent,
        a.window_secs,
        a.window_budget,
        win.n as started_in_window,
-       greatest(least(a.max_concurrent - live.n,
-                      coalesce(a.window_budget - win.n - live.claimed, a.max_concurrent)), 0)
-           as free_slots,
-       a.paused_until,
-       due.n as pending_due
+       case when not a.enabled or p.agent is not null then 0
+            else greatest(least(a.max_concurrent - live.n,
+                                coalesce(a.window_budget - win.n - live.claimed,
+                                         a.max_concurrent)), 0)
+       end as free_slots,
+       p.paused_until,
+       due.n as pending_due,
+       p.reason as pause_reason
 from agents a
+left join lane_pauses p on p.agent = a.name and p.paused_until > now()
 cross join lateral (
     select count(*) as n, count(*) filter (where j.state = 'claimed') as claimed
     from job j where j.agent = a.name and j.state in ('claimed', 'running')
@@ -105,7 +121,8 @@ cross join lateral (
 
 comment on view governor_usage is
     'Per agent lane: live runs against max_concurrent, starts in the rolling window against '
-    'window_budget, free slots, pause, and due work waiting.';
+    'window_budget, free slots (none while disabled or paused), the pause in force and why, '
+    'and due work waiting.';
 
 create or replace view routine_status as
 select r.id,
@@ -124,7 +141,7 @@ select r.id,
        r.consecutive_failures,
        coalesce(day.runs, 0) as runs_24h,
        coalesce(day.skips, 0) as skips_24h,
-       coalesce(day.running, 0) as running,
+       coalesce(live.running, 0) as running,
        r.last_error
 from routines r
 left join lateral (
@@ -136,15 +153,22 @@ left join lateral (
 ) last_run on true
 left join lateral (
     select count(*) filter (where rr.status <> 'skipped') as runs,
-           count(*) filter (where rr.status = 'skipped') as skips,
-           count(*) filter (where rr.status = 'running') as running
+           count(*) filter (where rr.status = 'skipped') as skips
     from routine_runs rr
     where rr.routine_id = r.id and rr.started_at > now() - interval '24 hours'
-) day on true;
+) day on true
+-- Every running run, however long ago it started: one running for over a day
+-- is the one an operator most needs to see. idx_routine_runs_running holds
+-- only running runs, so this reads nothing else.
+left join lateral (
+    select count(*) as running
+    from routine_runs rr
+    where rr.routine_id = r.id and rr.status = 'running'
+) live on true;
 
 comment on view routine_status is
     'One row per routine: trigger, schedule, next fire, last status, consecutive failures, '
-    'and runs and skips in the last 24 hours.';
+    'runs and skips in the last 24 hours, and runs running now.';
 
 -- One row per listener that holds work, is connected, or had results refused
 -- in the last day: how much it holds, how close its nearest lease is to ending

@@ -1,6 +1,6 @@
 """Context files for a job's prompt: the one part of prompt assembly SQL cannot do.
 
-SQL assembles a routine's prompt (functions/40_routines.sql) and names the files
+SQL assembles a routine's prompt (functions/41_routine_firing.sql) and names the files
 that belong in its middle in `payload.context_paths`; only the listener can read
 them. This module reads them relative to the workspace root and joins
 `prompt + files + payload.prompt_tail`.

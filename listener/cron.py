@@ -2,8 +2,11 @@
 
 The database checks a schedule when its row is stored (functions/35_cron.sql);
 this module computes the slots. Both accept the same language: croniter's 5
-fields, 6 with seconds as the sixth, or a macro, without R (random values)
-(docs/cron.md).
+fields, 6 with seconds as the sixth, or a macro, without R (random values) and
+without the day-field combinations croniter would read against the documented
+meaning or never fire on (docs/cron.md). The rules live in SQL; `validate`
+mirrors them, and tests/sql/test_cron_differential.py checks that the database
+accepts exactly the schedules `next_fire` can compute.
 
 Guarantees:
 - `next_fire` returns the first slot strictly after `after`, in UTC, read on the
@@ -36,6 +39,14 @@ FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week", "second
 _FIELDS = re.compile(r"[^ \t\n\r\f\v]+")
 # A whole field croniter replaces by a random (R) or hashed (H) value.
 _RANDOM_OR_HASHED = re.compile(r"[hr](\([0-9]+-[0-9]+\))?(/[0-9]+)?")
+# A day-of-week item croniter reads as an nth weekday: 5#2, fri#2, mon-fri#1, L5.
+_NTH_WEEKDAY = re.compile(r"[^#]*#[^#]*|l[0-9]+")
+# Day-of-month items that always find a day, whatever the month: L and W.
+_ANY_MONTH_DAY = re.compile(r"(^|,)l(,|$)|w")
+# The longest each month can be; February counts 29 (leap years come within 8 years).
+_MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+# How far croniter searches for a slot, and so the listener past a skipped one.
+_SEARCH_YEARS = 50
 _ONE_SECOND = timedelta(seconds=1)
 
 
@@ -66,11 +77,53 @@ def validate(schedule: str) -> str | None:
         if _RANDOM_OR_HASHED.fullmatch(field.lower()):
             return _random_or_hashed(name, field)
     try:
-        croniter.expand(schedule)
+        expanded, _nth_weekdays = croniter.expand(schedule)
     except CroniterError as exc:
         # Some croniter messages carry a traceback; its last line is the reason.
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         return f"croniter cannot read {schedule!r}: {reason}"
+    return _days_error(fields[2], fields[3], fields[4], expanded[2], expanded[3])
+
+
+def _days_error(
+    day_of_month: str,
+    month: str,
+    day_of_week: str,
+    days: list[int | str],
+    months: list[int | str],
+) -> str | None:
+    """Why the day fields cannot be used together, or None: the rules of functions/35_cron.sql.
+
+    The nth-weekday mixing rule of `_cron_field` and the rules of `_cron_days_error`,
+    with the same messages; each prevents what its SQL comment says. `days` and
+    `months` are croniter's expansion of the two fields.
+    """
+    dom, dow = day_of_month.lower(), day_of_week.lower()
+    dow_items = dow.split(",")
+    nth_items = [item for item in dow_items if _NTH_WEEKDAY.fullmatch(item)]
+    if nth_items and len(nth_items) < len(dow_items):
+        return f'day-of-week field "{day_of_week}" mixes nth weekdays (# or L) with plain days'
+    if nth_items and dom not in ("*", "?"):
+        return (
+            f'day-of-week field "{day_of_week}" is an nth weekday (# or L), so day-of-month must '
+            f'be * or ?, not "{day_of_month}": croniter would fire on the nth weekday alone, '
+            "or never"
+        )
+    if "w" in dom and dow not in ("*", "?"):
+        return (
+            f'day-of-month field "{day_of_month}" is a nearest weekday (W), so day-of-week must '
+            f'be * or ?, not "{day_of_week}": croniter would fire on the W day alone, or never'
+        )
+    if _ANY_MONTH_DAY.search(dom) or "*" in days:
+        return None
+    first_day = min(day for day in days if isinstance(day, int))
+    named = range(1, 13) if "*" in months else [m for m in months if isinstance(m, int)]
+    longest = max(_MONTH_DAYS[m - 1] for m in named)
+    if first_day > longest:
+        return (
+            f'day-of-month field "{day_of_month}" never comes in month field "{month}": '
+            f"no month it names has more than {longest} days"
+        )
     return None
 
 
@@ -132,17 +185,24 @@ def _fires(schedule: str, zone: ZoneInfo, after: datetime) -> Iterator[datetime]
     # Whole seconds: croniter's resolution. A slot at or before `after` that this
     # lets through is dropped by the comparison below.
     start = after.astimezone(zone).replace(tzinfo=None, microsecond=0)
+    found = start  # the last slot yielded, or where the search began
     while True:
         for wall in _wall_clock_slots(schedule, start):
             moment = wall.replace(tzinfo=zone)  # fold=0: the first of a repeated time
             fire = moment.astimezone(UTC)
             if fire.astimezone(zone).replace(tzinfo=None) != wall:
                 # The wall-clock time does not exist: skip the rest of the gap too.
+                # A schedule whose every slot falls in a gap ("30 2 * 3 L0" in
+                # Europe/Berlin) would otherwise skip year after year until
+                # datetime overflows: give up where croniter would.
+                if wall.year - found.year > _SEARCH_YEARS:
+                    raise CronError(_no_slot(schedule, found))
                 start = _gap_end(wall, zone) - _ONE_SECOND
                 break
             # A repeated time's first occurrence may lie before `after` when
             # `after` falls in the repetition: it has fired already.
             if fire > after:
+                found = wall
                 yield fire
 
 
@@ -153,10 +213,11 @@ def _wall_clock_slots(schedule: str, start: datetime) -> Iterator[datetime]:
         try:
             yield slots.get_next(datetime)
         except (CroniterBadDateError, OverflowError) as exc:
-            raise CronError(
-                f"schedule {schedule!r} has no slot in the 50 years after {start:%Y-%m-%d}: "
-                "check that its day and month can meet (February 30th never comes)"
-            ) from exc
+            raise CronError(_no_slot(schedule, start)) from exc
+
+
+def _no_slot(schedule: str, since: datetime) -> str:
+    return f"schedule {schedule!r} has no slot in the {_SEARCH_YEARS} years after {since:%Y-%m-%d}"
 
 
 def _gap_end(wall: datetime, zone: ZoneInfo) -> datetime:

@@ -84,3 +84,4 @@ class SkipReason(StrEnum):
     GLOBAL_CAP = "global_cap"
     MISSED_SLOTS = "missed_slots"
     DISABLED = "disabled"
+    AGENT_DISABLED = "agent_disabled"

@@ -19,13 +19,16 @@ class SqlState(StrEnum):
     """A webhook's timestamp is further from now than webhook_window_secs."""
 
     DISABLED = "CE410"
-    """The routine or loop a webhook targets is disabled."""
+    """The routine or loop a webhook targets is disabled, or so is the agent that runs it."""
 
     COOLDOWN = "CE411"
     """The routine is cooling down after its last run."""
 
     CONCURRENCY = "CE412"
-    """The routine's max_concurrent, or the global cap on routine runs, is reached."""
+    """The routine's max_concurrent running runs are reached."""
+
+    GLOBAL_CAP = "CE415"
+    """The global cap on running routine runs (setting routine_max_running) is reached."""
 
     REPLAY = "CE413"
     """A webhook signature was already used within the window."""

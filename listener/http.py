@@ -35,6 +35,7 @@ STATUS_BY_SQLSTATE: dict[str, int] = {
     SqlState.DISABLED: 409,
     SqlState.COOLDOWN: 409,
     SqlState.CONCURRENCY: 409,
+    SqlState.GLOBAL_CAP: 409,
     SqlState.REPLAY: 409,
     SqlState.DUPLICATE: 409,
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -23,6 +24,16 @@ def make_agent(
     marks = ", ".join(["%s"] * len(values))
     conn.execute(f"insert into ceaseless.agents ({names}) values ({marks})", list(values.values()))
     return name
+
+
+def pause_lane(
+    conn: psycopg.Connection, agent: str, until: datetime, reason: str | None = "rate limit"
+) -> None:
+    """Pause a lane as a rate limit (or an operator) does: a row in lane_pauses."""
+    conn.execute(
+        "insert into ceaseless.lane_pauses (agent, paused_until, reason) values (%s, %s, %s)",
+        (agent, until, reason),
+    )
 
 
 def make_job(

@@ -155,7 +155,7 @@ def test_claude_rate_limit_sets_run_after_to_the_reset_time(
     ).fetchone()
     assert row is not None
     assert row[0] == "pending" and row[1] == run["rate_limit_reset_at"]
-    paused = conn.execute("select paused_until from ceaseless.agents where name = 'claude'")
+    paused = conn.execute("select paused_until from ceaseless.lane_pauses where agent = 'claude'")
     assert paused.fetchone() == (run["rate_limit_reset_at"],)
 
 

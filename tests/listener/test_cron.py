@@ -247,9 +247,16 @@ def test_unknown_time_zones_raise_cron_error(timezone: str) -> None:
         next_fire("0 9 * * *", timezone, utc(2026, 1, 1))
 
 
-def test_a_schedule_that_never_comes_raises_cron_error() -> None:
-    with pytest.raises(CronError, match="no slot in the 50 years"):
+def test_a_schedule_that_never_comes_is_invalid() -> None:
+    with pytest.raises(CronError, match='"30" never comes in month field "2"'):
         next_fire("0 0 30 2 *", "UTC", utc(2026, 1, 1))
+
+
+def test_a_schedule_whose_every_slot_falls_in_a_dst_gap_raises_cron_error() -> None:
+    # The last Sunday of March, 02:30: the hour Berlin skips that very night.
+    with pytest.raises(CronError, match="no slot in the 50 years after 2026-01-01"):
+        next_fire("30 2 * 3 L0", "Europe/Berlin", utc(2026, 1, 1))
+    assert next_fire("30 2 * 3 L0", "UTC", utc(2026, 1, 1)) == utc(2026, 3, 29, 2, 30)
 
 
 def test_a_naive_after_is_a_programming_error() -> None:
@@ -272,7 +279,11 @@ def test_a_naive_after_is_a_programming_error() -> None:
         ("H * * * *", False),
         ("R 9 * * *", False),  # croniter accepts it; see docs/cron.md
         ("0\xa09 * * * *", False),
-        ("0 9 30 2 *", True),  # valid; it just never fires
+        ("0 9 30 2 *", False),  # February 30th never comes
+        ("0 9 13 * 5#2", False),  # croniter would fire on every second Friday alone
+        ("0 9 15W * 1", False),  # croniter would fire on the W day alone
+        ("0 9 * * 1#2,1", False),  # croniter would ignore the plain Monday
+        ("0 9 ? * L5", True),
     ],
 )
 def test_validate_accepts_what_the_database_accepts(schedule: str, valid: bool) -> None:

@@ -88,8 +88,9 @@ def test_rate_limit_with_reset_time_waits_pauses_the_lane_and_keeps_the_attempt(
     ).fetchone()
     assert row is not None
     assert abs((row[0] - reset).total_seconds()) < 0.01 and row[1] == 0
-    paused = conn.execute("select paused_until from ceaseless.agents").fetchone()
-    assert paused is not None and abs((paused[0] - reset).total_seconds()) < 0.01
+    paused = conn.execute("select agent, paused_until from ceaseless.lane_pauses").fetchone()
+    assert paused is not None and paused[0] == "noop"
+    assert abs((paused[1] - reset).total_seconds()) < 0.01
 
 
 def test_finishing_twice_is_harmless(running: Running) -> None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from tests.factories import claim, claim_started, make_agent, make_job
+from tests.factories import claim, claim_started, make_agent, make_job, pause_lane
 
 
 def test_claim_takes_oldest_due_jobs_and_marks_them_claimed(conn: psycopg.Connection) -> None:
@@ -81,7 +81,8 @@ def test_window_budget_counts_started_and_claimed_runs(conn: psycopg.Connection)
 
 def test_paused_lane_is_not_claimed_until_its_pause_ends(conn: psycopg.Connection) -> None:
     until = datetime.now(UTC) + timedelta(minutes=10)
-    make_agent(conn, paused_until=until)
+    make_agent(conn)
+    pause_lane(conn, "noop", until)
     make_job(conn)
     assert claim(conn) == []
     assert len(claim(conn, p_now=until + timedelta(seconds=1))) == 1

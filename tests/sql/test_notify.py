@@ -105,3 +105,21 @@ def test_run_start_and_finish_announce_on_ceaseless_run(db_url: str) -> None:
             {"id": str(run[0]), "table": "agent_run", "status": "running"},
             {"id": str(run[0]), "table": "agent_run", "status": "succeeded"},
         ]
+
+
+def test_a_claim_or_finish_that_moves_nothing_announces_nothing(db_url: str) -> None:
+    with (
+        psycopg.connect(db_url, autocommit=True) as listener,
+        psycopg.connect(db_url, autocommit=True) as conn,
+    ):
+        make_agent(conn)
+        listener.execute("listen ceaseless_run")
+        listener.execute("listen ceaseless_job")
+        # Each statement inside runs once with no rows: the claim's update and
+        # the insert of its runs, the finish's updates, the sweep's updates.
+        conn.execute("select * from ceaseless.claim_jobs('w1', 10, p_start => true)")
+        conn.execute("select * from ceaseless.claim_jobs('w1', 10)")
+        conn.execute("select ceaseless.finish_runs('w1', '[]'::jsonb)")
+        conn.execute("select ceaseless.expire_leases()")
+        conn.execute("select ceaseless.release_jobs('w1', '{}'::uuid[])")
+        assert _drain(listener) == []

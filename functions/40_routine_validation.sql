@@ -1,0 +1,393 @@
+-- Routines: validation of what users store.
+--
+-- Called by: PostgreSQL (BEFORE and AFTER triggers on routines).
+-- Guarantees: nothing half-valid is stored: a routine is checked in full on
+-- every INSERT and UPDATE that changes its configuration, and the error names
+-- the field, the rule and the value (CE422); NOTIFY ceaseless_schedule when a
+-- cron routine needs its next_fire_at (created, schedule or timezone changed,
+-- re-enabled); operator-visible changes are audited.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+create or replace function _invalid(p_field text, p_rule text, p_value jsonb)
+returns void
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    raise exception 'routines.%: %; got %', p_field, p_rule, coalesce(p_value::text, 'nothing')
+        using errcode = 'CE422', column = split_part(p_field, '.', 1);
+end;
+$$;
+
+comment on function _invalid(text, text, jsonb) is
+    'Raise CE422 naming the field, the rule and the bad value (routine validation).';
+
+-- Is a value a JSON string with something other than whitespace in it? Any
+-- Unicode whitespace counts as blank (_is_blank), not only spaces.
+create or replace function _is_text(p_value jsonb)
+returns boolean
+language sql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+    -- coalesce: an absent key is NULL, and "not NULL" would let it through.
+    select coalesce(jsonb_typeof(p_value) = 'string' and not _is_blank(p_value #>> '{}'), false);
+$$;
+
+comment on function _is_text(jsonb) is 'True for a JSON string that is not blank (Unicode whitespace).';
+
+-- Is a value absent, or a positive JSON integer?
+create or replace function _is_positive_int_or_null(p_value jsonb)
+returns boolean
+language sql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+    select p_value is null or jsonb_typeof(p_value) = 'null'
+        or (jsonb_typeof(p_value) = 'number' and (p_value #>> '{}') ~ '^[0-9]+$'
+            and (p_value #>> '{}')::numeric between 1 and 2147483647);
+$$;
+
+comment on function _is_positive_int_or_null(jsonb) is 'True for null/absent or a positive JSON integer.';
+
+-- Check a routine's trigger_config and action_config in full, filling the
+-- defaults the spec gives (timezone UTC, channel null, context_paths []).
+-- Returns the row to store.
+create or replace function _validated_routine(p_row routines)
+returns routines
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_trigger jsonb := p_row.trigger_config;
+    v_action jsonb := p_row.action_config;
+    v_error text;
+    v_path jsonb;
+begin
+    -- A blank name cannot be told apart in routine_status or a notification
+    -- subject, and a blank user_id is a routine no event can ever fire.
+    if _is_blank(p_row.name) then
+        perform _invalid('name', 'must not be blank', to_jsonb(p_row.name));
+    end if;
+    if _is_blank(p_row.user_id) then
+        perform _invalid('user_id', 'must not be blank', to_jsonb(p_row.user_id));
+    end if;
+
+    case p_row.trigger_type
+    when 'cron' then
+        if not _is_text(v_trigger -> 'schedule') then
+            perform _invalid('trigger_config.schedule', 'a cron routine needs a schedule string that is not blank',
+                             v_trigger -> 'schedule');
+        end if;
+        v_error := _cron_error(v_trigger ->> 'schedule');
+        if v_error is not null then
+            perform _invalid('trigger_config.schedule', v_error, v_trigger -> 'schedule');
+        end if;
+        if v_trigger -> 'timezone' is null or jsonb_typeof(v_trigger -> 'timezone') = 'null' then
+            v_trigger := v_trigger || '{"timezone": "UTC"}';
+        end if;
+        if jsonb_typeof(v_trigger -> 'timezone') <> 'string' then
+            perform _invalid('trigger_config.timezone', 'must be an IANA time zone name',
+                             v_trigger -> 'timezone');
+        end if;
+        v_error := _timezone_error(v_trigger ->> 'timezone');
+        if v_error is not null then
+            perform _invalid('trigger_config.timezone', v_error, v_trigger -> 'timezone');
+        end if;
+    when 'event' then
+        if not _is_text(v_trigger -> 'pattern') then
+            perform _invalid('trigger_config.pattern', 'an event routine needs a regex pattern that is not blank',
+                             v_trigger -> 'pattern');
+        end if;
+        begin
+            perform '' ~ (v_trigger ->> 'pattern');
+        exception when invalid_regular_expression then
+            perform _invalid('trigger_config.pattern', 'must be a valid regular expression ('
+                             || sqlerrm || ')', v_trigger -> 'pattern');
+        end;
+        if v_trigger -> 'channel' is null then
+            v_trigger := v_trigger || '{"channel": null}';
+        elsif jsonb_typeof(v_trigger -> 'channel') not in ('string', 'null') then
+            perform _invalid('trigger_config.channel', 'must be a channel name or null',
+                             v_trigger -> 'channel');
+        end if;
+    when 'webhook' then
+        if not _is_text(v_trigger -> 'path')
+           or (v_trigger ->> 'path') !~ '^[A-Za-z0-9._~-]{1,200}$' then
+            perform _invalid('trigger_config.path',
+                             'a webhook routine needs a URL-safe path (letters, digits, . _ ~ -)',
+                             v_trigger -> 'path');
+        end if;
+        if not _is_text(v_trigger -> 'secret') or length(v_trigger ->> 'secret') < 16 then
+            perform _invalid('trigger_config.secret',
+                             'a webhook routine needs a signing secret of at least 16 characters, not all blank',
+                             to_jsonb(case when v_trigger ? 'secret' then '(hidden)' end));
+        end if;
+    when 'manual' then
+        null;
+    else
+        -- An unknown type: the CHECK constraint names it once the row is built.
+        null;
+    end case;
+
+    case p_row.action_type
+    when 'lightweight' then
+        if not _is_text(v_action -> 'prompt') then
+            perform _invalid('action_config.prompt', 'a lightweight routine needs a prompt that is not blank',
+                             v_action -> 'prompt');
+        end if;
+        if v_action -> 'context_paths' is null then
+            v_action := v_action || '{"context_paths": []}';
+        elsif jsonb_typeof(v_action -> 'context_paths') <> 'array' then
+            perform _invalid('action_config.context_paths', 'must be an array of relative paths',
+                             v_action -> 'context_paths');
+        end if;
+        for v_path in select value from jsonb_array_elements(v_action -> 'context_paths') loop
+            -- Read relative to the workspace root, never outside it.
+            if not _is_text(v_path) or (v_path #>> '{}') like '/%'
+               or (v_path #>> '{}') ~ '(^|/)\.\.(/|$)' then
+                perform _invalid('action_config.context_paths',
+                                 'each entry must be a relative path inside the workspace', v_path);
+            end if;
+        end loop;
+        if not _is_positive_int_or_null(v_action -> 'max_tokens') then
+            perform _invalid('action_config.max_tokens', 'must be a positive integer',
+                             v_action -> 'max_tokens');
+        end if;
+    when 'full_job' then
+        if not _is_text(v_action -> 'title') then
+            perform _invalid('action_config.title', 'a full_job routine needs a title that is not blank',
+                             v_action -> 'title');
+        end if;
+        if not _is_text(v_action -> 'description') then
+            perform _invalid('action_config.description', 'a full_job routine needs a description that is not blank',
+                             v_action -> 'description');
+        end if;
+        if not _is_positive_int_or_null(v_action -> 'max_iterations') then
+            perform _invalid('action_config.max_iterations', 'must be a positive integer',
+                             v_action -> 'max_iterations');
+        end if;
+    else
+        null;
+    end case;
+
+    p_row.trigger_config := v_trigger;
+    p_row.action_config := v_action;
+    return p_row;
+end;
+$$;
+
+comment on function _validated_routine(routines) is
+    'Validate a routine''s trigger_config and action_config (CE422 naming field, rule, value) '
+    'and fill their defaults.';
+
+-- The longest literal that every string matching the PostgreSQL regular
+-- expression p_pattern must contain, or '' when none can be promised.
+--
+-- Conservative by construction: it reads only a top-level sequence of atoms;
+-- anything it does not fully understand (alternation, embedded options,
+-- back-references, escapes other than escaped punctuation) yields '' or ends
+-- the current run of literal characters. A quantifier that can repeat zero
+-- times (?, *, {0,...}) takes its character back out of the run; one that must
+-- match at least once (+, {n,...}) keeps it but ends the run. A property test
+-- checks the promise against the regex engine itself.
+create or replace function _regex_required_literal(p_pattern text)
+returns text
+language plpgsql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_len integer := length(p_pattern);
+    v_i integer := 1;
+    v_c text;
+    v_run text := '';
+    v_best text := '';
+    v_depth integer;
+    v_next text;
+begin
+    if p_pattern is null or p_pattern = '' then
+        return '';
+    end if;
+    -- Director prefixes: ***= makes the rest a plain literal; other *** forms
+    -- and embedded options (?...) change the rules, so promise nothing.
+    if left(p_pattern, 4) = '***=' then
+        return substr(p_pattern, 5);
+    end if;
+    if left(p_pattern, 3) = '***' or left(p_pattern, 2) = '(?' then
+        return '';
+    end if;
+    while v_i <= v_len loop
+        v_c := substr(p_pattern, v_i, 1);
+        v_next := substr(p_pattern, v_i + 1, 1);
+        if v_c = '|' then
+            return '';  -- alternation: no single literal is required
+        elsif v_c = '\' then
+            if v_next ~ '^[^A-Za-z0-9]$' then
+                -- Escaped punctuation stands for itself, unless a quantifier
+                -- follows (handled when the quantifier is read).
+                v_run := v_run || v_next;
+                v_i := v_i + 2;
+                continue;
+            end if;
+            -- A class, a back-reference or a control escape: not literal.
+            if length(v_run) > length(v_best) then v_best := v_run; end if;
+            v_run := '';
+            v_i := v_i + 2;
+            continue;
+        elsif v_c in ('*', '?') or (v_c = '{' and substr(p_pattern, v_i + 1) ~ '^0*(,[0-9]*)?}') then
+            -- The previous atom may be absent: take it back out of the run.
+            v_run := left(v_run, greatest(length(v_run) - 1, 0));
+            if length(v_run) > length(v_best) then v_best := v_run; end if;
+            v_run := '';
+            if v_c = '{' then
+                v_i := v_i + position('}' in substr(p_pattern, v_i));  -- past the bound
+                continue;
+            end if;
+        elsif v_c = '+' or (v_c = '{' and substr(p_pattern, v_i + 1) ~ '^[0-9]+(,[0-9]*)?}') then
+            -- At least once: the character stays, but what follows may repeat it.
+            if length(v_run) > length(v_best) then v_best := v_run; end if;
+            v_run := '';
+            if v_c = '{' then
+                v_i := v_i + position('}' in substr(p_pattern, v_i));
+                continue;
+            end if;
+        elsif v_c = '{' then
+            return '';  -- a brace that is not a bound: promise nothing
+        elsif v_c = '[' then
+            if length(v_run) > length(v_best) then v_best := v_run; end if;
+            v_run := '';
+            -- Skip the bracket expression whole; a ] first is literal.
+            v_i := v_i + 1;
+            if substr(p_pattern, v_i, 1) = '^' then v_i := v_i + 1; end if;
+            if substr(p_pattern, v_i, 1) = ']' then v_i := v_i + 1; end if;
+            while v_i <= v_len and substr(p_pattern, v_i, 1) <> ']' loop
+                if substr(p_pattern, v_i, 2) in ('[:', '[.', '[=') then
+                    return '';  -- named classes and collating elements: give up
+                end if;
+                v_i := v_i + 1;
+            end loop;
+        elsif v_c = '(' then
+            if length(v_run) > length(v_best) then v_best := v_run; end if;
+            v_run := '';
+            -- Skip the group whole, counting nested parentheses.
+            v_depth := 1;
+            v_i := v_i + 1;
+            while v_i <= v_len and v_depth > 0 loop
+                v_c := substr(p_pattern, v_i, 1);
+                if v_c = '\' then
+                    v_i := v_i + 1;
+                elsif v_c = '[' then
+                    return '';  -- brackets inside groups: not worth the risk
+                elsif v_c = '(' then
+                    v_depth := v_depth + 1;
+                elsif v_c = ')' then
+                    v_depth := v_depth - 1;
+                end if;
+                v_i := v_i + 1;
+            end loop;
+            v_i := v_i - 1;
+        elsif v_c in ('.', '^', '$', ')', ']', '}') then
+            if length(v_run) > length(v_best) then v_best := v_run; end if;
+            v_run := '';
+        else
+            v_run := v_run || v_c;
+        end if;
+        v_i := v_i + 1;
+    end loop;
+    if length(v_run) > length(v_best) then v_best := v_run; end if;
+    return v_best;
+exception when others then
+    return '';  -- never let a strange pattern break validation
+end;
+$$;
+
+comment on function _regex_required_literal(text) is
+    'A literal that every match of the regular expression must contain (empty when none is '
+    'known): the cheap prefilter of event matching.';
+
+create or replace function _tg_routines_validate()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    if tg_op = 'UPDATE'
+       and new.trigger_type = old.trigger_type and new.trigger_config = old.trigger_config
+       and new.action_type = old.action_type and new.action_config = old.action_config
+       and new.name = old.name and new.user_id = old.user_id then
+        -- Runtime bookkeeping (next_fire_at, run counts) re-checks nothing.
+        null;
+    else
+        new := _validated_routine(new);
+    end if;
+
+    -- next_fire_at is the listener's to compute (croniter): clear it whenever
+    -- the answer may have changed, so a stale slot never fires.
+    if new.trigger_type <> 'cron' or not new.enabled then
+        new.next_fire_at := null;
+    elsif tg_op = 'UPDATE'
+          and (new.trigger_config is distinct from old.trigger_config
+               or new.trigger_type is distinct from old.trigger_type
+               or (new.enabled and not old.enabled)) then
+        new.next_fire_at := null;
+        new.last_error := null;
+    end if;
+    new.event_literal := case when new.trigger_type = 'event'
+                              then _regex_required_literal(new.trigger_config ->> 'pattern')
+                              else '' end;
+    new.updated_at := case when tg_op = 'UPDATE' then now() else new.updated_at end;
+    return new;
+end;
+$$;
+
+comment on function _tg_routines_validate() is
+    'Before INSERT/UPDATE on routines: validate the configuration, fill defaults, and clear '
+    'next_fire_at whenever the schedule may have changed.';
+
+-- Tell listeners which cron routines need a next_fire_at, and audit what an
+-- operator changed (runtime bookkeeping is not audited: it is in routine_runs).
+create or replace function _tg_routines_changed()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    if tg_op = 'DELETE' then
+        insert into audit_log (actor, entity, entity_id, action, old_state)
+        values (_actor(), 'routine', old.id, 'delete',
+                case when old.enabled then 'enabled' else 'disabled' end);
+        return null;
+    end if;
+    if new.trigger_type = 'cron' and new.enabled and new.next_fire_at is null then
+        perform pg_notify('ceaseless_schedule',
+                          jsonb_build_object('table', 'routines', 'id', new.id)::text);
+    end if;
+    if tg_op = 'INSERT' then
+        insert into audit_log (actor, entity, entity_id, action, new_state)
+        values (_actor(), 'routine', new.id, 'insert',
+                case when new.enabled then 'enabled' else 'disabled' end);
+    elsif new.enabled is distinct from old.enabled
+          or new.trigger_config is distinct from old.trigger_config
+          or new.action_config is distinct from old.action_config then
+        insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
+        values (_actor(), 'routine', new.id, 'update',
+                case when old.enabled then 'enabled' else 'disabled' end,
+                case when new.enabled then 'enabled' else 'disabled' end,
+                jsonb_build_object('last_error', new.last_error));
+    end if;
+    return null;
+end;
+$$;
+
+comment on function _tg_routines_changed() is
+    'After a routine changes: NOTIFY ceaseless_schedule when it needs a next_fire_at; audit '
+    'operator-visible changes.';
+
+-- CREATE OR REPLACE, never drop and create: DROP TRIGGER takes ACCESS
+-- EXCLUSIVE on the table, stalling even its readers until migrate commits.
+create or replace trigger routines_validate
+    before insert or update on routines
+    for each row execute function _tg_routines_validate();
+
+create or replace trigger routines_changed
+    after insert or update or delete on routines
+    for each row execute function _tg_routines_changed();

@@ -1,0 +1,449 @@
+-- Routines: the one firing path.
+--
+-- Called by: the events trigger (43_routine_events.sql), receive_webhook
+-- (45_webhooks.sql), run_routine, retry_job (10_jobs.sql), and listeners
+-- (fire_cron_routines, set_next_fires, disable_routine).
+-- Guarantees:
+-- - every fire of every kind goes through _fire_routines, one set-based
+--   statement: the guardrails are written once, and judged in this order —
+--   the routine disabled; its agent disabled; cooldown_secs since the last run
+--   finished (not for manual runs and retries; 0 means no cooldown at all);
+--   max_concurrent running runs; dedup_window_secs on the hash of what fired
+--   it; the global cap (setting routine_max_running), filled in the order the
+--   fires were asked for;
+-- - every fire, and every refused fire, leaves a routine_runs row;
+-- - the global cap is exact: fires are serialised by the fire lock (below),
+--   and each reads the running count after taking it, so no two fires can
+--   both take the last slot;
+-- - no deadlock between any two of: event inserts, webhook fires, manual
+--   runs, retry_job, cron batches, finish batches, lease expiry, release_jobs
+--   and cancel_job. The lock order:
+--     * finishing paths (44_routine_outcomes.sql and the queue functions that
+--       end jobs) lock the routines of their jobs first, in id order (FOR NO
+--       KEY UPDATE), then their job rows, then a shard of the running count;
+--     * a fire takes the fire lock — retry_job after its job row, the cron
+--       batch after its routines (SKIP LOCKED, so it never waits for them) —
+--       and then waits for nothing: it reads its routines without locking
+--       them (its runs' foreign keys take KEY SHARE, which no finish, fire or
+--       cron batch blocks), and counts its runs in a shard nobody holds;
+--   so the fire lock's holder is never in a cycle, and every other wait is
+--   for routine rows in id order.
+-- - NOTIFY ceaseless_run when a run starts or is refused (routine_runs
+--   triggers, 44_routine_outcomes.sql).
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- The instruction that ends every lightweight prompt (spec 5.8).
+create or replace function _routine_ok_instruction()
+returns text
+language sql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+    select 'If nothing needs attention, answer exactly ROUTINE_OK and nothing else. '
+           'Otherwise, answer with what needs attention.';
+$$;
+
+comment on function _routine_ok_instruction() is
+    'The closing instruction of every lightweight routine prompt.';
+
+-- What the job of one routine run looks like, assembled in the order of spec
+-- 5.8: the routine's prompt (and what fired it), then the context files —
+-- which only the listener can read, so they are named in
+-- payload.context_paths and inserted by the listener between `prompt` and
+-- payload.prompt_tail — then the previous run's state, then the ROUTINE_OK
+-- instruction. One definition for every kind of fire.
+--
+-- Plain SQL without a SET clause, so the planner inlines it into its two
+-- caller's plan (which PL/pgSQL caches): with a SET clause it could not be
+-- inlined and was planned afresh on every call, over a millisecond of each
+-- event's insert; as PL/pgSQL it cost a function call and a tuplestore per
+-- routine of a cron batch. Without SET, names outside pg_catalog are
+-- schema-qualified.
+create or replace function _routine_job_spec(p_routine routines, p_context text)
+returns table (prompt text, payload jsonb, expects_reply boolean, max_attempts integer,
+               max_turns integer)
+language sql stable
+as $$
+    with fired as (
+        select case when p_context is not null and p_context <> ''
+                    then E'\n\n## What fired this run\n\n' || p_context else '' end as context
+    )
+    select case when p_routine.action_type = 'lightweight'
+                then (p_routine.action_config ->> 'prompt') || fired.context
+                else (p_routine.action_config ->> 'title') || E'\n\n'
+                     || (p_routine.action_config ->> 'description') || fired.context
+           end,
+           case when p_routine.action_type = 'lightweight'
+                then jsonb_build_object(
+                         'routine_id', p_routine.id, 'action', 'lightweight',
+                         'context_paths', p_routine.action_config -> 'context_paths',
+                         'max_tokens', p_routine.action_config -> 'max_tokens',
+                         'prompt_tail',
+                         case when p_routine.state <> '{}'::jsonb
+                              then E'\n\n## State from the previous run\n\n' || p_routine.state::text
+                              else '' end
+                         || E'\n\n' || ceaseless._routine_ok_instruction())
+                else jsonb_build_object('routine_id', p_routine.id, 'action', 'full_job')
+           end,
+           -- A lightweight run's whole product is its reply: an empty one is
+           -- a failure, retried at most twice (three attempts).
+           p_routine.action_type = 'lightweight',
+           case when p_routine.action_type = 'lightweight' then 3 end,
+           case when p_routine.action_type = 'full_job'
+                then (p_routine.action_config ->> 'max_iterations')::integer end
+    from fired;
+$$;
+
+comment on function _routine_job_spec(routines, text) is
+    'The prompt, payload and limits of a routine run''s job: lightweight (prompt + context + '
+    'state + ROUTINE_OK, replies required) or full_job (title + description, max_turns).';
+
+-- The fire lock: one transaction-scoped advisory lock that every fire takes
+-- before it reads its guardrails, so concurrent fires see each other's runs
+-- (max_concurrent, dedup, the cap) without locking any row. Finishes never
+-- take it, so a fire never waits for one to commit. The key is the
+-- two-integer form, in a class of our own (hashtext('ceaseless') is the
+-- class), so it cannot collide with an application's one-integer locks.
+create or replace function _take_fire_lock()
+returns void
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    perform pg_advisory_xact_lock(hashtext('ceaseless'), hashtext('routine fires'));
+    -- Read committed takes a new snapshot for every statement, so what this
+    -- transaction reads next includes every fire committed before it got
+    -- the lock. A snapshot taken before the wait (repeatable read,
+    -- serializable) would not: lock the shards FOR SHARE instead, which
+    -- raises 40001 (retry) when a run started or ended since that snapshot.
+    if current_setting('transaction_isolation') <> 'read committed' then
+        perform from routine_run_shards for share;
+    end if;
+end;
+$$;
+
+comment on function _take_fire_lock() is
+    'Serialise routine fires (transaction-scoped advisory lock); outside read committed, also '
+    'fail with 40001 when the running count moved since the transaction''s snapshot.';
+
+-- Add p_delta to the count of running routine runs, in a shard of
+-- routine_run_shards that no other transaction holds (SKIP LOCKED), so a fire
+-- or a finish never waits for another's commit here. A transaction keeps to
+-- the shard it first took (ceaseless.run_shard, transaction-local), so it
+-- holds at most one. Only when all 64 are held at once does it wait, for the
+-- shard its backend id names.
+create or replace function _count_running(p_delta integer)
+returns void
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_shard smallint := nullif(current_setting('ceaseless.run_shard', true), '')::smallint;
+begin
+    if coalesce(p_delta, 0) = 0 then
+        return;
+    end if;
+    if v_shard is null then
+        -- Start the search at a different shard per backend, so concurrent
+        -- transactions rarely try the same one first.
+        select s.shard into v_shard
+        from routine_run_shards s
+        order by (s.shard + pg_backend_pid()) % 64
+        limit 1
+        for no key update skip locked;
+        v_shard := coalesce(v_shard, pg_backend_pid() % 64);
+        perform set_config('ceaseless.run_shard', v_shard::text, true);
+    end if;
+    update routine_run_shards set running = running + p_delta where shard = v_shard;
+end;
+$$;
+
+comment on function _count_running(integer) is
+    'Move the running routine_runs count by p_delta in a shard no other transaction holds.';
+
+-- Fire routines: the one path every fire takes. One entry per routine, in the
+-- order the global cap fills them; p_details[i] is what fired routine i (the
+-- schedule, the event preview, the webhook path), p_contexts[i] the whole text
+-- the agent reacts to (also the dedup key), p_missed[i] the cron slots
+-- collapsed into this fire, p_job_ids[i] an existing job the run adopts
+-- instead of a new one (retry_job). p_manual skips the cooldown. Array
+-- arguments may be NULL or shorter than p_routine_ids: a missing entry is
+-- NULL (0 for p_missed). A routine id that names no routine returns no row.
+--
+-- Returns one row per routine fired: its run, its job (NULL when skipped),
+-- and the status (running or skipped) with the skip reason. Writes one
+-- routine_runs row per routine, plus one skipped row (reason missed_slots,
+-- carrying the count) for a cron fire that stands for missed slots, and one
+-- job per running run.
+--
+-- Locks: the fire lock (_take_fire_lock); see this file's header for the
+-- order every operation follows.
+create or replace function _fire_routines(
+    p_routine_ids uuid[],
+    p_trigger text,
+    p_now timestamptz,
+    p_details text[] default null,
+    p_contexts text[] default null,
+    p_missed integer[] default null,
+    p_manual boolean default false,
+    p_job_ids uuid[] default null
+)
+returns table (ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text,
+               skip_reason text)
+language plpgsql
+set search_path = ceaseless, pg_catalog
+-- No plan_cache_mode: PL/pgSQL settles on the generic plan of the big
+-- statement by itself (from a session's seventh fire on, nothing is planned
+-- again, as with force_generic_plan), and bin/bench showed no difference
+-- beyond its noise (docs/performance.md, "Planner settings on functions").
+as $$
+#variable_conflict use_column
+declare
+    v_free bigint;
+begin
+    if coalesce(cardinality(p_routine_ids), 0) = 0 then
+        return;
+    end if;
+    perform _take_fire_lock();
+    -- A statement of its own, after the lock: its snapshot sees every fire
+    -- that committed before this one could take it.
+    select greatest(_setting_int('routine_max_running') - coalesce(sum(s.running), 0), 0)
+    into v_free
+    from routine_run_shards s;
+
+    return query
+    with input as (
+        select i.id, i.ord, p_details[i.ord] as detail, p_contexts[i.ord] as context,
+               greatest(coalesce(p_missed[i.ord], 0), 0) as missed, p_job_ids[i.ord] as job_id
+        from unnest(p_routine_ids) with ordinality as i(id, ord)
+    ),
+    -- Materialized: `capped` reads each reason three times, and inlined,
+    -- every read would count the routine's running runs again.
+    judged as materialized (
+        select r as routine, i.ord, i.detail, i.context, i.missed, i.job_id, h.hash,
+               case
+                   when not r.enabled then 'disabled'
+                   when not a.enabled then 'agent_disabled'
+                   -- Zero is no cooldown at all: compared to the finishing
+                   -- transaction's clock, an event inserted a moment before
+                   -- the finish committed would look "too soon".
+                   when not p_manual and r.cooldown_secs > 0 and r.last_run_at is not null
+                        and p_now < r.last_run_at + make_interval(secs => r.cooldown_secs)
+                       then 'cooldown'
+                   -- Counting stops at max_concurrent: a routine allowed one
+                   -- run at a time reads one index entry, not all of them.
+                   when (select count(*)
+                         from (select from routine_runs rr
+                               where rr.routine_id = r.id and rr.status = 'running'
+                               limit r.max_concurrent) running)
+                        >= r.max_concurrent
+                       then 'concurrency'
+                   when h.hash is not null and exists (
+                           select 1 from routine_runs rr
+                           where rr.routine_id = r.id and rr.content_hash = h.hash
+                             and rr.status <> 'skipped'
+                             and rr.started_at > p_now - make_interval(secs => r.dedup_window_secs))
+                       then 'dedup'
+               end as reason
+        from input i
+        join routines r on r.id = i.id
+        join agents a on a.name = r.agent
+        cross join lateral (
+            select case when i.context is not null and r.dedup_window_secs is not null
+                        then encode(sha256(convert_to(i.context, 'UTF8')), 'hex') end as hash
+        ) h
+    ),
+    -- The global cap admits the first v_free fires that passed the rest.
+    capped as (
+        select j.routine, j.ord, j.detail, j.context, j.missed, j.hash,
+               case when j.reason is null
+                         and count(*) filter (where j.reason is null) over (order by j.ord) > v_free
+                    then 'global_cap' else j.reason end as reason,
+               gen_random_uuid() as run_id,
+               coalesce(j.job_id, gen_random_uuid()) as job_id,
+               j.job_id is null as new_job
+        from judged j
+    ),
+    -- Runs and jobs point at each other; both are written by this one
+    -- statement, whose foreign keys are checked when it ends.
+    runs as (
+        insert into routine_runs (id, routine_id, trigger_type, trigger_detail, started_at,
+                                  status, skip_reason, completed_at, missed_slots, content_hash,
+                                  context, created_at, job_id)
+        select c.run_id, (c.routine).id, p_trigger, left(c.detail, 200), p_now,
+               case when c.reason is null then 'running' else 'skipped' end, c.reason,
+               case when c.reason is null then null else p_now end, c.missed, c.hash,
+               c.context, p_now, case when c.reason is null then c.job_id end
+        from capped c
+        union all
+        -- The slots that passed unfired: refused fires too, so they leave
+        -- their own row, with the count.
+        select gen_random_uuid(), (c.routine).id, p_trigger, left(c.detail, 200), p_now,
+               'skipped', 'missed_slots', p_now, c.missed, null, null, p_now, null
+        from capped c
+        where c.missed > 0
+        returning routine_runs.id
+    ),
+    jobs as (
+        insert into job (id, kind, agent, prompt, payload, routine_run_id, expects_reply,
+                         max_attempts, max_turns, run_after, created_at)
+        select c.job_id, 'routine', (c.routine).agent, s.prompt, s.payload, c.run_id,
+               s.expects_reply, s.max_attempts, s.max_turns, p_now, p_now
+        from capped c
+        cross join lateral _routine_job_spec(c.routine, c.context) s
+        where c.reason is null and c.new_job
+        returning job.id
+    )
+    select c.ord, (c.routine).id, c.run_id, case when c.reason is null then c.job_id end,
+           case when c.reason is null then 'running' else 'skipped' end, c.reason
+    from capped c
+    order by c.ord;
+end;
+$$;
+
+comment on function _fire_routines(uuid[], text, timestamptz, text[], text[], integer[], boolean,
+                                   uuid[]) is
+    'The one firing path: judge each routine against its guardrails (disabled, agent disabled, '
+    'cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row '
+    'per routine and a job per running run.';
+
+-- The function every fire went through before the one firing path.
+drop function if exists _fire_routine(uuid, text, timestamptz, text, text, integer, boolean);
+
+-- Fire the due cron routines a listener has locked and scheduled: the
+-- listener selects them FOR NO KEY UPDATE SKIP LOCKED (due_cron_routines),
+-- computes each one's next slot and missed-slot count with croniter, and
+-- calls this in the same transaction, so no two listeners fire one slot.
+--
+-- A routine changed or disabled since the listener read it is left out: its
+-- new schedule gets a fresh next_fire_at through ceaseless_schedule instead.
+-- The rest fire through _fire_routines; a fire refused for its cooldown is
+-- deferred to the cooldown's end (spec 5.6), every other one moves to its
+-- next slot.
+create or replace function fire_cron_routines(
+    p_routine_ids uuid[],
+    p_next_fire_ats timestamptz[],
+    p_missed integer[],
+    p_now timestamptz default now()
+)
+returns table (routine_id uuid, run_id uuid, status text, skip_reason text,
+               next_fire_at timestamptz)
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+#variable_conflict use_column
+declare
+    v_ids uuid[];
+    v_next_fire_ats timestamptz[];
+    v_missed integer[];
+    v_schedules text[];
+begin
+    if cardinality(p_routine_ids) is distinct from cardinality(p_next_fire_ats)
+       or cardinality(p_routine_ids) is distinct from cardinality(p_missed) then
+        raise exception 'fire_cron_routines: the three arrays must have one entry per routine'
+            using errcode = 'CE422';
+    end if;
+    select array_agg(r.id order by i.ord), array_agg(i.next_at order by i.ord),
+           array_agg(i.missed order by i.ord),
+           array_agg(r.trigger_config ->> 'schedule' order by i.ord)
+    into v_ids, v_next_fire_ats, v_missed, v_schedules
+    from unnest(p_routine_ids, p_next_fire_ats, p_missed) with ordinality as i(id, next_at, missed, ord)
+    join routines r on r.id = i.id
+    where r.enabled and r.trigger_type = 'cron'
+      and r.next_fire_at is not null and r.next_fire_at <= p_now;
+
+    return query
+    with fired as materialized (
+        select f.* from _fire_routines(v_ids, 'cron', p_now, v_schedules, null, v_missed) f
+    ),
+    moved as (
+        update routines r
+        set next_fire_at = case when f.skip_reason = 'cooldown'
+                                then greatest(r.last_run_at
+                                              + make_interval(secs => r.cooldown_secs), p_now)
+                                else v_next_fire_ats[f.ord] end
+        from fired f
+        where r.id = f.routine_id
+        returning r.id, r.next_fire_at
+    )
+    select f.routine_id, f.run_id, f.status, f.skip_reason, m.next_fire_at
+    from fired f
+    join moved m on m.id = f.routine_id
+    order by f.ord;
+end;
+$$;
+
+comment on function fire_cron_routines(uuid[], timestamptz[], integer[], timestamptz) is
+    'Fire a batch of due cron routines the caller locked, through the one firing path; a fire '
+    'refused for cooldown is deferred to its end, the rest move to the next slot given.';
+
+-- The listener's answer to ceaseless_schedule: store freshly computed
+-- next_fire_at values, but only where the schedule and timezone they were
+-- computed from are still the routine's (an edit in between wins). Returns how
+-- many were stored.
+create or replace function set_next_fires(
+    p_routine_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamptz[]
+)
+returns integer
+language sql
+set search_path = ceaseless, pg_catalog
+as $$
+    with computed as (
+        select * from unnest(p_routine_ids, p_schedules, p_timezones, p_next_fire_ats)
+            as c(id, schedule, timezone, next_fire_at)
+    ),
+    stored as (
+        update routines r
+        set next_fire_at = c.next_fire_at
+        from computed c
+        where r.id = c.id
+          and r.enabled and r.trigger_type = 'cron'
+          and r.trigger_config ->> 'schedule' = c.schedule
+          and r.trigger_config ->> 'timezone' = c.timezone
+        returning r.id
+    )
+    select count(*)::integer from stored;
+$$;
+
+comment on function set_next_fires(uuid[], text[], text[], timestamptz[]) is
+    'Store listener-computed next_fire_at values where the routine still has that schedule '
+    'and timezone; returns how many were stored.';
+
+-- Disable a routine whose stored configuration the listener cannot use (a
+-- schedule croniter rejects despite validation), recording why, so it stops
+-- failing silently and never blocks the others.
+create or replace function disable_routine(p_routine_id uuid, p_error text)
+returns void
+language sql
+set search_path = ceaseless, pg_catalog
+as $$
+    update routines set enabled = false, last_error = p_error where id = p_routine_id;
+$$;
+
+comment on function disable_routine(uuid, text) is
+    'Disable a routine the engine cannot run, recording the error in last_error.';
+
+-- Manual trigger: ignores cooldown, respects everything else. Returns the
+-- routine_runs id (a skipped run when refused).
+--
+-- Raises: CE404 unknown routine.
+create or replace function run_routine(p_routine_id uuid, p_now timestamptz default now())
+returns uuid
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_run_id uuid;
+begin
+    select f.run_id into v_run_id
+    from _fire_routines(array[p_routine_id], 'manual', p_now, array['manual'], null, null, true) f;
+    if v_run_id is null then
+        raise exception 'run_routine: no routine with id %', p_routine_id using errcode = 'CE404';
+    end if;
+    return v_run_id;
+end;
+$$;
+
+comment on function run_routine(uuid, timestamptz) is
+    'Fire a routine by hand (ignores cooldown, respects max_concurrent and the global cap); '
+    'returns the routine_runs id, whose status says whether it runs or was skipped and why.';
