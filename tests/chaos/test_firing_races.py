@@ -67,15 +67,19 @@ def _manual(conn: psycopg.Connection, rng: random.Random) -> None:
 
 
 def _cron(conn: psycopg.Connection, rng: random.Random) -> None:
-    # What the listener's scheduler does in one transaction: make everything
-    # due, lock what is due, fire it with the next slots.
+    # Make everything due (as an operator would: locking the routines in id
+    # order, the order every other operation takes them in), then what the
+    # listener's scheduler does in one transaction: lock what is due (SKIP
+    # LOCKED), fire it with the next slots.
     now = datetime.now(UTC)
     with conn.transaction():
         conn.execute(
-            "update ceaseless.routines set next_fire_at = %s "
-            "where trigger_type = 'cron' and enabled",
+            "update ceaseless.routines r set next_fire_at = %s from ("
+            "  select id from ceaseless.routines where trigger_type = 'cron' and enabled"
+            "  order by id for no key update) due where r.id = due.id",
             (now - timedelta(seconds=1),),
         )
+    with conn.transaction():
         due = [
             r[0] for r in conn.execute("select id from ceaseless.due_cron_routines(%s, 10)", (now,))
         ]
