@@ -259,19 +259,13 @@ comment on function extend_leases(text, uuid[], timestamptz, integer) is
 -- Return every job whose lease has passed to the pool (or abandon it when its
 -- attempts are used up), finishing its open agent_run as lease_expired.
 --
--- Locks: the routines of the expired jobs' runs, in id order
--- (_lock_routines_of_jobs, 44_routine_outcomes.sql), then the expired jobs,
--- FOR UPDATE SKIP LOCKED, so concurrent sweeps by several listeners split the
--- work instead of queueing on it. Only jobs whose routines were locked first
--- are taken: one that expired in between waits for the next sweep.
+-- Locks: the expired jobs, FOR UPDATE SKIP LOCKED, so concurrent sweeps by
+-- several listeners split the work instead of queueing on it; then, as every
+-- path that ends jobs, their routines in id order (44_routine_outcomes.sql).
 create or replace function expire_leases(p_now timestamptz default now())
 returns integer
 language plpgsql
 set search_path = ceaseless, pg_catalog
--- Without it, _lock_routines_of_jobs (which runs under these settings) scans
--- job against the expired ids on a young table, on PostgreSQL 15 and 18:
--- tests/sql/test_batch_plans.py, test_without_enable_seqscan_expiring_….
-set enable_seqscan = off
 as $$
 declare
     v_count integer;
@@ -283,8 +277,6 @@ begin
     if v_candidates is null then
         return 0;
     end if;
-    perform _lock_routines_of_jobs(v_candidates);
-
     with expired as (
         -- The open run's session, probed by key (agent_run_one_open_idx): a
         -- join of the CTEs below would loop over both when planned small.
@@ -352,18 +344,11 @@ create or replace function release_jobs(
 returns integer
 language plpgsql
 set search_path = ceaseless, pg_catalog
--- Without it, _lock_routines_of_jobs (which runs under these settings) scans
--- job against the released ids on a young table, on PostgreSQL 15 and 18:
--- tests/sql/test_batch_plans.py, test_without_enable_seqscan_releasing_….
-set enable_seqscan = off
 as $$
 declare
     v_count integer;
 begin
     perform set_config('ceaseless.actor', p_worker, true);
-    -- Routines before jobs, in id order: the order of every path that ends
-    -- routine jobs (44_routine_outcomes.sql).
-    perform _lock_routines_of_jobs(p_job_ids);
     with held as (
         select j.id,
                (select r.session_id from agent_run r
@@ -415,9 +400,6 @@ as $$
 declare
     v_state text;
 begin
-    -- Its routine before the job: the order of every path that ends routine
-    -- jobs (44_routine_outcomes.sql).
-    perform _lock_routines_of_jobs(array[p_job_id]);
     select state into v_state from job where id = p_job_id for update;
     if not found then
         raise exception 'cancel_job: no job with id %', p_job_id using errcode = 'CE404';

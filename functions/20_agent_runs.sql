@@ -105,21 +105,10 @@ create or replace function finish_runs(
 returns table (run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
 language plpgsql
 set search_path = ceaseless, pg_catalog
--- Without it, _lock_routines_of_jobs (which runs under these settings) scans
--- job against the batch's ids on a young table, on PostgreSQL 15 and 18:
--- tests/sql/test_batch_plans.py, test_without_enable_seqscan_finishing_….
-set enable_seqscan = off
 as $$
 #variable_conflict use_column
 begin
     perform set_config('ceaseless.actor', p_worker, true);
-    -- The routines of the batch's jobs before the jobs, in id order: the
-    -- order of every path that ends routine jobs (44_routine_outcomes.sql).
-    perform _lock_routines_of_jobs(array(
-        select r.job_id
-        from jsonb_to_recordset(p_results) as x(run_id uuid)
-        join agent_run r on r.id = x.run_id));
-
     return query
     with reported as (
         select *

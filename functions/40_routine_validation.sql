@@ -331,9 +331,14 @@ begin
         new.next_fire_at := null;
         new.last_error := null;
     end if;
-    new.event_literal := case when new.trigger_type = 'event'
-                              then _regex_required_literal(new.trigger_config ->> 'pattern')
-                              else '' end;
+    -- Only when the trigger may have changed: every finish batch updates its
+    -- routines' counters, and the literal is not free to extract.
+    if tg_op = 'INSERT' or new.trigger_type is distinct from old.trigger_type
+       or new.trigger_config is distinct from old.trigger_config then
+        new.event_literal := case when new.trigger_type = 'event'
+                                  then _regex_required_literal(new.trigger_config ->> 'pattern')
+                                  else '' end;
+    end if;
     new.updated_at := case when tg_op = 'UPDATE' then now() else new.updated_at end;
     return new;
 end;

@@ -18,16 +18,20 @@
 -- - no deadlock between any two of: event inserts, webhook fires, manual
 --   runs, retry_job, cron batches, finish batches, lease expiry, release_jobs
 --   and cancel_job. The lock order:
---     * finishing paths (44_routine_outcomes.sql and the queue functions that
---       end jobs) lock the routines of their jobs first, in id order (FOR NO
---       KEY UPDATE), then their job rows, then a shard of the running count;
+--     * a statement that ends jobs (the queue functions, or a plain UPDATE)
+--       locks its job rows, then — in its AFTER trigger, once for the whole
+--       statement (_close_routine_runs, 44_routine_outcomes.sql) — the
+--       routines of their runs in id order (FOR NO KEY UPDATE), then a shard
+--       of the running count; it waits for no job after it holds a routine,
+--       and only for the fire lock never;
 --     * a fire takes the fire lock — retry_job after its job row, the cron
 --       batch after its routines (SKIP LOCKED, so it never waits for them) —
 --       and then waits for nothing: it reads its routines without locking
 --       them (its runs' foreign keys take KEY SHARE, which no finish, fire or
 --       cron batch blocks), and counts its runs in a shard nobody holds;
---   so the fire lock's holder is never in a cycle, and every other wait is
---   for routine rows in id order.
+--   so the fire lock's holder is never in a cycle, every wait for routine
+--   rows is in id order, and a finishing statement holds its routines only
+--   for its end, not all of it.
 -- - NOTIFY ceaseless_run when a run starts or is refused (routine_runs
 --   triggers, 44_routine_outcomes.sql).
 
@@ -199,6 +203,7 @@ set search_path = ceaseless, pg_catalog
 as $$
 #variable_conflict use_column
 declare
+    v_running bigint;
     v_free bigint;
 begin
     if coalesce(cardinality(p_routine_ids), 0) = 0 then
@@ -207,9 +212,8 @@ begin
     perform _take_fire_lock();
     -- A statement of its own, after the lock: its snapshot sees every fire
     -- that committed before this one could take it.
-    select greatest(_setting_int('routine_max_running') - coalesce(sum(s.running), 0), 0)
-    into v_free
-    from routine_run_shards s;
+    select coalesce(sum(s.running), 0) into v_running from routine_run_shards s;
+    v_free := greatest(_setting_int('routine_max_running') - v_running, 0);
 
     return query
     with input as (
@@ -232,7 +236,12 @@ begin
                        then 'cooldown'
                    -- Counting stops at max_concurrent: a routine allowed one
                    -- run at a time reads one index entry, not all of them.
-                   when (select count(*)
+                   -- And no count when fewer runs than that are running in
+                   -- all (v_running, read under the fire lock, only falls
+                   -- until this fire commits): a routine allowed thousands
+                   -- would otherwise count its whole backlog at every fire.
+                   when r.max_concurrent <= v_running
+                        and (select count(*)
                          from (select from routine_runs rr
                                where rr.routine_id = r.id and rr.status = 'running'
                                limit r.max_concurrent) running)

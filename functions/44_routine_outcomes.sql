@@ -2,160 +2,206 @@
 -- the routine's counters and state, queue notifications; keep the running
 -- count; close the runs an agent's disabling strands.
 --
--- Called by: PostgreSQL (triggers on job, routine_runs and agents), and the
--- queue functions that end jobs (finish_runs, expire_leases, release_jobs,
--- cancel_job), which call _lock_routines_of_jobs first.
--- Guarantees: a run closes exactly once, at its job's finished_at; the sum of
--- routine_run_shards equals the running runs; NOTIFY ceaseless_run once per
--- status a statement moved runs to (never for a statement that moved none).
+-- Called by: PostgreSQL (triggers on job, routine_runs and agents), whoever
+-- ends the jobs: finish_runs, expire_leases, release_jobs, cancel_job, or a
+-- plain UPDATE.
+-- Guarantees: a run closes exactly once, at its job's finished_at, in the
+-- statement that ends its job; the routines of a statement's runs are locked
+-- together, in id order, after the statement locked its jobs (the lock order
+-- of 41_routine_firing.sql), so two statements never wait for each other's
+-- routines in opposite orders, and each routine is updated once per
+-- statement; the sum of routine_run_shards equals the running runs; NOTIFY
+-- ceaseless_run once per status a statement moved runs to (never for a
+-- statement that moved none).
 
 set local search_path = ceaseless, pg_catalog, public;
 
--- Lock, in id order, the routines whose runs the jobs p_job_ids belong to,
--- before anything ends those jobs. Ending a routine's job updates the routine
--- (last_run_at, counters): without this, a batch would lock its routines in
--- the order its jobs happen to be updated, and two batches meeting two
--- routines in opposite orders would deadlock.
-create or replace function _lock_routines_of_jobs(p_job_ids uuid[])
-returns void
-language plpgsql
-set search_path = ceaseless, pg_catalog
-as $$
-begin
-    perform
-    from routines r
-    where r.id in (select rr.routine_id
-                   from job j
-                   join routine_runs rr on rr.id = j.routine_run_id
-                   where j.id = any (p_job_ids))
-    order by r.id
-    for no key update of r;
-end;
-$$;
+-- The function every path that ended jobs called first, when each run was
+-- closed on its own and a batch met its routines in the order of its jobs.
+drop function if exists _lock_routines_of_jobs(uuid[]);
 
-comment on function _lock_routines_of_jobs(uuid[]) is
-    'Lock (FOR NO KEY UPDATE, in id order) the routines of these jobs'' runs: the first step of '
-    'every function that ends jobs, so two of them never deadlock on routines.';
-
--- A routine run's job ended: set the run's status from the job and its last
--- agent reply, update the routine's counters and state, and queue the
--- notifications its notify_on_* flags ask for.
+-- Routine runs whose jobs ended: set each run's status from its job and its
+-- last agent reply, update each routine's counters and state once, and queue
+-- the notifications their notify_on_* flags ask for. Set-based: a finish
+-- batch of a thousand runs of six routines is three statements, and updates
+-- each routine once, not a thousand times.
 --
 -- lightweight: reply exactly ROUTINE_OK → ok; another non-empty reply →
 -- attention, the reply as summary; anything else → failed. full_job:
--- delivered → ok; anything else → failed.
-create or replace function _finish_routine_run(p_run_id uuid, p_now timestamptz)
+-- delivered → ok; anything else → failed. A run ends at its job's
+-- finished_at; of several runs of one routine, the latest to end gives the
+-- routine its state.
+--
+-- p_run_ids: runs whose jobs may have ended; a run not running, or whose
+-- job has not finished, is left alone, so a run closes exactly once.
+create or replace function _close_routine_runs(p_run_ids uuid[])
 returns void
 language plpgsql
 set search_path = ceaseless, pg_catalog
 as $$
-declare
-    v_run routine_runs;
-    v_routine routines;
-    v_job job;
-    v_reply text;
-    v_tokens bigint;
-    v_status text;
-    v_summary text;
-    v_notify text;
 begin
-    -- Already locked by whoever ends the job (_lock_routines_of_jobs); taken
-    -- again for a job ended by a plain UPDATE.
-    select r.* into v_routine
-    from routines r join routine_runs rr on rr.routine_id = r.id
-    where rr.id = p_run_id
+    -- Every read here probes by key, the runs on the outer side (LATERAL
+    -- with OFFSET 0, which the planner cannot turn around): the planner
+    -- cannot size p_run_ids, and a plan cached for one run must stay linear
+    -- for a thousand (tests/sql/test_batch_plans.py).
+    --
+    -- The routines first, all of them, in id order: the one place routines
+    -- are locked for a run's end.
+    perform
+    from routines r
+    where r.id in (select rr.routine_id
+                   from unnest(p_run_ids) as u(id)
+                   cross join lateral (
+                       select rr.routine_id from routine_runs rr
+                       where rr.id = u.id and rr.status = 'running'
+                       offset 0
+                   ) rr)
+    order by r.id
     for no key update of r;
-    select * into v_run from routine_runs where id = p_run_id for update;
-    if not found or v_run.status <> 'running' then
-        return;
-    end if;
-    select * into v_job from job where id = v_run.job_id;
-    select r.final_message into v_reply
-    from agent_run r where r.job_id = v_job.id order by r.started_at desc limit 1;
-    select sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)) into v_tokens
-    from agent_run r where r.job_id = v_job.id;
 
-    if v_job.state = 'delivered' then
-        if v_job.payload ->> 'action' = 'lightweight' then
-            -- Trimmed of any Unicode whitespace: "ROUTINE_OK\n" is ROUTINE_OK.
-            v_reply := _trim_blank(coalesce(v_reply, ''));
-            if v_reply = 'ROUTINE_OK' then
-                v_status := 'ok';
-            elsif not _is_blank(v_reply) then
-                v_status := 'attention';
-                v_summary := v_reply;
-            else
-                v_status := 'failed';
-                v_summary := 'the agent''s reply was empty';
-            end if;
-        else
-            v_status := 'ok';
-            v_summary := v_reply;
-        end if;
-    else
-        v_status := 'failed';
-        v_summary := format('job %s: %s', v_job.state, coalesce(v_job.last_error, 'no detail'));
-    end if;
-
-    update routine_runs
-    set status = v_status, completed_at = p_now, result_summary = left(v_summary, 4000),
-        tokens_used = least(v_tokens, 2147483647)::integer
-    where id = v_run.id;
-
-    update routines
-    set last_run_at = p_now,
-        run_count = run_count + 1,
-        consecutive_failures = case when v_status = 'failed' then consecutive_failures + 1 else 0 end,
-        state = jsonb_build_object('last_status', v_status, 'last_summary', left(v_summary, 2000),
-                                   'last_run_at', p_now)
-    where id = v_routine.id;
-
-    v_notify := case
-        when v_status = 'ok' and v_routine.notify_on_success then 'success'
-        when v_status = 'failed' and v_routine.notify_on_failure then 'failure'
-        when v_status = 'attention' and v_routine.notify_on_attention then 'attention'
-    end;
-    if v_notify is not null then
-        insert into notifications (source_table, source_id, kind, channel, recipient, subject, body)
-        values ('routine_runs', v_run.id, v_notify, v_routine.notify_channel,
-                v_routine.notify_user,
-                format('routine %s: %s', v_routine.name, v_status),
-                coalesce(v_summary, ''));
-    end if;
+    with ended as (
+        select rr.id as run_id, rr.routine_id, rr.started_at, j.state, j.last_error,
+               j.payload ->> 'action' as action, j.finished_at, reply.final_message,
+               spent.tokens
+        from unnest(p_run_ids) as u(id)
+        cross join lateral (
+            select rr.id, rr.routine_id, rr.started_at, rr.job_id
+            from routine_runs rr
+            where rr.id = u.id and rr.status = 'running'
+            offset 0
+        ) rr
+        cross join lateral (
+            select j.id, j.state, j.last_error, j.payload, j.finished_at
+            from job j
+            where j.id = rr.job_id and j.finished_at is not null
+            offset 0
+        ) j
+        left join lateral (
+            select r.final_message from agent_run r
+            where r.job_id = j.id order by r.started_at desc limit 1
+        ) reply on true
+        left join lateral (
+            select sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)) as tokens
+            from agent_run r where r.job_id = j.id
+        ) spent on true
+    ),
+    judged as (
+        select e.*,
+               case
+                   when e.state <> 'delivered' then 'failed'
+                   when e.action <> 'lightweight' then 'ok'
+                   -- Trimmed of any Unicode whitespace: "ROUTINE_OK\n" is ROUTINE_OK.
+                   when _trim_blank(coalesce(e.final_message, '')) = 'ROUTINE_OK' then 'ok'
+                   when not _is_blank(coalesce(e.final_message, '')) then 'attention'
+                   else 'failed'
+               end as status,
+               case
+                   when e.state <> 'delivered'
+                       then format('job %s: %s', e.state, coalesce(e.last_error, 'no detail'))
+                   when e.action <> 'lightweight' then e.final_message
+                   when _trim_blank(coalesce(e.final_message, '')) = 'ROUTINE_OK' then null
+                   when not _is_blank(coalesce(e.final_message, ''))
+                       then _trim_blank(e.final_message)
+                   else 'the agent''s reply was empty'
+               end as summary
+        from ended e
+    ),
+    closed as (
+        update routine_runs rr
+        set status = j.status, completed_at = j.finished_at, result_summary = left(j.summary, 4000),
+            tokens_used = least(j.tokens, 2147483647)::integer
+        from judged j
+        where rr.id = j.run_id
+          -- Rechecked on the row as updated: closed once, whoever came first.
+          and rr.status = 'running'
+        returning rr.id, rr.routine_id, rr.started_at, rr.status, j.summary, j.finished_at
+    ),
+    -- Each routine's runs, latest to end first: the first gives the state,
+    -- and the failures before the first run that did not fail extend the
+    -- routine's streak (or restart it).
+    ranked as (
+        select c.*, row_number() over (partition by c.routine_id
+                                       order by c.finished_at desc, c.started_at desc, c.id desc)
+                    as from_last
+        from closed c
+    ),
+    per_routine as (
+        select k.routine_id, count(*) as runs,
+               min(k.from_last) filter (where k.status <> 'failed') as last_not_failed,
+               (array_agg(k.status order by k.from_last))[1] as status,
+               (array_agg(k.summary order by k.from_last))[1] as summary,
+               max(k.finished_at) as finished_at
+        from ranked k
+        group by k.routine_id
+    ),
+    counted as (
+        update routines r
+        set last_run_at = p.finished_at,
+            run_count = r.run_count + p.runs,
+            consecutive_failures = case when p.last_not_failed is null
+                                        then r.consecutive_failures + p.runs
+                                        else p.last_not_failed - 1 end,
+            state = jsonb_build_object('last_status', p.status,
+                                       'last_summary', left(p.summary, 2000),
+                                       'last_run_at', p.finished_at)
+        from per_routine p
+        where r.id = p.routine_id
+    )
+    insert into notifications (source_table, source_id, kind, channel, recipient, subject, body)
+    select 'routine_runs', c.id, n.kind, r.notify_channel, r.notify_user,
+           format('routine %s: %s', r.name, c.status), coalesce(c.summary, '')
+    from closed c
+    join routines r on r.id = c.routine_id
+    cross join lateral (
+        select case
+                   when c.status = 'ok' and r.notify_on_success then 'success'
+                   when c.status = 'failed' and r.notify_on_failure then 'failure'
+                   when c.status = 'attention' and r.notify_on_attention then 'attention'
+               end as kind
+    ) n
+    where n.kind is not null;
 end;
 $$;
 
-comment on function _finish_routine_run(uuid, timestamptz) is
-    'Close a routine run from its job''s end state and reply (ok / attention / failed), update '
-    'the routine''s counters and state, and queue notifications.';
+comment on function _close_routine_runs(uuid[]) is
+    'Close the running routine runs among these whose jobs have finished (ok / attention / '
+    'failed), update each routine''s counters and state once, and queue notifications.';
 
--- Row-level with a WHEN clause, not statement-level: the clause is checked
--- in C before any trigger is queued, so the finish of a batch of plain jobs
--- pays nothing here. A statement trigger with transition tables made every
--- job update copy its old and new rows aside and join them, for routine
--- jobs that are a small share of the work.
+-- The function that closed one run at a time, from a row-level trigger.
+drop function if exists _finish_routine_run(uuid, timestamptz);
+
+-- Statement-level, so a finish batch closes its runs together. New rows
+-- alone tell which runs to close: a run still running whose job has
+-- finished is one whose job this statement ended (a run closes in the
+-- statement that ends its job), so there is no join of old rows to new; the
+-- transition tables are the ones job_update already keeps, so plain jobs pay
+-- one scan of the new rows.
 create or replace function _tg_job_routine_outcome()
 returns trigger
 language plpgsql
 set search_path = ceaseless, pg_catalog
 as $$
+declare
+    v_runs uuid[];
 begin
-    -- The job's finished_at, not now(): finish_runs and the others are given
-    -- their time (p_now), and the run must end when its job did.
-    perform _finish_routine_run(new.routine_run_id, new.finished_at);
+    select array_agg(n.routine_run_id order by n.routine_run_id) into v_runs
+    from new_rows n
+    where n.routine_run_id is not null and n.finished_at is not null;
+    if v_runs is not null then
+        perform _close_routine_runs(v_runs);
+    end if;
     return null;
 end;
 $$;
 
 comment on function _tg_job_routine_outcome() is
-    'After a routine''s job ends: close its routine run.';
+    'After UPDATE on job: close the routine runs whose jobs the statement ended.';
 
+-- CREATE OR REPLACE turns the former row-level trigger into this one.
 create or replace trigger job_routine_outcome
-    after update of finished_at on job
-    for each row
-    when (new.routine_run_id is not null
-          and new.finished_at is not null and old.finished_at is null)
-    execute function _tg_job_routine_outcome();
+    after update on job
+    referencing new table as new_rows
+    for each statement execute function _tg_job_routine_outcome();
 
 -- Keep the running count, audit and announce routine run starts and ends.
 -- Statement-level, like the job triggers: a cron batch writes hundreds of
@@ -185,14 +231,15 @@ comment on function _tg_routine_runs_insert() is
     'After INSERT on routine_runs: move the running count, audit each run, NOTIFY ceaseless_run '
     'once per status.';
 
--- No enable_nestloop, unlike _tg_job_update (30_notify_audit.sql): every
--- update of routine_runs here is of one run (_finish_routine_run), so the
--- join of old to new rows never meets a batch it was not planned for, and
--- bin/bench showed no difference without it.
+-- enable_nestloop: as _tg_job_update (30_notify_audit.sql). A finish batch
+-- closes its runs in one update, so after one-run statements the join of old
+-- to new rows would meet a thousand rows with a nested loop planned for one:
+-- tests/sql/test_batch_plans.py, test_without_enable_nestloop_….
 create or replace function _tg_routine_runs_update()
 returns trigger
 language plpgsql
 set search_path = ceaseless, pg_catalog
+set enable_nestloop = off
 as $$
 begin
     perform _count_running(
@@ -276,7 +323,6 @@ begin
     if v_jobs is null then
         return null;
     end if;
-    perform _lock_routines_of_jobs(v_jobs);
     update job
     set state = 'cancelled', finished_at = now(), updated_at = now(),
         last_error = format('agent %s was disabled', new.name)

@@ -25,7 +25,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from tests.factories import make_agent, make_jobs
+from tests.factories import make_agent, make_jobs, make_routine
 from tests.sql.plans import explained, nodes, setting_reset
 
 BATCH = 1_000
@@ -42,7 +42,7 @@ def _quadratic_shapes(plans: list[dict[str, Any]]) -> list[str]:
                 found.append(f"{node['Node Type']} discarded {node['Rows Removed by Join Filter']}")
             if (
                 node["Node Type"] == "Seq Scan"
-                and node["Relation Name"] in ("job", "agent_run")
+                and node["Relation Name"] in ("job", "agent_run", "routine_runs", "routines")
                 and "ANY" in node.get("Filter", "")
             ):
                 found.append(f"scan of {node['Relation Name']} against an array")
@@ -83,15 +83,6 @@ def test_finishing_a_batch_on_a_young_table_is_linear(conn: psycopg.Connection) 
     assert _finish_a_batch(conn) == []
 
 
-def test_without_enable_seqscan_finishing_a_batch_scans_job_against_it(
-    conn: psycopg.Connection,
-) -> None:
-    # The scan is in _lock_routines_of_jobs, which runs under its caller's
-    # settings: finish_runs, release_jobs and expire_leases all call it.
-    with setting_reset(conn, "finish_runs", "enable_seqscan"):
-        assert SCAN_OF_JOB in _finish_a_batch(conn)
-
-
 def _release_a_batch(conn: psycopg.Connection) -> list[str]:
     held = [job for job, _ in _young_table_with_running_jobs(conn)]
     with explained(conn) as plans:
@@ -102,13 +93,6 @@ def _release_a_batch(conn: psycopg.Connection) -> list[str]:
 
 def test_releasing_a_batch_on_a_young_table_is_linear(conn: psycopg.Connection) -> None:
     assert _release_a_batch(conn) == []
-
-
-def test_without_enable_seqscan_releasing_a_batch_scans_job_against_it(
-    conn: psycopg.Connection,
-) -> None:
-    with setting_reset(conn, "release_jobs", "enable_seqscan"):
-        assert SCAN_OF_JOB in _release_a_batch(conn)
 
 
 def _expire_a_batch(conn: psycopg.Connection) -> list[str]:
@@ -134,13 +118,6 @@ def test_expiring_a_batch_on_a_young_table_never_scans_job_against_it(
 )
 def test_expiring_a_batch_on_a_young_table_is_linear(conn: psycopg.Connection) -> None:
     assert _expire_a_batch(conn) == []
-
-
-def test_without_enable_seqscan_expiring_a_batch_scans_job_against_it(
-    conn: psycopg.Connection,
-) -> None:
-    with setting_reset(conn, "expire_leases", "enable_seqscan"):
-        assert SCAN_OF_JOB in _expire_a_batch(conn)
 
 
 def test_a_heartbeat_of_thousands_of_leases_is_linear(conn: psycopg.Connection) -> None:
@@ -238,6 +215,68 @@ def test_without_enable_nestloop_an_update_trigger_rescans_its_transition_table(
 ) -> None:
     with setting_reset(conn, trigger, "enable_nestloop"):
         shapes = _claim_and_finish_after_one_job_statements(conn)
+    assert any("rescanned" in shape for shape in shapes), shapes
+
+
+def _fire_routine_jobs(conn: psycopg.Connection, events: int) -> None:
+    """Ten event routines, and `events` events that each fire all ten: routine jobs whose
+    finish closes their runs (_close_routine_runs) and updates the ten routines."""
+    conn.execute(
+        "update ceaseless.settings set value = to_jsonb(%s::integer) "
+        "where key = 'routine_max_running'",
+        (10 * BATCH,),
+    )
+    for i in range(10):
+        make_routine(conn, f"r{i}", "event", {"pattern": "deploy"}, max_concurrent=10 * BATCH)
+    conn.execute(
+        "insert into ceaseless.events (user_id, content) "
+        "select 'alice', 'deploy ' || g from generate_series(1, %s) g",
+        (events,),
+    )
+
+
+def _finish_routine_runs_after_one_run_statements(conn: psycopg.Connection) -> list[str]:
+    make_agent(conn, max_concurrent=10 * BATCH)
+    _fire_routine_jobs(conn, BATCH // 10 + 1)
+    # As a listener's session often starts: one run claimed and finished at a
+    # time, so PL/pgSQL plans the close of runs for one, and keeps the plan.
+    for _ in range(10):
+        ((_, run),) = conn.execute(
+            "select id, run_id from ceaseless.claim_jobs('w1', 1, p_start => true)"
+        ).fetchall()
+        payload = json.dumps(
+            [{"run_id": str(run), "outcome": "succeeded", "final_message": "ROUTINE_OK"}]
+        )
+        conn.execute("select ceaseless.finish_runs('w1', %s::jsonb)", (payload,))
+
+    runs = _claim_and_start(conn, "w1")
+    payload = json.dumps(
+        [
+            {"run_id": str(run), "outcome": "succeeded", "final_message": "ROUTINE_OK"}
+            for _, run in runs
+        ]
+    )
+    with explained(conn) as plans:
+        conn.execute("select ceaseless.finish_runs('w1', %s::jsonb)", (payload,))
+    closed = conn.execute(
+        "select count(*) from ceaseless.routine_runs where status = 'ok'"
+    ).fetchone()
+    # Ten closed one at a time, a thousand together.
+    assert closed == (BATCH + 10,)
+    return _quadratic_shapes(plans)
+
+
+def test_finishing_routine_runs_after_one_run_statements_stays_linear(
+    conn: psycopg.Connection,
+) -> None:
+    assert _finish_routine_runs_after_one_run_statements(conn) == []
+
+
+def test_without_enable_nestloop_closing_routine_runs_rescans_a_transition_table(
+    conn: psycopg.Connection,
+) -> None:
+    with setting_reset(conn, "_tg_routine_runs_update", "enable_nestloop"):
+        shapes = _finish_routine_runs_after_one_run_statements(conn)
     assert any("rescanned" in shape for shape in shapes), shapes
 
 
