@@ -437,7 +437,7 @@ comment on function cancel_job(uuid, timestamptz) is
 -- the cooldown does not apply, as for any manual run. A refused retry
 -- changes nothing and raises why.
 --
--- Locks: the job row, then the fire lock (routine jobs only).
+-- Locks: the job row, then fire admission (routine jobs only; _admit_fires).
 -- Raises: CE404 unknown job; CE409 the job is still live; for a routine's
 -- job, CE410 its routine or agent is disabled, CE412 the routine's
 -- max_concurrent or CE415 the global cap is reached.

@@ -12,9 +12,11 @@
 --   it; the global cap (setting routine_max_running), filled in the order the
 --   fires were asked for;
 -- - every fire, and every refused fire, leaves a routine_runs row;
--- - the global cap is exact: fires are serialised by the fire lock (below),
---   and each reads the running count after taking it, so no two fires can
---   both take the last slot;
+-- - the global cap, max_concurrent and dedup are exact: a fire is admitted
+--   (_admit_fires, below) before it reads them — shared while the cap is
+--   far, with the fires of one routine serialised when its own guardrails
+--   could bind, exclusive near the cap — so no two fires both take the last
+--   place;
 -- - no deadlock between any two of: event inserts, webhook fires, manual
 --   runs, retry_job, cron batches, finish batches, lease expiry, release_jobs
 --   and cancel_job. The lock order:
@@ -23,15 +25,19 @@
 --       statement (_close_routine_runs, 44_routine_outcomes.sql) — the
 --       routines of their runs in id order (FOR NO KEY UPDATE), then a shard
 --       of the running count; it waits for no job after it holds a routine,
---       and only for the fire lock never;
---     * a fire takes the fire lock — retry_job after its job row, the cron
---       batch after its routines (SKIP LOCKED, so it never waits for them) —
---       and then waits for nothing: it reads its routines without locking
---       them (its runs' foreign keys take KEY SHARE, which no finish, fire or
---       cron batch blocks), and counts its runs in a shard nobody holds;
---   so the fire lock's holder is never in a cycle, every wait for routine
---   rows is in id order, and a finishing statement holds its routines only
---   for its end, not all of it.
+--       and never for fire admission;
+--     * a fire is admitted — retry_job after its job row, the cron batch
+--       after its routines (SKIP LOCKED, so it never waits for them): the
+--       fire lock (shared or exclusive), then a slot without waiting, then
+--       per-routine advisory locks in key order — and then waits for
+--       nothing: it reads its routines without locking them (its runs'
+--       foreign keys take KEY SHARE, which no finish, fire or cron batch
+--       blocks), and counts its runs in a shard nobody holds; a second fire
+--       in a transaction admitted shared waits for nothing at all (40001
+--       instead);
+--   so an admitted fire is never in a cycle, every wait for routine rows or
+--   routine fire locks is in id or key order, and a finishing statement
+--   holds its routines only for its end, not all of it.
 -- - NOTIFY ceaseless_run when a run starts or is refused (routine_runs
 --   triggers, 44_routine_outcomes.sql).
 
@@ -102,33 +108,177 @@ comment on function _routine_job_spec(routines, text) is
     'The prompt, payload and limits of a routine run''s job: lightweight (prompt + context + '
     'state + ROUTINE_OK, replies required) or full_job (title + description, max_turns).';
 
--- The fire lock: one transaction-scoped advisory lock that every fire takes
--- before it reads its guardrails, so concurrent fires see each other's runs
--- (max_concurrent, dedup, the cap) without locking any row. Finishes never
--- take it, so a fire never waits for one to commit. The key is the
--- two-integer form, in a class of our own (hashtext('ceaseless') is the
--- class), so it cannot collide with an application's one-integer locks.
-create or replace function _take_fire_lock()
-returns void
+-- Fire admission: what every fire takes before it reads its guardrails, so
+-- that concurrent fires see each other's runs (max_concurrent, dedup, the
+-- global cap) without locking any row. Finishes never take any of it, so a
+-- fire never waits for one to commit.
+--
+-- Two ways in, chosen per transaction at its first fire:
+-- - shared, while the cap is far: the fire lock in shared mode, one of 16
+--   slot locks (taken without waiting), and an advisory lock per routine
+--   whose own guardrails could bind (dedup, or max_concurrent within reach),
+--   in key order. A slot stands for cap / 32 runs: with every slot in use
+--   the runs in flight are at most half the cap, so a fire that sees the
+--   running count at or below the other half needs nobody else's count.
+--   Fires of different routines then run side by side.
+-- - exclusive: the fire lock alone, in exclusive mode, which waits for every
+--   shared holder to commit and keeps new ones out; the count it then reads
+--   is exact. Taken when the cap is near, all slots are busy, the fire is
+--   larger than a slot, or the transaction is not read committed.
+-- The locks are the transaction's until it ends. A transaction that fired
+-- shared and fires again takes what more it needs without waiting (taking
+-- it in order could deadlock with another such transaction) and fails with
+-- 40001 (retry) when another fire holds it.
+--
+-- Returns the running count to judge against (in shared mode, a bound that
+-- includes every fire in flight) and the free places of the cap this fire
+-- may take.
+create or replace function _admit_fires(
+    p_routine_ids uuid[],
+    out o_running bigint,
+    out o_free bigint
+)
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_cap bigint := _setting_int('routine_max_running');
+    -- Sixteen slots of cap / 32 each: all of them in flight are half the cap.
+    v_slot_size bigint := v_cap / 32;
+    v_mode text := nullif(current_setting('ceaseless.fire_mode', true), '');
+    v_room bigint := coalesce(nullif(current_setting('ceaseless.fire_room', true), '')::bigint, 0);
+    v_count integer := coalesce(cardinality(p_routine_ids), 0);
+begin
+    if v_mode is null and v_count <= v_slot_size
+       and current_setting('transaction_isolation') = 'read committed' then
+        begin
+            perform pg_advisory_xact_lock_shared(hashtext('ceaseless'), hashtext('routine fires'));
+            if not _take_fire_slot() then
+                raise exception 'every fire slot is taken';
+            end if;
+            -- A statement after the locks: it sees every fire committed
+            -- before them, and at most sixteen slots are in flight.
+            select coalesce(sum(s.running), 0) + 16 * v_slot_size into o_running
+            from routine_run_shards s;
+            if o_running > v_cap then
+                raise exception 'the cap is near';
+            end if;
+            perform _lock_routines_for_fire(p_routine_ids, o_running, false);
+        -- The block's own signal (a plain RAISE; nothing it calls raises
+        -- one). Leaving the block this way releases what it took: nothing
+        -- is held when the exclusive lock is waited for.
+        exception when raise_exception then
+            o_running := null;
+        end;
+        if o_running is not null then
+            v_mode := 'shared';
+            v_room := v_slot_size;
+        end if;
+    elsif v_mode = 'shared' then
+        -- Fired shared before in this transaction: nothing may be waited for
+        -- now, out of order.
+        select coalesce(sum(s.running), 0) + 16 * v_slot_size into o_running
+        from routine_run_shards s;
+        if v_room < v_count then
+            if v_count > v_room + v_slot_size or o_running > v_cap or not _take_fire_slot() then
+                raise exception 'ceaseless: this transaction''s fires conflict with concurrent fires'
+                    using errcode = '40001',
+                          hint = 'Retry the transaction; or fire once per transaction.';
+            end if;
+            v_room := v_room + v_slot_size;
+        end if;
+        perform _lock_routines_for_fire(p_routine_ids, o_running, true);
+    end if;
+
+    if v_mode = 'shared' then
+        o_free := v_room;
+        perform set_config('ceaseless.fire_room', (v_room - v_count)::text, true);
+    else
+        if v_mode is null then
+            perform pg_advisory_xact_lock(hashtext('ceaseless'), hashtext('routine fires'));
+            v_mode := 'exclusive';
+        end if;
+        -- Read committed takes a new snapshot for every statement, so what this
+        -- transaction reads next includes every fire committed before it got
+        -- the lock. A snapshot taken before the wait (repeatable read,
+        -- serializable) would not: lock the shards FOR SHARE instead, which
+        -- raises 40001 (retry) when a run started or ended since that snapshot.
+        if current_setting('transaction_isolation') <> 'read committed' then
+            perform from routine_run_shards for share;
+        end if;
+        select coalesce(sum(s.running), 0) into o_running from routine_run_shards s;
+        o_free := greatest(v_cap - o_running, 0);
+    end if;
+    perform set_config('ceaseless.fire_mode', v_mode, true);
+end;
+$$;
+
+comment on function _admit_fires(uuid[]) is
+    'Admit a fire: shared (fire lock shared, a slot, per-routine locks) while the cap is far, '
+    'else exclusive; returns the running count to judge by and the free places of the cap.';
+
+-- One of the sixteen fire slots, taken without waiting; false when all are
+-- held by other transactions. The search starts at a different slot per
+-- backend, so concurrent fires rarely try the same one first.
+create or replace function _take_fire_slot()
+returns boolean
 language plpgsql
 set search_path = ceaseless, pg_catalog
 as $$
 begin
-    perform pg_advisory_xact_lock(hashtext('ceaseless'), hashtext('routine fires'));
-    -- Read committed takes a new snapshot for every statement, so what this
-    -- transaction reads next includes every fire committed before it got
-    -- the lock. A snapshot taken before the wait (repeatable read,
-    -- serializable) would not: lock the shards FOR SHARE instead, which
-    -- raises 40001 (retry) when a run started or ended since that snapshot.
-    if current_setting('transaction_isolation') <> 'read committed' then
-        perform from routine_run_shards for share;
-    end if;
+    for i in 0..15 loop
+        if pg_try_advisory_xact_lock(hashtext('ceaseless fire slots'),
+                                     (i + pg_backend_pid()) % 16) then
+            return true;
+        end if;
+    end loop;
+    return false;
 end;
 $$;
 
-comment on function _take_fire_lock() is
-    'Serialise routine fires (transaction-scoped advisory lock); outside read committed, also '
-    'fail with 40001 when the running count moved since the transaction''s snapshot.';
+comment on function _take_fire_slot() is
+    'Take one of the sixteen fire slots (transaction-scoped advisory lock) without waiting.';
+
+-- Serialise the fires of each routine whose own guardrails could bind: one
+-- with a dedup window, or whose max_concurrent the running runs (p_running,
+-- a bound including every fire in flight) could reach. In key order, so two
+-- fires never wait for each other's routines in opposite orders; p_no_wait
+-- for a transaction that already holds some (order is no longer possible):
+-- a routine another fire holds then fails with 40001.
+create or replace function _lock_routines_for_fire(
+    p_routine_ids uuid[], p_running bigint, p_no_wait boolean
+)
+returns void
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_key integer;
+begin
+    for v_key in
+        select distinct hashtext(r.id::text) as key
+        from routines r
+        where r.id = any (p_routine_ids)
+          and (r.dedup_window_secs is not null or r.max_concurrent <= p_running)
+        order by key
+    loop
+        if not p_no_wait then
+            perform pg_advisory_xact_lock(hashtext('ceaseless routine fires'), v_key);
+        elsif not pg_try_advisory_xact_lock(hashtext('ceaseless routine fires'), v_key) then
+            raise exception 'ceaseless: this transaction''s fires conflict with concurrent fires'
+                using errcode = '40001',
+                      hint = 'Retry the transaction; or fire once per transaction.';
+        end if;
+    end loop;
+end;
+$$;
+
+comment on function _lock_routines_for_fire(uuid[], bigint, boolean) is
+    'Serialise the fires of routines whose dedup or max_concurrent could bind (advisory locks '
+    'in key order; without waiting, or 40001, for a transaction that fired before).';
+
+-- The exclusive fire lock alone, before fires could be admitted shared.
+drop function if exists _take_fire_lock();
 
 -- Add p_delta to the count of running routine runs, in a shard of
 -- routine_run_shards that no other transaction holds (SKIP LOCKED), so a fire
@@ -180,7 +330,7 @@ comment on function _count_running(integer) is
 -- carrying the count) for a cron fire that stands for missed slots, and one
 -- job per running run.
 --
--- Locks: the fire lock (_take_fire_lock); see this file's header for the
+-- Locks: fire admission (_admit_fires); see this file's header for the
 -- order every operation follows.
 create or replace function _fire_routines(
     p_routine_ids uuid[],
@@ -196,10 +346,13 @@ returns table (ord bigint, routine_id uuid, run_id uuid, job_id uuid, status tex
                skip_reason text)
 language plpgsql
 set search_path = ceaseless, pg_catalog
--- No plan_cache_mode: PL/pgSQL settles on the generic plan of the big
--- statement by itself (from a session's seventh fire on, nothing is planned
--- again, as with force_generic_plan), and bin/bench showed no difference
--- beyond its noise (docs/performance.md, "Planner settings on functions").
+-- Once the guard compared max_concurrent with the running count (v_running),
+-- PL/pgSQL judged every custom plan of the big statement cheaper than the
+-- generic one and planned it on every fire: 1.5 ms of a 2.8 ms event insert
+-- (bin/bench event fan-in: 338 inserts/s instead of 899, PG 18). Its shape
+-- does not depend on the values, so the one generic plan is the right one
+-- (docs/performance.md, "Planner settings on functions").
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
@@ -209,11 +362,7 @@ begin
     if coalesce(cardinality(p_routine_ids), 0) = 0 then
         return;
     end if;
-    perform _take_fire_lock();
-    -- A statement of its own, after the lock: its snapshot sees every fire
-    -- that committed before this one could take it.
-    select coalesce(sum(s.running), 0) into v_running from routine_run_shards s;
-    v_free := greatest(_setting_int('routine_max_running') - v_running, 0);
+    select a.o_running, a.o_free into v_running, v_free from _admit_fires(p_routine_ids) a;
 
     return query
     with input as (
@@ -237,8 +386,8 @@ begin
                    -- Counting stops at max_concurrent: a routine allowed one
                    -- run at a time reads one index entry, not all of them.
                    -- And no count when fewer runs than that are running in
-                   -- all (v_running, read under the fire lock, only falls
-                   -- until this fire commits): a routine allowed thousands
+                   -- all (v_running: every run committed and every fire in
+                   -- flight, _admit_fires): a routine allowed thousands
                    -- would otherwise count its whole backlog at every fire.
                    when r.max_concurrent <= v_running
                         and (select count(*)

@@ -1,0 +1,186 @@
+"""Fire admission: fires far below the cap run side by side, and every guardrail stays exact.
+
+While the running count is far from the cap, fires are admitted shared
+(_admit_fires, functions/41_routine_firing.sql): the fire lock in shared mode,
+one of sixteen slots, and a per-routine lock only for routines whose dedup or
+max_concurrent could bind. Near the cap they are admitted exclusive. These
+tests race producers against each guardrail and check it held exactly, and pin
+the one error a second fire in a shared transaction can meet.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import psycopg
+import pytest
+
+from tests.factories import make_agent, make_routine
+
+PRODUCERS = 4
+
+
+@pytest.fixture(autouse=True)
+def agent(conn: psycopg.Connection) -> None:
+    make_agent(conn, max_concurrent=100_000)
+
+
+def _set_cap(conn: psycopg.Connection, cap: int) -> None:
+    conn.execute(
+        "update ceaseless.settings set value = to_jsonb(%s::integer) "
+        "where key = 'routine_max_running'",
+        (cap,),
+    )
+
+
+def _race(url: str, contents: list[list[str]]) -> Counter[str]:
+    """One connection per list, inserting its contents as alice's events all at once; the
+    SQLSTATEs of the inserts that failed."""
+    go = threading.Barrier(len(contents))
+    errors: Counter[str] = Counter()
+
+    def produce(share: list[str]) -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            go.wait()
+            for content in share:
+                try:
+                    conn.execute(
+                        "insert into ceaseless.events (user_id, content) values ('alice', %s)",
+                        (content,),
+                    )
+                except psycopg.Error as exc:
+                    errors[exc.sqlstate or type(exc).__name__] += 1
+
+    threads = [threading.Thread(target=produce, args=(share,)) for share in contents]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
+def _runs(conn: psycopg.Connection) -> Counter[str]:
+    rows = conn.execute(
+        "select coalesce(skip_reason, status), count(*) from ceaseless.routine_runs group by 1"
+    ).fetchall()
+    return Counter(dict(rows))
+
+
+def test_racing_fires_of_a_routine_allowed_one_run_start_exactly_one(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    _set_cap(conn, 100_000)
+    make_routine(conn, "one", "event", {"pattern": "deploy"}, max_concurrent=1)
+    shares = [[f"deploy {p}-{i}" for i in range(50)] for p in range(PRODUCERS)]
+
+    assert _race(db_url, shares) == Counter()
+    assert _runs(conn) == Counter({"running": 1, "concurrency": 50 * PRODUCERS - 1})
+
+
+def test_racing_fires_of_the_same_content_start_it_once(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    _set_cap(conn, 100_000)
+    make_routine(
+        conn,
+        "dedup",
+        "event",
+        {"pattern": "deploy"},
+        max_concurrent=100_000,
+        dedup_window_secs=3600,
+    )
+    shares = [[f"deploy {i}" for i in range(50)] for _ in range(PRODUCERS)]
+
+    assert _race(db_url, shares) == Counter()
+    assert _runs(conn) == Counter({"running": 50, "dedup": 50 * (PRODUCERS - 1)})
+
+
+def test_racing_fires_past_half_the_cap_fill_it_exactly(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    # A cap of 320 is sixteen slots of ten: fires are admitted shared until
+    # 160 runs, exclusive after, and the last place is taken exactly once.
+    _set_cap(conn, 320)
+    make_routine(conn, "many", "event", {"pattern": "deploy"}, max_concurrent=100_000)
+    shares = [[f"deploy {p}-{i}" for i in range(120)] for p in range(PRODUCERS)]
+
+    assert _race(db_url, shares) == Counter()
+    assert _runs(conn) == Counter({"running": 320, "global_cap": 120 * PRODUCERS - 320})
+    (running,) = conn.execute("select sum(running) from ceaseless.routine_run_shards").fetchone()
+    assert running == 320
+
+
+def test_a_second_fire_that_would_wait_out_of_order_fails_with_40001(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    _set_cap(conn, 100_000)
+    make_routine(conn, "free", "event", {"pattern": "build"}, max_concurrent=100_000)
+    # A dedup window makes its fires take the routine's own lock.
+    make_routine(
+        conn,
+        "keyed",
+        "event",
+        {"pattern": "deploy"},
+        max_concurrent=100_000,
+        dedup_window_secs=3600,
+    )
+    with psycopg.connect(db_url) as holder, psycopg.connect(db_url) as second:
+        holder.execute(
+            "insert into ceaseless.events (user_id, content) values ('alice', 'deploy a')"
+        )
+        # Its first fire is admitted shared; its second needs the lock the
+        # holder has, and waiting for it now could deadlock.
+        second.execute("insert into ceaseless.events (user_id, content) values ('alice', 'build')")
+        with pytest.raises(
+            psycopg.errors.SerializationFailure, match="conflict with concurrent fires"
+        ):
+            second.execute(
+                "insert into ceaseless.events (user_id, content) values ('alice', 'deploy b')"
+            )
+        second.rollback()
+        holder.commit()
+
+        # Retried once the holder is done, the same transaction goes through.
+        second.execute("insert into ceaseless.events (user_id, content) values ('alice', 'build')")
+        second.execute(
+            "insert into ceaseless.events (user_id, content) values ('alice', 'deploy b')"
+        )
+        second.commit()
+    assert _runs(conn) == Counter({"running": 3})
+
+
+def test_a_first_fire_waits_for_its_routine_rather_than_failing(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    _set_cap(conn, 100_000)
+    make_routine(
+        conn,
+        "keyed",
+        "event",
+        {"pattern": "deploy"},
+        max_concurrent=100_000,
+        dedup_window_secs=3600,
+    )
+    with psycopg.connect(db_url) as holder:
+        holder.execute("insert into ceaseless.events (user_id, content) values ('alice', 'deploy')")
+        waiter_errors: list[BaseException] = []
+
+        def fire_same_content() -> None:
+            try:
+                with psycopg.connect(db_url, autocommit=True) as waiter:
+                    waiter.execute(
+                        "insert into ceaseless.events (user_id, content) values ('alice', 'deploy')"
+                    )
+            except BaseException as exc:
+                waiter_errors.append(exc)
+
+        thread = threading.Thread(target=fire_same_content)
+        thread.start()
+        thread.join(0.5)
+        assert thread.is_alive(), "the second fire must wait for the first to commit"
+        holder.commit()
+        thread.join(10)
+    assert waiter_errors == []
+    # It waited, then saw the first run: a duplicate.
+    assert _runs(conn) == Counter({"running": 1, "dedup": 1})
