@@ -179,15 +179,16 @@ begin
         -- now, out of order.
         select coalesce(sum(s.running), 0) + 16 * v_slot_size into o_running
         from routine_run_shards s;
-        if v_room < v_count then
-            if v_count > v_room + v_slot_size or o_running > v_cap or not _take_fire_slot() then
-                raise exception 'ceaseless: this transaction''s fires conflict with concurrent fires'
-                    using errcode = '40001',
-                          hint = 'Retry the transaction; or fire once per transaction.';
-            end if;
+        -- More room when needed: one more slot, if the cap is still far.
+        if v_room < v_count and v_count <= v_room + v_slot_size and o_running <= v_cap
+           and _take_fire_slot() then
             v_room := v_room + v_slot_size;
         end if;
-        perform _lock_routines_for_fire(p_routine_ids, o_running, true);
+        if v_room < v_count or not _lock_routines_for_fire(p_routine_ids, o_running, true) then
+            raise exception 'ceaseless: this transaction''s fires conflict with concurrent fires'
+                using errcode = '40001',
+                      hint = 'Retry the transaction; or fire once per transaction.';
+        end if;
     end if;
 
     if v_mode = 'shared' then
@@ -239,16 +240,18 @@ $$;
 comment on function _take_fire_slot() is
     'Take one of the sixteen fire slots (transaction-scoped advisory lock) without waiting.';
 
+-- Returned nothing in its first version: a return type cannot be replaced.
+drop function if exists _lock_routines_for_fire(uuid[], bigint, boolean);
 -- Serialise the fires of each routine whose own guardrails could bind: one
 -- with a dedup window, or whose max_concurrent the running runs (p_running,
 -- a bound including every fire in flight) could reach. In key order, so two
 -- fires never wait for each other's routines in opposite orders; p_no_wait
 -- for a transaction that already holds some (order is no longer possible):
--- a routine another fire holds then fails with 40001.
+-- false, holding what it took, when another fire holds one.
 create or replace function _lock_routines_for_fire(
     p_routine_ids uuid[], p_running bigint, p_no_wait boolean
 )
-returns void
+returns boolean
 language plpgsql
 set search_path = ceaseless, pg_catalog
 as $$
@@ -265,17 +268,16 @@ begin
         if not p_no_wait then
             perform pg_advisory_xact_lock(hashtext('ceaseless routine fires'), v_key);
         elsif not pg_try_advisory_xact_lock(hashtext('ceaseless routine fires'), v_key) then
-            raise exception 'ceaseless: this transaction''s fires conflict with concurrent fires'
-                using errcode = '40001',
-                      hint = 'Retry the transaction; or fire once per transaction.';
+            return false;
         end if;
     end loop;
+    return true;
 end;
 $$;
 
 comment on function _lock_routines_for_fire(uuid[], bigint, boolean) is
     'Serialise the fires of routines whose dedup or max_concurrent could bind (advisory locks '
-    'in key order; without waiting, or 40001, for a transaction that fired before).';
+    'in key order; or without waiting, false when another fire holds one).';
 
 -- The exclusive fire lock alone, before fires could be admitted shared.
 drop function if exists _take_fire_lock();

@@ -302,6 +302,7 @@ create or replace trigger routine_runs_deleted
     after delete on routine_runs
     referencing old table as old_rows
     for each statement execute function _tg_routine_runs_deleted();
+
 -- A routine's job waits for its agent's lane; when the agent is disabled the
 -- job would wait forever, and its run would hold its max_concurrent slot and
 -- a global-cap slot with it. Disabling an agent ends its pending routine jobs
@@ -314,19 +315,12 @@ returns trigger
 language plpgsql
 set search_path = ceaseless, pg_catalog
 as $$
-declare
-    v_jobs uuid[];
 begin
-    select array_agg(j.id order by j.id) into v_jobs
-    from job j
-    where j.agent = new.name and j.state = 'pending' and j.routine_run_id is not null;
-    if v_jobs is null then
-        return null;
-    end if;
+    -- Their runs close in this statement's trigger (_close_routine_runs).
     update job
     set state = 'cancelled', finished_at = now(), updated_at = now(),
         last_error = format('agent %s was disabled', new.name)
-    where id = any (v_jobs) and state = 'pending';
+    where agent = new.name and state = 'pending' and routine_run_id is not null;
     return null;
 end;
 $$;

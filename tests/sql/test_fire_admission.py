@@ -24,6 +24,9 @@ PRODUCERS = 4
 @pytest.fixture(autouse=True)
 def agent(conn: psycopg.Connection) -> None:
     make_agent(conn, max_concurrent=100_000)
+    # Far from every fire here, unless a test brings it near: fires are
+    # admitted shared.
+    _set_cap(conn, 100_000)
 
 
 def _set_cap(conn: psycopg.Connection, cap: int) -> None:
@@ -70,7 +73,6 @@ def _runs(conn: psycopg.Connection) -> Counter[str]:
 def test_racing_fires_of_a_routine_allowed_one_run_start_exactly_one(
     conn: psycopg.Connection, db_url: str
 ) -> None:
-    _set_cap(conn, 100_000)
     make_routine(conn, "one", "event", {"pattern": "deploy"}, max_concurrent=1)
     shares = [[f"deploy {p}-{i}" for i in range(50)] for p in range(PRODUCERS)]
 
@@ -81,7 +83,6 @@ def test_racing_fires_of_a_routine_allowed_one_run_start_exactly_one(
 def test_racing_fires_of_the_same_content_start_it_once(
     conn: psycopg.Connection, db_url: str
 ) -> None:
-    _set_cap(conn, 100_000)
     make_routine(
         conn,
         "dedup",
@@ -114,7 +115,6 @@ def test_racing_fires_past_half_the_cap_fill_it_exactly(
 def test_a_second_fire_that_would_wait_out_of_order_fails_with_40001(
     conn: psycopg.Connection, db_url: str
 ) -> None:
-    _set_cap(conn, 100_000)
     make_routine(conn, "free", "event", {"pattern": "build"}, max_concurrent=100_000)
     # A dedup window makes its fires take the routine's own lock.
     make_routine(
@@ -153,7 +153,6 @@ def test_a_second_fire_that_would_wait_out_of_order_fails_with_40001(
 def test_a_first_fire_waits_for_its_routine_rather_than_failing(
     conn: psycopg.Connection, db_url: str
 ) -> None:
-    _set_cap(conn, 100_000)
     make_routine(
         conn,
         "keyed",
