@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from tests.factories import make_agent, make_jobs, make_routine
-from tests.sql.plans import explained, nodes, setting_reset
+from tests.sql.plans import explained, nodes, setting_reset, statement
 
 BATCH = 1_000
 SCAN_OF_JOB = "scan of job against an array"
@@ -293,3 +293,33 @@ def test_without_enable_seqscan_a_claim_after_one_job_claims_scans_job_against_i
         # PostgreSQL 18 probes the primary key on its own; the setting is
         # kept for 15 (and 16, 17: not measured).
         assert shapes == []
+
+
+def test_a_fire_reads_its_routine_by_key_among_a_thousand(conn: psycopg.Connection) -> None:
+    # The firing statement runs on its generic plan (plan_cache_mode), which
+    # cannot size the fires: joined to routines, it hashed them against a
+    # read of every routine the user has.
+    make_agent(conn, max_concurrent=10 * BATCH)
+    conn.execute(
+        "insert into ceaseless.routines (name, user_id, agent, trigger_type, trigger_config, "
+        "action_type, action_config, cooldown_secs, max_concurrent) "
+        "select 'e' || g, 'alice', 'noop', 'event', "
+        "jsonb_build_object('pattern', 'alert-' || g || ' '), 'lightweight', "
+        '\'{"prompt": "p"}\', 0, 1000 from generate_series(1, %s) g',
+        (BATCH,),
+    )
+    conn.execute("analyze ceaseless.routines")
+    with explained(conn) as plans:
+        conn.execute(
+            "insert into ceaseless.events (user_id, content) values ('alice', 'alert-7 on x')"
+        )
+    # (Choosing the candidates may read a few routines: that read stops at
+    # its LIMIT.)
+    firing = statement(plans, "with input")
+    scans = [
+        node
+        for node in nodes(firing)
+        if node["Node Type"] == "Seq Scan" and node.get("Relation Name") == "routines"
+    ]
+    assert scans == []
+    assert conn.execute("select count(*) from ceaseless.routine_runs").fetchone() == (1,)
