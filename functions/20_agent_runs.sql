@@ -126,8 +126,9 @@ begin
     -- Every step below probes the tables by key for each row of the batch,
     -- the batch on the outer side: the reads through LATERAL subqueries that
     -- the planner cannot flatten and turn around (fenced by FOR UPDATE or
-    -- OFFSET 0), the updates because no table may be scanned here
-    -- (enable_seqscan, above). The planner cannot size the batch, and on a
+    -- OFFSET 0), the updates by joining the batch to the key (the plan tests
+    -- in tests/sql/test_batch_plans.py find no scan of a table against the
+    -- batch, on PostgreSQL 15 or 18). The planner cannot size the batch, and on a
     -- young table, or one whose statistics predate the burst,
     -- a filter such as "running jobs of this worker" looks empty: turned
     -- around, a join rescans the whole batch for every row, quadratic in the

@@ -90,21 +90,23 @@ begin
                case
                    when e.state <> 'delivered' then 'failed'
                    when e.action <> 'lightweight' then 'ok'
-                   -- Trimmed of any Unicode whitespace: "ROUTINE_OK\n" is ROUTINE_OK.
-                   when _trim_blank(coalesce(e.final_message, '')) = 'ROUTINE_OK' then 'ok'
-                   when not _is_blank(coalesce(e.final_message, '')) then 'attention'
+                   when t.reply = 'ROUTINE_OK' then 'ok'
+                   when t.reply <> '' then 'attention'
                    else 'failed'
                end as status,
                case
                    when e.state <> 'delivered'
                        then format('job %s: %s', e.state, coalesce(e.last_error, 'no detail'))
                    when e.action <> 'lightweight' then e.final_message
-                   when _trim_blank(coalesce(e.final_message, '')) = 'ROUTINE_OK' then null
-                   when not _is_blank(coalesce(e.final_message, ''))
-                       then _trim_blank(e.final_message)
+                   when t.reply = 'ROUTINE_OK' then null
+                   when t.reply <> '' then t.reply
                    else 'the agent''s reply was empty'
                end as summary
         from ended e
+        -- Trimmed of any Unicode whitespace once: "ROUTINE_OK\n" is
+        -- ROUTINE_OK, and a reply that trims to nothing was blank (_is_blank
+        -- counts the same characters).
+        cross join lateral (select _trim_blank(coalesce(e.final_message, '')) as reply) t
     ),
     closed as (
         update routine_runs rr
