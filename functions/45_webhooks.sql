@@ -72,16 +72,19 @@ begin
     if p_signature is null or p_signature !~ '^sha256=[0-9a-f]{64}$' then
         return false;
     end if;
-    return _equal_constant_time(
+    -- Never NULL: the HMAC of a NULL key or body is NULL, and a caller's
+    -- `if not ...` would let NULL through.
+    return coalesce(_equal_constant_time(
         decode(substr(p_signature, 8), 'hex'),
         _hmac_sha256(convert_to(p_key, 'UTF8'),
                      convert_to(floor(extract(epoch from p_sent_at))::bigint::text || '.', 'UTF8')
-                         || p_body));
+                         || p_body)), false);
 end;
 $$;
 
 comment on function _webhook_signature_ok(text, timestamptz, bytea, text) is
-    'Verify X-Ceaseless-Signature (sha256=<lowercase hex>) = HMAC-SHA256(key, "<unix seconds>.<body>").';
+    'Verify X-Ceaseless-Signature (sha256=<lowercase hex>) = HMAC-SHA256(key, "<unix seconds>.<body>"); '
+    'false, never NULL, when anything is missing.';
 
 -- Verify a webhook request and fire what it targets.
 --
@@ -97,18 +100,23 @@ comment on function _webhook_signature_ok(text, timestamptz, bytea, text) is
 -- A raise rolls back the refused run's record with it: callers that want
 -- refusals recorded pass the SQLSTATE to _record_refused_webhook afterwards,
 -- as the ingress does.
+--
+-- The time is the server's, never the caller's: with a clock of its own, a
+-- caller could replay a captured request after its window, and clear the
+-- replay memory by naming a time far ahead.
+drop function if exists receive_webhook(text, bytea, text, timestamptz, timestamptz);
 create or replace function receive_webhook(
     p_token text,
     p_body bytea,
     p_signature text,
-    p_sent_at timestamptz,
-    p_now timestamptz default now()
+    p_sent_at timestamptz
 )
 returns uuid
 language plpgsql
 set search_path = ceaseless, pg_catalog
 as $$
 declare
+    v_now constant timestamptz := now();
     v_routine routines;
     v_window interval := make_interval(secs => _setting_int('webhook_window_secs'));
     v_run record;
@@ -122,18 +130,19 @@ begin
     end if;
 
     -- Authenticate before saying anything else about the routine.
-    if p_sent_at is null or abs(extract(epoch from p_now - p_sent_at)) > extract(epoch from v_window) then
+    if p_sent_at is null or abs(extract(epoch from v_now - p_sent_at)) > extract(epoch from v_window) then
         raise exception 'webhook timestamp % is more than % from now', p_sent_at, v_window
             using errcode = 'CE403';
     end if;
-    if not _webhook_signature_ok(v_routine.trigger_config ->> 'secret', p_sent_at, p_body,
-                                 p_signature) then
+    -- `is not true`: a check that cannot decide refuses.
+    if _webhook_signature_ok(v_routine.trigger_config ->> 'secret', p_sent_at, p_body,
+                             p_signature) is not true then
         raise exception 'webhook signature does not match' using errcode = 'CE401';
     end if;
 
-    delete from webhook_deliveries where received_at < p_now - 2 * v_window;
+    delete from webhook_deliveries where received_at < v_now - 2 * v_window;
     insert into webhook_deliveries (target, target_id, signature, sent_at, received_at)
-    values ('routine', v_routine.id, p_signature, p_sent_at, p_now)
+    values ('routine', v_routine.id, p_signature, p_sent_at, v_now)
     on conflict on constraint signature_seen_once do nothing;
     if not found then
         raise exception 'webhook signature already used: a replay' using errcode = 'CE413';
@@ -147,7 +156,7 @@ begin
     end;
 
     select f.run_id, f.skip_reason into v_run
-    from _fire_routines(array[v_routine.id], 'webhook', p_now, array[p_token], array[v_body]) f;
+    from _fire_routines(array[v_routine.id], 'webhook', v_now, array[p_token], array[v_body]) f;
     case v_run.skip_reason
         when 'disabled' then
             raise exception 'routine % is disabled', v_routine.name using errcode = 'CE410';
@@ -173,7 +182,7 @@ begin
 end;
 $$;
 
-comment on function receive_webhook(text, bytea, text, timestamptz, timestamptz) is
+comment on function receive_webhook(text, bytea, text, timestamptz) is
     'Verify a signed webhook request (HMAC-SHA256, 300 s window, replay refusal) and fire its '
     'routine; returns the routine_runs id. Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414/'
     'CE415.';

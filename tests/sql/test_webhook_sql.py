@@ -113,3 +113,35 @@ def test_refused_fire_can_be_recorded_after_the_rollback(conn: psycopg.Connectio
         "select status, skip_reason, trigger_type from ceaseless.routine_runs"
     ).fetchone()
     assert row == ("skipped", "cooldown", "webhook")
+
+
+def test_a_missing_body_fails_verification_instead_of_passing_it(conn: psycopg.Connection) -> None:
+    # HMAC of NULL is NULL, and `if not NULL` does not raise: a request with
+    # no body and any well-formed signature used to fire the routine.
+    ts = int(datetime.now(UTC).timestamp())
+    with pytest.raises(psycopg.Error) as error:
+        conn.execute(
+            "select ceaseless.receive_webhook('deploys', NULL, %s, %s)",
+            ("sha256=" + "0" * 64, datetime.fromtimestamp(ts, UTC)),
+        )
+    assert error.value.sqlstate == "CE401"
+    conn.rollback()
+    assert conn.execute("select count(*) from ceaseless.routine_runs").fetchone() == (0,)
+
+
+def test_a_caller_cannot_bring_its_own_clock(conn: psycopg.Connection) -> None:
+    # With a p_now of its choosing, a caller could replay a captured request
+    # long after its window, and clear the replay memory by passing a time
+    # far ahead.
+    ts = int(datetime.now(UTC).timestamp()) - 3600
+    body = b"captured an hour ago"
+    with pytest.raises(psycopg.errors.UndefinedFunction):
+        conn.execute(
+            "select ceaseless.receive_webhook('deploys', %s, %s, %s, %s)",
+            (
+                body,
+                sign(SECRET, ts, body),
+                datetime.fromtimestamp(ts, UTC),
+                datetime.fromtimestamp(ts, UTC),
+            ),
+        )
