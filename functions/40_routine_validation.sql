@@ -112,7 +112,7 @@ begin
         end if;
     when 'webhook' then
         if not _is_text(v_trigger -> 'path')
-           or (v_trigger ->> 'path') !~ '^[A-Za-z0-9._~-]{1,200}$' then
+           or (v_trigger ->> 'path') !~ _webhook_token_pattern() then
             perform _invalid('trigger_config.path',
                              'a webhook routine needs a URL-safe path (letters, digits, . _ ~ -)',
                              v_trigger -> 'path');

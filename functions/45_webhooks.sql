@@ -86,32 +86,49 @@ comment on function _webhook_signature_ok(text, timestamptz, bytea, text) is
     'Verify X-Ceaseless-Signature (sha256=<lowercase hex>) = HMAC-SHA256(key, "<unix seconds>.<body>"); '
     'false, never NULL, when anything is missing.';
 
--- Verify a webhook request and fire what it targets.
+-- The grammar of a webhook token in a URL path: routine paths are validated
+-- against it (40_routine_validation.sql), and the HTTP ingress reads it once
+-- at start, so a request for a path that cannot exist is answered without a
+-- round trip. One rule, one place.
+create or replace function _webhook_token_pattern()
+returns text
+language sql immutable parallel safe
+set search_path = pg_catalog
+as $$ select '^[A-Za-z0-9._~-]{1,200}$' $$;
+
+comment on function _webhook_token_pattern() is
+    'The regular expression every webhook token (a routine''s trigger_config.path) matches; the '
+    'ingress refuses other paths without asking the database.';
+
+-- Verify a webhook request and fire what it targets, recording a refused fire
+-- instead of raising.
 --
 -- p_token is the routine's trigger_config.path (or, once loops have webhooks,
 -- a loop's webhook_token); p_body the raw request body; p_signature the
 -- X-Ceaseless-Signature header exactly as received; p_sent_at the
--- X-Ceaseless-Timestamp header as a timestamptz. Returns the routine_runs id.
+-- X-Ceaseless-Timestamp header as a timestamptz.
 --
--- Raises (docs/errors.md): CE404 unknown token; CE401 bad signature; CE403
--- stale timestamp; CE413 replayed signature; CE410 the routine or its agent is
--- disabled; CE411 cooldown; CE412 the routine's max_concurrent; CE415 the
--- global cap; CE414 duplicate content (dedup window).
--- A raise rolls back the refused run's record with it: callers that want
--- refusals recorded pass the SQLSTATE to _record_refused_webhook afterwards,
--- as the ingress does.
+-- Returns the routine_runs id and, when a guardrail refused the fire, the
+-- SQLSTATE and message receive_webhook raises for it (CE410 disabled routine
+-- or agent, CE411 cooldown, CE412 max_concurrent, CE415 global cap, CE414
+-- duplicate content): the run is then a `skipped` row. Not raising is the
+-- point: the caller commits the skipped row and, above all, the replay record,
+-- so a captured request refused now cannot be replayed within its window and
+-- fire once the guardrail clears. The HTTP ingress calls this.
+--
+-- Raises (nothing is worth keeping then): CE404 unknown token; CE403 stale
+-- timestamp; CE401 bad signature; CE413 replayed signature.
 --
 -- The time is the server's, never the caller's: with a clock of its own, a
 -- caller could replay a captured request after its window, and clear the
 -- replay memory by naming a time far ahead.
-drop function if exists receive_webhook(text, bytea, text, timestamptz, timestamptz);
-create or replace function receive_webhook(
+create or replace function _receive_webhook(
     p_token text,
     p_body bytea,
     p_signature text,
     p_sent_at timestamptz
 )
-returns uuid
+returns table (run_id uuid, refused_sqlstate text, refused_message text)
 language plpgsql
 set search_path = ceaseless, pg_catalog
 as $$
@@ -126,7 +143,7 @@ begin
     from routines
     where trigger_type = 'webhook' and trigger_config ->> 'path' = p_token;
     if not found then
-        raise exception 'no webhook at %', p_token using errcode = 'CE404';
+        raise exception 'no webhook at %', left(p_token, 200) using errcode = 'CE404';
     end if;
 
     -- Authenticate before saying anything else about the routine.
@@ -157,67 +174,66 @@ begin
 
     select f.run_id, f.skip_reason into v_run
     from _fire_routines(array[v_routine.id], 'webhook', v_now, array[p_token], array[v_body]) f;
-    case v_run.skip_reason
-        when 'disabled' then
-            raise exception 'routine % is disabled', v_routine.name using errcode = 'CE410';
-        when 'agent_disabled' then
-            raise exception 'the agent % of routine % is disabled', v_routine.agent, v_routine.name
-                using errcode = 'CE410';
-        when 'cooldown' then
-            raise exception 'routine % is cooling down', v_routine.name using errcode = 'CE411';
-        when 'concurrency' then
-            raise exception 'routine % is at its max_concurrent runs', v_routine.name
-                using errcode = 'CE412';
-        when 'global_cap' then
-            raise exception 'routine % cannot start: the global cap of running routine runs '
-                            '(routine_max_running) is reached', v_routine.name
-                using errcode = 'CE415';
-        when 'dedup' then
-            raise exception 'routine % already ran for this content within its dedup window',
-                v_routine.name using errcode = 'CE414';
-        else
-            null;
-    end case;
-    return v_run.run_id;
+    run_id := v_run.run_id;
+    select refusal.sqlstate, refusal.message into refused_sqlstate, refused_message
+    from (values
+        ('disabled', 'CE410', format('routine %s is disabled', v_routine.name)),
+        ('agent_disabled', 'CE410',
+         format('the agent %s of routine %s is disabled', v_routine.agent, v_routine.name)),
+        ('cooldown', 'CE411', format('routine %s is cooling down', v_routine.name)),
+        ('concurrency', 'CE412', format('routine %s is at its max_concurrent runs', v_routine.name)),
+        ('global_cap', 'CE415',
+         format('routine %s cannot start: the global cap of running routine runs '
+                '(routine_max_running) is reached', v_routine.name)),
+        ('dedup', 'CE414',
+         format('routine %s already ran for this content within its dedup window', v_routine.name))
+    ) refusal (skip_reason, sqlstate, message)
+    where refusal.skip_reason = v_run.skip_reason;
+    return next;
+end;
+$$;
+
+comment on function _receive_webhook(text, bytea, text, timestamptz) is
+    'Verify a signed webhook request and fire its routine; a fire refused by a guardrail is '
+    'returned (skipped run id, SQLSTATE, message) instead of raised, so the caller commits its '
+    'record and the replay memory. Raises CE404/CE403/CE401/CE413.';
+
+-- Verify a webhook request and fire what it targets (spec section 7): the
+-- public form, which raises for every refusal.
+--
+-- Returns the routine_runs id. Raises (docs/errors.md): CE404 unknown token;
+-- CE401 bad signature; CE403 stale timestamp; CE413 replayed signature; CE410
+-- the routine or its agent is disabled; CE411 cooldown; CE412 the routine's
+-- max_concurrent; CE415 the global cap; CE414 duplicate content.
+-- A guardrail's raise rolls back the refused fire's skipped row and the
+-- signature's replay record with it. Callers that must keep both (anything
+-- facing the network, like the HTTP ingress) call _receive_webhook and commit.
+create or replace function receive_webhook(
+    p_token text,
+    p_body bytea,
+    p_signature text,
+    p_sent_at timestamptz
+)
+returns uuid
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_received record;
+begin
+    select * into v_received from _receive_webhook(p_token, p_body, p_signature, p_sent_at);
+    if v_received.refused_sqlstate is not null then
+        raise exception '%', v_received.refused_message using errcode = v_received.refused_sqlstate;
+    end if;
+    return v_received.run_id;
 end;
 $$;
 
 comment on function receive_webhook(text, bytea, text, timestamptz) is
     'Verify a signed webhook request (HMAC-SHA256, 300 s window, replay refusal) and fire its '
     'routine; returns the routine_runs id. Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414/'
-    'CE415.';
+    'CE415 (a guardrail''s raise rolls back the refused fire''s record: see _receive_webhook).';
 
--- Record a webhook fire that receive_webhook refused for a guardrail, after
--- the fact (its own transaction rolled back with the raise), with the same
--- skip reason the refused fire wrote. Refusals that were not fires — unknown
--- path, bad signature, stale, replay — leave nothing: p_sqlstate decides, so
--- callers need not know which is which. CE410 covers a disabled routine and a
--- disabled agent; the routine's state tells them apart.
+-- Replaced by _receive_webhook, which returns a refused fire instead of
+-- raising, so its record needs no second trip.
 drop function if exists _record_refused_webhook(text, text, bytea, timestamptz);
-create or replace function _record_refused_webhook(
-    p_token text, p_sqlstate text, p_body bytea, p_now timestamptz default now()
-)
-returns uuid
-language sql
-set search_path = ceaseless, pg_catalog
-as $$
-    insert into routine_runs (routine_id, trigger_type, trigger_detail, started_at, status,
-                              skip_reason, completed_at, content_hash, created_at)
-    select r.id, 'webhook', p_token, p_now, 'skipped', reason.skip, p_now,
-           encode(sha256(p_body), 'hex'), p_now
-    from routines r
-    cross join lateral (
-        select case p_sqlstate when 'CE410' then case when r.enabled then 'agent_disabled'
-                                                      else 'disabled' end
-                               when 'CE411' then 'cooldown'
-                               when 'CE412' then 'concurrency'
-                               when 'CE415' then 'global_cap'
-                               when 'CE414' then 'dedup' end as skip) reason
-    where r.trigger_type = 'webhook' and r.trigger_config ->> 'path' = p_token
-      and reason.skip is not null
-    returning id;
-$$;
-
-comment on function _record_refused_webhook(text, text, bytea, timestamptz) is
-    'After receive_webhook refused a fire for a guardrail (CE410/CE411/CE412/CE414/CE415), leave its '
-    'skipped routine_runs row; other refusals record nothing.';

@@ -83,6 +83,20 @@ class ListenerConfig:
             "(default: the webhook_max_body_bytes setting in the database)."
         ),
     )
+    http_max_requests: int = field(
+        default=256,
+        metadata=_help(
+            "Webhook requests in hand at once; more get 503 at once. With --max-body this "
+            "bounds the memory a flood can take."
+        ),
+    )
+    http_read_timeout: float = field(
+        default=10.0,
+        metadata=_help(
+            "Seconds a webhook client has to send its headers, and as long again for its body "
+            "(408), so slow clients cannot hold connections open."
+        ),
+    )
     db_deadline: float = field(
         default=15.0,
         metadata=_help(

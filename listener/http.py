@@ -1,25 +1,39 @@
-"""The webhook ingress: POST /hooks/{path} → receive_webhook, SQLSTATE → HTTP status.
+"""The webhook ingress: POST /hooks/{path} → _receive_webhook, SQLSTATE → HTTP status.
 
 Served by the listener process (`ceaseless listen --http 127.0.0.1:8787`) with
 aiohttp, a maintained HTTP server: this module parses nothing by hand. It only
-passes the path, the raw body and the two signature headers to the SQL function
-and maps its SQLSTATEs to status codes; verification, replay protection and
-guardrails are the database's.
+passes the path, the raw body and the two signature headers to SQL and maps
+SQLSTATEs to status codes; verification, replay protection and guardrails are
+the database's.
 
-Guarantees: a body over the limit (the webhook_max_body_bytes setting) is
-refused with 413 before it reaches the database; an error answer never
-includes more than the database's message; every database call has a deadline,
-on a pool of the ingress's own, so a flood of requests cannot take the
-connections the listener's leases depend on.
+The endpoint faces strangers, so it fails closed and is bounded:
+
+- malformed input (a timestamp that is not plain digits, a signature that is
+  not `sha256=<64 hex>`, a path outside the token grammar, a NUL) is answered
+  400/401/404 before any database round trip, never 500;
+- at most `max_requests` requests are in hand at once (503 beyond); a client
+  gets `read_timeout` seconds to send its headers and as long again for its
+  body (408), and a body over `max_body` is refused from its Content-Length or
+  as soon as it outgrows the limit (413);
+- one round trip per request, on a small pool of the ingress's own, so a flood
+  cannot take the connections that extend the listener's leases;
+- a fire refused by a guardrail is committed as a skipped run together with
+  the signature's replay record (409), so the same request replayed later is
+  refused as a replay;
+- log lines carry at most a bounded prefix of anything the client sent.
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import psycopg
+import psycopg_pool
 from aiohttp import web
-from psycopg_pool import AsyncConnectionPool
 
 from listener import db, log
 from listener.errors import SqlState
@@ -40,19 +54,67 @@ STATUS_BY_SQLSTATE: dict[str, int] = {
     SqlState.DUPLICATE: 409,
 }
 
-_POOL = web.AppKey("pool", AsyncConnectionPool)
-_DEADLINE = web.AppKey("deadline", float)
+# Unix seconds as plain ASCII digits; 11 digits reach the year 5138, past
+# which datetime cannot go. str.isdigit() would let "²" through.
+_TIMESTAMP = re.compile(r"[0-9]{1,11}")
+_SIGNATURE = re.compile(r"sha256=[0-9a-f]{64}")
+# What a log line keeps of a client's text.
+_LOGGED_CHARS = 120
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one ingress accepts: body size, requests in hand, and read time."""
+
+    max_body: int
+    max_requests: int = 256
+    read_timeout: float = 10.0
+    db_deadline: float = 15.0
+
+
+_POOL = web.AppKey("pool", psycopg_pool.AsyncConnectionPool)
+_LIMITS = web.AppKey("limits", Limits)
+_TOKEN = web.AppKey("token", re.Pattern)
 
 
 def make_app(
-    pool: AsyncConnectionPool, *, max_body: int, deadline: float = 15.0
+    pool: psycopg_pool.AsyncConnectionPool, limits: Limits, token_pattern: str
 ) -> web.Application:
-    app = web.Application(client_max_size=max_body)
+    """The aiohttp application; `token_pattern` is SQL's _webhook_token_pattern()."""
+    app = web.Application(
+        client_max_size=limits.max_body,
+        middlewares=[_in_hand_cap(limits.max_requests)],
+    )
     app[_POOL] = pool
-    app[_DEADLINE] = deadline
+    app[_LIMITS] = limits
+    app[_TOKEN] = re.compile(token_pattern)
     app.router.add_post("/hooks/{path}", _receive)
     app.router.add_get("/healthz", _health)
     return app
+
+
+def _in_hand_cap(max_requests: int) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """A middleware answering 503 at once when `max_requests` are already in hand.
+
+    Refusing beats queueing: a queue of slow clients would hold memory and
+    make every valid sender wait behind them.
+    """
+    in_hand = 0
+
+    @web.middleware
+    async def cap(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        nonlocal in_hand
+        if in_hand >= max_requests:
+            return _error(503, "too many requests in progress; retry", headers={"Retry-After": "1"})
+        in_hand += 1
+        try:
+            return await handler(request)
+        finally:
+            in_hand -= 1
+
+    return cap
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -61,55 +123,90 @@ async def _health(request: web.Request) -> web.Response:
 
 async def _receive(request: web.Request) -> web.Response:
     path = request.match_info["path"]
+    limits = request.app[_LIMITS]
+    if not request.app[_TOKEN].fullmatch(path):
+        return _error(404, "no webhook at this path")
+    if request.content_length is not None and request.content_length > limits.max_body:
+        return _error(413, f"body over {limits.max_body} bytes")
+    sent_at, refusal = _signed_headers(request)
+    if refusal is not None:
+        return refusal
     try:
-        body = await request.read()
+        async with asyncio.timeout(limits.read_timeout):
+            body = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        log.warning("webhook.too_large", path=path)
-        return web.json_response({"error": "body too large"}, status=413)
-    sent_at = _timestamp(request.headers.get(TIMESTAMP_HEADER))
-    if sent_at is None:
-        return web.json_response(
-            {"error": f"{TIMESTAMP_HEADER} must be integer unix seconds"}, status=401
-        )
-    signature = request.headers.get(SIGNATURE_HEADER, "")
-    pool = request.app[_POOL]
-    deadline = request.app[_DEADLINE]
+        return _error(413, f"body over {limits.max_body} bytes")
+    except TimeoutError:
+        log.warning("webhook.body_timeout", path=path, secs=limits.read_timeout)
+        return _error(408, f"body not received within {limits.read_timeout:g} s")
+    except ConnectionError as exc:
+        # The client went away mid-body: nobody is left to answer.
+        log.warning("webhook.client_gone", path=path, error=_bounded(exc))
+        raise web.HTTPBadRequest() from None
+    return await _verify_and_fire(request, path, body, sent_at)
+
+
+def _signed_headers(request: web.Request) -> tuple[datetime, None] | tuple[None, web.Response]:
+    """The timestamp and signature headers, strictly parsed, or the answer to give instead."""
+    raw_ts = request.headers.get(TIMESTAMP_HEADER)
+    if raw_ts is None or not _TIMESTAMP.fullmatch(raw_ts.strip()):
+        return None, _error(400, f"{TIMESTAMP_HEADER} must be integer unix seconds")
+    if not request.headers.get(SIGNATURE_HEADER):
+        return None, _error(401, f"{SIGNATURE_HEADER} is missing")
+    if not _SIGNATURE.fullmatch(request.headers[SIGNATURE_HEADER]):
+        return None, _error(400, f"{SIGNATURE_HEADER} must be sha256=<64 lowercase hex digits>")
+    return datetime.fromtimestamp(int(raw_ts.strip()), UTC), None
+
+
+async def _verify_and_fire(
+    request: web.Request, path: str, body: bytes, sent_at: datetime
+) -> web.Response:
+    limits = request.app[_LIMITS]
+    signature = request.headers[SIGNATURE_HEADER]
     try:
-        run_id = await db.call(
-            pool,
+        received = await db.call(
+            request.app[_POOL],
             "receive_webhook",
             lambda conn: webhooks.receive(conn, path, body, signature, sent_at),
-            deadline,
+            limits.db_deadline,
         )
     except psycopg.Error as exc:
         status = STATUS_BY_SQLSTATE.get(exc.sqlstate or "")
         if status is None:
-            raise
-        # The raise rolled back the refused fire's record; SQL decides whether
-        # this refusal is one to record (a guardrail) and writes it.
-        sqlstate = exc.sqlstate or ""
-        await db.call(
-            pool,
-            "record_refused_webhook",
-            lambda conn: webhooks.record_refusal(conn, path, sqlstate, body),
-            deadline,
-        )
+            log.warning("webhook.db_error", path=path, sqlstate=exc.sqlstate, error=_bounded(exc))
+            return _error(503, "the database could not take this request; retry")
         log.event("webhook.refused", path=path, status=status, sqlstate=exc.sqlstate)
-        return web.json_response({"error": exc.diag.message_primary}, status=status)
-    log.event("webhook.accepted", path=path, run=str(run_id))
-    return web.json_response({"run_id": str(run_id)}, status=202)
+        return _error(status, exc.diag.message_primary or "refused")
+    except (TimeoutError, psycopg_pool.PoolTimeout) as exc:
+        log.warning("webhook.db_timeout", path=path, error=_bounded(exc))
+        return _error(503, "the database did not answer in time; retry")
+    if received.refused_sqlstate is not None:
+        status = STATUS_BY_SQLSTATE[received.refused_sqlstate]
+        log.event(
+            "webhook.refused",
+            path=path,
+            status=status,
+            sqlstate=received.refused_sqlstate,
+            run=str(received.run_id),
+        )
+        return _error(status, received.refused_message or "refused")
+    log.event("webhook.accepted", path=path, run=str(received.run_id))
+    return web.json_response({"run_id": str(received.run_id)}, status=202)
 
 
-def _timestamp(header: str | None) -> datetime | None:
-    if header is None or not header.strip().isdigit():
-        return None
-    return datetime.fromtimestamp(int(header.strip()), UTC)
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers)
+
+
+def _bounded(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= _LOGGED_CHARS else text[:_LOGGED_CHARS] + "…"
 
 
 class Ingress:
     """The running ingress: its server and its own small pool."""
 
-    def __init__(self, runner: web.AppRunner, pool: AsyncConnectionPool) -> None:
+    def __init__(self, runner: web.AppRunner, pool: psycopg_pool.AsyncConnectionPool) -> None:
         self._runner = runner
         self._pool = pool
 
@@ -119,20 +216,37 @@ class Ingress:
 
 
 async def serve(
-    url: str, address: str, *, worker_id: str, max_body: int, deadline: float
+    url: str, address: str, *, worker_id: str, limits: Limits, token_pattern: str
 ) -> Ingress:
     """Serve POST /hooks/{path} on `address` (HOST:PORT) until the returned Ingress is closed.
 
     The ingress has a pool of its own: a flood of webhooks must not take the
-    connections that renew the listener's leases.
+    connections that renew the listener's leases. `token_pattern` is SQL's
+    _webhook_token_pattern(), read once by the caller.
     """
     host, _, port = address.rpartition(":")
     pool = db.pool(
-        url, application_name=f"ceaseless ingress {worker_id}", size=4, deadline=deadline
+        url,
+        application_name=f"ceaseless ingress {worker_id}",
+        size=4,
+        deadline=limits.db_deadline,
     )
     await pool.open(wait=False)
-    runner = web.AppRunner(make_app(pool, max_body=max_body, deadline=deadline), access_log=None)
+    # keepalive_timeout also bounds the wait for a request's headers: aiohttp
+    # closes a connection that has not delivered a whole request by then.
+    runner = web.AppRunner(
+        make_app(pool, limits, token_pattern),
+        access_log=None,
+        keepalive_timeout=limits.read_timeout,
+    )
     await runner.setup()
     await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
-    log.event("http.listening", host=host or "127.0.0.1", port=int(port), max_body=max_body)
+    log.event(
+        "http.listening",
+        host=host or "127.0.0.1",
+        port=int(port),
+        max_body=limits.max_body,
+        max_requests=limits.max_requests,
+        read_timeout=limits.read_timeout,
+    )
     return Ingress(runner, pool)

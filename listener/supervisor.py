@@ -29,14 +29,14 @@ from listener import log
 from listener.config import ListenerConfig
 from listener.database import Database
 from listener.events import CONFIG_CHANNEL, JOB_CHANNEL, NOTIFICATION_CHANNEL, SCHEDULE_CHANNEL
-from listener.http import Ingress, serve
+from listener.http import Ingress, Limits, serve
 from listener.maintenance import Maintenance
 from listener.notifier import Notifier
 from listener.producer.claimer import Claimer
 from listener.producer.leases import Leases
 from listener.producer.ledger import Ledger, StopReason
 from listener.producer.recorder import Recorder
-from listener.queries import jobs
+from listener.queries import jobs, webhooks
 from listener.queries.registry import setting_int
 from listener.registry import Registry
 from listener.router import Router
@@ -137,12 +137,18 @@ class Listener:
             max_body = await self.db.retry(
                 "settings", lambda c: setting_int(c, "webhook_max_body_bytes")
             )
+        token_pattern = await self.db.retry("webhook token pattern", webhooks.token_pattern)
         return await serve(
             self.config.url,
             self.config.http,
             worker_id=self.config.worker_id,
-            max_body=max_body,
-            deadline=self.config.db_deadline,
+            limits=Limits(
+                max_body=max_body,
+                max_requests=self.config.http_max_requests,
+                read_timeout=self.config.http_read_timeout,
+                db_deadline=self.config.db_deadline,
+            ),
+            token_pattern=token_pattern,
         )
 
     # -- shutdown -----------------------------------------------------------

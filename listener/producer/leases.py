@@ -39,8 +39,10 @@ _FENCE_TICK_SECS = 0.1
 
 
 def fence_margin(lease_secs: float) -> float:
-    """How long before a lease's end its agent must be stopped: a fifth of the lease, ≥ 1 s."""
-    return max(lease_secs / 5, 1.0)
+    """How long before a lease's end its agent must be stopped: a fifth of the lease, ≥ 1 s,
+    but never more than a quarter of it. Renewal waits until a lease is past half its life,
+    so a 1 s floor on a 2 s lease fenced every agent at the moment its renewal was due."""
+    return min(max(lease_secs / 5, 1.0), lease_secs / 4)
 
 
 def heartbeat_interval(lease_secs: float, sweep_interval: float) -> float:

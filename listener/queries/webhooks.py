@@ -1,31 +1,44 @@
-"""The webhook ingress's calls: verify-and-fire, and record a refusal.
+"""The webhook ingress's calls: the token grammar, and verify-and-fire.
 
-Guarantees: `receive` is one transaction that either fires (returning the run
-id) or raises the documented SQLSTATE and changes nothing; `record_refusal`
-writes the refusal's record afterwards, when SQL decides it is one to keep.
+Guarantees: `receive` is one transaction. It either raises the documented
+SQLSTATE of an authentication refusal (unknown path, stale, bad signature,
+replay) and changes nothing, or commits: a fired run, or a fire a guardrail
+refused, recorded as a skipped run together with the signature's replay record.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 import psycopg
 
 
+@dataclass(frozen=True)
+class Received:
+    """What _receive_webhook answered: the run, and the refusal when a guardrail refused it."""
+
+    run_id: UUID
+    refused_sqlstate: str | None
+    refused_message: str | None
+
+
+async def token_pattern(conn: psycopg.AsyncConnection) -> str:
+    cur = await conn.execute("select ceaseless._webhook_token_pattern()")
+    row = await cur.fetchone()
+    assert row is not None
+    return str(row[0])
+
+
 async def receive(
     conn: psycopg.AsyncConnection, path: str, body: bytes, signature: str, sent_at: datetime
-) -> UUID | None:
+) -> Received:
     cur = await conn.execute(
-        "select ceaseless.receive_webhook(%s, %s, %s, %s)", (path, body, signature, sent_at)
+        "select run_id, refused_sqlstate, refused_message"
+        " from ceaseless._receive_webhook(%s, %s, %s, %s)",
+        (path, body, signature, sent_at),
     )
     row = await cur.fetchone()
-    return row[0] if row else None
-
-
-async def record_refusal(
-    conn: psycopg.AsyncConnection, path: str, sqlstate: str, body: bytes
-) -> None:
-    await conn.execute(
-        "select ceaseless._record_refused_webhook(%s, %s, %s)", (path, sqlstate, body)
-    )
+    assert row is not None, "_receive_webhook returns one row or raises"
+    return Received(*row)

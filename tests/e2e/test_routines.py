@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from uuid import UUID
 
 import psycopg
-import pytest
 
 from tests.e2e.support import ListenerProcess, wait_until
 from tests.factories import make_agent, make_routine
-from tests.webhook_signing import sign
 
 SECRET = "a-signing-secret-of-some-length"
 
@@ -206,92 +200,6 @@ def test_an_unparseable_stored_schedule_disables_only_that_routine(
         10,
         "the good routine was not scheduled",
     )
-
-
-# -- webhooks over HTTP ---------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _post(
-    port: int, path: str, body: bytes, *, ts: int | None = None, signature: str | None = None
-) -> tuple[int, str]:
-    stamp = int(datetime.now(UTC).timestamp()) if ts is None else ts
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/hooks/{path}",
-        data=body,
-        method="POST",
-        headers={
-            "X-Ceaseless-Timestamp": str(stamp),
-            "X-Ceaseless-Signature": signature or sign(SECRET, stamp, body),
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-
-
-@pytest.fixture
-def ingress(
-    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
-) -> tuple[int, UUID]:
-    routine = make_routine(
-        conn,
-        "hook",
-        "webhook",
-        {"path": "deploys", "secret": SECRET},
-        agent=_echo_agent(conn),
-        max_concurrent=5,
-    )
-    port = _free_port()
-    listener = start_listener(
-        "--poll-interval", "60", "--http", f"127.0.0.1:{port}", "--max-body", "1000"
-    )
-    listener.wait_for_event("http.listening")
-    return port, routine
-
-
-def test_signed_webhook_is_accepted_and_its_body_reaches_the_run(
-    conn: psycopg.Connection, ingress: tuple[int, UUID]
-) -> None:
-    port, routine = ingress
-    status, body = _post(port, "deploys", b'{"ref": "main", "sha": "abc123"}')
-    assert status == 202 and "run_id" in body
-    state, summary = _wait_run(conn, routine)
-    assert state == "attention" and '"sha": "abc123"' in summary
-
-
-def test_webhook_refusals_map_to_status_codes(
-    conn: psycopg.Connection, ingress: tuple[int, UUID]
-) -> None:
-    port, _ = ingress
-    now = int(datetime.now(UTC).timestamp())
-    assert _post(port, "deploys", b"x", signature="sha256=" + "0" * 64)[0] == 401
-    assert _post(port, "deploys", b"x", ts=now - 301)[0] == 401
-    assert _post(port, "nowhere", b"x")[0] == 404
-    assert _post(port, "deploys", b"x" * 1001)[0] == 413
-    assert _post(port, "deploys", b"once", ts=now)[0] == 202
-    assert _post(port, "deploys", b"once", ts=now)[0] == 409  # replay
-    conn.execute("update ceaseless.routines set enabled = false")
-    assert _post(port, "deploys", b"later")[0] == 409
-
-
-def test_webhook_refused_by_cooldown_is_recorded_as_skipped(
-    conn: psycopg.Connection, ingress: tuple[int, UUID]
-) -> None:
-    port, routine = ingress
-    conn.execute("update ceaseless.routines set cooldown_secs = 600, last_run_at = now()")
-    assert _post(port, "deploys", b"x")[0] == 409
-    row = conn.execute(
-        "select status, skip_reason from ceaseless.routine_runs where routine_id = %s", (routine,)
-    ).fetchone()
-    assert row == ("skipped", "cooldown")
 
 
 def test_routine_notification_is_delivered_by_the_running_listener(

@@ -201,17 +201,12 @@ def test_missed_cron_slots_leave_a_skipped_row_with_their_count(
 def _webhook(conn: psycopg.Connection, body: bytes) -> str | None:
     secret = "a-signing-secret-of-some-length"
     sent = datetime.now(UTC).replace(microsecond=0)
-    try:
-        conn.execute(
-            "select ceaseless.receive_webhook('hook', %s, %s, %s)",
-            (body, sign(secret, int(sent.timestamp()), body), sent),
-        )
-    except psycopg.Error as error:
-        conn.execute(
-            "select ceaseless._record_refused_webhook('hook', %s, %s)", (error.sqlstate, body)
-        )
-        return error.sqlstate
-    return None
+    row = conn.execute(
+        "select refused_sqlstate from ceaseless._receive_webhook('hook', %s, %s, %s)",
+        (body, sign(secret, int(sent.timestamp()), body), sent),
+    ).fetchone()
+    assert row is not None
+    return row[0]
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -106,13 +107,49 @@ def test_cooldown_and_concurrency_refusals(conn: psycopg.Connection) -> None:
     assert _code(conn, b"c") == "CE412"
 
 
-def test_refused_fire_can_be_recorded_after_the_rollback(conn: psycopg.Connection) -> None:
-    conn.execute("select ceaseless._record_refused_webhook('deploys', 'CE411', 'x')")
-    conn.execute("select ceaseless._record_refused_webhook('deploys', 'CE401', 'x')")
+def _receive_keeping_refusals(
+    conn: psycopg.Connection, body: bytes, at: datetime
+) -> tuple[object, str | None]:
+    ts = int(at.timestamp())
     row = conn.execute(
-        "select status, skip_reason, trigger_type from ceaseless.routine_runs"
+        "select run_id, refused_sqlstate from ceaseless._receive_webhook('deploys', %s, %s, %s)",
+        (body, sign(SECRET, ts, body), datetime.fromtimestamp(ts, UTC)),
     ).fetchone()
-    assert row == ("skipped", "cooldown", "webhook")
+    assert row is not None
+    return row[0], row[1]
+
+
+def test_a_refused_fire_keeps_its_replay_record_so_the_request_cannot_fire_later(
+    conn: psycopg.Connection,
+) -> None:
+    # A captured request refused by a guardrail used to roll its replay record
+    # back with the raise: replayed once the cooldown cleared, it fired.
+    at = datetime.now(UTC)
+    conn.execute("update ceaseless.routines set cooldown_secs = 600, last_run_at = now()")
+    run, refused = _receive_keeping_refusals(conn, b"captured", at)
+    assert refused == "CE411"
+    assert run_of(conn, run)["skip_reason"] == "cooldown"  # type: ignore[arg-type]
+    conn.execute("update ceaseless.routines set cooldown_secs = 0")
+    assert _code(conn, b"captured", at=at) == "CE413"
+
+
+def test_the_public_form_raises_each_guardrail_refusal(conn: psycopg.Connection) -> None:
+    conn.execute("update ceaseless.routines set cooldown_secs = 600, last_run_at = now()")
+    with pytest.raises(psycopg.Error) as error:
+        _receive(conn, b"x")
+    assert error.value.sqlstate == "CE411"
+    assert error.value.diag.message_primary == "routine hook is cooling down"
+
+
+def test_the_token_grammar_is_the_one_routine_paths_are_validated_against(
+    conn: psycopg.Connection,
+) -> None:
+    row = conn.execute("select ceaseless._webhook_token_pattern()").fetchone()
+    assert row is not None
+    assert re.fullmatch(row[0], "deploys") and not re.fullmatch(row[0], "a/b")
+    with pytest.raises(psycopg.Error) as error:
+        make_routine(conn, "bad", "webhook", {"path": "a/b", "secret": SECRET})
+    assert "trigger_config.path" in str(error.value)
 
 
 def test_a_missing_body_fails_verification_instead_of_passing_it(conn: psycopg.Connection) -> None:
