@@ -172,7 +172,10 @@ begin
                                                              else 'key' end;
     insert into audit_log (actor, entity, entity_key, action, detail)
     values (_actor(), tg_table_name, v_key, lower(tg_op),
-            case when tg_op = 'DELETE' then to_jsonb(old) else to_jsonb(new) end);
+            -- Secrets hidden (05_secrets.sql): agents.env values and the
+            -- sinks' headers and URLs would otherwise be kept here forever.
+            _without_secrets(tg_table_name,
+                             case when tg_op = 'DELETE' then to_jsonb(old) else to_jsonb(new) end));
     perform pg_notify('ceaseless_config', jsonb_build_object('table', tg_table_name)::text);
     return null;
 end;

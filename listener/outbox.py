@@ -24,6 +24,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
 import aiohttp
@@ -147,6 +148,18 @@ def _deliver_log(n: ClaimedNotification) -> None:
     )
 
 
+def url_origin(url: str) -> str:
+    """scheme://host[:port] of a URL: no userinfo, path or query, where credentials live."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a port that is not a number
+        return "(not a URL)"
+    if not parts.scheme or not parts.hostname:
+        return "(not a URL)"
+    return f"{parts.scheme}://{parts.hostname}{port}"
+
+
 def webhook_document(n: ClaimedNotification) -> dict[str, Any]:
     """The JSON body a webhook receives."""
     return {
@@ -166,6 +179,10 @@ async def _post(
 ) -> str | None:
     """POST the notification; None when the receiver answered 2xx, else why not."""
     url = str(sink["url"])
+    # Errors are kept in notifications.last_error, shown in views and logged:
+    # they name the receiver by origin only, since hooks of the Slack and
+    # Discord kind carry their credential in the path.
+    origin = url_origin(url)
     timeout = float(sink.get("timeout_secs", _DEFAULT_TIMEOUT_SECS))
     headers = {"Content-Type": "application/json", **sink.get("headers", {})}
     try:
@@ -184,10 +201,12 @@ async def _post(
                     return None
                 excerpt = await response.content.read(_ERROR_BODY_BYTES)
                 text = excerpt.decode("utf-8", "replace").strip()
-                return f"webhook {url} answered HTTP {response.status}" + (
+                return f"webhook {origin} answered HTTP {response.status}" + (
                     f": {text}" if text else ""
                 )
     except TimeoutError:
-        return f"webhook {url} did not answer within {timeout:g} s"
+        return f"webhook {origin} did not answer within {timeout:g} s"
     except aiohttp.ClientError as exc:
-        return f"webhook {url} failed: {type(exc).__name__}: {exc}"
+        return f"webhook {origin} failed: {type(exc).__name__}: {str(exc).replace(url, origin)}"
+    except ValueError as exc:  # yarl's refusal of a malformed URL quotes it whole
+        return f"webhook {origin} failed: {type(exc).__name__}"

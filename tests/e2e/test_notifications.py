@@ -288,7 +288,8 @@ def test_webhook_answering_500_is_retried_with_growing_backoff_then_failed(
     # retry_base_secs (10) doubled per attempt, plus up to 25% jitter.
     assert 8 < first["due_in"] < 13.5
     assert 18 < second["due_in"] < 26
-    assert first["last_error"] == f"webhook {urls[0]} answered HTTP 500: upstream exploded"
+    origin = urls[0].removesuffix("/hook")
+    assert first["last_error"] == f"webhook {origin} answered HTTP 500: upstream exploded"
     assert (last["status"], last["attempts"]) == ("failed", 3)
     assert "HTTP 500" in last["last_error"] and last["delivered_at"] is None
     assert calls == {str(id_): 3}
@@ -305,7 +306,30 @@ def test_refused_connection_is_a_failed_attempt_with_the_error(
 
     row = _row(conn, id_)
     assert row["status"] == "pending" and row["attempts"] == 1 and row["due_in"] > 5
-    assert row["last_error"].startswith(f"webhook {url} failed: ClientConnectorError")
+    origin = url.removesuffix("/hook")
+    assert row["last_error"].startswith(f"webhook {origin} failed: ClientConnectorError")
+
+
+def test_a_sink_url_is_never_kept_or_logged_beyond_its_origin(
+    conn: psycopg.Connection, db_url: str, logged: _Records
+) -> None:
+    # Slack- and Discord-style hooks carry their credential in the path: the
+    # URL is as secret as a Bearer token, and last_error is shown in views.
+    port = _closed_port()
+    _set_max_attempts(conn, 1)
+    for url in [
+        f"http://user:pw-SEKRIT@127.0.0.1:{port}/services/T0/B0/SEKRIT?token=SEKRIT",
+        f"http://127.0.0.1:{port}:notaport/SEKRIT",
+    ]:
+        _set_sinks(conn, {"default": {"type": "webhook", "url": url}})
+        [id_] = _insert(conn)
+        assert asyncio.run(_round(db_url)) == 1
+        row = _row(conn, id_)
+        assert row["status"] == "failed" and row["last_error"]
+        assert "SEKRIT" not in row["last_error"], row["last_error"]
+    assert logged.records and not [
+        r for r in logged.records if "SEKRIT" in r.getMessage() + str(getattr(r, "fields", ""))
+    ]
 
 
 def test_webhook_slower_than_its_timeout_is_a_failed_attempt(
