@@ -29,8 +29,12 @@ $$;
 comment on function _setting_int(text) is
     'Read an integer from ceaseless.settings; raises CE500 when the row is missing.';
 
--- Who is acting, for the audit log: the listener id a function set for this
--- transaction, else the database role (an operator in psql).
+-- Who is acting, for the audit log: the login role, or, when that role is a
+-- listener, the listener id its functions set for the transaction. Never a
+-- setting a user role chose: any session can `set ceaseless.actor`, so it is
+-- believed only from a listener (superusers are members of every role).
+-- session_user, not current_user: inside a security definer function
+-- current_user is the function's owner.
 --
 -- No `set search_path` here, unlike the other functions: it names only
 -- pg_catalog built-ins (always searched first), and a SET clause stops
@@ -39,11 +43,30 @@ create or replace function _actor()
 returns text
 language sql stable
 as $$
-    select coalesce(nullif(current_setting('ceaseless.actor', true), ''), current_user::text);
+    select case when pg_catalog.pg_has_role(session_user, 'ceaseless_listener', 'usage')
+                then coalesce(nullif(pg_catalog.current_setting('ceaseless.actor', true), ''),
+                              session_user::text)
+                else session_user::text end;
 $$;
 
 comment on function _actor() is
-    'The actor recorded in audit_log: the listener id set by queue functions, else current_user.';
+    'The actor recorded in audit_log: the login role, or the listener id a listener''s functions '
+    'set (believed only from a member of ceaseless_listener).';
+
+-- May the caller act on a row owned by p_owner? Its own rows, or any row for
+-- operators and listeners. For security definer functions, where
+-- current_user is the owner of the function and row-level security is off.
+create or replace function _acts_for(p_owner text)
+returns boolean
+language sql stable
+as $$
+    select p_owner = session_user::text
+        or pg_catalog.pg_has_role(session_user, 'ceaseless_operator', 'usage')
+        or pg_catalog.pg_has_role(session_user, 'ceaseless_listener', 'usage');
+$$;
+
+comment on function _acts_for(text) is
+    'True when the session''s role owns p_owner''s rows or is an operator or a listener.';
 
 -- Exponential backoff with jitter for the next retry of a job that has used
 -- p_attempts attempts. Jitter keeps a burst of failures (a provider outage)

@@ -213,3 +213,58 @@ create or replace trigger agents_changed
 create or replace trigger settings_changed
     after insert or update or delete on settings
     for each row execute function _tg_config_changed();
+
+-- audit_log is append-only: a row, once written, is never changed, and is
+-- removed only by prune_audit_log's retention. Privileges already keep every
+-- role but the owner from UPDATE and DELETE (functions/99_access.sql); this
+-- keeps the owner's own sessions, and a listener run as superuser, honest.
+create or replace function _tg_audit_log_append_only()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    if tg_op = 'DELETE' and current_setting('ceaseless.pruning_audit_log', true) = 'on' then
+        return old;
+    end if;
+    raise exception 'audit_log is append-only: % is refused (old rows go through prune_audit_log)',
+        tg_op using errcode = 'CE409';
+end;
+$$;
+
+comment on function _tg_audit_log_append_only() is
+    'Before UPDATE, DELETE or TRUNCATE on audit_log: refuse, except the deletes of prune_audit_log.';
+
+create or replace trigger audit_log_append_only
+    before update or delete on audit_log
+    for each row execute function _tg_audit_log_append_only();
+
+create or replace trigger audit_log_no_truncate
+    before truncate on audit_log
+    for each statement execute function _tg_audit_log_append_only();
+
+-- Retention for the audit log: delete up to p_limit rows older than p_before,
+-- oldest first, and say how many. Bounded so a first prune of a large log
+-- does not hold a long transaction; call it again until it returns 0.
+-- Security definer so an operator can prune without DELETE on audit_log.
+create or replace function prune_audit_log(p_before timestamptz, p_limit integer default 10000)
+returns integer
+language plpgsql
+security definer
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_deleted integer;
+begin
+    perform set_config('ceaseless.pruning_audit_log', 'on', true);
+    delete from audit_log
+    where id in (select id from audit_log where at < p_before order by id limit p_limit);
+    get diagnostics v_deleted = row_count;
+    perform set_config('ceaseless.pruning_audit_log', 'off', true);
+    return v_deleted;
+end;
+$$;
+
+comment on function prune_audit_log(timestamptz, integer) is
+    'Delete up to p_limit audit_log rows older than p_before (oldest first); returns how many. The '
+    'only way rows leave the append-only log.';

@@ -462,10 +462,12 @@ begin
         returning routine_runs.id
     ),
     jobs as (
+        -- The job is the routine owner's, whoever fired it (a listener's
+        -- cron, an operator's run_routine).
         insert into job (id, kind, agent, prompt, payload, routine_run_id, expects_reply,
-                         max_attempts, max_turns, run_after, created_at)
+                         max_attempts, max_turns, run_after, created_at, user_id)
         select c.job_id, 'routine', (c.routine).agent, s.prompt, s.payload, c.run_id,
-               s.expects_reply, s.max_attempts, s.max_turns, p_now, p_now
+               s.expects_reply, s.max_attempts, s.max_turns, p_now, p_now, (c.routine).user_id
         from capped c
         cross join lateral _routine_job_spec(c.routine, c.context) s
         where c.reason is null and c.new_job
@@ -607,11 +609,18 @@ comment on function disable_routine(uuid, text) is
 create or replace function run_routine(p_routine_id uuid, p_now timestamptz default now())
 returns uuid
 language plpgsql
+security definer
 set search_path = ceaseless, pg_catalog
 as $$
 declare
     v_run_id uuid;
 begin
+    -- Security definer, so the guardrails count every owner's runs; the
+    -- routine must then be the caller's own (or the caller an operator or a
+    -- listener), and one that is not is as unknown as one that does not exist.
+    if not exists (select from routines r where r.id = p_routine_id and _acts_for(r.user_id)) then
+        raise exception 'run_routine: no routine with id %', p_routine_id using errcode = 'CE404';
+    end if;
     select f.run_id into v_run_id
     from _fire_routines(array[p_routine_id], 'manual', p_now, array['manual'], null, null, true) f;
     if v_run_id is null then

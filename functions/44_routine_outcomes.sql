@@ -149,9 +149,10 @@ begin
         from per_routine p
         where r.id = p.routine_id
     )
-    insert into notifications (source_table, source_id, kind, channel, recipient, subject, body)
+    insert into notifications (source_table, source_id, kind, channel, recipient, subject, body,
+                               user_id)
     select 'routine_runs', c.id, n.kind, r.notify_channel, r.notify_user,
-           format('routine %s: %s', r.name, c.status), coalesce(c.summary, '')
+           format('routine %s: %s', r.name, c.status), coalesce(c.summary, ''), r.user_id
     from closed c
     join routines r on r.id = c.routine_id
     cross join lateral (

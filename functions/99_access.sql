@@ -1,0 +1,76 @@
+-- Who may do what (spec section 10): the privileges of the three roles of
+-- db/0016_roles_and_owners.sql, and which functions run with their owner's
+-- rights.
+--
+-- Applied last and re-applied with every change of functions/, so a table or
+-- function added later is covered at once: privileges are granted on "all
+-- tables/functions in schema" and then narrowed. GRANT and REVOKE change the
+-- catalog only; they take no lock that stops readers or writers of a table.
+--
+-- Guarantees: nothing is granted to PUBLIC; nobody but the owner may CREATE
+-- in the schema (so no role can shadow a function or a table); a user role
+-- reaches other owners' rows only through the security definer functions
+-- below, each of which checks ownership itself or cannot be called directly.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+revoke all on schema ceaseless from public;
+grant usage on schema ceaseless to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
+revoke all on all tables in schema ceaseless from public;
+revoke all on all sequences in schema ceaseless from public;
+revoke execute on all functions in schema ceaseless from public;
+
+-- The listener: every table, all rows (its policies say `true`). audit_log
+-- only grows: no UPDATE or DELETE for anyone but prune_audit_log.
+grant select, insert, update, delete on all tables in schema ceaseless to ceaseless_listener;
+revoke update, delete, truncate on audit_log from ceaseless_listener;
+grant usage on all sequences in schema ceaseless to ceaseless_listener;
+grant execute on all functions in schema ceaseless to ceaseless_listener;
+
+-- Operators: read everything, manage agents and settings, and every function
+-- (cancel_job, retry_job, run_routine, prune_audit_log, …). They write jobs
+-- only through those functions.
+grant select on all tables in schema ceaseless to ceaseless_operator;
+grant insert, update, delete on agents, settings to ceaseless_operator;
+grant execute on all functions in schema ceaseless to ceaseless_operator;
+
+-- Users: their own routines, jobs and events (row-level security narrows
+-- every table below to their rows), and what they need to pick a lane.
+grant select, insert, update, delete on routines to ceaseless_user;
+grant select, insert on job, events to ceaseless_user;
+grant select on routine_runs, agent_run, notifications, loops, topology_runs, approvals
+    to ceaseless_user;
+-- Every column of agents but env, which holds the lanes' API keys.
+grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_concurrent,
+              window_secs, window_budget, max_attempts, enabled, created_at, updated_at)
+    on agents to ceaseless_user;
+-- The functions a user calls, and those its rows' constraints and row-level
+-- triggers call with its rights. Anything else (claims, leases, finishing,
+-- cancel and retry, firing by id) is refused with permission denied.
+grant execute on function
+    run_routine(uuid, timestamptz),
+    _is_blank(text),
+    _acts_for(text),
+    _actor()
+    to ceaseless_user;
+
+-- Security definer: these run with the owner's rights, because a user's
+-- INSERT must be able to count every owner's running work against the caps,
+-- read settings, and append to audit_log, none of which it may do itself.
+-- Each is a trigger function (never callable directly), or checks that the
+-- caller owns the row (run_routine, in 41_routine_firing.sql).
+alter function _tg_job_insert() security definer;
+alter function _tg_job_update() security definer;
+alter function _tg_routines_validate() security definer;
+alter function _tg_routines_changed() security definer;
+alter function _tg_events_fire() security definer;
+alter function _tg_routines_quiet_checks() security definer;
+alter function _tg_config_changed() security definer;
+alter function _tg_agents_disabled() security definer;
+alter function _tg_agents_quiet_checks() security definer;
+alter function _tg_settings_quiet_checks() security definer;
+-- Operators' verbs on jobs, which operators may not UPDATE themselves: only
+-- members of ceaseless_operator and ceaseless_listener may execute them.
+alter function cancel_job(uuid, timestamptz) security definer;
+alter function retry_job(uuid, timestamptz) security definer;

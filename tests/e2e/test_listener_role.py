@@ -1,0 +1,59 @@
+"""A listener that runs as a member of ceaseless_listener, not as a superuser.
+
+What a deployment should do (docs/security.md): the listener's privileges are
+enough to claim, run, finish, fire routines and append to the audit log, and
+its worker id is believed as the audit actor.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from tests.e2e.support import ListenerProcess, wait_until
+from tests.factories import make_agent, make_job, make_routine
+
+
+@pytest.fixture
+def listener_url(conn: psycopg.Connection, db_url: str) -> Iterator[str]:
+    role = f"listener_{uuid.uuid4().hex[:8]}"
+    conn.execute(f"create role {role} login password 'pw' in role ceaseless_listener")
+    conn.commit()
+    yield make_conninfo(db_url, user=role, password="pw")
+    conn.rollback()
+    conn.execute(f"drop owned by {role}")
+    conn.execute(f"drop role {role}")
+    conn.commit()
+
+
+def test_a_listener_without_superuser_runs_jobs_and_routines(
+    conn: psycopg.Connection,
+    listener_url: str,
+    start_listener: Callable[..., ListenerProcess],
+) -> None:
+    make_agent(conn, "echo", "command", ["cat"], max_concurrent=5)
+    job = make_job(conn, agent="echo")
+    routine = make_routine(conn, "on-deploy", "event", {"pattern": "deploy"}, agent="echo")
+    conn.commit()
+    start_listener("--poll-interval", "1", url=listener_url, worker_id="unprivileged-1")
+    conn.execute("insert into ceaseless.events (user_id, content) values ('alice', 'deploy 42')")
+    conn.commit()
+
+    def finished() -> bool:
+        row = conn.execute(
+            "select (select state from ceaseless.job where id = %s), "
+            "(select status from ceaseless.routine_runs where routine_id = %s)",
+            (job, routine),
+        ).fetchone()
+        return row == ("delivered", "attention")
+
+    wait_until(finished, 20, "the job and the routine run did not finish")
+    actors = conn.execute(
+        "select distinct actor from ceaseless.audit_log where entity = 'job' and entity_id = %s",
+        (job,),
+    ).fetchall()
+    assert ("unprivileged-1",) in actors
