@@ -5,13 +5,16 @@ resumable, and an agent that cannot log in blocks its job for a person.
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import psycopg
 import pytest
 
+from listener.migrate import migrate, sql_root
 from tests.factories import claim_started, make_agent, make_job
 
 # Claude Code prints UUIDs, opencode ses_ and 26 letters or digits.
@@ -262,3 +265,43 @@ def test_other_failures_queue_no_job_notification(conn: psycopg.Connection) -> N
     for job, outcome in zip(jobs, ["failed", "budget_exhausted", "succeeded"], strict=True):
         _finish_at(conn, runs[job], outcome, now)
     assert conn.execute("select count(*) from ceaseless.notifications").fetchone() == (0,)
+
+
+# --- the migration --------------------------------------------------------------------
+
+
+def test_migration_forgets_stored_sessions_no_cli_can_resume_and_keeps_the_rest(
+    empty_db_url: str, tmp_path: Path
+) -> None:
+    (this,) = (sql_root() / "db").glob("*_agent_output_untrusted.sql")
+    version = int(this.name[:4])
+    shutil.copytree(sql_root() / "db", tmp_path / "db")
+    (tmp_path / "functions").mkdir()
+    later = [p for p in (tmp_path / "db").glob("*.sql") if int(p.name[:4]) >= version]
+    for path in later:
+        path.rename(path.with_suffix(".later"))
+    migrate(empty_db_url, root=tmp_path)
+
+    sessions = ["sess-42", CLAUDE_SESSION, OPENCODE_SESSION, None]
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute("insert into ceaseless.agents (name, adapter) values ('noop', 'noop')")
+        for session in sessions:
+            conn.execute(
+                "insert into ceaseless.job (agent, kind, prompt, resume_session_id) "
+                "values ('noop', 'task', 'p', %s)",
+                (session,),
+            )
+    for path in later:
+        path.with_suffix(".later").rename(path)
+    shutil.rmtree(tmp_path / "functions")
+    shutil.copytree(sql_root() / "functions", tmp_path / "functions")
+    migrate(empty_db_url, root=tmp_path)
+
+    with psycopg.connect(empty_db_url) as conn:
+        kept = conn.execute(
+            "select resume_session_id from ceaseless.job order by resume_session_id"
+        ).fetchall()
+        assert kept == [(CLAUDE_SESSION,), (OPENCODE_SESSION,), (None,), (None,)]
+        assert conn.execute(
+            "select value from ceaseless.settings where key = 'rate_limit_max_wait_secs'"
+        ).fetchone() == (86400,)
