@@ -285,7 +285,7 @@ begin
                format('job %s blocked: agent %s could not authenticate', m.id, m.agent),
                format(E'%s\n\nLog the agent''s CLI in (or fix its API key in agents.env), '
                       'then run the job again: select ceaseless.retry_job(%L);',
-                      left(coalesce(m.error, 'no detail given'), 2000), m.id)
+                      left(coalesce(m.error, 'no detail given'), 500), m.id)
         from moved m
         where m.outcome = 'auth_failed'
         returning 1
