@@ -1,7 +1,8 @@
 -- The job queue: claim, lease, expire, cancel, retry.
 --
 -- Called by: listeners (claim_jobs, extend_leases, expire_leases,
--- release_jobs) and operators (cancel_job, retry_job).
+-- release_jobs), operators (cancel_job, retry_job), and PostgreSQL before
+-- every INSERT into job that names a resume_session_id (job_validate).
 -- Guarantees: each function is one transaction's worth of work; a job moves
 -- through pending → claimed → running → terminal only here and in
 -- 20_agent_runs.sql; every move fires the statement-level triggers of
@@ -18,6 +19,68 @@ set local search_path = ceaseless, pg_catalog, public;
 -- keeps the plan; planned while the table was small, or for a batch of one,
 -- a statement may read the whole job table and test every row against the
 -- batch's ids, quadratic for a batch of a thousand.
+
+-- Whether a session id may go back onto an agent's command line: the shape
+-- Claude Code prints (a UUID) or opencode's (ses_ and 26 letters or digits).
+-- Agents print what their prompt asks, and a looser rule let an id that is no
+-- session either CLI knows reach `--resume`. The same rule is CHECK
+-- resume_session_id_resumable on job (db/0014), spelled out there.
+--
+-- No SET clause, so the planner can inline it; it names only built-ins.
+create or replace function _resume_session_id_ok(p_session_id text)
+returns boolean
+language sql immutable
+as $$
+    select p_session_id ~ '^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|ses_[0-9A-Za-z]{26})$';
+$$;
+
+comment on function _resume_session_id_ok(text) is
+    'True when a session id can be resumed: a UUID (Claude Code) or ses_ and 26 letters or '
+    'digits (opencode).';
+
+-- A session an agent reported, if it may be handed to the job's next attempt,
+-- else NULL: the paths that hand sessions over (finish_runs, expire_leases,
+-- release_jobs) keep the job's previous session instead of failing the batch
+-- on one agent's odd output.
+create or replace function _resumable(p_session_id text)
+returns text
+language sql immutable
+as $$
+    select case when _resume_session_id_ok(p_session_id) then p_session_id end;
+$$;
+
+comment on function _resumable(text) is
+    'The session id when _resume_session_id_ok accepts it, else NULL.';
+
+-- Refuse a job whose resume_session_id no agent CLI could resume, naming the
+-- field, the rule and the value (CE422), before the CHECK constraint could
+-- (its message would print the whole row, prompt included).
+create or replace function _tg_job_validate()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+begin
+    if not _resume_session_id_ok(new.resume_session_id) then
+        raise exception 'job.resume_session_id: must be a Claude Code session id (a UUID) or an '
+                        'opencode session id (ses_ and 26 letters or digits); got %',
+                        to_jsonb(left(new.resume_session_id, 100))
+            using errcode = 'CE422', table = 'job', column = 'resume_session_id';
+    end if;
+    return new;
+end;
+$$;
+
+comment on function _tg_job_validate() is
+    'Before INSERT or UPDATE of resume_session_id on job: refuse an id no agent CLI can resume '
+    '(CE422, naming the field and the value).';
+
+-- Only rows that carry a session: the WHEN clause keeps every other insert
+-- and update free of a function call.
+create or replace trigger job_validate
+    before insert or update of resume_session_id on job
+    for each row when (new.resume_session_id is not null)
+    execute function _tg_job_validate();
 
 -- Claim up to p_limit due jobs for p_worker, admitting each through its
 -- lane's governor (concurrency and rolling-window budget) in the same
@@ -317,7 +380,7 @@ begin
             -- The vanished listener's agent may have got far: the next
             -- attempt resumes its session (noted at its start) rather than
             -- starting over.
-            resume_session_id = coalesce(e.session_id, j.resume_session_id),
+            resume_session_id = coalesce(_resumable(e.session_id), j.resume_session_id),
             last_error = format('lease expired (held by %s, attempt %s)', e.claimed_by, j.attempts),
             updated_at = p_now
         from expired e, agents a
@@ -372,7 +435,7 @@ begin
         set state = 'pending', claimed_by = null, claim_expires_at = null, claimed_at = null,
             attempts = greatest(j.attempts - 1, 0), run_after = p_now, updated_at = p_now,
             -- The next attempt picks the interrupted session up again.
-            resume_session_id = coalesce(h.session_id, j.resume_session_id),
+            resume_session_id = coalesce(_resumable(h.session_id), j.resume_session_id),
             last_error = format('released by %s at shutdown', p_worker)
         from held h
         where j.id = h.id

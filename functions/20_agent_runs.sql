@@ -73,6 +73,8 @@ comment on function note_sessions(text, uuid[], text[]) is
 -- Finish runs in a batch and move their jobs by outcome:
 --   succeeded                                   → delivered
 --   budget_exhausted, output_budget_exhausted   → blocked (a person must add budget or split the work)
+--   auth_failed                                 → blocked (a person must log the agent in), the
+--                                                 attempt refunded, a notification queued
 --   cancelled                                   → cancelled
 --   failed, timed_out, rate_limited             → pending after backoff while attempts remain, else failed
 --   lease_expired (the listener stopped its own agent because it could not
@@ -81,9 +83,17 @@ comment on function note_sessions(text, uuid[], text[]) is
 -- reported an empty final message is recorded as failed.
 -- A rate limit with a reported reset time waits until then, pauses the whole
 -- lane until then (every job of the lane would hit the same limit), and does
--- not use up an attempt: the provider paused, the job did not fail.
+-- not use up an attempt: the provider paused, the job did not fail. The reset
+-- is the agent's word, and agents print what their prompt asks: it is clamped
+-- to rate_limit_max_wait_secs after p_now, so no reply can stop a lane for
+-- longer (a reply naming year 9999 once did).
+-- An agent that could not authenticate (auth_failed) fails on every attempt
+-- until a person logs it in: its job is blocked at once, its attempt
+-- refunded, and a notification (source_table 'job', kind 'attention', the
+-- default sink) says so.
 -- An interrupted run (lease_expired, rate_limited) hands its session to the
--- job, so the next attempt resumes it.
+-- job, so the next attempt resumes it, if the id is one an agent CLI can
+-- resume (_resumable); else the job keeps the session it had.
 --
 -- A result is recorded only on a run that is still open, is p_worker's, and
 -- whose job p_worker still holds at that attempt. Any other is refused:
@@ -135,6 +145,13 @@ begin
     -- batch (seconds at 2,000).
     target as (
         select x.*, r.run_job_id, r.held, r.repeat, r.refusal, r.job_state,
+               -- The reported reset, never further than the ceiling: the
+               -- setting is read only for a run that reported one.
+               case when x.rate_limit_reset_at is not null
+                    then least(x.rate_limit_reset_at,
+                               p_now + make_interval(
+                                   secs => _setting_int('rate_limit_max_wait_secs')))
+               end as reset_at,
                -- A job that expects a reply and got none (or only whitespace)
                -- has failed, whatever the process's exit status said.
                (r.expects_reply and x.outcome = 'succeeded'
@@ -181,7 +198,7 @@ begin
             tokens_out = t.tokens_out,
             cost_usd = t.cost_usd,
             num_turns = t.num_turns,
-            rate_limit_reset_at = t.rate_limit_reset_at,
+            rate_limit_reset_at = t.reset_at,
             pr_forge = t.pr_forge,
             pr_owner = t.pr_owner,
             pr_repo = t.pr_repo,
@@ -216,7 +233,8 @@ begin
         update job j
         set state = case
                 when d.outcome = 'succeeded' then 'delivered'
-                when d.outcome in ('budget_exhausted', 'output_budget_exhausted') then 'blocked'
+                when d.outcome in ('budget_exhausted', 'output_budget_exhausted', 'auth_failed')
+                    then 'blocked'
                 when d.outcome = 'cancelled' then 'cancelled'
                 when d.outcome = 'rate_limited' and d.rate_limit_reset_at is not null then 'pending'
                 when d.attempts_left then 'pending'
@@ -243,17 +261,34 @@ begin
                 when d.outcome = 'lease_expired' then p_now
                 else j.run_after
             end,
-            attempts = case when d.outcome = 'rate_limited' and d.rate_limit_reset_at is not null
+            -- Neither a provider's pause nor a missing login is the job's
+            -- failure: the attempt is given back.
+            attempts = case when (d.outcome = 'rate_limited' and d.rate_limit_reset_at is not null)
+                                 or d.outcome = 'auth_failed'
                             then greatest(j.attempts - 1, 0) else j.attempts end,
             resume_session_id = case when d.outcome in ('lease_expired', 'rate_limited')
-                                     then coalesce(d.session_id, j.resume_session_id)
+                                     then coalesce(_resumable(d.session_id), j.resume_session_id)
                                      else j.resume_session_id end,
             last_error = case when d.outcome = 'succeeded' then j.last_error
                               else coalesce(d.error, d.outcome) end,
             updated_at = p_now
         from decided d
         where j.id = d.job_id
-        returning d.run_id, j.id, j.state
+        returning d.run_id, j.id, j.state, j.agent, d.outcome, d.error
+    ),
+    -- A job blocked on a missing login tells someone: nothing else will move
+    -- it, and every job of the lane will block the same way until the agent
+    -- is logged in. To the default sink, where operators listen.
+    asked as (
+        insert into notifications (source_table, source_id, kind, subject, body)
+        select 'job', m.id, 'attention',
+               format('job %s blocked: agent %s could not authenticate', m.id, m.agent),
+               format(E'%s\n\nLog the agent''s CLI in (or fix its API key in agents.env), '
+                      'then run the job again: select ceaseless.retry_job(%L);',
+                      left(coalesce(m.error, 'no detail given'), 500), m.id)
+        from moved m
+        where m.outcome = 'auth_failed'
+        returning 1
     ),
     -- A rate limit pauses its lane until the latest reset reported, in
     -- lane_pauses rather than on the agents row: a change there is a
@@ -324,6 +359,8 @@ $$;
 
 comment on function finish_runs(text, jsonb, timestamptz) is
     'Finish a batch of agent runs and move each job by its outcome (delivered, blocked, '
-    'cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane. '
+    'cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, '
+    'for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job '
+    'and queues a notification. '
     'A result for a run that is no longer the reporter''s is kept in late_results, never '
     'written onto the closed run (recorded = false).';

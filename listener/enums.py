@@ -55,6 +55,7 @@ class Outcome(StrEnum):
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
     LEASE_EXPIRED = "lease_expired"
+    AUTH_FAILED = "auth_failed"
 
 
 class TriggerType(StrEnum):

@@ -36,8 +36,20 @@ from listener.enums import Billing, Outcome
 
 _FLAGS = ["-p", "--output-format", "stream-json", "--verbose"]
 
-# Older CLIs put the reset instant, in epoch seconds, after a pipe.
+# Older CLIs put the reset instant, in epoch seconds, after a pipe. Read only
+# on a run that failed: in a successful reply it is the agent's text, and an
+# injected prompt could name any instant (year 9999 paused a lane for good).
 _LEGACY_LIMIT = re.compile(r"Claude AI usage limit reached\|(\d+)")
+# The `error` Claude Code puts on the synthetic message of a run it could not
+# authenticate (2.1.x, unauthenticated: "Not logged in · Please run /login").
+_AUTH_ERROR = "authentication_failed"
+# The same, read from an error result's text when no synthetic message says it:
+# the login prompt, a refused or expired key or token, the API's error type.
+_AUTH_TEXT = re.compile(
+    r"not logged in|please run /login|invalid api key|failed to authenticate"
+    r"|oauth token (?:has )?expired|authentication_error",
+    re.IGNORECASE,
+)
 # Newer CLIs word it for people: "You've hit your session limit · resets 11pm (Asia/Nicosia)".
 _LIMIT_TEXT = re.compile(
     r"usage limit|session limit|weekly limit|hit your limit|rate limit", re.IGNORECASE
@@ -64,7 +76,9 @@ class ClaudeCodeAdapter:
         if task.max_turns:
             argv += ["--max-turns", str(task.max_turns)]
         if task.resume_session_id:
-            argv += ["--resume", task.resume_session_id]
+            # One element: --resume takes an optional value, so a separate
+            # one that looks like a flag would be read as that flag.
+            argv.append(f"--resume={task.resume_session_id}")
         return argv
 
     def parser(self) -> ClaudeStreamParser:
@@ -193,7 +207,8 @@ class ClaudeStreamParser:
         text = result.text or ""
         if result.subtype in _BUDGET_SUBTYPES:
             return Outcome.BUDGET_EXHAUSTED, self._error_text(result), None
-        if _LEGACY_LIMIT.fullmatch(text.strip()):
+        errored = result.is_error or _exited_badly(exit_status)
+        if errored and _LEGACY_LIMIT.fullmatch(text.strip()):
             return Outcome.RATE_LIMITED, text, self._reset_at(text)
         if _OUTPUT_LIMIT.search(text) and (
             result.is_error or self._api_error or text.lstrip().startswith("API Error")
@@ -201,6 +216,8 @@ class ClaudeStreamParser:
             return Outcome.OUTPUT_BUDGET_EXHAUSTED, text, None
         if not result.is_error and result.subtype in (None, "success"):
             return Outcome.SUCCEEDED, None, None
+        if self._looks_unauthenticated(result, text):
+            return Outcome.AUTH_FAILED, with_stderr(self._error_text(result), stderr_tail), None
         if self._looks_rate_limited(result, text):
             return Outcome.RATE_LIMITED, text or "rate limited", self._reset_at(text)
         return Outcome.FAILED, with_stderr(self._error_text(result), stderr_tail), None
@@ -209,13 +226,25 @@ class ClaudeStreamParser:
         self, exit_status: int | None, stderr_tail: str
     ) -> tuple[Outcome, str | None, datetime | None]:
         text = self._assistant_text or ""
-        if self._limit_rejected or self._api_error == "rate_limit" or _LEGACY_LIMIT.search(text):
+        if self._api_error == _AUTH_ERROR:
+            return Outcome.AUTH_FAILED, with_stderr(text or _AUTH_ERROR, stderr_tail), None
+        # The legacy text counts only in the CLI's own synthetic error message:
+        # in any other assistant message it is the model's text.
+        legacy = self._api_error is not None and _LEGACY_LIMIT.search(text)
+        if self._limit_rejected or self._api_error == "rate_limit" or legacy:
             message = text if self._api_error else "rate limited before a result line"
             return Outcome.RATE_LIMITED, with_stderr(message, stderr_tail), self._reset_at(text)
         if self._api_error and _OUTPUT_LIMIT.search(text):
             return Outcome.OUTPUT_BUDGET_EXHAUSTED, text, None
         message = f"claude exited with status {exit_status} without a result line"
         return Outcome.FAILED, with_stderr(message, stderr_tail), None
+
+    def _looks_unauthenticated(self, result: _ResultLine, text: str) -> bool:
+        return (
+            self._api_error == _AUTH_ERROR
+            or result.api_error_status == 401
+            or bool(_AUTH_TEXT.search(text))
+        )
 
     def _looks_rate_limited(self, result: _ResultLine, text: str) -> bool:
         return (
@@ -235,6 +264,11 @@ class ClaudeStreamParser:
     def _error_text(result: _ResultLine) -> str:
         detail = "; ".join(result.errors) or result.text or "no detail given"
         return f"{result.subtype or 'error'}: {detail}"
+
+
+def _exited_badly(exit_status: int | None) -> bool:
+    """A non-zero exit status (negative: killed by a signal); None is not known to be one."""
+    return exit_status is not None and exit_status != 0
 
 
 def reset_from_text(text: str, now: datetime) -> datetime | None:

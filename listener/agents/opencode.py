@@ -37,6 +37,11 @@ from listener.enums import Outcome
 
 _FLAGS = ["--format", "json"]
 _RATE_LIMIT_TEXT = re.compile(r"rate[ _-]?limit|usage limit|too many requests", re.IGNORECASE)
+# The error opencode prints when a provider has no credentials at all (1.x:
+# "Anthropic API key is missing. Pass it using the 'apiKey' parameter or the
+# ANTHROPIC_API_KEY environment variable."); a refused key is an APIError
+# with statusCode 401.
+_AUTH_ERROR = "ProviderAuthError"
 # step_finish reasons (the AI SDK's finish reasons) that mean the answer is not there.
 _FAILED_REASONS = {"content-filter": "the provider's content filter stopped the response"}
 
@@ -56,7 +61,13 @@ class OpencodeAdapter:
         if agent.model:
             argv += ["--model", agent.model]
         if task.resume_session_id:
-            argv += ["--session", task.resume_session_id]
+            # One element, so a value that looks like a flag cannot be read as one.
+            argv.append(f"--session={task.resume_session_id}")
+        if task.cwd:
+            # opencode takes its project directory from $PWD, which a child
+            # inherits from the listener whatever its working directory is: it
+            # read the listener's directory's config and worked on its files.
+            argv.append(f"--dir={task.cwd}")
         # opencode run has no turn limit flag; task.max_turns cannot be passed on.
         return argv
 
@@ -192,6 +203,8 @@ class OpencodeJsonParser:
         text = f"{error.name}: {error.message}" if error.message else error.name
         if error.name == "MessageOutputLengthError":
             return Outcome.OUTPUT_BUDGET_EXHAUSTED, text, None
+        if error.name == _AUTH_ERROR or error.status == 401:
+            return Outcome.AUTH_FAILED, with_stderr(text, stderr_tail), None
         if error.status == 429 or _RATE_LIMIT_TEXT.search(error.message):
             return Outcome.RATE_LIMITED, text, error.reset_at
         return Outcome.FAILED, with_stderr(text, stderr_tail), None

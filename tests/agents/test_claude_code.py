@@ -90,7 +90,7 @@ def test_argv_appends_print_mode_flags_to_the_configured_command():
 def test_argv_passes_model_turns_and_resume():
     config = agent(Adapter.CLAUDE_CODE, ["claude"], model="opus")
     argv = ClaudeCodeAdapter().argv(config, task(max_turns=12, resume_session_id=SESSION))
-    assert argv[-6:] == ["--model", "opus", "--max-turns", "12", "--resume", SESSION]
+    assert argv[-5:] == ["--model", "opus", "--max-turns", "12", f"--resume={SESSION}"]
 
 
 def test_success_reads_session_usage_cost_and_final_text():
@@ -265,7 +265,7 @@ def test_error_result_is_failed_with_errors_and_stderr():
 
 
 def test_is_error_on_a_success_subtype_is_a_failure():
-    text = "Failed to authenticate: OAuth session expired and could not be refreshed"
+    text = 'API Error: 500 {"type":"error","error":{"type":"api_error","message":"Overloaded"}}'
     r = parse(init(), result(is_error=True, text=text), exit_status=1)
     assert r.outcome == Outcome.FAILED
     assert text in (r.error or "")

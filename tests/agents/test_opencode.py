@@ -56,8 +56,7 @@ def test_argv_adds_run_and_json_format():
         "json",
         "--model",
         "anthropic/claude-sonnet-4-5",
-        "--session",
-        SESSION,
+        f"--session={SESSION}",
     ]
 
 
@@ -151,13 +150,13 @@ def test_rate_limit_named_only_in_the_message():
 def test_other_errors_fail_with_name_message_and_stderr():
     r = parse(
         step_start(),
-        error("ProviderAuthError", providerID="anthropic", message="Invalid API key"),
+        error("UnknownError", message="Unexpected server error.", ref="err_5cafe27d"),
         exit_status=1,
-        stderr="auth trace",
+        stderr="server trace",
     )
     assert r.outcome == Outcome.FAILED
-    assert "ProviderAuthError: Invalid API key" in (r.error or "")
-    assert "auth trace" in (r.error or "")
+    assert "UnknownError: Unexpected server error." in (r.error or "")
+    assert "server trace" in (r.error or "")
 
 
 def test_odd_error_shapes_still_fail():

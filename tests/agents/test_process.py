@@ -318,6 +318,9 @@ def test_empty_argv_fails():
     assert "empty argv" in (r.error or "")
 
 
+CLAUDE_SESSION = "2e9efa04-03b0-4d19-8375-7bd5817c3e8b"
+OPENCODE_SESSION = "ses_dcfda6cdfffephB54bHuC7SIsm"
+
 CLAUDE_MODES = {
     "success": Outcome.SUCCEEDED,
     "max_turns": Outcome.BUDGET_EXHAUSTED,
@@ -327,6 +330,7 @@ CLAUDE_MODES = {
     "error": Outcome.FAILED,
     "crash": Outcome.FAILED,
     "hang": Outcome.TIMED_OUT,
+    "not_logged_in": Outcome.AUTH_FAILED,
 }
 
 
@@ -335,9 +339,9 @@ def test_fake_claude_modes_end_to_end(mode, expected):
     env = {"FAKE_CLAUDE_MODE": mode, "FAKE_CLAUDE_API_KEY_SOURCE": "ANTHROPIC_API_KEY"}
     timeout = 1 if mode == "hang" else 30
     config = agent(Adapter.CLAUDE_CODE, [FAKE_CLAUDE], env=env, timeout_secs=timeout)
-    r = run(config, task("the prompt", resume_session_id="sess-42", max_turns=9))
+    r = run(config, task("the prompt", resume_session_id=CLAUDE_SESSION, max_turns=9))
     assert r.outcome == expected
-    assert r.session_id == "sess-42"
+    assert r.session_id == CLAUDE_SESSION
     assert r.billing == Billing.API_KEY
     if mode == "success":
         assert (r.final_message or "").endswith("Prompt received: the prompt")
@@ -362,6 +366,8 @@ OPENCODE_MODES = {
     "error": Outcome.FAILED,
     "crash": Outcome.FAILED,
     "hang": Outcome.TIMED_OUT,
+    "not_logged_in": Outcome.AUTH_FAILED,
+    "key_rejected": Outcome.AUTH_FAILED,
 }
 
 
@@ -371,9 +377,9 @@ def test_fake_opencode_modes_end_to_end(mode, expected):
     config = agent(
         Adapter.OPENCODE, [FAKE_OPENCODE], env={"FAKE_OPENCODE_MODE": mode}, timeout_secs=timeout
     )
-    r = run(config, task("the prompt", resume_session_id="ses_42"))
+    r = run(config, task("the prompt", resume_session_id=OPENCODE_SESSION))
     assert r.outcome == expected
-    assert r.session_id == "ses_42"
+    assert r.session_id == OPENCODE_SESSION
     if mode == "success":
         assert (r.final_message or "").endswith("Prompt received: the prompt")
         assert r.num_turns == 2

@@ -62,9 +62,12 @@ def test_killed_listener_s_job_resumes_its_session_elsewhere(
 
     invocations = [json.loads(line) for line in argv_log.read_text().splitlines()]
     assert len(invocations) == 2
-    assert invocations[0]["session_id"] == session and "--resume" not in invocations[0]["argv"]
+    first_argv = invocations[0]["argv"]
+    assert invocations[0]["session_id"] == session
+    assert not any(arg.startswith("--resume") for arg in first_argv)
+    # One argv element, so no value can be read as a flag of its own.
     resumed = invocations[1]["argv"]
-    assert resumed[resumed.index("--resume") + 1] == session
+    assert f"--resume={session}" in resumed and "--resume" not in resumed
     runs = conn.execute(
         "select worker, outcome, session_id from ceaseless.agent_run where job_id = %s "
         "order by started_at",

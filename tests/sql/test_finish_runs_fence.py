@@ -17,6 +17,8 @@ import pytest
 from tests.factories import claim_started, make_agent, make_job
 
 LATER = datetime.now(UTC) + timedelta(hours=1)
+# Session ids of the shape Claude Code prints: only these are handed to a job.
+SESSION = "3b926aac-d113-4b86-9dc1-0c36b2013f93"
 
 
 def _finish(
@@ -121,7 +123,7 @@ def test_a_fenced_run_returns_its_job_at_once_with_its_session(
     conn: psycopg.Connection, started: tuple[UUID, UUID]
 ) -> None:
     job, run = started
-    conn.execute("select ceaseless.note_sessions('w1', %s, %s)", ([run], ["sess-1"]))
+    conn.execute("select ceaseless.note_sessions('w1', %s, %s)", ([run], [SESSION]))
     assert _finish(conn, "w1", {"run_id": run, "outcome": "lease_expired"}) == [
         (run, "pending", True, None)
     ]
@@ -130,7 +132,7 @@ def test_a_fenced_run_returns_its_job_at_once_with_its_session(
         "from ceaseless.job where id = %s",
         (job,),
     ).fetchone()
-    assert row == (None, True, 1, "sess-1")
+    assert row == (None, True, 1, SESSION)
 
 
 def test_note_sessions_stores_only_plausible_sessions_of_open_runs_of_the_caller(
@@ -160,7 +162,7 @@ def test_an_interrupted_run_hands_its_session_to_the_next_attempt(
     conn: psycopg.Connection, started: tuple[UUID, UUID], how: str
 ) -> None:
     job, run = started
-    conn.execute("select ceaseless.note_sessions('w1', %s, %s)", ([run], ["sess-42"]))
+    conn.execute("select ceaseless.note_sessions('w1', %s, %s)", ([run], [SESSION]))
     if how == "expire":
         conn.execute("select ceaseless.expire_leases(%s)", (LATER,))
     else:
@@ -169,16 +171,18 @@ def test_an_interrupted_run_hands_its_session_to_the_next_attempt(
         "select resume_session_id from ceaseless.claim_jobs('w2', 1, p_now => %s, p_start => true)",
         (LATER,),
     ).fetchone()
-    assert resumed == ("sess-42",)
+    assert resumed == (SESSION,)
 
 
 def test_a_job_cannot_be_inserted_with_a_session_that_reads_as_a_flag(
     conn: psycopg.Connection,
 ) -> None:
     make_agent(conn)
-    with pytest.raises(psycopg.errors.CheckViolation) as error:
+    with pytest.raises(psycopg.Error) as error:
         make_job(conn, resume_session_id="--dangerously-skip-permissions")
-    assert "resume_session_id_plausible" in str(error.value)
+    assert error.value.sqlstate == "CE422"
+    assert "job.resume_session_id" in str(error.value)
+    assert "--dangerously-skip-permissions" in str(error.value)
 
 
 def test_listener_status_shows_what_each_listener_holds_and_its_refused_results(

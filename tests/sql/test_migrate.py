@@ -518,8 +518,9 @@ def test_migrate_that_never_gets_its_table_lock_fails_naming_file_and_statement(
         started = time.monotonic()
         with pytest.raises(
             MigrationError,
-            match=r"30_notify_audit\.sql, statement at line \d+ "
-            r"\(create or replace trigger job_insert\).*lock timeout.*after 3 attempts",
+            # The first statement of functions/ that needs a lock on job.
+            match=r"10_jobs\.sql, statement at line \d+ "
+            r"\(create or replace trigger job_validate\).*lock timeout.*after 3 attempts",
         ):
             migrate(db_url, root=root, lock_timeout=0.2, attempts=3, backoff=0.05)
         took = time.monotonic() - started
