@@ -274,18 +274,19 @@ begin
             updated_at = p_now
         from decided d
         where j.id = d.job_id
-        returning d.run_id, j.id, j.state, j.agent, d.outcome, d.error
+        returning d.run_id, j.id, j.state, j.agent, d.outcome, d.error, j.user_id
     ),
     -- A job blocked on a missing login tells someone: nothing else will move
     -- it, and every job of the lane will block the same way until the agent
     -- is logged in. To the default sink, where operators listen.
     asked as (
-        insert into notifications (source_table, source_id, kind, subject, body)
+        insert into notifications (source_table, source_id, kind, subject, body, user_id)
         select 'job', m.id, 'attention',
                format('job %s blocked: agent %s could not authenticate', m.id, m.agent),
                format(E'%s\n\nLog the agent''s CLI in (or fix its API key in agents.env), '
                       'then run the job again: select ceaseless.retry_job(%L);',
-                      left(coalesce(m.error, 'no detail given'), 500), m.id)
+                      left(coalesce(m.error, 'no detail given'), 500), m.id),
+               m.user_id
         from moved m
         where m.outcome = 'auth_failed'
         returning 1

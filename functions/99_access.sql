@@ -74,3 +74,4 @@ alter function _tg_settings_quiet_checks() security definer;
 -- members of ceaseless_operator and ceaseless_listener may execute them.
 alter function cancel_job(uuid, timestamptz) security definer;
 alter function retry_job(uuid, timestamptz) security definer;
+alter function _tg_job_validate() security definer;
