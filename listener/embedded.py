@@ -32,9 +32,9 @@ import hashlib
 import importlib.util
 import os
 import pwd
-import shutil
 import re
 import secrets
+import shutil
 import signal
 import stat
 import subprocess
@@ -372,9 +372,7 @@ class EmbeddedServer:
             hba = (self.data_dir / "pg_hba.conf").read_text()
         except FileNotFoundError:
             return False
-        return any(
-            re.search(r"\btrust\b", line.split("#", 1)[0]) for line in hba.splitlines()
-        )
+        return any(re.search(r"\btrust\b", line.split("#", 1)[0]) for line in hba.splitlines())
 
     def _switch_to_passwords(self) -> None:
         """Give postgres a password, then accept nothing but it (an older trust install)."""

@@ -42,8 +42,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable
 
-from listener.agents.environment import agent_environment
-from listener.agents.sandbox import Isolation
 from listener.agents.base import (
     AgentAdapter,
     AgentConfig,
@@ -53,6 +51,8 @@ from listener.agents.base import (
     truncate_message,
     with_stderr,
 )
+from listener.agents.environment import agent_environment
+from listener.agents.sandbox import Isolation
 from listener.enums import Outcome
 
 log = logging.getLogger(__name__)
@@ -109,9 +109,7 @@ async def run_agent(
         return RunResult(outcome=Outcome.FAILED, error=f"agent {agent.name!r} has an empty argv")
     parser = adapter.parser()
     isolation = isolation or Isolation.current()
-    env = agent_environment(
-        agent, task, identity=isolation.identity, tmpdir=isolation.tmpdir()
-    )
+    env = agent_environment(agent, task, identity=isolation.identity, tmpdir=isolation.tmpdir())
     try:
         _check_startable(argv[0], env, task.cwd)
         launch = isolation.launch(argv, task.cwd, grace=agent.kill_grace_secs)

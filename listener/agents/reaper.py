@@ -28,6 +28,7 @@ same signal, so the caller reads the agent's own exit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import signal
@@ -85,10 +86,8 @@ def _descendants(root: int) -> list[int]:
 
 def _signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _reap(child: int, status: list[int]) -> None:

@@ -100,12 +100,14 @@ class Isolation:
         """One sentence for the startup log and `ceaseless status`, or None when all is well."""
         if not self.problems:
             return None
-        risk = (
-            "agents can read what the listener's OS user can read"
-            if not self.sandboxed
-            else "agents share the listener's OS user"
-        )
-        return "; ".join(self.problems) + f": {risk}"
+        text = "agents are not fully isolated: " + "; ".join(self.problems)
+        if not self.sandboxed:
+            text += (
+                ". Without a sandbox an agent can read whatever its OS user can, and a prompt "
+                "injection may reach the database; install bubblewrap (Debian: apt-get install "
+                "bubblewrap)"
+            )
+        return text
 
     def launch(self, argv: list[str], cwd: str | None, *, grace: float) -> list[str]:
         """The argv to execute for `argv`: the keeper, and the sandbox when there is one."""

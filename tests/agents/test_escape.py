@@ -21,17 +21,17 @@ from listener.enums import Adapter, Outcome
 from tests.e2e.support import ListenerProcess, wait_until
 from tests.factories import make_agent, make_job
 
+from . import support
 from .isolation import (
     FAKE_ESCAPER,
     MODES,
-    escaper_env,
     escapees_started,
+    escaper_env,
     isolate,
     new_token,
     processes_with,
     workspace,
 )
-from . import support
 from .support import agent, kill_quietly, task
 
 

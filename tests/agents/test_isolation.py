@@ -1,0 +1,187 @@
+"""An agent cannot reach the embedded database, nor see the listener's secrets.
+
+The agent here is an intruder (tests/fakes/fake_intruder) run for real by a
+listener process through its spawn path: the listener's own database is an
+embedded server of this test's own (password authentication, its password file
+in CEASELESS_HOME), and the listener's environment holds everything an attacker
+would want: DATABASE_URL, PG* variables with the password, a secret of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from listener.agents import adapter_for, run_agent
+from listener.agents.environment import agent_environment
+from listener.embedded import EmbeddedServer, wheel_bin_dir
+from listener.enums import Adapter, Outcome
+from listener.migrate import migrate
+from tests.e2e.support import ListenerProcess, wait_until
+from tests.factories import make_agent, make_job
+
+from .isolation import FAKE_INTRUDER, MODES, isolate, workspace
+from .support import agent, task
+
+SECRET_NAME = "LISTENER_SECRET_TOKEN"
+SECRET = "s3cret-the-agent-must-never-see"
+
+
+@pytest.fixture(scope="module")
+def embedded() -> Iterator[EmbeddedServer]:
+    """An embedded server of this module's own, its home outside /tmp (which the sandbox
+    replaces anyway) so that hiding CEASELESS_HOME itself is what is tested."""
+    parent = "/var/lib" if os.geteuid() == 0 else None
+    home = Path(tempfile.mkdtemp(prefix="ceaseless-iso-", dir=parent))
+    home.chmod(0o755)
+    server = EmbeddedServer(home)
+    try:
+        migrate(server.start())
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _system_identifier(url: str) -> str:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("select system_identifier from pg_control_system()").fetchone()
+        assert row is not None
+        return str(row[0])
+
+
+def _password(server: EmbeddedServer) -> str:
+    return server.password_file.read_text().strip().rsplit(":", 1)[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_an_agent_cannot_reach_the_embedded_database_nor_see_the_listeners_secrets(
+    monkeypatch: pytest.MonkeyPatch, embedded: EmbeddedServer, mode: str
+) -> None:
+    if mode == "no_sandbox" and os.geteuid() != 0:
+        pytest.skip("without a sandbox, only another OS user keeps an agent out (needs root)")
+    isolation = isolate(monkeypatch, mode)
+    url = embedded.url()
+    socket_dir = conninfo_to_dict(url)["host"]
+    password = _password(embedded)
+    # Everything a listener's environment might hold, the password itself included.
+    monkeypatch.setenv("CEASELESS_HOME", str(embedded.home))
+    monkeypatch.setenv("PGHOST", str(socket_dir))
+    monkeypatch.setenv("PGUSER", "postgres")
+    monkeypatch.setenv("PGPASSWORD", password)
+    monkeypatch.setenv("PGPASSFILE", str(embedded.password_file))
+    monkeypatch.setenv(SECRET_NAME, SECRET)
+    monkeypatch.setenv("AGENT_PROXY_SETTING", "passed-through")
+    # A ~/.pgpass holding the password in the HOME the sandbox shares with the agent
+    # (never root's own). Without a sandbox the agent's HOME is its OS user's own.
+    pgpass = None
+    if isolation.sandboxed and isolation.identity is not None:
+        pgpass = Path(isolation.identity.home) / ".pgpass"
+    if pgpass is not None and not pgpass.exists():
+        pgpass.write_text(f"*:*:*:postgres:{password}\n")
+        pgpass.chmod(0o600)
+        os.chown(pgpass, isolation.identity.uid, isolation.identity.gid)
+    else:
+        pgpass = None
+    try:
+        with workspace() as ws, psycopg.connect(url, autocommit=True) as conn:
+            report_file = ws / "report.json"
+            make_agent(
+                conn,
+                f"intruder-{mode}",
+                "command",
+                [FAKE_INTRUDER],
+                env={
+                    "FAKE_INTRUDER_PSQL": str(wheel_bin_dir() / "psql"),
+                    "FAKE_INTRUDER_REPORT": str(report_file),
+                    "FAKE_INTRUDER_SOCKETS": os.pathsep.join([str(socket_dir), str(embedded.home)]),
+                    "FAKE_INTRUDER_PASSFILES": str(embedded.password_file),
+                },
+                env_passthrough=["AGENT_PROXY_SETTING"],
+            )
+            listener = ListenerProcess(url, "--poll-interval", "60", "--workdir", str(ws)).ready()
+            try:
+                job = make_job(conn, agent=f"intruder-{mode}")
+                wait_until(
+                    lambda: (
+                        conn.execute(
+                            "select state from ceaseless.job where id = %s", (job,)
+                        ).fetchone()
+                        == ("delivered",)
+                    ),
+                    60,
+                    lambda: f"the intruder's job never finished: {listener.lines[-10:]}",
+                )
+            finally:
+                listener.stop(timeout=20)
+            report = json.loads(report_file.read_text())
+    finally:
+        if pgpass is not None:
+            pgpass.unlink()
+
+    environment = report["environment"]
+    assert SECRET_NAME not in environment
+    assert not [name for name in environment if name == "DATABASE_URL" or name.startswith("PG")]
+    assert environment["AGENT_PROXY_SETTING"] == "passed-through"
+    everything = json.dumps(report)
+    assert SECRET not in everything, "the listener's secret reached the agent"
+    assert password not in everything, "the database password reached the agent"
+    tried = [a["how"] for a in report["attempts"]]
+    assert any(str(socket_dir) in how for how in tried) and any("127.0.0.1" in h for h in tried)
+    ours = _system_identifier(url)
+    inside = [a for a in report["attempts"] if a.get("system_identifier") == ours]
+    assert not inside, f"the agent connected to the embedded database: {inside}"
+
+
+def test_the_environment_is_an_allowlist(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SECRET_NAME, SECRET)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://postgres:pw@db/x")
+    monkeypatch.setenv("PGPASSWORD", "pw")
+    monkeypatch.setenv("LC_TIME", "C")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    config = agent(
+        Adapter.COMMAND,
+        ["x"],
+        env={"API_KEY": "configured"},
+    )
+    config = dataclasses.replace(config, env_passthrough=("HTTPS_PROXY", "PGPASSWORD"))
+    env = agent_environment(config, task(max_tokens=100))
+    assert SECRET_NAME not in env and "DATABASE_URL" not in env
+    assert "PGPASSWORD" not in env, "a passthrough list cannot hand out the database's variables"
+    assert env["HTTPS_PROXY"] == "http://proxy:3128"
+    assert env["LC_TIME"] == "C"
+    assert env["API_KEY"] == "configured"
+    assert env["CEASELESS_JOB_ID"] == "job-1" and env["CEASELESS_MAX_TOKENS"] == "100"
+    assert set(env) <= {
+        "PATH", "HOME", "LANG", "TERM", "TMPDIR", "USER", "LC_TIME", "HTTPS_PROXY", "API_KEY",
+        "CEASELESS_JOB_ID", "CEASELESS_RUN_ID", "CEASELESS_MAX_TOKENS",
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS", "LOGNAME",
+    }  # fmt: skip
+
+
+def test_a_spawned_agent_sees_none_of_the_listeners_secrets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(SECRET_NAME, SECRET)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://postgres:pw@db/x")
+    code = "import json, os; print(json.dumps(dict(os.environ)))"
+    config = agent(Adapter.COMMAND, [sys.executable, "-c", code])
+    result = asyncio.run(
+        run_agent(adapter_for(Adapter.COMMAND), config, task(), cancel=asyncio.Event())
+    )
+    assert result.outcome == Outcome.SUCCEEDED, result.error
+    seen = json.loads(result.final_message or "{}")
+    assert SECRET_NAME not in seen and "DATABASE_URL" not in seen
+    assert SECRET not in (result.final_message or "")
