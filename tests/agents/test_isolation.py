@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from listener.agents.environment import agent_environment
 from listener.embedded import EmbeddedServer, wheel_bin_dir
 from listener.enums import Adapter, Outcome
 from listener.migrate import migrate
-from tests.e2e.support import ListenerProcess, wait_until
+from tests.e2e.support import ROOT, ListenerProcess, wait_until
 from tests.factories import make_agent, make_job
 
 from .isolation import FAKE_INTRUDER, MODES, isolate, workspace
@@ -185,3 +186,50 @@ def test_a_spawned_agent_sees_none_of_the_listeners_secrets(
     seen = json.loads(result.final_message or "{}")
     assert SECRET_NAME not in seen and "DATABASE_URL" not in seen
     assert SECRET not in (result.final_message or "")
+
+
+@pytest.mark.parametrize("how", ["turned off", "bwrap not on PATH"])
+def test_without_a_sandbox_the_listener_warns_at_startup_and_in_status(
+    monkeypatch: pytest.MonkeyPatch, db_url: str, tmp_path: Path, how: str
+) -> None:
+    if how == "turned off":
+        monkeypatch.setenv("CEASELESS_SANDBOX", "off")
+        expected = "turned off"
+    else:
+        monkeypatch.delenv("CEASELESS_SANDBOX", raising=False)
+        # A PATH with python but no bwrap: a host where bubblewrap is not installed.
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "python3").symlink_to(sys.executable)
+        monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+        expected = "not installed"
+    listener = ListenerProcess(db_url, "--poll-interval", "60").ready()
+    listener.stop(timeout=10)
+    warnings = listener.events("agents.not_isolated")
+    assert warnings and warnings[0]["level"] == "warning"
+    assert expected in warnings[0]["problem"] and "bubblewrap" in warnings[0]["problem"]
+
+    status = subprocess.run(
+        [sys.executable, "-m", "listener", "status"],
+        env={**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "warning: agents are not fully isolated" in status.stdout
+    assert expected in status.stdout
+
+
+def test_with_a_sandbox_status_has_no_isolation_warning(
+    monkeypatch: pytest.MonkeyPatch, db_url: str
+) -> None:
+    isolate(monkeypatch, "sandbox")
+    status = subprocess.run(
+        [sys.executable, "-m", "listener", "status"],
+        env={**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "not fully isolated" not in status.stdout
