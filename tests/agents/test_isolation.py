@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import json
 import os
 import shutil
@@ -33,7 +34,7 @@ from tests.e2e.support import ROOT, ListenerProcess, wait_until
 from tests.factories import make_agent, make_job
 
 from .isolation import FAKE_INTRUDER, MODES, isolate, workspace
-from .support import agent, task
+from .support import FAKE_AGENT, FAKE_CLAUDE, FAKE_OPENCODE, agent, task
 
 SECRET_NAME = "LISTENER_SECRET_TOKEN"
 SECRET = "s3cret-the-agent-must-never-see"
@@ -233,3 +234,83 @@ def test_with_a_sandbox_status_has_no_isolation_warning(
     )
     assert status.returncode == 0, status.stderr
     assert "not fully isolated" not in status.stdout
+
+
+@pytest.mark.parametrize(
+    ("kind", "executable", "env"),
+    [
+        (Adapter.CLAUDE_CODE, FAKE_CLAUDE, {"FAKE_CLAUDE_MODE": "success"}),
+        (Adapter.OPENCODE, FAKE_OPENCODE, {"FAKE_OPENCODE_MODE": "success"}),
+        (Adapter.COMMAND, FAKE_AGENT, {"FAKE_AGENT_MODE": "json"}),
+    ],
+)
+def test_the_adapters_work_inside_the_sandbox(
+    monkeypatch: pytest.MonkeyPatch, kind: Adapter, executable: str, env: dict[str, str]
+) -> None:
+    isolation = isolate(monkeypatch, "sandbox")
+    code = "import os; open('written-by-the-agent', 'w').write(str(os.getuid()))"
+    with workspace() as ws:
+        result = asyncio.run(
+            run_agent(
+                adapter_for(kind),
+                agent(kind, [executable], env=env),
+                task("the prompt", cwd=str(ws)),
+                cancel=asyncio.Event(),
+                isolation=isolation,
+            )
+        )
+        assert result.outcome == Outcome.SUCCEEDED, result.error
+        assert "the prompt" in (result.final_message or "")
+        # The workspace is writable, by the agent's own OS user.
+        wrote = asyncio.run(
+            run_agent(
+                adapter_for(Adapter.COMMAND),
+                agent(Adapter.COMMAND, ["python3", "-c", code]),
+                task(cwd=str(ws)),
+                cancel=asyncio.Event(),
+                isolation=isolation,
+            )
+        )
+        assert wrote.outcome == Outcome.SUCCEEDED, wrote.error
+        uid = isolation.identity.uid if isolation.identity else os.geteuid()
+        assert (ws / "written-by-the-agent").read_text() == str(uid)
+        assert (ws / "written-by-the-agent").stat().st_uid == uid
+
+
+def test_the_sandbox_hides_ceaseless_home_and_keeps_the_rest_read_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    home = Path(tempfile.mkdtemp(prefix="ceaseless-hidden-", dir=os.getcwd()))
+    try:
+        (home / "pgpass").write_text("*:*:*:postgres:secret\n")
+        home.chmod(0o755)
+        (home / "pgpass").chmod(0o644)  # readable, to show that hiding, not modes, keeps it out
+        monkeypatch.setenv("CEASELESS_HOME", str(home))
+        isolation = isolate(monkeypatch, "sandbox")
+        code = (
+            "import os, sys\n"
+            f"print(sorted(os.listdir({str(home)!r})))\n"
+            "try:\n"
+            f"    open({str(ROOT / 'sandbox-probe')!r}, 'w')\n"
+            "    print('wrote outside the workspace')\n"
+            "except OSError as exc:\n"
+            "    print('read-only', exc.errno)\n"
+        )
+        with workspace() as ws:
+            result = asyncio.run(
+                run_agent(
+                    adapter_for(Adapter.COMMAND),
+                    agent(Adapter.COMMAND, ["python3", "-c", code]),
+                    task(cwd=str(ws)),
+                    cancel=asyncio.Event(),
+                    isolation=isolation,
+                )
+            )
+        assert result.outcome == Outcome.SUCCEEDED, result.error
+        assert result.final_message is not None
+        listing, write = result.final_message.splitlines()
+        assert listing == "[]"
+        assert write == f"read-only {errno.EROFS}"  # the mount, not only file modes
+        assert not (ROOT / "sandbox-probe").exists()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
