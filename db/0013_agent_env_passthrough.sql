@@ -14,20 +14,23 @@ alter table agents
     -- Each entry a plain variable name: a NULL, an empty name or a pattern
     -- would be silently ignored by the listener, and the operator would look
     -- for the variable in the agent and not find it. At most 100 names. The
-    -- names are joined with single spaces, which no valid name holds, so the
-    -- pattern reads each one exactly once.
+    -- names are joined with commas and the pattern reads each one; splitting
+    -- the joined text again must give the list back, so no name can smuggle a
+    -- comma (or hide a NULL, which the join skips).
     add constraint env_passthrough_names
-        check (array_position(env_passthrough, null) is null
-               and cardinality(env_passthrough) <= 100
-               and (cardinality(env_passthrough) = 0
-                    or array_to_string(env_passthrough, ' ')
-                       ~ '^[A-Za-z_][A-Za-z0-9_]*( [A-Za-z_][A-Za-z0-9_]*)*$')),
+        check (cardinality(env_passthrough) = 0
+               or (cardinality(env_passthrough) <= 100
+                   and array_position(env_passthrough, null) is null
+                   and array_to_string(env_passthrough, ',')
+                       ~ '^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$'
+                   and string_to_array(array_to_string(env_passthrough, ','), ',')
+                       = env_passthrough)),
     -- The database's variables (DATABASE_URL, libpq's PG*) and ceaseless' own
     -- (CEASELESS_*) never reach an agent: with them a prompt injection would
     -- connect to the queue's database. Compared case-insensitively.
     add constraint env_passthrough_not_database
-        check (not (' ' || upper(array_to_string(env_passthrough, ' ')) || ' ')
-                   ~ ' (DATABASE_URL|PG[A-Z0-9_]*|CEASELESS_[A-Z0-9_]*) ');
+        check (not (',' || upper(array_to_string(env_passthrough, ',')) || ',')
+                   ~ ',(DATABASE_URL|PG[A-Z0-9_]*|CEASELESS_[A-Z0-9_]*),');
 
 comment on column agents.env_passthrough is
     'Names of the listener''s environment variables this agent also gets (never DATABASE_URL, PG* or CEASELESS_*).';
