@@ -109,11 +109,36 @@ class Isolation:
             )
         return text
 
+    def workspace_problem(self, workdir: str | None) -> str | None:
+        """Why the agents' OS user cannot write the workspace, or None (checked as that user)."""
+        if self.identity is None:
+            return None
+        path = os.path.realpath(workdir or os.getcwd())
+        try:
+            done = subprocess.run(
+                ["test", "-w", path, "-a", "-x", path],
+                user=self.identity.uid,
+                group=self.identity.gid,
+                extra_groups=[],
+                cwd="/",
+                timeout=10,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"could not check {path} as {self.identity.name}: {exc}"
+        if done.returncode == 0:
+            return None
+        return (
+            f"agents run as the OS user {self.identity.name!r}, who cannot write the workspace "
+            f"{path}; give it the directory (chown -R {self.identity.name} {path}) or choose "
+            "another with --workdir"
+        )
+
     def launch(self, argv: list[str], cwd: str | None, *, grace: float) -> list[str]:
         """The argv to execute for `argv`: the keeper, and the sandbox when there is one."""
         keeper = [
             sys.executable,
             "-I",
+            "-S",  # no site: the keeper needs the standard library only, and starts faster
             str(REAPER),
             "--parent",
             str(os.getpid()),

@@ -26,19 +26,21 @@ def _serve(config: ListenerConfig) -> None:
     # only paid for by the commands that serve.
     from listener import supervisor
 
-    _announce_isolation()
+    _announce_isolation(config.workdir)
     status = supervisor.run(config)
     if status:
         raise typer.Exit(status)
 
 
-def _announce_isolation() -> None:
+def _announce_isolation(workdir: str | None) -> None:
     """Say at startup how agents are confined; loudly when they are not (spec §10)."""
     from listener.agents.sandbox import Isolation
 
     isolation = Isolation.current()
     if (warning := isolation.warning()) is not None:
         log.warning("agents.not_isolated", problem=warning)
+    if (problem := isolation.workspace_problem(workdir)) is not None:
+        log.warning("agents.workspace_not_writable", problem=problem)
     log.event(
         "agents.isolation",
         sandbox="bwrap" if isolation.sandboxed else "none",

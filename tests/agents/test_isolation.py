@@ -314,3 +314,21 @@ def test_the_sandbox_hides_ceaseless_home_and_keeps_the_rest_read_only(
         assert not (ROOT / "sandbox-probe").exists()
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_workspace_the_agents_user_cannot_write_is_named_at_startup(
+    monkeypatch: pytest.MonkeyPatch, db_url: str, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("agents run as another OS user only when the listener is root")
+    isolate(monkeypatch, "no_sandbox")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    listener = ListenerProcess(db_url, "--poll-interval", "60", "--workdir", str(private)).ready()
+    listener.stop(timeout=10)
+    [warning] = listener.events("agents.workspace_not_writable")
+    assert str(private) in warning["problem"] and "ceaseless-agent" in warning["problem"]
+    with workspace() as ws:
+        listener = ListenerProcess(db_url, "--poll-interval", "60", "--workdir", str(ws)).ready()
+        listener.stop(timeout=10)
+    assert not listener.events("agents.workspace_not_writable")
