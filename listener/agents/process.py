@@ -109,6 +109,8 @@ async def run_agent(
         return RunResult(outcome=Outcome.FAILED, error=f"agent {agent.name!r} has an empty argv")
     parser = adapter.parser()
     isolation = isolation or Isolation.current()
+    if isolation.refusal is not None:
+        return RunResult(outcome=Outcome.FAILED, error=f"agent {agent.name!r}: {isolation.refusal}")
     env = agent_environment(agent, task, identity=isolation.identity, tmpdir=isolation.tmpdir())
     try:
         _check_startable(argv[0], env, task.cwd)

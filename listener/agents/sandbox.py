@@ -66,18 +66,26 @@ class Isolation:
     identity: Identity | None
     hidden: tuple[str, ...] = ()
     problems: tuple[str, ...] = field(default=())
+    # Set when agents should run as another OS user and cannot: they do not
+    # run at all then, rather than silently as root.
+    refusal: str | None = None
 
     @classmethod
     def current(cls) -> Isolation:
         """The isolation this host and its settings give (CEASELESS_SANDBOX, _AGENT_USER)."""
         problems: list[str] = []
         identity = None
+        refusal = None
         if os.geteuid() == 0:
             name = os.environ.get(AGENT_USER_VAR) or AGENT_USER
             try:
                 identity = agent_identity(name)
             except (OSError, KeyError, subprocess.SubprocessError) as exc:
-                problems.append(f"agents run as root: the OS user {name!r} is unusable ({exc})")
+                refusal = (
+                    f"agents must not run as root, and the OS user {name!r} they run as is "
+                    f"unusable ({exc!r}); create it, or name another with {AGENT_USER_VAR}"
+                )
+                problems.append(refusal)
             if identity is not None and identity.uid == 0:
                 identity = None
                 problems.append(f"agents run as root ({AGENT_USER_VAR}={name})")
@@ -90,7 +98,7 @@ class Isolation:
             problems.append(f"bubblewrap cannot start a sandbox here: {refusal}")
         else:
             bwrap = found
-        return cls(bwrap, identity, _hidden_paths(), tuple(problems))
+        return cls(bwrap, identity, _hidden_paths(), tuple(problems), refusal)
 
     @property
     def sandboxed(self) -> bool:
@@ -134,7 +142,12 @@ class Isolation:
         )
 
     def launch(self, argv: list[str], cwd: str | None, *, grace: float) -> list[str]:
-        """The argv to execute for `argv`: the keeper, and the sandbox when there is one."""
+        """The argv to execute for `argv`: the keeper, and the sandbox when there is one.
+
+        Raises PermissionError when agents may not run at all (`refusal`).
+        """
+        if self.refusal is not None:
+            raise PermissionError(self.refusal)
         keeper = [
             sys.executable,
             "-I",

@@ -332,3 +332,20 @@ def test_a_workspace_the_agents_user_cannot_write_is_named_at_startup(
         listener = ListenerProcess(db_url, "--poll-interval", "60", "--workdir", str(ws)).ready()
         listener.stop(timeout=10)
     assert not listener.events("agents.workspace_not_writable")
+
+
+def test_as_root_an_unusable_agent_user_fails_the_run_instead_of_running_as_root(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("agents switch OS users only when the listener is root")
+    monkeypatch.setenv("CEASELESS_AGENT_USER", "no-such-user-ceaseless")
+    marker = tmp_path / "ran"
+    config = agent(Adapter.COMMAND, ["touch", str(marker)])
+    result = asyncio.run(
+        run_agent(adapter_for(Adapter.COMMAND), config, task(), cancel=asyncio.Event())
+    )
+    assert result.outcome == Outcome.FAILED
+    assert "no-such-user-ceaseless" in (result.error or "")
+    assert "must not run as root" in (result.error or "")
+    assert not marker.exists()
