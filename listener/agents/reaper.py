@@ -125,7 +125,7 @@ def _exit_like(wait_status: int | None) -> None:
     os._exit(os.waitstatus_to_exitcode(wait_status))
 
 
-def _start_child(args: argparse.Namespace) -> int:
+def _start_child(args: argparse.Namespace) -> subprocess.Popen[bytes]:
     def preexec() -> None:
         # The agent dies with us if we are ever killed ourselves (SIGKILL as a last resort).
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -138,7 +138,10 @@ def _start_child(args: argparse.Namespace) -> int:
         restore_signals=True,
         **user,  # type: ignore[arg-type]
     )
-    return child.pid
+    # The caller keeps the Popen object for our whole life: dropped, its __del__
+    # would waitpid() the agent and swallow its exit status if it had already
+    # ended (a fast agent), and we would wait for a status that never comes.
+    return child
 
 
 def main() -> None:
@@ -161,11 +164,12 @@ def main() -> None:
         os._exit(CANNOT_EXECUTE)
     me = os.getpid()
     try:
-        child = _start_child(args)
+        popen = _start_child(args)
     except OSError as exc:
         sys.stderr.write(f"ceaseless: cannot start {args.argv[0]!r}: {exc}\n")
         os._exit(CANNOT_EXECUTE)
 
+    child = popen.pid
     status: list[int] = []
     terminated = False
     left_at: float | None = None

@@ -125,3 +125,30 @@ async def _run(
         cancel=cancel or asyncio.Event(),
         isolation=isolation,
     )
+
+
+def test_agents_that_end_at_once_are_never_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The keeper once lost the exit status of an agent that ended while it was
+    # still starting it, and then waited for it until the timeout.
+    isolation = isolate(monkeypatch, "no_sandbox")
+    config = agent(Adapter.COMMAND, ["cat"], timeout_secs=10)
+
+    async def batch() -> list[RunResult]:
+        return await asyncio.gather(
+            *(
+                run_agent(
+                    adapter_for(Adapter.COMMAND),
+                    config,
+                    task(f"hello {i}"),
+                    cancel=asyncio.Event(),
+                    isolation=isolation,
+                )
+                for i in range(25)
+            )
+        )
+
+    for _ in range(4):
+        results = asyncio.run(batch())
+        assert [r.outcome for r in results] == [Outcome.SUCCEEDED] * 25, [
+            r.error for r in results if r.outcome != Outcome.SUCCEEDED
+        ]
