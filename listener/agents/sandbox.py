@@ -162,16 +162,21 @@ class Isolation:
             keeper += ["--uid", str(self.identity.uid), "--gid", str(self.identity.gid)]
         if self.bwrap is None:
             return [*keeper, "--", *argv]
-        return [*keeper, "--spare-child", "--", *self._bwrap_argv(cwd), "--", *argv]
+        return [*keeper, "--spare-child", "--", *self._bwrap_argv(argv, cwd), "--", *argv]
 
     def tmpdir(self) -> str | None:
         """TMPDIR inside the sandbox (a fresh /tmp), or None to keep the listener's."""
         return "/tmp" if self.sandboxed else None
 
-    def _bwrap_argv(self, cwd: str | None) -> list[str]:
+    def _bwrap_argv(self, argv: list[str], cwd: str | None) -> list[str]:
         assert self.bwrap is not None
         args = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         args += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+        # The fresh /tmp would hide an executable (or a script its argv names)
+        # that lives there: those stay visible, read-only.
+        for arg in argv:
+            if arg.startswith(("/tmp/", "/var/tmp/")) and os.path.exists(arg):
+                args += ["--ro-bind", arg, arg]
         home = self.identity.home if self.identity else os.path.expanduser("~")
         if os.path.isdir(home) and home != "/":
             args += ["--bind", home, home]

@@ -38,6 +38,8 @@ from .support import FAKE_AGENT, FAKE_CLAUDE, FAKE_OPENCODE, agent, task
 
 SECRET_NAME = "LISTENER_SECRET_TOKEN"
 SECRET = "s3cret-the-agent-must-never-see"
+# Outside /tmp (which the sandbox replaces), where only root could write without it.
+PROBE = Path("/var/ceaseless-sandbox-probe")
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +63,11 @@ def _system_identifier(url: str) -> str:
         row = conn.execute("select system_identifier from pg_control_system()").fetchone()
         assert row is not None
         return str(row[0])
+
+
+def _psql() -> str:
+    """A psql the agent's OS user can run inside the sandbox: the system's, or the wheel's."""
+    return shutil.which("psql") or str(wheel_bin_dir() / "psql")
 
 
 def _password(server: EmbeddedServer) -> str:
@@ -106,7 +113,7 @@ def test_an_agent_cannot_reach_the_embedded_database_nor_see_the_listeners_secre
                 "command",
                 [FAKE_INTRUDER],
                 env={
-                    "FAKE_INTRUDER_PSQL": str(wheel_bin_dir() / "psql"),
+                    "FAKE_INTRUDER_PSQL": _psql(),
                     "FAKE_INTRUDER_REPORT": str(report_file),
                     "FAKE_INTRUDER_SOCKETS": os.pathsep.join([str(socket_dir), str(embedded.home)]),
                     "FAKE_INTRUDER_PASSFILES": str(embedded.password_file),
@@ -141,6 +148,8 @@ def test_an_agent_cannot_reach_the_embedded_database_nor_see_the_listeners_secre
     assert SECRET not in everything, "the listener's secret reached the agent"
     assert password not in everything, "the database password reached the agent"
     tried = [a["how"] for a in report["attempts"]]
+    not_run = [a for a in report["attempts"] if "psql did not run" in a.get("error", "")]
+    assert not not_run, f"the intruder's client never ran, so it proves nothing: {not_run[:1]}"
     assert any(str(socket_dir) in how for how in tried) and any("127.0.0.1" in h for h in tried)
     ours = _system_identifier(url)
     inside = [a for a in report["attempts"] if a.get("system_identifier") == ours]
@@ -289,9 +298,9 @@ def test_the_sandbox_hides_ceaseless_home_and_keeps_the_rest_read_only(
         isolation = isolate(monkeypatch, "sandbox")
         code = (
             "import os, sys\n"
-            f"print(sorted(os.listdir({str(home)!r})))\n"
+            f"print(sorted(os.listdir({str(home)!r})) if os.path.exists({str(home)!r}) else [])\n"
             "try:\n"
-            f"    open({str(ROOT / 'sandbox-probe')!r}, 'w')\n"
+            f"    open({str(PROBE)!r}, 'w')\n"
             "    print('wrote outside the workspace')\n"
             "except OSError as exc:\n"
             "    print('read-only', exc.errno)\n"
@@ -311,7 +320,7 @@ def test_the_sandbox_hides_ceaseless_home_and_keeps_the_rest_read_only(
         listing, write = result.final_message.splitlines()
         assert listing == "[]"
         assert write == f"read-only {errno.EROFS}"  # the mount, not only file modes
-        assert not (ROOT / "sandbox-probe").exists()
+        assert not PROBE.exists()
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
