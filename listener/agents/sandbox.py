@@ -94,8 +94,8 @@ class Isolation:
             problems.append(f"the sandbox is turned off ({SANDBOX_VAR}=off)")
         elif (found := shutil.which("bwrap")) is None:
             problems.append("bubblewrap (bwrap) is not installed")
-        elif (refusal := _bwrap_refusal(found, identity)) is not None:
-            problems.append(f"bubblewrap cannot start a sandbox here: {refusal}")
+        elif (broken := _bwrap_refusal(found, identity)) is not None:
+            problems.append(f"bubblewrap cannot start a sandbox here: {broken}")
         else:
             bwrap = found
         return cls(bwrap, identity, _hidden_paths(), tuple(problems), refusal)

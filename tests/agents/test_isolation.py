@@ -27,6 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from listener.agents import adapter_for, run_agent
 from listener.agents.environment import agent_environment
+from listener.agents.sandbox import Isolation
 from listener.embedded import EmbeddedServer, wheel_bin_dir
 from listener.enums import Adapter, Outcome
 from listener.migrate import migrate
@@ -343,12 +344,14 @@ def test_a_workspace_the_agents_user_cannot_write_is_named_at_startup(
     assert not listener.events("agents.workspace_not_writable")
 
 
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
 def test_as_root_an_unusable_agent_user_fails_the_run_instead_of_running_as_root(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, sandbox: str
 ) -> None:
     if os.geteuid() != 0:
         pytest.skip("agents switch OS users only when the listener is root")
     monkeypatch.setenv("CEASELESS_AGENT_USER", "no-such-user-ceaseless")
+    monkeypatch.setenv("CEASELESS_SANDBOX", sandbox)
     marker = tmp_path / "ran"
     config = agent(Adapter.COMMAND, ["touch", str(marker)])
     result = asyncio.run(
@@ -358,3 +361,32 @@ def test_as_root_an_unusable_agent_user_fails_the_run_instead_of_running_as_root
     assert "no-such-user-ceaseless" in (result.error or "")
     assert "must not run as root" in (result.error or "")
     assert not marker.exists()
+
+
+def test_a_bwrap_that_cannot_sandbox_counts_as_none_and_agents_still_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A host whose kernel refuses user namespaces: bwrap is there but fails.
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    bwrap = fake_bin / "bwrap"
+    bwrap.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n"
+    )
+    bwrap.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CEASELESS_SANDBOX", raising=False)
+    isolation = Isolation.current()
+    assert not isolation.sandboxed and isolation.refusal is None
+    assert "No permissions to creating new namespace" in (isolation.warning() or "")
+    with workspace() as ws:
+        result = asyncio.run(
+            run_agent(
+                adapter_for(Adapter.COMMAND),
+                agent(Adapter.COMMAND, ["true"]),
+                task(cwd=str(ws)),
+                cancel=asyncio.Event(),
+                isolation=isolation,
+            )
+        )
+    assert result.outcome == Outcome.SUCCEEDED, result.error
