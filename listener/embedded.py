@@ -8,6 +8,12 @@ world-writable runtime directory. Here:
 - the socket lives in the data directory (mode 0700), or, when that path is too
   long for a Unix socket, in a fresh 0700 directory owned by the server's user;
   the server listens on no TCP address at all;
+- authentication is by password (scram-sha-256), never trust: the password is
+  generated at initdb and kept in CEASELESS_HOME/pgpass (a libpq password file,
+  mode 0600, readable only by the listener's OS user), which the URL names as
+  `passfile`. A data directory an older version created with trust is switched
+  to passwords on its next start. So a process that reaches the socket (an
+  agent, another local user) still needs the file;
 - as root, PostgreSQL (which refuses to run as root) runs as the system user
   `ceaseless`, the default home is /var/lib/ceaseless (whose ancestors are
   already searchable), and the binaries are staged into that home once, since
@@ -26,6 +32,8 @@ import hashlib
 import importlib.util
 import os
 import pwd
+import re
+import secrets
 import shutil
 import signal
 import stat
@@ -93,6 +101,11 @@ class EmbeddedServer:
     @property
     def log_file(self) -> Path:
         return self.data_dir / "postgres.log"
+
+    @property
+    def password_file(self) -> Path:
+        """The libpq password file (0600) that holds the superuser's password."""
+        return self.home / "pgpass"
 
     @property
     def _as_root(self) -> bool:
@@ -167,7 +180,11 @@ class EmbeddedServer:
                 f"the embedded database is not running ({self.state().detail}); "
                 "start it with `ceaseless db start`"
             )
-        return f"postgresql://postgres@/{database}?host={socket_dir}"
+        return f"postgresql://postgres@/{database}?host={socket_dir}&passfile={self.password_file}"
+
+    def socket_dir(self) -> Path | None:
+        """Where the server's socket is (or would be), without creating anything."""
+        return self._socket_dir_from_file() or self._socket_dir_choice()
 
     # -- lifecycle --------------------------------------------------------
 
@@ -180,6 +197,7 @@ class EmbeddedServer:
             bin_dir = self.bin_dir()
             if not (self.data_dir / "PG_VERSION").exists():
                 self._initdb(bin_dir)
+            upgrade = self._trusts()
             socket_dir = self._socket_dir()
             options = (
                 f"-c listen_addresses='' -k {socket_dir} -c unix_socket_permissions=0700 "
@@ -201,6 +219,8 @@ class EmbeddedServer:
                 ],
                 what="start the embedded PostgreSQL",
             )
+            if upgrade:
+                self._switch_to_passwords()
             self._ensure_database(bin_dir)
             return self.url()
 
@@ -283,13 +303,18 @@ class EmbeddedServer:
             os.chown(path, user.pw_uid, user.pw_gid)
         path.chmod(0o700)
 
-    def _socket_dir(self) -> Path:
+    def _socket_dir_choice(self) -> Path:
         if len(str(self.data_dir / ".s.PGSQL.5432")) <= _SOCKET_PATH_LIMIT:
             return self.data_dir
         # Too long for a socket: a private directory named after the data
         # directory, never a shared world-writable one.
         digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:12]
-        private = Path("/tmp") / f"ceaseless-{os.geteuid()}-{digest}"
+        return Path("/tmp") / f"ceaseless-{os.geteuid()}-{digest}"
+
+    def _socket_dir(self) -> Path:
+        private = self._socket_dir_choice()
+        if private == self.data_dir:
+            return private
         user = self._service_user()
         owners = {os.geteuid()} | ({user.pw_uid} if user else set())
         if private.is_symlink() or (private.exists() and private.stat().st_uid not in owners):
@@ -299,20 +324,75 @@ class EmbeddedServer:
 
     def _initdb(self, bin_dir: Path) -> None:
         self._owned_private_dir(self.data_dir)
-        self._run(
-            [
-                str(bin_dir / "initdb"),
-                "-D",
-                str(self.data_dir),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--locale=C.UTF-8",
-                "--no-instructions",
-            ],
-            what="initialise the embedded database",
-        )
+        password = self._password()
+        # initdb runs as the server's user, who may not read the password file:
+        # it gets a copy of its own, inside the private data directory's parent
+        # for the moment initdb reads it, and never kept.
+        pwfile = self.home / f".initdb-password-{secrets.token_hex(4)}"
+        pwfile.touch(mode=0o600)
+        try:
+            pwfile.write_text(password + "\n")
+            user = self._service_user()
+            if user is not None:
+                os.chown(pwfile, user.pw_uid, user.pw_gid)
+            self._run(
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(self.data_dir),
+                    "-U",
+                    "postgres",
+                    "--auth=scram-sha-256",
+                    f"--pwfile={pwfile}",
+                    "--encoding=UTF8",
+                    "--locale=C.UTF-8",
+                    "--no-instructions",
+                ],
+                what="initialise the embedded database",
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+
+    def _password(self) -> str:
+        """The superuser's password, from the password file; generated (0600) when missing."""
+        try:
+            line = self.password_file.read_text().strip()
+        except FileNotFoundError:
+            password = secrets.token_urlsafe(32)  # URL-safe: no ':' or '\\' to escape
+            fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(f"*:*:*:postgres:{password}\n")
+            return password
+        self.password_file.chmod(0o600)  # libpq ignores a password file others can read
+        return line.rsplit(":", 1)[-1]
+
+    def _trusts(self) -> bool:
+        """Whether pg_hba.conf still lets anyone in without a password (an older install)."""
+        try:
+            hba = (self.data_dir / "pg_hba.conf").read_text()
+        except FileNotFoundError:
+            return False
+        return any(re.search(r"\btrust\b", line.split("#", 1)[0]) for line in hba.splitlines())
+
+    def _switch_to_passwords(self) -> None:
+        """Give postgres a password, then accept nothing but it (an older trust install)."""
+        import psycopg
+        from psycopg import sql
+
+        password = self._password()
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute("set password_encryption = 'scram-sha-256'")
+            conn.execute(sql.SQL("alter role postgres password {}").format(sql.Literal(password)))
+            hba = self.data_dir / "pg_hba.conf"
+            owner = hba.stat()
+            hba.write_text(
+                "# Written by ceaseless: password (scram-sha-256) authentication only.\n"
+                "local   all   all                  scram-sha-256\n"
+                "host    all   all   127.0.0.1/32   scram-sha-256\n"
+                "host    all   all   ::1/128        scram-sha-256\n"
+            )
+            os.chown(hba, owner.st_uid, owner.st_gid)
+            conn.execute("select pg_reload_conf()")
 
     def _ensure_database(self, bin_dir: Path) -> None:
         import psycopg

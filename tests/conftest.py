@@ -10,6 +10,7 @@ parallel, and a test that breaks its database breaks nothing else.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import tempfile
 import uuid
@@ -29,6 +30,13 @@ _TEMPLATE_VAR = "CEASELESS_TEST_TEMPLATE"
 _HOME_VAR = "CEASELESS_TEST_HOME"
 
 FAKES = Path(__file__).parent / "fakes"
+
+# Agents in most tests run as the test process's own OS user and without the
+# bubblewrap sandbox: they write pid files into pytest's private temporary
+# directories and report pids as the host sees them. The isolation tests
+# (tests/agents/test_isolation.py, test_escape.py) turn both on explicitly.
+os.environ.setdefault("CEASELESS_SANDBOX", "off")
+os.environ.setdefault("CEASELESS_AGENT_USER", pwd.getpwuid(os.geteuid()).pw_name)
 
 
 def _is_controller(config: pytest.Config) -> bool:

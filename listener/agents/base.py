@@ -37,6 +37,10 @@ class AgentConfig:
     model: str | None
     timeout_secs: int
     kill_grace_secs: int
+    # Names of the listener's variables this agent may see (agents.env_passthrough).
+    # The one default here: an empty list is what the column defaults to, and it
+    # is the safe reading of an AgentConfig built without one.
+    env_passthrough: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -4,16 +4,20 @@
 feeds stdout to the adapter's parser line by line and returns the parser's RunResult.
 
 Guarantees:
-- The agent runs in a session and process group of its own. When `run_agent` returns,
-  or is cancelled, no live process of that group remains and the agent is reaped.
-- If the listener dies, even by SIGKILL, the kernel kills the agent
-  (PR_SET_PDEATHSIG, Linux). The signal follows the *thread* that spawned the agent,
-  i.e. the thread running the event loop.
+- The agent is confined as `sandbox.Isolation` says: an allowlisted environment
+  (environment.py), the bubblewrap sandbox when this host has one, an unprivileged
+  OS user when the listener is root.
+- The agent runs under its keeper (reaper.py), a child subreaper in a session of its
+  own. When `run_agent` returns, or is cancelled, no descendant of the agent is
+  alive, not even one that called setsid() or forked twice, and the keeper is reaped.
+- If the listener dies, even by SIGKILL, the kernel tells the keeper
+  (PR_SET_PDEATHSIG, Linux), which kills every descendant. The signal follows the
+  *thread* that spawned the keeper, i.e. the thread running the event loop.
 - Memory is bounded whatever the agent prints: one stdout line of at most
   `line_limit` bytes (the rest of a longer line is dropped), the last `stderr_limit`
   bytes of stderr, and what the parser keeps.
 - A program that cannot be started is a FAILED RunResult, never an exception.
-- Timeout and cancel both send SIGTERM to the group, then SIGKILL after
+- Timeout and cancel both send SIGTERM to every descendant, then SIGKILL after
   `agent.kill_grace_secs` — or sooner when the cancel is a `StopRequest` that asks
   for a shorter grace, even one made while the SIGTERM is already out (a lease
   about to lapse cannot wait for a polite exit). Processes an agent leaves behind
@@ -32,6 +36,7 @@ import ctypes
 import functools
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,6 +51,8 @@ from listener.agents.base import (
     truncate_message,
     with_stderr,
 )
+from listener.agents.environment import agent_environment
+from listener.agents.sandbox import Isolation
 from listener.enums import Outcome
 
 log = logging.getLogger(__name__)
@@ -89,16 +96,26 @@ async def run_agent(
     on_session: Callable[[str], None] | None = None,
     line_limit: int = 1 << 20,
     stderr_limit: int = 64 << 10,
+    isolation: Isolation | None = None,
 ) -> RunResult:
-    """Run one agent invocation to its end and say what happened."""
+    """Run one agent invocation to its end and say what happened.
+
+    `isolation` defaults to what this host and its settings give (Isolation.current).
+    """
     if cancel.is_set():
         return RunResult(outcome=Outcome.CANCELLED, error="cancelled before the agent started")
     argv = adapter.argv(agent, task)
     if not argv or not argv[0]:
         return RunResult(outcome=Outcome.FAILED, error=f"agent {agent.name!r} has an empty argv")
     parser = adapter.parser()
+    isolation = isolation or Isolation.current()
+    if isolation.refusal is not None:
+        return RunResult(outcome=Outcome.FAILED, error=f"agent {agent.name!r}: {isolation.refusal}")
+    env = agent_environment(agent, task, identity=isolation.identity, tmpdir=isolation.tmpdir())
     try:
-        proc = await _spawn(argv, _environment(agent, task), task.cwd)
+        _check_startable(argv[0], env, task.cwd)
+        launch = isolation.launch(argv, task.cwd, grace=agent.kill_grace_secs)
+        proc = await _spawn(launch, env, task.cwd)
     except (OSError, subprocess.SubprocessError) as exc:
         return RunResult(outcome=Outcome.FAILED, error=_spawn_error(exc, argv[0], agent, task))
 
@@ -113,26 +130,33 @@ async def run_agent(
         await _finish_io(io_tasks)
     except BaseException:
         # Listener shutdown (or a bug here): the agent must not outlive this call.
-        _signal_group(proc.pid, signal.SIGKILL)
+        _kill_now(proc.pid)
         _cancel_all(io_tasks)
         await _reap_briefly(proc)
+        _signal_group(proc.pid, signal.SIGKILL)  # a keeper that did not answer
         raise
     stderr_text = bytes(stderr_tail).decode("utf-8", "replace")
     result = _parse_result(parser, proc.returncode, stderr_text)
     return _finalize(result, agent, proc.returncode, ending, stderr_text)
 
 
-def _environment(agent: AgentConfig, task: Task) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(agent.env)
-    # Set last so an agent's configured env cannot mislabel which job/run it serves.
-    env["CEASELESS_JOB_ID"] = task.job_id
-    env["CEASELESS_RUN_ID"] = task.run_id
-    if task.max_tokens is not None:
-        # Every agent can read the budget; Claude Code honours its own variable.
-        env["CEASELESS_MAX_TOKENS"] = str(task.max_tokens)
-        env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(task.max_tokens)
-    return env
+def _check_startable(executable: str, env: dict[str, str], cwd: str | None) -> None:
+    """Raise what exec() would, here, so the error names the agent's executable.
+
+    The keeper (and the sandbox) execute the agent; an error there would read as
+    theirs. Run as the listener's user, so it cannot prove the agent's user may
+    execute it: that error still comes, later, from the keeper's stderr.
+    """
+    if cwd is not None and not os.path.isdir(cwd):
+        raise FileNotFoundError(2, "No such directory", cwd)
+    if os.sep in executable:
+        path = executable if os.path.isabs(executable) else os.path.join(cwd or ".", executable)
+    else:
+        path = shutil.which(executable, os.F_OK, env.get("PATH")) or ""
+    if not path or not os.path.exists(path):
+        raise FileNotFoundError(2, "No such file or directory", executable)
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        raise PermissionError(13, "Permission denied", executable)
 
 
 async def _spawn(
@@ -297,7 +321,11 @@ async def _stop_group(proc: asyncio.subprocess.Process, grace: Callable[[], floa
             proc.returncode is None or _group_alive(pgid)
         ):
             await asyncio.sleep(_POLL_SECS)
-        _signal_group(pgid, signal.SIGKILL)
+        if proc.returncode is None:
+            _kill_now(pgid)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_leader_exit(proc), _REAP_SECS)
+        _signal_group(pgid, signal.SIGKILL)  # a keeper that did not answer
     await _leader_exit(proc)
 
 
@@ -309,6 +337,12 @@ async def _leader_exit(proc: asyncio.subprocess.Process) -> None:
     """
     while proc.returncode is None:
         await asyncio.sleep(_POLL_SECS)
+
+
+def _kill_now(keeper: int) -> None:
+    """Ask the keeper to SIGKILL every descendant of the agent, then exit (reaper.py)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(keeper, signal.SIGUSR1)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

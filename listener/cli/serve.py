@@ -26,9 +26,26 @@ def _serve(config: ListenerConfig) -> None:
     # only paid for by the commands that serve.
     from listener import supervisor
 
+    _announce_isolation(config.workdir)
     status = supervisor.run(config)
     if status:
         raise typer.Exit(status)
+
+
+def _announce_isolation(workdir: str | None) -> None:
+    """Say at startup how agents are confined; loudly when they are not (spec §10)."""
+    from listener.agents.sandbox import Isolation
+
+    isolation = Isolation.current()
+    if (warning := isolation.warning()) is not None:
+        log.warning("agents.not_isolated", problem=warning)
+    if (problem := isolation.workspace_problem(workdir)) is not None:
+        log.warning("agents.workspace_not_writable", problem=problem)
+    log.event(
+        "agents.isolation",
+        sandbox="bwrap" if isolation.sandboxed else "none",
+        user=isolation.identity.name if isolation.identity else "the listener's own",
+    )
 
 
 @app.command()
@@ -108,6 +125,10 @@ def status() -> None:
             "paused_until",
         ],
     )
+    from listener.agents.sandbox import Isolation
+
+    if (warning := Isolation.current().warning()) is not None:
+        typer.secho(f"\nwarning: {warning}", fg=typer.colors.YELLOW)
     stuck = query("select count(*) from ceaseless.stuck_jobs")
     if stuck and stuck[0][0]:
         typer.secho(

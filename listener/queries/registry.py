@@ -14,7 +14,7 @@ from listener.enums import Adapter
 
 async def load_agents(conn: psycopg.AsyncConnection) -> dict[str, AgentConfig]:
     cur = await conn.execute(
-        "select name, adapter, argv, env, model, timeout_secs, kill_grace_secs "
+        "select name, adapter, argv, env, model, timeout_secs, kill_grace_secs, env_passthrough "
         "from ceaseless.agents"
     )
     return {
@@ -26,8 +26,18 @@ async def load_agents(conn: psycopg.AsyncConnection) -> dict[str, AgentConfig]:
             model=model,
             timeout_secs=timeout_secs,
             kill_grace_secs=kill_grace_secs,
+            env_passthrough=tuple(passthrough),
         )
-        for name, adapter, argv, env, model, timeout_secs, kill_grace_secs in await cur.fetchall()
+        for (
+            name,
+            adapter,
+            argv,
+            env,
+            model,
+            timeout_secs,
+            kill_grace_secs,
+            passthrough,
+        ) in await cur.fetchall()
     }
 
 

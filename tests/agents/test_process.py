@@ -77,7 +77,11 @@ def test_cwd_is_the_task_directory(tmp_path):
 
 
 def test_agent_runs_in_its_own_session_and_group():
-    code = "import os; print(os.getsid(0) == os.getpid(), os.getpgid(0) == os.getpid())"
+    # The session is its keeper's (reaper.py), which leads it; the group is the agent's.
+    code = (
+        "import os; print(os.getsid(0) == os.getppid() != "
+        f"{os.getsid(0)}, os.getpgid(0) == os.getpid())"
+    )
     assert run(python_agent(code)).final_message == "True True"
 
 
