@@ -121,3 +121,71 @@ $$;
 
 comment on function _trim_blank(text) is
     'p_value without leading and trailing Unicode whitespace (the characters _is_blank counts).';
+
+-- The caps on untrusted text, in one place (docs/routines.md lists them).
+-- Each bounds work that someone other than the sender pays for: a pattern is
+-- compiled and run against every event of its user, a schedule is expanded by
+-- croniter on the listener's event loop, event content and prompts are copied
+-- into jobs and piped to agents. Far above any real use, and constants rather
+-- than settings: an operator has no reason to move them, and a cap read from a
+-- table could be deleted or raised by whoever it is meant to stop.
+-- listener/cron.py mirrors the two schedule caps (a test compares them).
+--
+-- No SET clause, so the planner can inline it and fold the constant.
+create or replace function _input_cap(p_name text)
+returns integer
+language sql immutable
+as $$
+    select case p_name
+        -- trigger_config.pattern of an event routine, in characters.
+        when 'pattern' then 2000
+        -- trigger_config.schedule of a cron routine, in characters.
+        when 'schedule' then 1000
+        -- Items of one comma-separated cron field: no field has more than 60
+        -- values (seconds, minutes), so a longer list only repeats them.
+        when 'schedule_items' then 60
+        -- A routine's action_config.prompt, title and description.
+        when 'prompt' then 100000
+        -- events.content.
+        when 'event_content' then 1000000
+        -- job.prompt: a routine's prompt plus the event content or webhook
+        -- body that fired it (webhook_max_body_bytes, 1 MiB by default).
+        when 'job_prompt' then 2000000
+        -- job.payload, in characters of its JSON text.
+        when 'job_payload' then 1000000
+    end;
+$$;
+
+comment on function _input_cap(text) is
+    'The cap on a kind of untrusted text (pattern, schedule, schedule_items, prompt, event_content, '
+    'job_prompt, job_payload): characters, or items for schedule_items; NULL for an unknown name.';
+
+-- Refuse (CE422) a text longer than its cap, naming where it was found, the
+-- cap and its length, and showing only its first 40 characters: the value is
+-- untrusted and may be a megabyte, which would then be copied into the error,
+-- the server log and whatever client prints it.
+create or replace function _refuse_long(p_where text, p_value text, p_cap text)
+returns void
+language plpgsql immutable
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_cap constant integer := _input_cap(p_cap);
+    v_length constant integer := char_length(p_value);
+begin
+    if v_cap is null then
+        -- A typo in a cap name would otherwise let every length through.
+        raise exception '_refuse_long: no cap named %', p_cap;
+    end if;
+    if v_length > v_cap then
+        raise exception '%: must be at most % characters, this one has %; got %',
+            p_where, v_cap, v_length, to_jsonb(left(p_value, 40) || '…')
+            using errcode = 'CE422', table = split_part(p_where, '.', 1),
+                  column = split_part(p_where, '.', 2);
+    end if;
+end;
+$$;
+
+comment on function _refuse_long(text, text, text) is
+    'Raise CE422 when p_value is longer than the cap p_cap (_input_cap), naming p_where, the cap and '
+    'the length and showing only the first 40 characters.';

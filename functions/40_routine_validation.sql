@@ -14,14 +14,22 @@ returns void
 language plpgsql
 set search_path = ceaseless, pg_catalog
 as $$
+declare
+    v_shown text := coalesce(p_value::text, 'nothing');
 begin
-    raise exception 'routines.%: %; got %', p_field, p_rule, coalesce(p_value::text, 'nothing')
+    -- The value is untrusted and unbounded (a pattern given as an array of a
+    -- million numbers): show its start and its length, not all of it.
+    if char_length(v_shown) > 200 then
+        v_shown := format('%s… (%s characters)', left(v_shown, 200), char_length(v_shown));
+    end if;
+    raise exception 'routines.%: %; got %', p_field, p_rule, v_shown
         using errcode = 'CE422', column = split_part(p_field, '.', 1);
 end;
 $$;
 
 comment on function _invalid(text, text, jsonb) is
-    'Raise CE422 naming the field, the rule and the bad value (routine validation).';
+    'Raise CE422 naming the field, the rule and the bad value, shown up to 200 characters '
+    '(routine validation).';
 
 -- Is a value a JSON string with something other than whitespace in it? Any
 -- Unicode whitespace counts as blank (_is_blank), not only spaces.
@@ -78,6 +86,10 @@ begin
             perform _invalid('trigger_config.schedule', 'a cron routine needs a schedule string that is not blank',
                              v_trigger -> 'schedule');
         end if;
+        -- Before _cron_error, which refuses it too but whose message the
+        -- error below would follow with the whole schedule.
+        perform _refuse_long('routines.trigger_config.schedule', v_trigger ->> 'schedule',
+                             'schedule');
         v_error := _cron_error(v_trigger ->> 'schedule');
         if v_error is not null then
             perform _invalid('trigger_config.schedule', v_error, v_trigger -> 'schedule');
@@ -96,6 +108,21 @@ begin
     when 'event' then
         if not _is_text(v_trigger -> 'pattern') then
             perform _invalid('trigger_config.pattern', 'an event routine needs a regex pattern that is not blank',
+                             v_trigger -> 'pattern');
+        end if;
+        -- Before compiling it: compiling, and extracting its literal, cost
+        -- time in its length.
+        perform _refuse_long('routines.trigger_config.pattern', v_trigger ->> 'pattern', 'pattern');
+        -- Prevents a pattern that makes every event of its user as slow as
+        -- the attacker likes: with back-references PostgreSQL's regex engine
+        -- backtracks, and "(a*)(a*)(a*)\3\2\1b?$" held one INSERT INTO events
+        -- of 1,000 'a's past 4 s. Without them it runs as an automaton.
+        v_error := _regex_backreference(v_trigger ->> 'pattern');
+        if v_error is not null then
+            perform _invalid('trigger_config.pattern',
+                             format('must not contain back-references (%s); write the repeated '
+                                    'text out, or for an octal character escape use \x or \u',
+                                    v_error),
                              v_trigger -> 'pattern');
         end if;
         begin
@@ -135,6 +162,7 @@ begin
             perform _invalid('action_config.prompt', 'a lightweight routine needs a prompt that is not blank',
                              v_action -> 'prompt');
         end if;
+        perform _refuse_long('routines.action_config.prompt', v_action ->> 'prompt', 'prompt');
         if v_action -> 'context_paths' is null then
             v_action := v_action || '{"context_paths": []}';
         elsif jsonb_typeof(v_action -> 'context_paths') <> 'array' then
@@ -143,8 +171,7 @@ begin
         end if;
         for v_path in select value from jsonb_array_elements(v_action -> 'context_paths') loop
             -- Read relative to the workspace root, never outside it.
-            if not _is_text(v_path) or (v_path #>> '{}') like '/%'
-               or (v_path #>> '{}') ~ '(^|/)\.\.(/|$)' then
+            if not _is_workspace_path(v_path) then
                 perform _invalid('action_config.context_paths',
                                  'each entry must be a relative path inside the workspace', v_path);
             end if;
@@ -162,6 +189,9 @@ begin
             perform _invalid('action_config.description', 'a full_job routine needs a description that is not blank',
                              v_action -> 'description');
         end if;
+        perform _refuse_long('routines.action_config.title', v_action ->> 'title', 'prompt');
+        perform _refuse_long('routines.action_config.description', v_action ->> 'description',
+                             'prompt');
         if not _is_positive_int_or_null(v_action -> 'max_iterations') then
             perform _invalid('action_config.max_iterations', 'must be a positive integer',
                              v_action -> 'max_iterations');
@@ -180,6 +210,28 @@ comment on function _validated_routine(routines) is
     'Validate a routine''s trigger_config and action_config (CE422 naming field, rule, value) '
     'and fill their defaults.';
 
+-- The first back-reference in a PostgreSQL regular expression (\1 .. \9,
+-- \10 and up), or NULL when it has none. PostgreSQL has no other form: no
+-- \k<name>, no (?P=name). Conservative: an escape of a nonzero digit is
+-- reported wherever it stands, also where the engine would read it as an
+-- octal character (write \x or \u for those). A pattern led by ***= is a
+-- literal string, so its digits escape nothing.
+--
+-- A single regular expression, with no back-reference of its own: linear in
+-- the pattern's length. An even run of backslashes before the digit escapes
+-- itself ("\\1" is a backslash and a 1).
+create or replace function _regex_backreference(p_pattern text)
+returns text
+language sql immutable
+as $$
+    select case when left(p_pattern, 4) <> '***=' then
+        (regexp_match(p_pattern, '(?:^|[^\\])(?:\\\\)*(\\[1-9][0-9]*)'))[1]
+    end;
+$$;
+
+comment on function _regex_backreference(text) is
+    'The first back-reference (\1 and up) in a regular expression, or NULL when it has none.';
+
 -- The longest literal that every string matching the PostgreSQL regular
 -- expression p_pattern must contain, or '' when none can be promised.
 --
@@ -190,19 +242,37 @@ comment on function _validated_routine(routines) is
 -- times (?, *, {0,...}) takes its character back out of the run; one that must
 -- match at least once (+, {n,...}) keeps it but ends the run. A property test
 -- checks the promise against the regex engine itself.
+--
+-- Linear in the pattern's length: each character is read once or twice, by
+-- subscript of an array (PL/pgSQL keeps array variables expanded, so v_chars[i]
+-- and v_lit[n] := c cost the same at any index). It used to read characters
+-- with substr(), which counts from the start of a multibyte text on every
+-- call, and grow the run by concatenation, which copies it: a 40,000-character
+-- pattern took 6.8 s.
 create or replace function _regex_required_literal(p_pattern text)
 returns text
 language plpgsql immutable
 set search_path = ceaseless, pg_catalog
 as $$
 declare
-    v_len integer := length(p_pattern);
+    v_chars constant text[] := string_to_array(p_pattern, null);
+    v_len constant integer := coalesce(cardinality(v_chars), 0);
     v_i integer := 1;
     v_c text;
-    v_run text := '';
-    v_best text := '';
-    v_depth integer;
     v_next text;
+    -- The literal characters read so far. The current run is
+    -- v_lit[v_run_start .. v_lit_len]; the best run ended so far starts at
+    -- v_best_start and is v_best_len long. Runs only ever grow at the end of
+    -- v_lit, so a finished run is never overwritten.
+    v_lit text[] := '{}';
+    v_lit_len integer := 0;
+    v_run_start integer := 1;
+    v_best_start integer := 1;
+    v_best_len integer := 0;
+    v_end_run boolean;
+    v_depth integer;
+    v_from integer;
+    v_zero_min boolean;
 begin
     if p_pattern is null or p_pattern = '' then
         return '';
@@ -216,63 +286,68 @@ begin
         return '';
     end if;
     while v_i <= v_len loop
-        v_c := substr(p_pattern, v_i, 1);
-        v_next := substr(p_pattern, v_i + 1, 1);
+        v_c := v_chars[v_i];
+        v_next := v_chars[v_i + 1];  -- NULL past the end
+        v_end_run := true;
         if v_c = '|' then
             return '';  -- alternation: no single literal is required
         elsif v_c = '\' then
             if v_next ~ '^[^A-Za-z0-9]$' then
                 -- Escaped punctuation stands for itself, unless a quantifier
                 -- follows (handled when the quantifier is read).
-                v_run := v_run || v_next;
-                v_i := v_i + 2;
-                continue;
+                v_lit_len := v_lit_len + 1;
+                v_lit[v_lit_len] := v_next;
+                v_end_run := false;
             end if;
-            -- A class, a back-reference or a control escape: not literal.
-            if length(v_run) > length(v_best) then v_best := v_run; end if;
-            v_run := '';
-            v_i := v_i + 2;
-            continue;
-        elsif v_c in ('*', '?') or (v_c = '{' and substr(p_pattern, v_i + 1) ~ '^0*(,[0-9]*)?}') then
-            -- The previous atom may be absent: take it back out of the run.
-            v_run := left(v_run, greatest(length(v_run) - 1, 0));
-            if length(v_run) > length(v_best) then v_best := v_run; end if;
-            v_run := '';
+            -- Else a class, a back-reference or a control escape: not literal.
+            v_i := v_i + 1;
+        elsif v_c in ('*', '?', '+', '{') then
+            v_zero_min := v_c <> '+';
             if v_c = '{' then
-                v_i := v_i + position('}' in substr(p_pattern, v_i));  -- past the bound
-                continue;
+                -- A bound is {m}, {m,} or {m,n} (digits may be absent): read
+                -- it to its }, else the brace is not a bound.
+                v_from := v_i + 1;
+                while ascii(v_chars[v_from]) between 48 and 57 loop  -- 0-9, in any collation
+                    v_from := v_from + 1;
+                end loop;
+                -- The minimum is zero when its digits are all zeros, or none.
+                v_zero_min := ltrim(array_to_string(v_chars[v_i + 1 : v_from - 1], ''), '0') = '';
+                if v_chars[v_from] = ',' then
+                    v_from := v_from + 1;
+                    while ascii(v_chars[v_from]) between 48 and 57 loop
+                        v_from := v_from + 1;
+                    end loop;
+                end if;
+                if v_chars[v_from] is distinct from '}' then
+                    return '';  -- a brace that is not a bound: promise nothing
+                end if;
+                -- {} reads as a bound with no minimum, as the pattern did
+                -- before (PostgreSQL refuses it at validation anyway).
+                v_i := v_from;
             end if;
-        elsif v_c = '+' or (v_c = '{' and substr(p_pattern, v_i + 1) ~ '^[0-9]+(,[0-9]*)?}') then
-            -- At least once: the character stays, but what follows may repeat it.
-            if length(v_run) > length(v_best) then v_best := v_run; end if;
-            v_run := '';
-            if v_c = '{' then
-                v_i := v_i + position('}' in substr(p_pattern, v_i));
-                continue;
+            if v_zero_min then
+                -- The previous atom may be absent: take it back out of the run.
+                v_lit_len := greatest(v_lit_len - 1, v_run_start - 1);
             end if;
-        elsif v_c = '{' then
-            return '';  -- a brace that is not a bound: promise nothing
+            -- Else at least once: the character stays, but what follows may
+            -- repeat it.
         elsif v_c = '[' then
-            if length(v_run) > length(v_best) then v_best := v_run; end if;
-            v_run := '';
             -- Skip the bracket expression whole; a ] first is literal.
             v_i := v_i + 1;
-            if substr(p_pattern, v_i, 1) = '^' then v_i := v_i + 1; end if;
-            if substr(p_pattern, v_i, 1) = ']' then v_i := v_i + 1; end if;
-            while v_i <= v_len and substr(p_pattern, v_i, 1) <> ']' loop
-                if substr(p_pattern, v_i, 2) in ('[:', '[.', '[=') then
+            if v_chars[v_i] = '^' then v_i := v_i + 1; end if;
+            if v_chars[v_i] = ']' then v_i := v_i + 1; end if;
+            while v_i <= v_len and v_chars[v_i] <> ']' loop
+                if v_chars[v_i] = '[' and v_chars[v_i + 1] in (':', '.', '=') then
                     return '';  -- named classes and collating elements: give up
                 end if;
                 v_i := v_i + 1;
             end loop;
         elsif v_c = '(' then
-            if length(v_run) > length(v_best) then v_best := v_run; end if;
-            v_run := '';
             -- Skip the group whole, counting nested parentheses.
             v_depth := 1;
             v_i := v_i + 1;
             while v_i <= v_len and v_depth > 0 loop
-                v_c := substr(p_pattern, v_i, 1);
+                v_c := v_chars[v_i];
                 if v_c = '\' then
                     v_i := v_i + 1;
                 elsif v_c = '[' then
@@ -285,16 +360,25 @@ begin
                 v_i := v_i + 1;
             end loop;
             v_i := v_i - 1;
-        elsif v_c in ('.', '^', '$', ')', ']', '}') then
-            if length(v_run) > length(v_best) then v_best := v_run; end if;
-            v_run := '';
-        else
-            v_run := v_run || v_c;
+        elsif v_c not in ('.', '^', '$', ')', ']', '}') then
+            v_lit_len := v_lit_len + 1;
+            v_lit[v_lit_len] := v_c;
+            v_end_run := false;
+        end if;
+        if v_end_run then
+            if v_lit_len - v_run_start + 1 > v_best_len then
+                v_best_start := v_run_start;
+                v_best_len := v_lit_len - v_run_start + 1;
+            end if;
+            v_run_start := v_lit_len + 1;
         end if;
         v_i := v_i + 1;
     end loop;
-    if length(v_run) > length(v_best) then v_best := v_run; end if;
-    return v_best;
+    if v_lit_len - v_run_start + 1 > v_best_len then
+        v_best_start := v_run_start;
+        v_best_len := v_lit_len - v_run_start + 1;
+    end if;
+    return array_to_string(v_lit[v_best_start : v_best_start + v_best_len - 1], '');
 exception when others then
     return '';  -- never let a strange pattern break validation
 end;
@@ -302,7 +386,7 @@ $$;
 
 comment on function _regex_required_literal(text) is
     'A literal that every match of the regular expression must contain (empty when none is '
-    'known): the cheap prefilter of event matching.';
+    'known): the cheap prefilter of event matching. Linear in the pattern''s length.';
 
 create or replace function _tg_routines_validate()
 returns trigger

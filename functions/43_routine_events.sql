@@ -101,6 +101,9 @@ declare
     v_ids uuid[];
     v_count integer;
 begin
+    -- Every candidate's pattern runs over the whole content, and the content
+    -- is copied into each run's prompt: a cap bounds both (_input_cap).
+    perform _refuse_long('events.content', new.content, 'event_content');
     select array_agg(r.id order by r.id) into v_ids
     -- The candidates passed the literal test, which rules most routines out
     -- without compiling their pattern (db/0004_event_literal.sql); each is

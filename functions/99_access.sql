@@ -75,3 +75,4 @@ alter function _tg_settings_quiet_checks() security definer;
 alter function cancel_job(uuid, timestamptz) security definer;
 alter function retry_job(uuid, timestamptz) security definer;
 alter function _tg_job_validate() security definer;
+alter function _tg_job_input() security definer;

@@ -13,7 +13,31 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+
+class ConfigError(ValueError):
+    """A listener option that cannot be used; the message says what to pass instead."""
+
+
+def workspace_root(workdir: str | None) -> Path:
+    """The directory agents run in and context_paths are read from, resolved (symlinks too).
+
+    Refuses `/`: context_paths are relative to the root, so with `/` a routine
+    naming `etc/shadow` would have the listener paste that file into a prompt. The
+    default is the current directory, which is `/` under systemd: the listener then
+    refuses to start rather than serve the whole filesystem.
+    """
+    root = Path(workdir if workdir is not None else os.getcwd()).resolve()
+    if root == Path(root.anchor):
+        given = "--workdir " + repr(workdir) if workdir is not None else "the current directory"
+        raise ConfigError(
+            f"the workspace root is {given}, which resolves to {root}: agents would run there "
+            "and routines could read any file through context_paths; pass --workdir with a "
+            "directory of its own, e.g. --workdir /var/lib/ceaseless/workspace"
+        )
+    return root
 
 
 def default_worker_id() -> str:
@@ -107,3 +131,8 @@ class ListenerConfig:
     # Internal tuning, not options: claims per round trip and the sweep period.
     batch_size: int = 500
     sweep_interval: float = 5.0
+
+    def __post_init__(self) -> None:
+        # At startup, not at the first routine run: a listener that cannot
+        # run agents safely says so before it claims anything.
+        workspace_root(self.workdir)

@@ -5,13 +5,17 @@ that belong in its middle in `payload.context_paths`; only the listener can read
 them. This module reads them relative to the workspace root and joins
 `prompt + files + payload.prompt_tail`.
 
-Guarantees: a path never escapes the workspace root (symlinks included); a
+Guarantees: a path never escapes the workspace root (absolute paths, `..` and
+symlinks included, also one swapped in while the file is opened), and nothing is
+read when the root is `/`; a
 missing or unreadable file is skipped and noted in the prompt, never an error;
 each file is bounded, so one large file cannot blow up a prompt.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +33,26 @@ def compose_prompt(prompt: str, payload: dict[str, Any], workspace_root: Path) -
 
 def _file_section(relative: str, root: Path) -> str:
     base = root.resolve()
+    # The database refuses these already (functions/31_job_input.sql); a row
+    # written before that rule, or a root of /, must not reach a file anyway.
+    if base == Path(base.anchor):
+        return f"### {relative}\n(skipped: the workspace root is {base})"
+    if Path(relative).is_absolute() or ".." in Path(relative).parts:
+        return f"### {relative}\n(skipped: not a relative path inside the workspace)"
     target = (base / relative).resolve()
     if not target.is_relative_to(base):
         return f"### {relative}\n(skipped: outside the workspace)"
     try:
-        with target.open("rb") as handle:
+        # Non-blocking: agents write the workspace, and a FIFO named like a
+        # context file would otherwise hold the open (and the event loop) until
+        # someone writes to it.
+        with open(os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return f"### {relative}\n(skipped: not a regular file)"
+            # One could also swap a directory on the path for a symlink
+            # between the check above and the open: what was opened counts.
+            if not _opened_inside(handle.fileno(), base):
+                return f"### {relative}\n(skipped: outside the workspace)"
             data = handle.read(FILE_LIMIT + 1)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return f"### {relative}\n(missing: no such file in the workspace)"
@@ -43,3 +62,12 @@ def _file_section(relative: str, root: Path) -> str:
     if len(data) > FILE_LIMIT:
         text += f"\n(truncated at {FILE_LIMIT} bytes)"
     return f"### {relative}\n{text}"
+
+
+def _opened_inside(fd: int, base: Path) -> bool:
+    """Whether the open file `fd` lies under `base` (True where /proc cannot tell)."""
+    try:
+        opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return True
+    return opened.is_relative_to(base)

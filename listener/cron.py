@@ -45,6 +45,11 @@ _NTH_WEEKDAY = re.compile(r"[^#]*#[^#]*|l[0-9]+")
 _ANY_MONTH_DAY = re.compile(r"(^|,)l(,|$)|w")
 # The longest each month can be; February counts 29 (leap years come within 8 years).
 _MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+# The caps of functions/00_helpers.sql (_input_cap 'schedule' and 'schedule_items'):
+# croniter expands every item on each call, and a minute list of 50,000 items cost
+# 0.6 s a call. A test checks that the two sides agree.
+SCHEDULE_MAX_CHARS = 1000
+FIELD_MAX_ITEMS = 60
 # How far croniter searches for a slot, and so the listener past a skipped one.
 _SEARCH_YEARS = 50
 _ONE_SECOND = timedelta(seconds=1)
@@ -58,6 +63,10 @@ def validate(schedule: str) -> str | None:
     """None when `schedule` is valid, else why not; accepts what `_cron_error` accepts."""
     if not isinstance(schedule, str):
         return "schedule is missing"
+    if len(schedule) > SCHEDULE_MAX_CHARS:
+        return (
+            f"schedule is {len(schedule)} characters long; at most {SCHEDULE_MAX_CHARS} are allowed"
+        )
     if not schedule.isascii():
         return "schedule contains a character that is not ASCII (a no-break space, say)"
     if schedule.lower() in MACROS:
@@ -73,6 +82,12 @@ def validate(schedule: str) -> str | None:
             f"expected 5 fields (or 6 with seconds as the sixth) or a macro, "
             f"got {len(fields)}{suffix}"
         )
+    for name, field in zip(FIELD_NAMES, fields, strict=False):
+        if (items := field.count(",") + 1) > FIELD_MAX_ITEMS:
+            return (
+                f"{name} field has {items} list items; at most {FIELD_MAX_ITEMS} are allowed "
+                "(no field has more values than that)"
+            )
     for name, field in zip(FIELD_NAMES, fields, strict=False):
         if _RANDOM_OR_HASHED.fullmatch(field.lower()):
             return _random_or_hashed(name, field)

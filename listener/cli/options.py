@@ -24,7 +24,8 @@ from typing import Annotated, Any
 
 import typer
 
-from listener.config import ListenerConfig
+from listener.cli.common import fail
+from listener.config import ConfigError, ListenerConfig
 
 LOG_FORMAT = "log_format"
 
@@ -51,8 +52,11 @@ class ListenerOptions:
     log_format: str
 
     def config(self, url: str) -> ListenerConfig:
-        """The listener's configuration for the database at `url`."""
-        return ListenerConfig(url=url, **self.values)  # type: ignore[arg-type]
+        """The listener's configuration for the database at `url`; exits when it is unusable."""
+        try:
+            return ListenerConfig(url=url, **self.values)  # type: ignore[arg-type]
+        except ConfigError as exc:
+            raise fail(str(exc)) from None
 
 
 def _parameter(field: dataclasses.Field[Any], annotation: Any) -> inspect.Parameter:

@@ -1,0 +1,76 @@
+-- Jobs: the bounds on what a job carries to its agent.
+--
+-- Called by: PostgreSQL (BEFORE INSERT or UPDATE of prompt or payload on job),
+-- whoever inserts the job: a routine's fire, an operator, a user's client.
+-- Guarantees: no job is stored whose prompt or payload is longer than its cap
+-- (_input_cap), or whose payload.context_paths names a file outside the
+-- workspace (absolute, or with a .. component); the error names the field,
+-- the rule and the length or the path (CE422), never the whole value.
+-- Rows within the bounds do not call the function at all: the trigger's WHEN
+-- clause tests them in the executor, so a fire of a thousand routines pays
+-- for no PL/pgSQL call.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- Is a value a path the listener may read context from: a JSON string, not
+-- blank, relative, without a .. component? The listener checks again where
+-- the path resolves (symlinks included), against its workspace root.
+--
+-- No SET clause, so it can be inlined; names outside pg_catalog are qualified.
+create or replace function _is_workspace_path(p_value jsonb)
+returns boolean
+language sql immutable
+as $$
+    select coalesce(jsonb_typeof(p_value) = 'string'
+                    and not ceaseless._is_blank(p_value #>> '{}')
+                    and left(p_value #>> '{}', 1) <> '/'
+                    and (p_value #>> '{}') !~ '(^|/)\.\.(/|$)', false);
+$$;
+
+comment on function _is_workspace_path(jsonb) is
+    'True for a JSON string that is a relative path without a .. component (a context path).';
+
+create or replace function _tg_job_input()
+returns trigger
+language plpgsql
+set search_path = ceaseless, pg_catalog
+as $$
+declare
+    v_path jsonb;
+begin
+    perform _refuse_long('job.prompt', new.prompt, 'job_prompt');
+    perform _refuse_long('job.payload', new.payload::text, 'job_payload');
+    -- Prevents a job that makes the listener read any file its OS user can:
+    -- the listener reads context_paths and pastes them into the prompt.
+    if jsonb_typeof(new.payload -> 'context_paths') not in ('array', 'null') then
+        raise exception 'job.payload.context_paths: must be an array of relative paths; got %',
+            left((new.payload -> 'context_paths')::text, 200)
+            using errcode = 'CE422', table = 'job', column = 'payload';
+    end if;
+    for v_path in select value from jsonb_array_elements(
+                      case jsonb_typeof(new.payload -> 'context_paths')
+                          when 'array' then new.payload -> 'context_paths' else '[]' end) loop
+        if not _is_workspace_path(v_path) then
+            raise exception 'job.payload.context_paths: each entry must be a relative path inside '
+                            'the workspace (no leading /, no .. component); got %',
+                left(v_path::text, 200)
+                using errcode = 'CE422', table = 'job', column = 'payload';
+        end if;
+    end loop;
+    return new;
+end;
+$$;
+
+comment on function _tg_job_input() is
+    'Before INSERT/UPDATE of prompt or payload on job: refuse (CE422) a prompt or payload over its '
+    'cap, or a context path outside the workspace.';
+
+-- The WHEN clause lets through, without a call, every row that is certainly
+-- within bounds: short, and naming no context path.
+create or replace trigger job_input
+    before insert or update of prompt, payload on job
+    for each row
+    when (char_length(new.prompt) > ceaseless._input_cap('job_prompt')
+          or char_length(new.payload::text) > ceaseless._input_cap('job_payload')
+          or coalesce(new.payload -> 'context_paths' <> '[]'::jsonb, false))
+    execute function _tg_job_input();
