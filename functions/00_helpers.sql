@@ -10,7 +10,7 @@ set local search_path = ceaseless, pg_catalog, public;
 create or replace function _setting_int(p_key text)
 returns integer
 language plpgsql stable
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_value jsonb;
@@ -77,7 +77,7 @@ comment on function _acts_for(text) is
 create or replace function _retry_delay(p_attempts integer)
 returns interval
 language plpgsql volatile
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 begin
     return make_interval(secs =>
@@ -167,7 +167,7 @@ comment on function _input_cap(text) is
 create or replace function _refuse_long(p_where text, p_value text, p_cap text)
 returns void
 language plpgsql immutable
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_cap constant integer := _input_cap(p_cap);

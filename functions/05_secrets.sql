@@ -53,7 +53,7 @@ comment on function _hidden_values(jsonb) is
 create or replace function _sinks_without_secrets(p_sinks jsonb)
 returns jsonb
 language sql immutable parallel safe
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
     select case when jsonb_typeof(p_sinks) <> 'object' then _hidden_values(p_sinks)
            else coalesce((
@@ -79,7 +79,7 @@ comment on function _sinks_without_secrets(jsonb) is
 create or replace function _without_secrets(p_table text, p_row jsonb)
 returns jsonb
 language sql immutable parallel safe
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
     select case
         when p_row is null then null
@@ -114,7 +114,7 @@ create or replace function _install_quiet_checks(
 )
 returns void
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $install$
 declare
     v_name constant text := (select relname from pg_class where oid = p_table);
@@ -149,7 +149,7 @@ begin
         create or replace function %1$I()
         returns trigger
         language plpgsql
-        set search_path = ceaseless, pg_catalog
+        set search_path = pg_catalog, ceaseless
         as $body$
         declare
             v_kind text;

@@ -58,7 +58,7 @@ comment on function _resumable(text) is
 create or replace function _tg_job_validate()
 returns trigger
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 begin
     if not _resume_session_id_ok(new.resume_session_id) then
@@ -122,7 +122,7 @@ returns table (
     claim_expires_at timestamptz, run_id uuid
 )
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 -- On PostgreSQL 15, a claim of 1,000 after one-job claims on a young table
 -- scans job against the claimed ids (18 probes the key on its own):
 -- tests/sql/test_batch_plans.py, test_without_enable_seqscan_a_claim_….
@@ -265,7 +265,7 @@ create or replace function extend_leases(
 )
 returns table (job_id uuid, held boolean, renewed boolean)
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_lease interval := make_interval(secs => coalesce(p_lease_secs, _setting_int('lease_secs')));
@@ -328,7 +328,7 @@ comment on function extend_leases(text, uuid[], timestamptz, integer) is
 create or replace function expire_leases(p_now timestamptz default now())
 returns integer
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_count integer;
@@ -406,7 +406,7 @@ create or replace function release_jobs(
 )
 returns integer
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_count integer;
@@ -458,7 +458,7 @@ comment on function release_jobs(text, uuid[], timestamptz) is
 create or replace function cancel_job(p_job_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_state text;
@@ -507,7 +507,7 @@ comment on function cancel_job(uuid, timestamptz) is
 create or replace function retry_job(p_job_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_job job;

@@ -48,7 +48,7 @@ create or replace function note_sessions(
 )
 returns integer
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_count integer;
@@ -114,7 +114,7 @@ create or replace function finish_runs(
 )
 returns table (run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 #variable_conflict use_column
 begin

@@ -33,7 +33,7 @@ comment on function _is_workspace_path(jsonb) is
 create or replace function _tg_job_input()
 returns trigger
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_path jsonb;

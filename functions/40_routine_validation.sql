@@ -12,7 +12,7 @@ set local search_path = ceaseless, pg_catalog, public;
 create or replace function _invalid(p_field text, p_rule text, p_value jsonb)
 returns void
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_shown text := coalesce(p_value::text, 'nothing');
@@ -36,7 +36,7 @@ comment on function _invalid(text, text, jsonb) is
 create or replace function _is_text(p_value jsonb)
 returns boolean
 language sql immutable
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
     -- coalesce: an absent key is NULL, and "not NULL" would let it through.
     select coalesce(jsonb_typeof(p_value) = 'string' and not _is_blank(p_value #>> '{}'), false);
@@ -48,7 +48,7 @@ comment on function _is_text(jsonb) is 'True for a JSON string that is not blank
 create or replace function _is_positive_int_or_null(p_value jsonb)
 returns boolean
 language sql immutable
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
     select p_value is null or jsonb_typeof(p_value) = 'null'
         or (jsonb_typeof(p_value) = 'number' and (p_value #>> '{}') ~ '^[0-9]+$'
@@ -63,7 +63,7 @@ comment on function _is_positive_int_or_null(jsonb) is 'True for null/absent or 
 create or replace function _validated_routine(p_row routines)
 returns routines
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_trigger jsonb := p_row.trigger_config;
@@ -252,7 +252,7 @@ comment on function _regex_backreference(text) is
 create or replace function _regex_required_literal(p_pattern text)
 returns text
 language plpgsql immutable
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_chars constant text[] := string_to_array(p_pattern, null);
@@ -391,7 +391,7 @@ comment on function _regex_required_literal(text) is
 create or replace function _tg_routines_validate()
 returns trigger
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 begin
     if tg_op = 'UPDATE'
@@ -437,7 +437,7 @@ comment on function _tg_routines_validate() is
 create or replace function _tg_routines_changed()
 returns trigger
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 begin
     if tg_op = 'DELETE' then

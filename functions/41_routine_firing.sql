@@ -47,7 +47,7 @@ set local search_path = ceaseless, pg_catalog, public;
 create or replace function _routine_ok_instruction()
 returns text
 language sql immutable
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
     select 'If nothing needs attention, answer exactly ROUTINE_OK and nothing else. '
            'Otherwise, answer with what needs attention.';
@@ -139,7 +139,7 @@ create or replace function _admit_fires(
     out o_free bigint
 )
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_cap bigint := _setting_int('routine_max_running');
@@ -224,7 +224,7 @@ comment on function _admit_fires(uuid[]) is
 create or replace function _take_fire_slot()
 returns boolean
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 begin
     for i in 0..15 loop
@@ -253,7 +253,7 @@ create or replace function _lock_routines_for_fire(
 )
 returns boolean
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_key integer;
@@ -291,7 +291,7 @@ drop function if exists _take_fire_lock();
 create or replace function _count_running(p_delta integer)
 returns void
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_shard smallint := nullif(current_setting('ceaseless.run_shard', true), '')::smallint;
@@ -357,7 +357,7 @@ create or replace function _fire_routines(
 returns table (ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text,
                skip_reason text)
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 -- Once the guard compared max_concurrent with the running count (v_running),
 -- PL/pgSQL judged every custom plan of the big statement cheaper than the
 -- generic one and planned it on every fire: 1.5 ms of a 2.8 ms event insert
@@ -508,7 +508,7 @@ create or replace function fire_cron_routines(
 returns table (routine_id uuid, run_id uuid, status text, skip_reason text,
                next_fire_at timestamptz)
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 #variable_conflict use_column
 declare
@@ -565,7 +565,7 @@ create or replace function set_next_fires(
 )
 returns integer
 language sql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
     with computed as (
         select * from unnest(p_routine_ids, p_schedules, p_timezones, p_next_fire_ats)
@@ -594,7 +594,7 @@ comment on function set_next_fires(uuid[], text[], text[], timestamptz[]) is
 create or replace function disable_routine(p_routine_id uuid, p_error text)
 returns void
 language sql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
     update routines set enabled = false, last_error = p_error where id = p_routine_id;
 $$;
@@ -610,7 +610,7 @@ create or replace function run_routine(p_routine_id uuid, p_now timestamptz defa
 returns uuid
 language plpgsql
 security definer
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_run_id uuid;

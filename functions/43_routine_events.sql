@@ -26,7 +26,7 @@ set local search_path = ceaseless, pg_catalog, public;
 create or replace function _event_candidates(p_user_id text, p_content text)
 returns setof uuid
 language plpgsql stable
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 -- The probe's generic plan guesses a thousand windows and looks dearer than
 -- the plan for this event's actual few, so PL/pgSQL would plan it afresh on
 -- every event; its shape is fixed by the LATERAL fence anyway, so the one
@@ -95,7 +95,7 @@ comment on function _event_candidates(text, text) is
 create or replace function _tg_events_fire()
 returns trigger
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_ids uuid[];

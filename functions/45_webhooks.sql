@@ -15,7 +15,7 @@ set local search_path = ceaseless, pg_catalog, public;
 create or replace function _hmac_sha256(p_key bytea, p_message bytea)
 returns bytea
 language plpgsql immutable strict
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_block integer := 64;
@@ -42,7 +42,7 @@ comment on function _hmac_sha256(bytea, bytea) is
 create or replace function _equal_constant_time(p_a bytea, p_b bytea)
 returns boolean
 language plpgsql immutable strict
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_diff integer := 0;
@@ -66,7 +66,7 @@ create or replace function _webhook_signature_ok(
 )
 returns boolean
 language plpgsql immutable
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 begin
     if p_signature is null or p_signature !~ '^sha256=[0-9a-f]{64}$' then
@@ -130,7 +130,7 @@ create or replace function _receive_webhook(
 )
 returns table (run_id uuid, refused_sqlstate text, refused_message text)
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_now constant timestamptz := now();
@@ -216,7 +216,7 @@ create or replace function receive_webhook(
 )
 returns uuid
 language plpgsql
-set search_path = ceaseless, pg_catalog
+set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_received record;

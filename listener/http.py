@@ -26,6 +26,7 @@ The endpoint faces strangers, so it fails closed and is bounded:
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ STATUS_BY_SQLSTATE: dict[str, int] = {
 # which datetime cannot go. str.isdigit() would let "²" through.
 _TIMESTAMP = re.compile(r"[0-9]{1,11}")
 _SIGNATURE = re.compile(r"sha256=[0-9a-f]{64}")
+# How long the rest of an unread body is drained after an early answer.
+_LINGERING_SECS = 1.0
 # What a log line keeps of a client's text.
 _LOGGED_CHARS = 120
 
@@ -203,6 +206,25 @@ def _bounded(value: object) -> str:
     return text if len(text) <= _LOGGED_CHARS else text[:_LOGGED_CHARS] + "…"
 
 
+class _OneLineProtocolErrors(logging.Filter):
+    """aiohttp's own reports of malformed HTTP (answered 400 by aiohttp) as one bounded line.
+
+    aiohttp logs them with a traceback that quotes the client's bytes: a
+    stranger could fill the log with multi-line text of its choosing.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        record.msg, record.args = "http.bad_request", ()
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        record.fields = {"error": _bounded(type(error).__name__ if error else "unknown")}
+        return True
+
+
+_PROTOCOL_LOG = logging.getLogger("ceaseless.http")
+_PROTOCOL_LOG.addFilter(_OneLineProtocolErrors())
+
+
 class Ingress:
     """The running ingress: its server and its own small pool."""
 
@@ -234,10 +256,15 @@ async def serve(
     await pool.open(wait=False)
     # keepalive_timeout also bounds the wait for a request's headers: aiohttp
     # closes a connection that has not delivered a whole request by then.
+    # lingering_time: after an early answer (404, 413) aiohttp reads and drops
+    # the rest of the unread body before closing, 10 s by default; a client
+    # announcing a body it never sends would hold the connection that long.
     runner = web.AppRunner(
         make_app(pool, limits, token_pattern),
         access_log=None,
         keepalive_timeout=limits.read_timeout,
+        lingering_time=_LINGERING_SECS,
+        logger=_PROTOCOL_LOG,
     )
     await runner.setup()
     await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
