@@ -50,6 +50,7 @@ grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_con
 -- cancel and retry, firing by id) is refused with permission denied.
 grant execute on function
     run_routine(uuid, timestamptz),
+    _input_cap(text),
     _is_blank(text),
     _acts_for(text),
     _actor()
