@@ -22,10 +22,8 @@ returns text
 language sql immutable parallel safe
 set search_path = pg_catalog
 as $$
-    select coalesce(
-        (regexp_match(p_url, '^([A-Za-z][A-Za-z0-9+.-]*://)(?:[^/?#@]*@)?([^/?#@]*)'))[1]
-            || (regexp_match(p_url, '^([A-Za-z][A-Za-z0-9+.-]*://)(?:[^/?#@]*@)?([^/?#@]*)'))[2],
-        '(not a URL)');
+    select coalesce(m[1] || m[2], '(not a URL)')
+    from (select regexp_match(p_url, '^([A-Za-z][A-Za-z0-9+.-]*://)(?:[^/?#@]*@)?([^/?#@]*)')) r (m);
 $$;
 
 comment on function _url_origin(text) is
@@ -87,15 +85,12 @@ as $$
             then jsonb_set(p_row, '{env}', _hidden_values(p_row -> 'env'))
         when p_table = 'settings' and p_row ->> 'key' = 'notification_sinks'
             then jsonb_set(p_row, '{value}', _sinks_without_secrets(p_row -> 'value'))
-        when p_table = 'routines' and jsonb_typeof(p_row -> 'trigger_config') = 'object'
-                                  and p_row -> 'trigger_config' ? 'secret'
-            then jsonb_set(p_row, '{trigger_config,secret}', '"(hidden)"')
         else p_row
     end;
 $$;
 
 comment on function _without_secrets(text, jsonb) is
-    'A row (as jsonb) of agents, settings or routines with its secrets hidden, for audit_log.';
+    'A row (as jsonb) of agents or settings with its secrets hidden, for audit_log.';
 
 -- Build, from the catalog, a BEFORE trigger on p_table that checks the
 -- table's NOT NULL columns and CHECK constraints itself, and raises what

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import psycopg
 
@@ -116,3 +117,26 @@ def pid_alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+def wait_routine_run(
+    conn: psycopg.Connection, routine: UUID, timeout: float = 15
+) -> tuple[str, str]:
+    """Wait for the routine's first run to end; its status and summary."""
+
+    def finished() -> bool:
+        row = conn.execute(
+            "select count(*) from ceaseless.routine_runs where routine_id = %s "
+            "and status not in ('running')",
+            (routine,),
+        ).fetchone()
+        return row is not None and row[0] >= 1
+
+    wait_until(finished, timeout, "the routine run never finished")
+    row = conn.execute(
+        "select status, coalesce(result_summary, '') from ceaseless.routine_runs "
+        "where routine_id = %s order by started_at limit 1",
+        (routine,),
+    ).fetchone()
+    assert row is not None
+    return row[0], row[1]

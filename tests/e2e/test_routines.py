@@ -5,11 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from uuid import UUID
 
 import psycopg
 
-from tests.e2e.support import ListenerProcess, wait_until
+from tests.e2e.support import ListenerProcess, wait_routine_run, wait_until
 from tests.factories import make_agent, make_routine
 
 SECRET = "a-signing-secret-of-some-length"
@@ -31,32 +30,13 @@ def _echo_agent(conn: psycopg.Connection) -> str:
     return make_agent(conn, "echo", "command", ["cat"], max_concurrent=50)
 
 
-def _wait_run(conn: psycopg.Connection, routine: UUID, timeout: float = 15) -> tuple[str, str]:
-    def finished() -> bool:
-        row = conn.execute(
-            "select count(*) from ceaseless.routine_runs where routine_id = %s "
-            "and status not in ('running')",
-            (routine,),
-        ).fetchone()
-        return row is not None and row[0] >= 1
-
-    wait_until(finished, timeout, "the routine run never finished")
-    row = conn.execute(
-        "select status, coalesce(result_summary, '') from ceaseless.routine_runs "
-        "where routine_id = %s order by started_at limit 1",
-        (routine,),
-    ).fetchone()
-    assert row is not None
-    return row[0], row[1]
-
-
 def test_manual_routine_answering_routine_ok_ends_ok(
     conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
 ) -> None:
     routine = make_routine(conn, agent=_reply_agent(conn, "ROUTINE_OK"))
     start_listener("--poll-interval", "60")
     conn.execute("select ceaseless.run_routine(%s)", (routine,))
-    assert _wait_run(conn, routine) == ("ok", "")
+    assert wait_routine_run(conn, routine) == ("ok", "")
 
 
 def test_event_routine_with_a_finding_ends_in_attention(
@@ -70,7 +50,7 @@ def test_event_routine_with_a_finding_ends_in_attention(
     )
     start_listener("--poll-interval", "60")
     conn.execute("insert into ceaseless.events (user_id, content) values ('alice', 'disk alert')")
-    assert _wait_run(conn, routine) == ("attention", "Disk at 97 percent")
+    assert wait_routine_run(conn, routine) == ("attention", "Disk at 97 percent")
 
 
 def test_lightweight_prompt_carries_context_files_state_and_instruction(
@@ -87,7 +67,7 @@ def test_lightweight_prompt_carries_context_files_state_and_instruction(
     )
     start_listener("--poll-interval", "60", "--workdir", str(tmp_path))
     conn.execute("select ceaseless.run_routine(%s)", (routine,))
-    status, summary = _wait_run(conn, routine)
+    status, summary = wait_routine_run(conn, routine)
     assert status == "attention"
     order = [
         summary.index(part)
@@ -115,7 +95,7 @@ def test_cron_routine_is_scheduled_and_fired_by_the_listener(
         agent=_reply_agent(conn, "ROUTINE_OK"),
         cooldown_secs=3600,
     )
-    assert _wait_run(conn, routine, timeout=10) == ("ok", "")
+    assert wait_routine_run(conn, routine, timeout=10) == ("ok", "")
     row = conn.execute(
         "select trigger_type, trigger_detail from ceaseless.routine_runs "
         "where routine_id = %s order by started_at limit 1",
@@ -229,4 +209,4 @@ def test_max_tokens_reaches_the_agent_environment(
     routine = make_routine(conn, agent="env", action_config={"prompt": "p", "max_tokens": 321})
     start_listener("--poll-interval", "60")
     conn.execute("select ceaseless.run_routine(%s)", (routine,))
-    assert _wait_run(conn, routine) == ("attention", "321")
+    assert wait_routine_run(conn, routine) == ("attention", "321")

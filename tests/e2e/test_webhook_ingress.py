@@ -18,7 +18,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from tests.e2e.support import ListenerProcess, wait_until
+from tests.e2e.support import ListenerProcess, wait_routine_run, wait_until
 from tests.factories import make_agent, make_routine
 from tests.webhook_signing import sign
 
@@ -80,25 +80,6 @@ def _signed_request(path: str, body: bytes, ts: str, signature: str) -> bytes:
     ).encode() + body
 
 
-def _wait_run(conn: psycopg.Connection, routine: UUID, timeout: float = 15) -> tuple[str, str]:
-    def finished() -> bool:
-        row = conn.execute(
-            "select count(*) from ceaseless.routine_runs where routine_id = %s "
-            "and status <> 'running'",
-            (routine,),
-        ).fetchone()
-        return row is not None and row[0] >= 1
-
-    wait_until(finished, timeout, "the routine run never finished")
-    row = conn.execute(
-        "select status, coalesce(result_summary, '') from ceaseless.routine_runs "
-        "where routine_id = %s order by started_at limit 1",
-        (routine,),
-    ).fetchone()
-    assert row is not None
-    return row[0], row[1]
-
-
 @contextmanager
 def _listening(
     start_listener: Callable[..., ListenerProcess], *options: str
@@ -143,7 +124,7 @@ def test_signed_webhook_is_accepted_and_its_body_reaches_the_run(
     port, _ = ingress
     status, body = _post(port, "deploys", b'{"ref": "main", "sha": "abc123"}')
     assert status == 202 and "run_id" in body
-    state, summary = _wait_run(conn, routine)
+    state, summary = wait_routine_run(conn, routine)
     assert state == "attention" and '"sha": "abc123"' in summary
 
 
