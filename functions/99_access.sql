@@ -41,6 +41,11 @@ grant select, insert, update, delete on routines to ceaseless_user;
 grant select, insert on job, events to ceaseless_user;
 grant select on routine_runs, agent_run, notifications, loops, topology_runs, approvals
     to ceaseless_user;
+-- Loops are owned rows like routines; a run may be started directly with an
+-- INSERT; nodes are the engine's, read only.
+grant insert, update, delete on loops to ceaseless_user;
+grant insert on topology_runs to ceaseless_user;
+grant select on topology_nodes to ceaseless_user;
 -- Every column of agents but env, which holds the lanes' API keys.
 grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_concurrent,
               window_secs, window_budget, max_attempts, enabled, created_at, updated_at)
@@ -77,3 +82,11 @@ alter function cancel_job(uuid, timestamptz) security definer;
 alter function retry_job(uuid, timestamptz) security definer;
 alter function _tg_job_validate() security definer;
 alter function _tg_job_input() security definer;
+
+-- Loops and topology runs (5x_*.sql): their triggers audit and create rows a
+-- user may not write itself (audit_log, workspaces, jobs of its nodes).
+alter function _default_workspace() security definer;
+alter function _tg_topology_runs_changed() security definer;
+alter function _tg_topology_nodes_changed() security definer;
+alter function _tg_approvals_changed() security definer;
+alter function _tg_loops_changed() security definer;

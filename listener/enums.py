@@ -86,3 +86,75 @@ class SkipReason(StrEnum):
     MISSED_SLOTS = "missed_slots"
     DISABLED = "disabled"
     AGENT_DISABLED = "agent_disabled"
+
+
+class TopologyRunStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+
+
+class TopologyNodeState(StrEnum):
+    WAITING = "waiting"
+    AWAITING_APPROVAL = "awaiting_approval"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class NodeGate(StrEnum):
+    APPROVAL = "approval"
+
+
+class LoopTrigger(StrEnum):
+    CRON = "cron"
+    ON_COMPLETION = "on_completion"
+    WEBHOOK = "webhook"
+    MANUAL = "manual"
+
+
+class LoopSkipReason(StrEnum):
+    LIVE_ITERATION = "live_iteration"
+    DISABLED = "disabled"
+    AGENT_DISABLED = "agent_disabled"
+
+
+class LoopStoppedReason(StrEnum):
+    COMPLETED = "completed"
+    EXHAUSTED = "exhausted"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class RepeatPolicyKind(StrEnum):
+    INFINITE = "infinite"
+    ITERS = "iters"
+    UNTIL = "until"
+
+
+class ApprovalDecision(StrEnum):
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+class NotificationKind(StrEnum):
+    SUCCESS = "success"
+    FAILURE = "failure"
+    ATTENTION = "attention"
+    STOPPED = "stopped"
+    APPROVAL = "approval"
+
+
+class NotificationSource(StrEnum):
+    ROUTINE_RUNS = "routine_runs"
+    TOPOLOGY_RUNS = "topology_runs"
+    JOB = "job"
+    LOOPS = "loops"
+    APPROVALS = "approvals"
