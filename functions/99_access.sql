@@ -90,3 +90,10 @@ alter function _tg_topology_runs_changed() security definer;
 alter function _tg_topology_nodes_changed() security definer;
 alter function _tg_approvals_changed() security definer;
 alter function _tg_loops_changed() security definer;
+
+-- Topology engine (51-54_*.sql): graph validation reads the agent registry;
+-- a run's start and its jobs' outcomes write nodes, jobs, approvals and the
+-- outbox, which a user role may not write itself; cancel_topology_run and
+-- decide_approval check ownership (_acts_for) themselves.
+alter function _tg_loops_graph_validate() security definer;
+alter function _tg_topology_runs_validate() security definer;
