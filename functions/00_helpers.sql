@@ -157,12 +157,16 @@ as $$
         -- a job of every run, and the cycle check walks the edges.
         when 'graph_nodes' then 200
         when 'graph_edges' then 2000
+        -- topology_runs.final_message: the outputs of a run's sink nodes
+        -- (each at most an agent's 64 KiB reply), which a loop carries into
+        -- its next iteration.
+        when 'run_final_message' then 1000000
     end;
 $$;
 
 comment on function _input_cap(text) is
     'The cap on a kind of untrusted text (pattern, schedule, schedule_items, prompt, event_content, '
-    'job_prompt, job_payload, graph_nodes, graph_edges): characters, or items for schedule_items, '
+    'job_prompt, job_payload, graph_nodes, graph_edges, run_final_message): characters, or items for schedule_items, '
     'graph_nodes and graph_edges; NULL for an unknown name.';
 
 -- Refuse (CE422) a text longer than its cap, naming where it was found, the

@@ -97,3 +97,12 @@ alter function _tg_loops_changed() security definer;
 -- decide_approval check ownership (_acts_for) themselves.
 alter function _tg_loops_graph_validate() security definer;
 alter function _tg_topology_runs_validate() security definer;
+alter function _tg_topology_runs_start() security definer;
+alter function _tg_job_topology_outcome() security definer;
+alter function cancel_topology_run(uuid, timestamptz) security definer;
+alter function decide_approval(uuid, boolean, text, text, timestamptz) security definer;
+grant execute on function
+    cancel_topology_run(uuid, timestamptz),
+    decide_approval(uuid, boolean, text, text, timestamptz)
+    to ceaseless_user;
+grant select on topology_node_status to ceaseless_user;
