@@ -526,12 +526,21 @@ as $$
 declare
     v_runs uuid[];
 begin
-    select array_agg(distinct j.topology_run_id) into v_runs
-    from job j
-    join topology_runs r on r.id = j.topology_run_id
-    where j.state in ('pending', 'claimed', 'running')
-      and j.topology_run_id is not null
-      and r.status in ('succeeded', 'failed', 'cancelled');
+    -- Live jobs only, through the partial indexes that hold nothing else
+    -- (job_claimable_idx per lane, the claim indexes): one condition on
+    -- state over the whole table reads every finished job a run ever had.
+    select array_agg(distinct l.topology_run_id) into v_runs
+    from agents a
+    cross join lateral (
+        select j.topology_run_id from job j
+        where j.agent = a.name and j.state = 'pending' and j.topology_run_id is not null
+        union all
+        select j.topology_run_id from job j
+        where j.agent = a.name and j.state in ('claimed', 'running')
+          and j.topology_run_id is not null
+    ) l
+    join topology_runs r on r.id = l.topology_run_id
+    where r.status in ('succeeded', 'failed', 'cancelled');
     if v_runs is null then
         return 0;
     end if;
