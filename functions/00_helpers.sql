@@ -153,12 +153,21 @@ as $$
         when 'job_prompt' then 2000000
         -- job.payload, in characters of its JSON text.
         when 'job_payload' then 1000000
+        -- Nodes and edges of one topology graph: each node becomes a row and
+        -- a job of every run, and the cycle check walks the edges.
+        when 'graph_nodes' then 200
+        when 'graph_edges' then 2000
+        -- topology_runs.final_message: the outputs of a run's sink nodes
+        -- (each at most an agent's 64 KiB reply), which a loop carries into
+        -- its next iteration.
+        when 'run_final_message' then 1000000
     end;
 $$;
 
 comment on function _input_cap(text) is
     'The cap on a kind of untrusted text (pattern, schedule, schedule_items, prompt, event_content, '
-    'job_prompt, job_payload): characters, or items for schedule_items; NULL for an unknown name.';
+    'job_prompt, job_payload, graph_nodes, graph_edges, run_final_message): characters, or items for schedule_items, '
+    'graph_nodes and graph_edges; NULL for an unknown name.';
 
 -- Refuse (CE422) a text longer than its cap, naming where it was found, the
 -- cap and its length, and showing only its first 40 characters: the value is

@@ -91,6 +91,22 @@ alter function _tg_topology_nodes_changed() security definer;
 alter function _tg_approvals_changed() security definer;
 alter function _tg_loops_changed() security definer;
 
+-- Topology engine (51-54_*.sql): graph validation reads the agent registry;
+-- a run's start and its jobs' outcomes write nodes, jobs, approvals and the
+-- outbox, which a user role may not write itself; cancel_topology_run and
+-- decide_approval check ownership (_acts_for) themselves.
+alter function _tg_loops_graph_validate() security definer;
+alter function _tg_topology_runs_validate() security definer;
+alter function _tg_topology_runs_start() security definer;
+alter function _tg_job_topology_outcome() security definer;
+alter function cancel_topology_run(uuid, timestamptz) security definer;
+alter function decide_approval(uuid, boolean, text, text, timestamptz) security definer;
+grant execute on function
+    cancel_topology_run(uuid, timestamptz),
+    decide_approval(uuid, boolean, text, text, timestamptz)
+    to ceaseless_user;
+grant select on topology_node_status to ceaseless_user;
+
 -- Loops (55-58_*.sql): validation fills the creator (users) and re-enabling
 -- fires the next iteration; an iteration's end stops the loop (notification)
 -- or fires the next one, whose start writes nodes and jobs; run_loop checks

@@ -1,7 +1,10 @@
 """Maintenance: the loops that keep shared state moving, whoever's work it is.
 
 - the lease sweep returns jobs whose listener vanished to the pool
-  (expire_leases; every listener sweeps, SKIP LOCKED splits the work);
+  (expire_leases; every listener sweeps, SKIP LOCKED splits the work), and on
+  the same tick expires approvals past their time and cancels the live jobs
+  of topology runs that have ended (expire_approvals,
+  cancel_orphaned_topology_jobs);
 - cron keeps time: computes next slots for routines that ask, fires what is
   due, and sleeps until the next slot (listener/scheduler.py);
 - the outbox delivers due notifications (listener/outbox.py).
@@ -26,7 +29,7 @@ from listener.config import ListenerConfig
 from listener.database import Database
 from listener.outbox import deliver_due
 from listener.producer.ledger import Ledger
-from listener.queries import jobs
+from listener.queries import jobs, topology
 
 _OUTBOX_BATCH = 100
 
@@ -47,6 +50,14 @@ class Maintenance:
             if expired:
                 log.event("lease.expired", jobs=expired)
                 self._ledger.wake.set()
+            approvals = await self._db.retry("expire_approvals", topology.expire_approvals)
+            if approvals:
+                log.event("approval.expired", approvals=approvals)
+            orphans = await self._db.retry(
+                "cancel_orphaned_topology_jobs", topology.cancel_orphaned_jobs
+            )
+            if orphans:
+                log.event("topology.orphans_cancelled", jobs=orphans)
 
     async def keep_cron(self) -> None:
         """Schedule what asks for it, fire what is due, sleep until the next slot."""

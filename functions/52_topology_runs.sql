@@ -1,0 +1,580 @@
+-- Topology runs: start, fan-out, fan-in, finish, fail, cancel.
+--
+-- Called by: PostgreSQL — after a topology run is inserted pending (a user's
+-- INSERT, run_loop, a loop's fire), and after every UPDATE statement on job
+-- (finish_runs, claim_jobs, expire_leases, release_jobs, cancel_job,
+-- retry_job, a plain UPDATE); operators and owners (cancel_topology_run);
+-- listeners' maintenance tick (cancel_orphaned_topology_jobs); decide_approval
+-- and expire_approvals (53_approvals.sql).
+-- Guarantees:
+-- - a pending run gets one topology_nodes row per graph node (upstream_left =
+--   its in-degree), becomes running, and starts every node without upstreams,
+--   all in its INSERT's transaction; a skipped run is never started;
+-- - a node starts exactly once: when its last upstream succeeds, under its
+--   run's row lock, the decrement that reaches zero is the one that starts it
+--   (a gated node asks for approval, any other gets a loop_node job whose
+--   prompt carries the task and its upstreams' outputs, bounded);
+-- - a node follows its job: claimed / running → running, back to pending (a
+--   retry) → queued, delivered → succeeded with the job's reply as output,
+--   failed / abandoned / blocked / cancelled (after the job's own retries) →
+--   failed, which fails the run, cancels its unfinished nodes and its live
+--   jobs;
+-- - a run is awaiting_approval while a node awaits approval and none is
+--   queued or running, running otherwise, and succeeded when every node has,
+--   with the sink nodes' outputs as final_message; a terminal run never moves
+--   again, whatever its jobs do later (a sibling finishing after the run
+--   failed, a retried job): such jobs are cancelled, now or by the sweep;
+-- - NOTIFY and audit of every run, node and approval change: by the triggers
+--   of 50_topology_notify.sql.
+--
+-- Lock order (no deadlock between any two of: finishing, claiming, expiring
+-- or cancelling jobs of one run on several listeners, cancel_topology_run,
+-- decide_approval, expire_approvals, the orphan sweep):
+--   1. job rows — held already by the statement that changes them;
+--   2. the run row, FOR NO KEY UPDATE (runs of one statement in id order):
+--      every write to a run's nodes, approvals or status happens under it, so
+--      node rows need no lock order of their own;
+--   3. other jobs of the run: new ones are inserted (no wait); live ones are
+--      cancelled FOR UPDATE SKIP LOCKED, never waited for — a job held by
+--      another statement (a listener finishing it, waiting for the run row we
+--      hold) is left to the maintenance sweep, cancel_orphaned_topology_jobs,
+--      which cancels the live jobs of terminal runs.
+-- Nothing waits for a job row while holding a run row, so no cycle forms.
+-- Foreign keys to the run (nodes, jobs, approvals) take KEY SHARE, which FOR
+-- NO KEY UPDATE does not block.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- A text cut to p_chars characters, with a visible marker saying how much
+-- was cut, so the next agent knows it sees a part.
+create or replace function _topology_cut(p_text text, p_chars integer)
+returns text
+language sql immutable
+as $$
+    select case when pg_catalog.char_length(p_text) <= p_chars then p_text
+                else pg_catalog.left(p_text, p_chars)
+                     || pg_catalog.format(E'\n\n[… cut: %s more characters not shown]',
+                                          pg_catalog.char_length(p_text) - p_chars) end;
+$$;
+
+comment on function _topology_cut(text, integer) is
+    'p_text cut to p_chars characters, followed by a marker naming how many were cut.';
+
+-- The nodes of a run's graph with their position, the order in which
+-- prompts list upstreams and final messages list sinks.
+create or replace function _topology_graph_order(p_graph jsonb)
+returns table (node_id text, at bigint)
+language sql immutable
+as $$
+    select n.value ->> 'id', n.at
+    from pg_catalog.jsonb_array_elements(p_graph -> 'nodes') with ordinality as n(value, at);
+$$;
+
+comment on function _topology_graph_order(jsonb) is
+    'The node ids of a topology graph with their 1-based position in its nodes array.';
+
+-- What a node's agent is asked: its own prompt, the run's task, and each
+-- upstream node's output (in graph order, each cut to the setting
+-- topology_upstream_chars), the whole within the job prompt cap.
+create or replace function _topology_node_prompt(p_run_id uuid, p_node_id text)
+returns text
+language plpgsql stable
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_chars constant integer := _setting_int('topology_upstream_chars');
+    v_cap constant integer := _input_cap('job_prompt');
+    v_prompt text;
+begin
+    select n.prompt || E'\n\n## Task\n\n' || r.task
+           || coalesce((select string_agg(format(E'\n\n## Output of %s\n\n%s', u.node_id,
+                                                 _topology_cut(coalesce(u.output, ''), v_chars)),
+                                          '' order by g.at)
+                        from jsonb_array_elements(r.graph -> 'edges') e
+                        join topology_nodes u
+                          on u.topology_run_id = r.id and u.node_id = e.value ->> 'from'
+                        join _topology_graph_order(r.graph) g on g.node_id = u.node_id
+                        where e.value ->> 'to' = n.node_id), '')
+    into v_prompt
+    from topology_runs r
+    join topology_nodes n on n.topology_run_id = r.id and n.node_id = p_node_id
+    where r.id = p_run_id;
+    -- 100 characters of room for the marker.
+    return _topology_cut(v_prompt, v_cap - 100);
+end;
+$$;
+
+comment on function _topology_node_prompt(uuid, text) is
+    'The prompt of a node''s job: its prompt, "## Task" and the run''s task, then "## Output of '
+    '<node>" and each upstream''s output cut to topology_upstream_chars; within the job prompt cap.';
+
+-- Give a node its job: a loop_node job owned by the run's owner, one per
+-- (run, node) by its dedup key, and the node queued with it. The caller
+-- holds the run row.
+create or replace function _enqueue_topology_node(p_run_id uuid, p_node_id text)
+returns uuid
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_job_id uuid;
+begin
+    insert into job (kind, agent, prompt, payload, topology_run_id, user_id, dedup_key)
+    select 'loop_node', n.agent, _topology_node_prompt(p_run_id, p_node_id),
+           jsonb_build_object('topology_run_id', p_run_id, 'node_id', p_node_id),
+           p_run_id, r.user_id, format('topology:%s:%s', p_run_id, p_node_id)
+    from topology_runs r
+    join topology_nodes n on n.topology_run_id = r.id and n.node_id = p_node_id
+    where r.id = p_run_id
+    returning id into v_job_id;
+
+    update topology_nodes
+    set state = 'queued', job_id = v_job_id
+    where topology_run_id = p_run_id and node_id = p_node_id;
+    return v_job_id;
+end;
+$$;
+
+comment on function _enqueue_topology_node(uuid, text) is
+    'Insert the loop_node job of a run''s node (prompt from _topology_node_prompt, owned by the '
+    'run''s owner) and mark the node queued; the caller holds the run row.';
+
+-- Start nodes whose upstreams have all succeeded: a gated node asks for
+-- approval (_request_approval, 53_approvals.sql), any other is enqueued. The
+-- caller holds the run row and passes only nodes still waiting.
+create or replace function _start_topology_nodes(p_run_id uuid, p_node_ids text[],
+                                                 p_now timestamptz)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_node record;
+begin
+    for v_node in
+        select n.node_id, n.gate
+        from topology_nodes n
+        join topology_runs r on r.id = n.topology_run_id
+        join _topology_graph_order(r.graph) g on g.node_id = n.node_id
+        where n.topology_run_id = p_run_id
+          and n.node_id = any (p_node_ids)
+          and n.state = 'waiting'
+          and n.upstream_left = 0
+        order by g.at
+    loop
+        if v_node.gate = 'approval' then
+            perform _request_approval(p_run_id, v_node.node_id, p_now);
+        else
+            perform _enqueue_topology_node(p_run_id, v_node.node_id);
+        end if;
+    end loop;
+end;
+$$;
+
+comment on function _start_topology_nodes(uuid, text[], timestamptz) is
+    'Start the given waiting nodes of a run whose upstreams have all succeeded: a gated node '
+    'asks for approval, any other gets its job. The caller holds the run row.';
+
+-- The run's outcome as its nodes stand: succeeded (with the sinks' outputs)
+-- when every node has, awaiting_approval while a node waits for a person and
+-- nothing else runs, running otherwise. Failure and cancellation are decided
+-- where they happen (_end_topology_run). The caller holds the run row; a
+-- terminal run is left as it is.
+create or replace function _settle_topology_run(p_run_id uuid, p_now timestamptz)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_run topology_runs;
+    v_total integer;
+    v_succeeded integer;
+    v_live integer;
+    v_gated integer;
+    v_final text;
+begin
+    select * into v_run from topology_runs where id = p_run_id;
+    if v_run.status not in ('running', 'awaiting_approval') then
+        return;
+    end if;
+    select count(*), count(*) filter (where state = 'succeeded'),
+           count(*) filter (where state in ('queued', 'running')),
+           count(*) filter (where state = 'awaiting_approval')
+    into v_total, v_succeeded, v_live, v_gated
+    from topology_nodes where topology_run_id = p_run_id;
+
+    if v_succeeded = v_total then
+        -- Sinks: nodes nothing depends on. One sink's output is the message;
+        -- several are each headed by their node, in graph order.
+        with sinks as (
+            select n.node_id, coalesce(n.output, '') as output, g.at
+            from topology_nodes n
+            join _topology_graph_order(v_run.graph) g on g.node_id = n.node_id
+            where n.topology_run_id = p_run_id
+              and not exists (select from jsonb_array_elements(v_run.graph -> 'edges') e
+                              where e.value ->> 'from' = n.node_id)
+        )
+        select case when count(*) = 1 then min(s.output)
+                    else string_agg(format(E'## %s\n\n%s', s.node_id, s.output), E'\n\n'
+                                    order by s.at) end
+        into v_final
+        from sinks s;
+        update topology_runs
+        set status = 'succeeded', finished_at = p_now, updated_at = p_now,
+            final_message = _topology_cut(v_final, _input_cap('run_final_message'))
+        where id = p_run_id;
+    elsif v_gated > 0 and v_live = 0 then
+        update topology_runs set status = 'awaiting_approval', updated_at = p_now
+        where id = p_run_id and status <> 'awaiting_approval';
+    else
+        update topology_runs set status = 'running', updated_at = p_now
+        where id = p_run_id and status <> 'running';
+    end if;
+end;
+$$;
+
+comment on function _settle_topology_run(uuid, timestamptz) is
+    'Set a live run''s status from its nodes: succeeded (final_message = the sink outputs) when '
+    'all succeeded, awaiting_approval while only gates wait, else running. Caller holds the run.';
+
+-- Cancel live jobs of the given runs without waiting for any: a job locked
+-- by another statement (a listener finishing it) is skipped and left to the
+-- sweep. A running job ends as cancel_job ends it — its open agent run
+-- finished as cancelled by 'cancel' — and its listener stops the agent on
+-- the job's NOTIFY (or its next heartbeat). Returns how many were cancelled.
+create or replace function _cancel_topology_jobs(p_run_ids uuid[], p_reason text,
+                                                 p_now timestamptz)
+returns integer
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_count integer;
+begin
+    with doomed as (
+        -- Probed by run (job_topology_run_idx), each run's few jobs.
+        select j.id
+        from unnest(p_run_ids) as u(id)
+        join job j on j.topology_run_id = u.id
+        where j.state in ('pending', 'claimed', 'running')
+        for update of j skip locked
+    ),
+    runs as (
+        update agent_run r
+        set outcome = 'cancelled', finished_at = p_now, ended_by = 'cancel', error = p_reason
+        from doomed d
+        where r.job_id = d.id and r.finished_at is null
+        returning r.id
+    ),
+    moved as (
+        update job j
+        set state = 'cancelled', finished_at = p_now, updated_at = p_now, last_error = p_reason
+        from doomed d
+        where j.id = d.id
+        returning j.id
+    )
+    select count(*) into v_count from moved;
+    return v_count;
+end;
+$$;
+
+comment on function _cancel_topology_jobs(uuid[], text, timestamptz) is
+    'Cancel the live jobs of these runs (their open agent runs too), skipping any another '
+    'statement holds; returns how many. The orphan sweep catches the skipped ones.';
+
+-- End a live run as failed or cancelled: its unfinished nodes cancelled, its
+-- live jobs cancelled (those another statement holds, by the sweep later).
+-- Its open approvals stay undecided: decide_approval and expire_approvals act
+-- only on approvals whose node still awaits one, so they are dead, and the
+-- record shows nobody decided. The caller holds the run row.
+create or replace function _end_topology_run(p_run_id uuid, p_status text, p_error text,
+                                             p_now timestamptz)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+begin
+    update topology_runs
+    set status = p_status, error = left(p_error, 4000), finished_at = p_now, updated_at = p_now
+    where id = p_run_id and status in ('pending', 'running', 'awaiting_approval');
+    if not found then
+        return;
+    end if;
+    -- The run is terminal before its jobs are cancelled: the job trigger
+    -- those cancels fire finds it so and changes nothing.
+    update topology_nodes
+    set state = 'cancelled', finished_at = p_now,
+        error = case when state = 'waiting' then null
+                     else format('run %s: %s', p_status, left(p_error, 500)) end
+    where topology_run_id = p_run_id
+      and state in ('waiting', 'awaiting_approval', 'queued', 'running');
+    perform _cancel_topology_jobs(array[p_run_id], format('topology run %s %s', p_run_id, p_status),
+                                  p_now);
+end;
+$$;
+
+comment on function _end_topology_run(uuid, text, text, timestamptz) is
+    'End a live run as failed or cancelled: its unfinished nodes cancelled, its live jobs '
+    'cancelled (SKIP LOCKED), its open approvals left undecided. Caller holds the run row.';
+
+-- Fail a node and with it its run: the error names the node. The caller
+-- holds the run row.
+create or replace function _fail_topology_node(p_run_id uuid, p_node_id text, p_error text,
+                                               p_now timestamptz)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+begin
+    update topology_nodes
+    set state = 'failed', error = left(p_error, 4000), finished_at = p_now
+    where topology_run_id = p_run_id and node_id = p_node_id;
+    perform _end_topology_run(p_run_id, 'failed', format('node %s failed: %s', p_node_id, p_error),
+                              p_now);
+end;
+$$;
+
+comment on function _fail_topology_node(uuid, text, text, timestamptz) is
+    'Mark a node failed and fail its run (error naming the node), cancelling the rest. Caller '
+    'holds the run row.';
+
+-- Start a run inserted pending: its nodes, then every node without an
+-- upstream. In the INSERT's transaction, so a run is never seen pending by
+-- anyone else, and a failure to start rolls the insert back.
+create or replace function _tg_topology_runs_start()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+begin
+    insert into topology_nodes (topology_run_id, node_id, agent, prompt, gate,
+                                approval_timeout_secs, upstream_left)
+    select new.id, n.value ->> 'id', n.value ->> 'agent', n.value ->> 'prompt',
+           n.value ->> 'gate', (n.value ->> 'approval_timeout_secs')::integer,
+           (select count(*) from jsonb_array_elements(coalesce(new.graph -> 'edges', '[]')) e
+            where jsonb_typeof(new.graph -> 'edges') = 'array'
+              and e.value ->> 'to' = n.value ->> 'id')
+    from jsonb_array_elements(new.graph -> 'nodes') n;
+
+    update topology_runs
+    set status = 'running', started_at = now(), updated_at = now()
+    where id = new.id;
+
+    perform _start_topology_nodes(
+        new.id,
+        array(select node_id from topology_nodes
+              where topology_run_id = new.id and upstream_left = 0),
+        now());
+    -- Every source gated: the run waits for a person from the start.
+    perform _settle_topology_run(new.id, now());
+    return null;
+end;
+$$;
+
+comment on function _tg_topology_runs_start() is
+    'After a topology run is inserted pending: create its nodes, mark it running and start '
+    'every node without upstreams.';
+
+create or replace trigger topology_runs_start
+    after insert on topology_runs
+    for each row when (new.status = 'pending')
+    execute function _tg_topology_runs_start();
+
+-- Move the nodes of these jobs as their jobs moved, and their runs with
+-- them: succeeded nodes pass their outputs downstream and start what they
+-- unblock, a failed node fails its run.
+--
+-- Locks: the runs of the jobs whose nodes must move, in id order, FOR NO KEY
+-- UPDATE (the caller holds the jobs). A terminal run is left alone: its
+-- nodes are already ended, and a job of it finishing late changes nothing.
+create or replace function _topology_jobs_changed(p_job_ids uuid[])
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_run_id uuid;
+    v_node record;
+    v_output text;
+    v_ready text[];
+    v_now timestamptz;
+begin
+    -- Which runs have a node out of step with its job; a heartbeat or a
+    -- claim already applied costs this one probe per job and no lock.
+    for v_run_id in
+        select distinct n.topology_run_id
+        from unnest(p_job_ids) as u(id)
+        join topology_nodes n on n.job_id = u.id
+        join job j on j.id = u.id
+        where n.state in ('queued', 'running')
+          and (j.state not in ('pending', 'claimed', 'running')
+               or (j.state = 'pending') <> (n.state = 'queued'))
+        order by 1
+    loop
+        perform from topology_runs r
+        where r.id = v_run_id and r.status in ('running', 'awaiting_approval')
+        for no key update;
+        if not found then
+            continue;
+        end if;
+
+        -- Under the run's lock, read again: another statement may have moved
+        -- these nodes while this one waited.
+        for v_node in
+            select n.node_id, n.state as node_state, j.id as job_id, j.state, j.last_error,
+                   j.claimed_at, j.finished_at
+            from unnest(p_job_ids) as u(id)
+            join topology_nodes n on n.job_id = u.id
+            join job j on j.id = u.id
+            where n.topology_run_id = v_run_id
+              and n.state in ('queued', 'running')
+            order by n.node_id
+        loop
+            v_now := coalesce(v_node.finished_at, now());
+            if v_node.state in ('claimed', 'running') and v_node.node_state = 'queued' then
+                update topology_nodes
+                set state = 'running', started_at = coalesce(started_at, v_node.claimed_at, now())
+                where topology_run_id = v_run_id and node_id = v_node.node_id;
+            elsif v_node.state = 'pending' and v_node.node_state = 'running' then
+                update topology_nodes set state = 'queued'
+                where topology_run_id = v_run_id and node_id = v_node.node_id;
+            elsif v_node.state = 'delivered' then
+                select r.final_message into v_output
+                from agent_run r
+                where r.job_id = v_node.job_id and r.outcome = 'succeeded'
+                order by r.finished_at desc, r.started_at desc
+                limit 1;
+                update topology_nodes
+                set state = 'succeeded', output = v_output, finished_at = v_now,
+                    started_at = coalesce(started_at, v_node.claimed_at, v_now)
+                where topology_run_id = v_run_id and node_id = v_node.node_id;
+                -- The fan-in counter: each downstream node loses one
+                -- upstream; those reaching zero start now, exactly once.
+                with downstream as (
+                    select e.value ->> 'to' as node_id
+                    from topology_runs r, jsonb_array_elements(r.graph -> 'edges') e
+                    where r.id = v_run_id and e.value ->> 'from' = v_node.node_id
+                ),
+                counted as (
+                    update topology_nodes n
+                    set upstream_left = n.upstream_left - 1
+                    from downstream d
+                    where n.topology_run_id = v_run_id and n.node_id = d.node_id
+                      and n.state = 'waiting'
+                    returning n.node_id, n.upstream_left
+                )
+                select coalesce(array_agg(c.node_id), '{}') into v_ready
+                from counted c where c.upstream_left = 0;
+                perform _start_topology_nodes(v_run_id, v_ready, v_now);
+            elsif v_node.state in ('failed', 'abandoned', 'blocked', 'cancelled') then
+                perform _fail_topology_node(
+                    v_run_id, v_node.node_id,
+                    format('job %s %s: %s', v_node.job_id, v_node.state,
+                           coalesce(left(v_node.last_error, 1000), 'no detail')),
+                    v_now);
+                -- The run is over: its other nodes here were just cancelled.
+                exit;
+            end if;
+        end loop;
+        perform _settle_topology_run(v_run_id, coalesce(v_now, now()));
+    end loop;
+end;
+$$;
+
+comment on function _topology_jobs_changed(uuid[]) is
+    'Move the nodes of these loop_node jobs as their jobs moved (running, queued, succeeded, '
+    'failed), start the nodes a success unblocks, and settle their runs.';
+
+-- Statement-level, like job_routine_outcome (44_routine_outcomes.sql): a
+-- statement's new rows are scanned once for loop_node jobs, so a batch of
+-- other work pays one pass and no call.
+create or replace function _tg_job_topology_outcome()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_jobs uuid[];
+begin
+    select array_agg(n.id order by n.id) into v_jobs
+    from new_rows n
+    where n.kind = 'loop_node' and n.topology_run_id is not null;
+    if v_jobs is not null then
+        perform _topology_jobs_changed(v_jobs);
+    end if;
+    return null;
+end;
+$$;
+
+comment on function _tg_job_topology_outcome() is
+    'After UPDATE on job: move the topology nodes of the loop_node jobs the statement changed.';
+
+create or replace trigger job_topology_outcome
+    after update on job
+    referencing new table as new_rows
+    for each statement execute function _tg_job_topology_outcome();
+
+-- The live jobs of terminal runs: those a run's end could not cancel because
+-- another statement held them, and those revived since (retry_job on a node
+-- job of a failed run). Called by every listener's maintenance tick; SKIP
+-- LOCKED, so sweeps split the work and never wait.
+create or replace function cancel_orphaned_topology_jobs(p_now timestamptz default now())
+returns integer
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_runs uuid[];
+begin
+    select array_agg(distinct j.topology_run_id) into v_runs
+    from job j
+    join topology_runs r on r.id = j.topology_run_id
+    where j.state in ('pending', 'claimed', 'running')
+      and j.topology_run_id is not null
+      and r.status in ('succeeded', 'failed', 'cancelled');
+    if v_runs is null then
+        return 0;
+    end if;
+    return _cancel_topology_jobs(v_runs, 'its topology run had already ended', p_now);
+end;
+$$;
+
+comment on function cancel_orphaned_topology_jobs(timestamptz) is
+    'Cancel live jobs whose topology run has ended (skipped by the run''s end because another '
+    'statement held them, or retried since); returns how many. Maintenance, every listener.';
+
+-- Cancel a run: every unfinished node cancelled, every live job cancelled
+-- (a running agent is stopped by its listener), open approvals left
+-- undecided and dead.
+--
+-- Security definer: the caller must own the run, or be an operator or a
+-- listener; a run it may not act on is as unknown as one that does not exist.
+-- Locks: the run row, then its jobs SKIP LOCKED (lock order above).
+-- Raises: CE404 unknown run; CE409 the run already ended.
+create or replace function cancel_topology_run(p_run_id uuid, p_now timestamptz default now())
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_owner text;
+    v_status text;
+begin
+    select user_id into v_owner from topology_runs where id = p_run_id;
+    if v_owner is null or not _acts_for(v_owner) then
+        raise exception 'cancel_topology_run: no topology run with id %', p_run_id
+            using errcode = 'CE404';
+    end if;
+    select status into v_status from topology_runs where id = p_run_id for no key update;
+    if v_status not in ('pending', 'running', 'awaiting_approval') then
+        raise exception 'cancel_topology_run: run % is already %; only a pending, running or '
+                        'awaiting_approval run can be cancelled', p_run_id, v_status
+            using errcode = 'CE409';
+    end if;
+    perform _end_topology_run(p_run_id, 'cancelled', format('cancelled by %s', _actor()), p_now);
+end;
+$$;
+
+comment on function cancel_topology_run(uuid, timestamptz) is
+    'Cancel a live topology run: unfinished nodes and live jobs cancelled (running agents '
+    'stopped), open approvals left undecided. Raises CE404 (unknown) or CE409 (already ended).';

@@ -1,0 +1,206 @@
+-- Gated approvals: a node with "gate": "approval" waits for a person.
+--
+-- Called by: the run engine when a gated node's upstreams have all
+-- succeeded (_request_approval, from 52_topology_runs.sql); owners and
+-- operators (decide_approval); every listener's maintenance tick
+-- (expire_approvals).
+-- Guarantees:
+-- - a gated node asks once: one approvals row per (run, node), expiring
+--   approval_timeout_secs after the request when the node sets one, the node
+--   awaiting_approval, and a notification queued in the outbox for the run's
+--   owner (kind approval) whose body holds the exact SQL to approve or reject;
+-- - an approval is decided once: approve → the node's job is enqueued and the
+--   run runs again; reject → the node fails and the run with it (the error
+--   names the node and who rejected), the rest cancelled; a second decision
+--   is refused (CE409) naming the first, who and when;
+-- - an undecided approval past expires_at is decided `expired` by
+--   'ceaseless' and fails its run the same way;
+-- - an approval of a run that ended otherwise (cancelled, or failed
+--   elsewhere) stays undecided and can no longer be decided (CE409): nobody
+--   decided it, and the record says so;
+-- - NOTIFY ceaseless_run and audit of every request and decision: by
+--   approvals_changed (50_topology_notify.sql).
+-- Locks: the run row FOR NO KEY UPDATE before the approval row, the lock
+-- order of 52_topology_runs.sql; the expiry sweep skips runs another
+-- statement holds (SKIP LOCKED) and takes them at its next tick.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- Ask for a node's approval: the row, the node awaiting it, and the owner's
+-- notification. The caller holds the run row.
+create or replace function _request_approval(p_run_id uuid, p_node_id text, p_now timestamptz)
+returns uuid
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_id uuid;
+    v_expires timestamptz;
+    v_owner text;
+    v_loop text;
+begin
+    insert into approvals (topology_run_id, node_id, requested_at, expires_at)
+    select n.topology_run_id, n.node_id, p_now,
+           p_now + make_interval(secs => n.approval_timeout_secs)
+    from topology_nodes n
+    where n.topology_run_id = p_run_id and n.node_id = p_node_id
+    on conflict (topology_run_id, node_id) do nothing
+    returning id, expires_at into v_id, v_expires;
+    if v_id is null then
+        return null;
+    end if;
+
+    update topology_nodes set state = 'awaiting_approval'
+    where topology_run_id = p_run_id and node_id = p_node_id;
+
+    select r.user_id,
+           case when r.loop_id is not null
+                then format(' (loop %s, iteration %s)', r.loop_id, r.iteration) else '' end
+    into v_owner, v_loop
+    from topology_runs r where r.id = p_run_id;
+
+    insert into notifications (source_table, source_id, kind, subject, body, user_id)
+    values ('approvals', v_id, 'approval',
+            format('topology run %s: node %s awaits approval', p_run_id, p_node_id),
+            format(E'Node %s of topology run %s%s waits for a decision%s.\n\n'
+                   || E'Approve:\n  select ceaseless.decide_approval(%L, true, null, %L);\n\n'
+                   || E'Reject:\n  select ceaseless.decide_approval(%L, false, null, %L);\n',
+                   p_node_id, p_run_id, v_loop,
+                   case when v_expires is not null
+                        then format('; it expires, failing the run, at %s', v_expires) else '' end,
+                   v_id, 'approved', v_id, 'rejected'),
+            v_owner);
+    return v_id;
+end;
+$$;
+
+comment on function _request_approval(uuid, text, timestamptz) is
+    'Create the approval of a gated node (expiring after its approval_timeout_secs), mark the '
+    'node awaiting_approval and queue the owner''s notification with the SQL to decide it.';
+
+-- Decide an approval (spec section 3's decide_approval). p_decided_by names
+-- the person (NULL: the calling role); the audit row's actor is the role
+-- that called, which the caller cannot choose.
+--
+-- Security definer: a user may decide the approvals of its own runs,
+-- operators and listeners any; one it may not decide is as unknown as one
+-- that does not exist.
+-- Locks: the run row, then the approval row.
+-- Raises: CE404 unknown approval; CE409 already decided (naming the decision,
+-- who and when) or its run has ended; CE422 p_approve NULL or a note over the
+-- prompt cap.
+create or replace function decide_approval(
+    p_approval_id uuid,
+    p_approve boolean,
+    p_decided_by text,
+    p_note text,
+    p_now timestamptz default now()
+)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_approval approvals;
+    v_owner text;
+    v_status text;
+    v_state text;
+    v_who text := coalesce(nullif(_trim_blank(left(p_decided_by, 200)), ''), _actor());
+begin
+    select a.* into v_approval from approvals a where a.id = p_approval_id;
+    select r.user_id into v_owner from topology_runs r where r.id = v_approval.topology_run_id;
+    if v_approval.id is null or not _acts_for(v_owner) then
+        raise exception 'decide_approval: no approval with id %', p_approval_id
+            using errcode = 'CE404';
+    end if;
+    if p_approve is null then
+        raise exception 'decide_approval: p_approve must be true (approve) or false (reject); got NULL'
+            using errcode = 'CE422';
+    end if;
+    perform _refuse_long('approvals.note', p_note, 'prompt');
+
+    select r.status into v_status from topology_runs r
+    where r.id = v_approval.topology_run_id for no key update;
+    select * into v_approval from approvals where id = p_approval_id for update;
+    if v_approval.decision is not null then
+        raise exception 'decide_approval: approval % was already % by % at %',
+            p_approval_id, v_approval.decision, v_approval.decided_by, v_approval.decided_at
+            using errcode = 'CE409';
+    end if;
+    select n.state into v_state from topology_nodes n
+    where n.topology_run_id = v_approval.topology_run_id and n.node_id = v_approval.node_id;
+    if v_status not in ('running', 'awaiting_approval') or v_state <> 'awaiting_approval' then
+        raise exception 'decide_approval: approval % can no longer be decided: its run % is %',
+            p_approval_id, v_approval.topology_run_id, v_status
+            using errcode = 'CE409';
+    end if;
+
+    update approvals
+    set decision = case when p_approve then 'approved' else 'rejected' end,
+        decided_by = v_who, decided_at = p_now, note = p_note
+    where id = p_approval_id;
+
+    if p_approve then
+        perform _enqueue_topology_node(v_approval.topology_run_id, v_approval.node_id);
+        perform _settle_topology_run(v_approval.topology_run_id, p_now);
+    else
+        perform _fail_topology_node(
+            v_approval.topology_run_id, v_approval.node_id,
+            format('approval rejected by %s%s', v_who,
+                   case when _is_blank(p_note) then '' else ': ' || left(p_note, 500) end),
+            p_now);
+    end if;
+end;
+$$;
+
+comment on function decide_approval(uuid, boolean, text, text, timestamptz) is
+    'Approve (the node''s job is enqueued) or reject (the node and its run fail) a pending '
+    'approval. Raises CE404 (unknown), CE409 (already decided, or its run ended), CE422.';
+
+-- Expire undecided approvals whose time has passed: decided `expired` by
+-- 'ceaseless', failing their nodes and runs. Returns how many expired.
+--
+-- Locks: each run FOR NO KEY UPDATE SKIP LOCKED (a run busy elsewhere waits
+-- for the next tick), then its approval.
+create or replace function expire_approvals(p_now timestamptz default now())
+returns integer
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_due record;
+    v_count integer := 0;
+begin
+    for v_due in
+        -- approvals_expiry_idx: only undecided approvals that can expire.
+        select a.id, a.topology_run_id, a.node_id, a.expires_at
+        from approvals a
+        where a.decision is null and a.expires_at is not null and a.expires_at <= p_now
+        order by a.topology_run_id, a.node_id
+    loop
+        perform from topology_runs r
+        where r.id = v_due.topology_run_id and r.status in ('running', 'awaiting_approval')
+        for no key update skip locked;
+        if not found then
+            continue;
+        end if;
+        update approvals
+        set decision = 'expired', decided_by = 'ceaseless', decided_at = p_now
+        where id = v_due.id and decision is null
+          and exists (select from topology_nodes n
+                      where n.topology_run_id = v_due.topology_run_id
+                        and n.node_id = v_due.node_id and n.state = 'awaiting_approval');
+        if found then
+            perform _fail_topology_node(
+                v_due.topology_run_id, v_due.node_id,
+                format('approval %s expired undecided at %s', v_due.id, v_due.expires_at), p_now);
+            v_count := v_count + 1;
+        end if;
+    end loop;
+    return v_count;
+end;
+$$;
+
+comment on function expire_approvals(timestamptz) is
+    'Decide undecided approvals past expires_at as expired (by ceaseless), failing their runs; '
+    'returns how many. Maintenance, every listener.';
