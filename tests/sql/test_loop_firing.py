@@ -54,7 +54,8 @@ def test_refused_fires_are_skipped_runs_with_their_reason(conn: psycopg.Connecti
     fourth = run_loop(conn, loop)
     by_id = {r["id"]: r for r in runs(conn, loop)}
     assert by_id[first]["status"] == "running"
-    for run, reason in ((second, "live_iteration"), (third, "disabled"), (fourth, "agent_disabled")):
+    refused = ((second, "live_iteration"), (third, "disabled"), (fourth, "agent_disabled"))
+    for run, reason in refused:
         row = by_id[run]
         assert (row["status"], row["skip_reason"], row["iteration"]) == ("skipped", reason, None)
         assert row["finished_at"] is not None
@@ -277,8 +278,11 @@ def test_a_user_sees_and_runs_only_its_own_loops(
     conn: psycopg.Connection, login_role: Callable[[str], psycopg.Connection]
 ) -> None:
     alice, bob = login_role("alice"), login_role("bob")
-    mine = make_loop(alice, triggers={"on_completion": True, "webhook_enabled": True},
-                     policy={"kind": "iters", "spec": {"n": 2}})
+    mine = make_loop(
+        alice,
+        triggers={"on_completion": True, "webhook_enabled": True},
+        policy={"kind": "iters", "spec": {"n": 2}},
+    )
     theirs = make_loop(bob)
     run = run_loop(alice, mine)
     # The chain runs with the owner's rights whoever ends the iteration.
@@ -295,9 +299,10 @@ def test_a_user_sees_and_runs_only_its_own_loops(
         run_loop(bob, mine)
     assert info.value.sqlstate == "CE404"
     # Bob can neither change nor delete Alice's loop: it is not there for him.
-    assert bob.execute(
-        "update ceaseless.loops set enabled = false where id = %s", (mine,)
-    ).rowcount == 0
+    assert (
+        bob.execute("update ceaseless.loops set enabled = false where id = %s", (mine,)).rowcount
+        == 0
+    )
     assert bob.execute("delete from ceaseless.loops where id = %s", (mine,)).rowcount == 0
     # Alice stops and re-enables her loop herself; re-enabling fires as her.
     alice.execute("select ceaseless.cancel_topology_run(%s)", (second,))

@@ -49,7 +49,10 @@ def test_a_valid_loop_gets_its_defaults(conn: psycopg.Connection) -> None:
         ({"triggers": {"on_complete": True}}, 'loops.triggers: unknown key "on_complete"'),
         ({"triggers": {"cron": "61 * * * *"}}, "loops.triggers.cron:"),
         ({"triggers": {"cron": 5}}, "loops.triggers.cron: must be a cron expression"),
-        ({"triggers": {"cron": "* * * * *", "timezone": "Mars/Olympus"}}, "loops.triggers.timezone:"),
+        (
+            {"triggers": {"cron": "* * * * *", "timezone": "Mars/Olympus"}},
+            "loops.triggers.timezone:",
+        ),
         ({"triggers": {"on_completion": "yes"}}, "loops.triggers.on_completion: must be true"),
         ({"triggers": {"webhook_enabled": 1}}, "loops.triggers.webhook_enabled: must be true"),
         ({"policy": {"kind": "forever"}}, "loops.repeat_policy.kind: must be infinite, iters"),
@@ -60,8 +63,12 @@ def test_a_valid_loop_gets_its_defaults(conn: psycopg.Connection) -> None:
         ({"policy": {"kind": "iters"}}, "loops.repeat_policy.spec.n: must be"),
         ({"policy": {"kind": "iters", "spec": {"n": 3, "m": 1}}}, 'unknown key "m"'),
         (
-            {"policy": {"kind": "until", "spec": {"event": "succeeded", "match": "x",
-                                                   "within_iters": 3}}},
+            {
+                "policy": {
+                    "kind": "until",
+                    "spec": {"event": "succeeded", "match": "x", "within_iters": 3},
+                }
+            },
             "exactly one of event and match",
         ),
         (
@@ -130,7 +137,7 @@ def test_an_update_is_validated_like_an_insert(conn: psycopg.Connection) -> None
     loop = make_loop(conn)
     with pytest.raises(psycopg.errors.Error) as info:
         conn.execute(
-            "update ceaseless.loops set repeat_policy = '{\"kind\": \"iters\"}' where id = %s",
+            'update ceaseless.loops set repeat_policy = \'{"kind": "iters"}\' where id = %s',
             (loop,),
         )
     assert info.value.sqlstate == "CE422"
@@ -181,8 +188,12 @@ def test_webhook_credentials_are_generated_kept_cleared_and_rotated(
 
 
 def test_webhook_credentials_cannot_be_set_by_hand(conn: psycopg.Connection) -> None:
-    error = _refused(conn, triggers={"webhook_enabled": True}, webhook_token="loop_mine",
-                     webhook_signing_key="my key of my choosing")
+    error = _refused(
+        conn,
+        triggers={"webhook_enabled": True},
+        webhook_token="loop_mine",
+        webhook_signing_key="my key of my choosing",
+    )
     assert "loops.webhook_token: is generated" in str(error)
     assert "my key" not in str(error)
     loop = make_loop(conn, triggers={"webhook_enabled": True})
@@ -234,8 +245,9 @@ def test_schedule_changes_clear_next_fire_at_and_notify(
 def test_re_enabling_a_stopped_loop_continues_its_chain_and_counts_again(
     conn: psycopg.Connection,
 ) -> None:
-    loop = make_loop(conn, triggers={"on_completion": True},
-                     policy={"kind": "iters", "spec": {"n": 2}})
+    loop = make_loop(
+        conn, triggers={"on_completion": True}, policy={"kind": "iters", "spec": {"n": 2}}
+    )
     succeed(conn, run_loop(conn, loop), "one")
     succeed(conn, live(conn, loop), "two")
     row = loop_row(conn, loop)

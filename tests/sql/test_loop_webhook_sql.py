@@ -68,9 +68,7 @@ def test_a_body_that_is_not_utf8_reaches_the_task_as_hex(
     assert runs(conn, loop)[0]["task"].endswith("## Webhook body\n\n\\xfffe")
 
 
-def test_wrong_stale_and_replayed_requests_are_refused(
-    conn: psycopg.Connection, loop: Any
-) -> None:
+def test_wrong_stale_and_replayed_requests_are_refused(conn: psycopg.Connection, loop: Any) -> None:
     token, body, signature, at = _signed(conn, loop, b"x")
     assert _code(conn, (token, body, "sha256=" + "0" * 64, at)) == "CE401"
     # Signed with the right key but over another body.
