@@ -100,17 +100,95 @@ comment on function _webhook_token_pattern() is
     'The regular expression every webhook token (a routine''s trigger_config.path) matches; the '
     'ingress refuses other paths without asking the database.';
 
+-- The webhook body as text for an agent's task: bodies are usually text
+-- (JSON); anything else reaches the agent as hex.
+create or replace function _webhook_body_text(p_body bytea)
+returns text
+language plpgsql immutable
+set search_path = pg_catalog, ceaseless
+as $$
+begin
+    return convert_from(p_body, 'UTF8');
+exception when character_not_in_repertoire or untranslatable_character then
+    return '\x' || encode(p_body, 'hex');
+end;
+$$;
+
+comment on function _webhook_body_text(bytea) is
+    'A webhook body as text: UTF-8 as it is, anything else as \x and hex.';
+
+-- The loop half of _receive_webhook: the same verification under the loop's
+-- signing key, the replay record under target 'loop', and a fire through
+-- _fire_loop (56_loop_firing.sql) with the body in the iteration's task.
+-- Returns the topology_runs id, and for a refused fire (a skipped run) the
+-- SQLSTATE and message: CE410 the loop or an agent of its graph disabled,
+-- CE412 an iteration still live.
+--
+-- Raises: CE403 stale timestamp; CE401 bad signature; CE413 replay.
+create or replace function _receive_loop_webhook(
+    p_loop loops,
+    p_body bytea,
+    p_signature text,
+    p_sent_at timestamptz
+)
+returns table (run_id uuid, refused_sqlstate text, refused_message text)
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_now constant timestamptz := now();
+    v_window interval := make_interval(secs => _setting_int('webhook_window_secs'));
+    v_skip text;
+begin
+    if p_sent_at is null or abs(extract(epoch from v_now - p_sent_at)) > extract(epoch from v_window) then
+        raise exception 'webhook timestamp % is more than % from now', p_sent_at, v_window
+            using errcode = 'CE403';
+    end if;
+    if _webhook_signature_ok(p_loop.webhook_signing_key, p_sent_at, p_body,
+                             p_signature) is not true then
+        raise exception 'webhook signature does not match' using errcode = 'CE401';
+    end if;
+
+    delete from webhook_deliveries where received_at < v_now - 2 * v_window;
+    insert into webhook_deliveries (target, target_id, signature, sent_at, received_at)
+    values ('loop', p_loop.id, p_signature, p_sent_at, v_now)
+    on conflict on constraint signature_seen_once do nothing;
+    if not found then
+        raise exception 'webhook signature already used: a replay' using errcode = 'CE413';
+    end if;
+
+    run_id := _fire_loop(p_loop.id, 'webhook', 'webhook', _webhook_body_text(p_body), v_now);
+    select r.skip_reason into v_skip from topology_runs r where r.id = run_id;
+    select refusal.sqlstate, refusal.message into refused_sqlstate, refused_message
+    from (values
+        ('disabled', 'CE410', format('loop %s is disabled', left(p_loop.title, 200))),
+        ('agent_disabled', 'CE410',
+         format('an agent of loop %s is disabled', left(p_loop.title, 200))),
+        ('live_iteration', 'CE412',
+         format('loop %s has an iteration running; it runs one at a time',
+                left(p_loop.title, 200)))
+    ) refusal (skip_reason, sqlstate, message)
+    where refusal.skip_reason = v_skip;
+    return next;
+end;
+$$;
+
+comment on function _receive_loop_webhook(loops, bytea, text, timestamptz) is
+    'Verify a signed webhook request for a loop and fire it with the body in its task; a refused '
+    'fire is returned (skipped run id, CE410 or CE412, message). Raises CE403/CE401/CE413.';
+
 -- Verify a webhook request and fire what it targets, recording a refused fire
 -- instead of raising.
 --
--- p_token is the routine's trigger_config.path (or, once loops have webhooks,
--- a loop's webhook_token); p_body the raw request body; p_signature the
+-- p_token is a loop's webhook_token or a routine's trigger_config.path (loops
+-- are looked up first); p_body the raw request body; p_signature the
 -- X-Ceaseless-Signature header exactly as received; p_sent_at the
 -- X-Ceaseless-Timestamp header as a timestamptz.
 --
--- Returns the routine_runs id and, when a guardrail refused the fire, the
--- SQLSTATE and message receive_webhook raises for it (CE410 disabled routine
--- or agent, CE411 cooldown, CE412 max_concurrent, CE415 global cap, CE414
+-- Returns the routine_runs id (for a loop: the topology_runs id) and, when a
+-- guardrail refused the fire, the SQLSTATE and message receive_webhook raises
+-- for it (CE410 disabled routine, loop or agent, CE411 cooldown, CE412
+-- max_concurrent or a loop's live iteration, CE415 global cap, CE414
 -- duplicate content): the run is then a `skipped` row. Not raising is the
 -- point: the caller commits the skipped row and, above all, the replay record,
 -- so a captured request refused now cannot be replayed within its window and
@@ -135,10 +213,19 @@ as $$
 declare
     v_now constant timestamptz := now();
     v_routine routines;
+    v_loop loops;
     v_window interval := make_interval(secs => _setting_int('webhook_window_secs'));
     v_run record;
     v_body text;
 begin
+    -- Loops first: a loop's token is generated ('loop_' + 64 hex), a
+    -- routine's path chosen by its owner, so a routine named like a loop's
+    -- token must not capture the loop's requests.
+    select * into v_loop from loops where webhook_token = p_token;
+    if found then
+        return query select * from _receive_loop_webhook(v_loop, p_body, p_signature, p_sent_at);
+        return;
+    end if;
     select * into v_routine
     from routines
     where trigger_type = 'webhook' and trigger_config ->> 'path' = p_token;
@@ -165,12 +252,7 @@ begin
         raise exception 'webhook signature already used: a replay' using errcode = 'CE413';
     end if;
 
-    -- Bodies are usually text (JSON); anything else reaches the agent as hex.
-    begin
-        v_body := convert_from(p_body, 'UTF8');
-    exception when character_not_in_repertoire or untranslatable_character then
-        v_body := '\x' || encode(p_body, 'hex');
-    end;
+    v_body := _webhook_body_text(p_body);
 
     select f.run_id, f.skip_reason into v_run
     from _fire_routines(array[v_routine.id], 'webhook', v_now, array[p_token], array[v_body]) f;
@@ -194,17 +276,18 @@ end;
 $$;
 
 comment on function _receive_webhook(text, bytea, text, timestamptz) is
-    'Verify a signed webhook request and fire its routine; a fire refused by a guardrail is '
+    'Verify a signed webhook request and fire its loop or routine; a fire refused by a guardrail is '
     'returned (skipped run id, SQLSTATE, message) instead of raised, so the caller commits its '
     'record and the replay memory. Raises CE404/CE403/CE401/CE413.';
 
 -- Verify a webhook request and fire what it targets (spec section 7): the
 -- public form, which raises for every refusal.
 --
--- Returns the routine_runs id. Raises (docs/errors.md): CE404 unknown token;
--- CE401 bad signature; CE403 stale timestamp; CE413 replayed signature; CE410
--- the routine or its agent is disabled; CE411 cooldown; CE412 the routine's
--- max_concurrent; CE415 the global cap; CE414 duplicate content.
+-- Returns the routine_runs id, or for a loop's token the topology_runs id.
+-- Raises (docs/errors.md): CE404 unknown token; CE401 bad signature; CE403
+-- stale timestamp; CE413 replayed signature; CE410 the routine or loop or its
+-- agent is disabled; CE411 cooldown; CE412 the routine's max_concurrent or
+-- the loop's live iteration; CE415 the global cap; CE414 duplicate content.
 -- A guardrail's raise rolls back the refused fire's skipped row and the
 -- signature's replay record with it. Callers that must keep both (anything
 -- facing the network, like the HTTP ingress) call _receive_webhook and commit.
@@ -231,7 +314,7 @@ $$;
 
 comment on function receive_webhook(text, bytea, text, timestamptz) is
     'Verify a signed webhook request (HMAC-SHA256, 300 s window, replay refusal) and fire its '
-    'routine; returns the routine_runs id. Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414/'
+    'loop or routine; returns the topology_runs or routine_runs id. Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414/'
     'CE415 (a guardrail''s raise rolls back the refused fire''s record: see _receive_webhook).';
 
 -- Replaced by _receive_webhook, which returns a refused fire instead of

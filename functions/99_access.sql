@@ -107,3 +107,18 @@ grant execute on function
     decide_approval(uuid, boolean, text, text, timestamptz)
     to ceaseless_user;
 grant select on topology_node_status to ceaseless_user;
+
+-- Loops (55-58_*.sql): validation fills the creator (users) and re-enabling
+-- fires the next iteration; an iteration's end stops the loop (notification)
+-- or fires the next one, whose start writes nodes and jobs; run_loop checks
+-- ownership (_acts_for) itself. loop_status is security_invoker: a user sees
+-- its own loops.
+alter function _tg_loops_validate() security definer;
+alter function _tg_loops_schedule() security definer;
+alter function _tg_loops_delete() security definer;
+alter function _tg_loops_quiet_checks() security definer;
+alter function _tg_topology_runs_loop_lock() security definer;
+alter function _tg_topology_runs_loop_outcome() security definer;
+alter function run_loop(uuid, timestamptz) security definer;
+grant execute on function run_loop(uuid, timestamptz) to ceaseless_user;
+grant select on loop_status to ceaseless_user;

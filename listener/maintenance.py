@@ -5,7 +5,7 @@
   the same tick expires approvals past their time and cancels the live jobs
   of topology runs that have ended (expire_approvals,
   cancel_orphaned_topology_jobs);
-- cron keeps time: computes next slots for routines that ask, fires what is
+- cron keeps time: computes next slots for routines and loops that ask, fires what is
   due, and sleeps until the next slot (listener/scheduler.py);
 - the outbox delivers due notifications (listener/outbox.py).
 
@@ -42,6 +42,7 @@ class Maintenance:
         self.cron_wake = asyncio.Event()
         self.outbox_wake = asyncio.Event()
         self.to_schedule: set[UUID] = set()
+        self.to_schedule_loops: set[UUID] = set()
 
     async def sweep_leases(self) -> None:
         while True:
@@ -70,6 +71,15 @@ class Maintenance:
                 await self._db.retry(
                     "cron.schedule",
                     lambda c, ids=ids: scheduler.schedule(c, scheduler.utcnow(), ids),
+                )
+            if self.to_schedule_loops:
+                loop_ids = list(self.to_schedule_loops)
+                self.to_schedule_loops.clear()
+                await self._db.retry(
+                    "cron.schedule",
+                    lambda c, ids=loop_ids: scheduler.schedule(
+                        c, scheduler.utcnow(), ids, scheduler.LOOPS
+                    ),
                 )
             report = await self._db.retry(
                 "cron.fire", lambda c: scheduler.fire_due(c, scheduler.utcnow())

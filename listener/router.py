@@ -52,6 +52,9 @@ class Router:
             if event.table == "routines":
                 self._maintenance.to_schedule.add(event.id)
                 self._maintenance.cron_wake.set()
+            elif event.table == "loops":
+                self._maintenance.to_schedule_loops.add(event.id)
+                self._maintenance.cron_wake.set()
         elif isinstance(event, NotificationQueued):
             self._maintenance.outbox_wake.set()
         elif isinstance(event, ConfigChanged):

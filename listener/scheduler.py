@@ -1,12 +1,13 @@
 """Cron: the listener's half of scheduling. SQL fires; this module keeps time.
 
 croniter is the authority for times, and it runs here, so the listener
-computes every cron routine's next_fire_at:
-- on NOTIFY ceaseless_schedule (a routine was created, changed or re-enabled),
-- at startup for every cron routine still waiting for one (reconcile),
-- when it fires due routines: it locks them (due_cron_routines, SKIP LOCKED), computes
-  each next slot and how many slots were missed, and hands both to
-  fire_cron_routines in the same transaction.
+computes every cron routine's and cron loop's next_fire_at:
+- on NOTIFY ceaseless_schedule (a routine or loop was created, changed or re-enabled),
+- at startup for every cron routine and loop still waiting for one (reconcile),
+- when it fires due routines and loops: it locks them (due_cron_routines /
+  due_cron_loops, SKIP LOCKED), computes each next slot and how many slots were
+  missed, and hands both to fire_cron_routines / fire_cron_loops in the same
+  transaction. Routines and loops are fired in transactions of their own.
 
 Guarantees: no slot fires twice, whatever the number of listeners (the row
 locks and the updated next_fire_at decide); a routine whose stored schedule
@@ -33,6 +34,9 @@ from listener.queries import schedule as queries
 
 _BATCH = 2000
 
+# The loops' functions, for callers that schedule loops (Maintenance).
+LOOPS = queries.LOOPS
+
 
 @dataclass(frozen=True)
 class FireReport:
@@ -42,14 +46,17 @@ class FireReport:
 
 
 async def schedule(
-    conn: psycopg.AsyncConnection, now: datetime, routine_ids: list[UUID] | None = None
+    conn: psycopg.AsyncConnection,
+    now: datetime,
+    routine_ids: list[UUID] | None = None,
+    table: queries.CronTable = queries.ROUTINES,
 ) -> int:
-    """Give cron routines waiting for one their next_fire_at, in one round trip.
+    """Give cron routines (or loops: `table`) waiting for one their next_fire_at.
 
-    `routine_ids` limits it to those routines (the ids a ceaseless_schedule
-    NOTIFY named); None schedules every waiting routine (startup, catch-up).
+    `routine_ids` limits it to those rows (the ids a ceaseless_schedule
+    NOTIFY named); None schedules every waiting row (startup, catch-up).
     """
-    waiting = await queries.unscheduled(conn, routine_ids)
+    waiting = await queries.unscheduled(conn, routine_ids, table)
     if not waiting:
         return 0
     computable: list[queries.CronRoutine] = []
@@ -58,63 +65,74 @@ async def schedule(
         waiting, await asyncio.to_thread(_next_fires, waiting, now), strict=True
     ):
         if isinstance(answer, cron.CronError):
-            await _disable(conn, routine.id, routine.schedule, answer)
+            await _disable(conn, routine.id, routine.schedule, answer, table)
             continue
         computable.append(routine)
         nexts.append(answer)
     if not computable:
         return 0
-    stored = await queries.set_next_fires(conn, computable, nexts)
-    log.debug("cron.scheduled", routines=stored)
+    stored = await queries.set_next_fires(conn, computable, nexts, table)
+    log.debug("cron.scheduled", table=table.name, rows=stored)
     return stored
 
 
 async def reconcile(conn: psycopg.AsyncConnection, now: datetime) -> int:
-    """Schedule every enabled cron routine that has no next_fire_at (startup, catch-up)."""
-    return await schedule(conn, now)
+    """Schedule every enabled cron routine and loop with no next_fire_at (startup, catch-up)."""
+    return await schedule(conn, now) + await schedule(conn, now, None, queries.LOOPS)
 
 
 async def _disable(
-    conn: psycopg.AsyncConnection, routine_id: UUID, schedule: str, error: Exception
+    conn: psycopg.AsyncConnection,
+    row_id: UUID,
+    schedule: str,
+    error: Exception,
+    table: queries.CronTable,
 ) -> None:
     # A schedule stored before the caps may be huge: show its start only.
     shown = schedule if len(schedule) <= 80 else schedule[:80] + "…"
     message = f"schedule {shown!r} cannot be used: {error}"
-    await queries.disable_routine(conn, routine_id, message)
-    log.warning("cron.disabled", routine=str(routine_id), error=message)
+    await queries.disable_routine(conn, row_id, message, table)
+    log.warning("cron.disabled", table=table.name, id=str(row_id), error=message)
 
 
 async def fire_due(conn: psycopg.AsyncConnection, now: datetime) -> FireReport:
-    """Fire every cron routine due at `now`, a batch per transaction."""
+    """Fire every cron routine and loop due at `now`, a batch per transaction."""
     fired = skipped = 0
-    while True:
-        batch_fired, batch_skipped, full = await _fire_batch(conn, now)
-        fired += batch_fired
-        skipped += batch_skipped
-        if not full:
-            break
-    return FireReport(fired, skipped, await queries.next_fire(conn))
+    next_due: datetime | None = None
+    for table in (queries.ROUTINES, queries.LOOPS):
+        while True:
+            batch_fired, batch_skipped, full = await _fire_batch(conn, now, table)
+            fired += batch_fired
+            skipped += batch_skipped
+            if not full:
+                break
+        table_next = await queries.next_fire(conn, table)
+        if table_next is not None and (next_due is None or table_next < next_due):
+            next_due = table_next
+    return FireReport(fired, skipped, next_due)
 
 
-async def _fire_batch(conn: psycopg.AsyncConnection, now: datetime) -> tuple[int, int, bool]:
+async def _fire_batch(
+    conn: psycopg.AsyncConnection, now: datetime, table: queries.CronTable
+) -> tuple[int, int, bool]:
     async with conn.transaction():
-        due = await queries.lock_due(conn, now, _BATCH)
+        due = await queries.lock_due(conn, now, _BATCH, table)
         ids: list[UUID] = []
         nexts: list[datetime] = []
         missed: list[int] = []
         for routine, answer in zip(due, await asyncio.to_thread(_due_slots, due, now), strict=True):
             if isinstance(answer, cron.CronError):
-                await _disable(conn, routine.id, routine.schedule, answer)
+                await _disable(conn, routine.id, routine.schedule, answer, table)
                 continue
             ids.append(routine.id)
             nexts.append(answer[0])
             missed.append(answer[1])
         if not ids:
             return 0, 0, len(due) == _BATCH
-        statuses = await queries.fire(conn, ids, nexts, missed, now)
-    fired = sum(1 for status in statuses if status == "running")
+        statuses = await queries.fire(conn, ids, nexts, missed, now, table)
+    fired = sum(1 for status in statuses if status != "skipped")
     if statuses:
-        log.event("cron.fired", fired=fired, skipped=len(statuses) - fired)
+        log.event("cron.fired", table=table.name, fired=fired, skipped=len(statuses) - fired)
     return fired, len(statuses) - fired, len(due) == _BATCH
 
 

@@ -1,0 +1,457 @@
+-- Loops: validation of what users store, webhook credentials, and when a
+-- loop's schedule must be computed again.
+--
+-- Called by: PostgreSQL, before and after each INSERT, UPDATE and DELETE of
+-- loops (the graph is checked by loops_graph_validate, 51_topology_graph.sql,
+-- which sorts before loops_validate).
+-- Guarantees:
+-- - nothing half-valid is stored: title, description, task_template,
+--   triggers and repeat_policy are checked in full on every INSERT and on
+--   every UPDATE that changes one of them; the error (CE422) names the field,
+--   the rule and a bounded value; defaults are filled (triggers.timezone
+--   'UTC' when cron is set, workspace_id, created_by);
+-- - the webhook credential is the database's: generated (webhook_token
+--   'loop_' + 64 hex, webhook_signing_key 64 hex, from gen_random_uuid) when
+--   triggers.webhook_enabled becomes true, kept while it stays true, cleared
+--   when it becomes false, so turning it off and on again rotates both; a
+--   statement that sets either by hand is refused; constraint errors on a
+--   loop holding a credential never print it (loops_zz_quiet_checks);
+-- - next_fire_at is cleared whenever the answer may have changed (cron or
+--   timezone changed, loop re-enabled, cron removed, loop disabled), and
+--   NOTIFY ceaseless_schedule {"table": "loops", "id"} asks the listeners
+--   for a new one;
+-- - re-enabling a stopped loop clears stopped_reason and stopped_at and sets
+--   policy_from_iteration to its latest iteration: the chain goes on
+--   (iteration numbers, parent_run_id) while the repeat policy counts again;
+--   re-enabling an on_completion loop starts its next iteration at once
+--   when none is live (loops_schedule, through _fire_loop, 56_loop_firing.sql);
+-- - a loop with a live iteration cannot be deleted (CE409): cancel the
+--   iteration first, or its jobs would run on for a loop that is gone.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- Raise CE422 for a loop column: where (triggers.cron, repeat_policy.spec.n),
+-- the rule, and the bad value shown up to 200 characters (it is untrusted).
+create or replace function _invalid_loop(p_field text, p_rule text, p_value jsonb)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_shown text := coalesce(p_value::text, 'nothing');
+begin
+    if char_length(v_shown) > 200 then
+        v_shown := format('%s… (%s characters)', left(v_shown, 200), char_length(v_shown));
+    end if;
+    raise exception 'loops.%: %; got %', p_field, p_rule, v_shown
+        using errcode = 'CE422', table = 'loops', column = split_part(p_field, '.', 1);
+end;
+$$;
+
+comment on function _invalid_loop(text, text, jsonb) is
+    'Raise CE422 naming the loop field, the rule and the bad value, shown up to 200 characters '
+    '(loop validation).';
+
+-- The until-event names a policy accepts, and what each means. The seed's
+-- example says {event: 'ok'}: it is read as 'succeeded' (an iteration's
+-- outcome is its run's status) and stored as such, so the policy, the view
+-- and the completion trigger know only the two statuses.
+create or replace function _loop_until_event(p_event jsonb)
+returns text
+language sql immutable
+set search_path = pg_catalog, ceaseless
+as $$
+    select case p_event #>> '{}'
+               when 'succeeded' then 'succeeded'
+               when 'ok' then 'succeeded'
+               when 'failed' then 'failed'
+           end
+    where jsonb_typeof(p_event) = 'string';
+$$;
+
+comment on function _loop_until_event(jsonb) is
+    'The run status an until-policy event names (succeeded, failed; the seed''s ''ok'' is '
+    'succeeded), or NULL when it names none.';
+
+-- Check a loop's triggers and repeat_policy in full, filling their defaults.
+-- Returns the row to store.
+create or replace function _validated_loop(p_row loops)
+returns loops
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_triggers jsonb := p_row.triggers;
+    v_policy jsonb := p_row.repeat_policy;
+    v_spec jsonb;
+    v_error text;
+    v_key text;
+begin
+    -- A blank title cannot be told apart in loop_status or a notification.
+    if _is_blank(p_row.title) then
+        perform _invalid_loop('title', 'must not be blank', to_jsonb(p_row.title));
+    end if;
+    perform _refuse_long('loops.title', p_row.title, 'prompt');
+    if p_row.description is null then
+        perform _invalid_loop('description', 'must be text (may be empty)', null);
+    end if;
+    perform _refuse_long('loops.description', p_row.description, 'prompt');
+    -- Every iteration's task starts with it: a blank one asks the agents
+    -- nothing.
+    if _is_blank(p_row.task_template) then
+        perform _invalid_loop('task_template', 'must not be blank', to_jsonb(p_row.task_template));
+    end if;
+    perform _refuse_long('loops.task_template', p_row.task_template, 'prompt');
+    if _is_blank(p_row.user_id) then
+        perform _invalid_loop('user_id', 'must not be blank', to_jsonb(p_row.user_id));
+    end if;
+
+    -- triggers -------------------------------------------------------------
+    if v_triggers is null or jsonb_typeof(v_triggers) <> 'object' then
+        perform _invalid_loop('triggers',
+                              'must be an object {cron?, timezone?, on_completion?, webhook_enabled?}',
+                              v_triggers);
+    end if;
+    -- A misspelt key ("on_complete") would be a trigger that silently never
+    -- fires.
+    select k into v_key from jsonb_object_keys(v_triggers) k
+    where k not in ('cron', 'timezone', 'on_completion', 'webhook_enabled')
+    limit 1;
+    if v_key is not null then
+        perform _invalid_loop('triggers', format(
+            'unknown key %s (known: cron, timezone, on_completion, webhook_enabled)',
+            to_jsonb(left(v_key, 60))), v_triggers);
+    end if;
+    if jsonb_typeof(v_triggers -> 'cron') = 'null' then
+        v_triggers := v_triggers - 'cron';
+    end if;
+    if v_triggers ? 'cron' then
+        if not _is_text(v_triggers -> 'cron') then
+            perform _invalid_loop('triggers.cron', 'must be a cron expression string that is not blank',
+                                  v_triggers -> 'cron');
+        end if;
+        -- Before _cron_error, whose message the error would follow with the
+        -- whole schedule.
+        perform _refuse_long('loops.triggers.cron', v_triggers ->> 'cron', 'schedule');
+        v_error := _cron_error(v_triggers ->> 'cron');
+        if v_error is not null then
+            perform _invalid_loop('triggers.cron', v_error, v_triggers -> 'cron');
+        end if;
+        if v_triggers -> 'timezone' is null or jsonb_typeof(v_triggers -> 'timezone') = 'null' then
+            v_triggers := v_triggers || '{"timezone": "UTC"}';
+        end if;
+    end if;
+    if v_triggers ? 'timezone' and jsonb_typeof(v_triggers -> 'timezone') <> 'null' then
+        if jsonb_typeof(v_triggers -> 'timezone') <> 'string' then
+            perform _invalid_loop('triggers.timezone', 'must be an IANA time zone name',
+                                  v_triggers -> 'timezone');
+        end if;
+        v_error := _timezone_error(v_triggers ->> 'timezone');
+        if v_error is not null then
+            perform _invalid_loop('triggers.timezone', v_error, v_triggers -> 'timezone');
+        end if;
+    end if;
+    foreach v_key in array array['on_completion', 'webhook_enabled'] loop
+        if v_triggers ? v_key and jsonb_typeof(v_triggers -> v_key) <> 'boolean' then
+            perform _invalid_loop('triggers.' || v_key, 'must be true or false',
+                                  v_triggers -> v_key);
+        end if;
+    end loop;
+
+    -- repeat_policy ---------------------------------------------------------
+    if v_policy is null or jsonb_typeof(v_policy) <> 'object'
+       or v_policy ->> 'kind' is null
+       or (v_policy ->> 'kind') not in ('infinite', 'iters', 'until') then
+        perform _invalid_loop('repeat_policy.kind', 'must be infinite, iters or until',
+                              coalesce(v_policy -> 'kind', v_policy));
+    end if;
+    select k into v_key from jsonb_object_keys(v_policy) k where k not in ('kind', 'spec') limit 1;
+    if v_key is not null then
+        perform _invalid_loop('repeat_policy', format('unknown key %s (known: kind, spec)',
+                                                      to_jsonb(left(v_key, 60))), v_policy);
+    end if;
+    v_spec := coalesce(nullif(v_policy -> 'spec', 'null'::jsonb), '{}'::jsonb);
+    if jsonb_typeof(v_spec) <> 'object' then
+        perform _invalid_loop('repeat_policy.spec', 'must be an object', v_spec);
+    end if;
+    case v_policy ->> 'kind'
+    when 'infinite' then
+        if v_spec <> '{}'::jsonb then
+            perform _invalid_loop('repeat_policy.spec', 'an infinite policy takes no spec', v_spec);
+        end if;
+    when 'iters' then
+        select k into v_key from jsonb_object_keys(v_spec) k where k <> 'n' limit 1;
+        if v_key is not null then
+            perform _invalid_loop('repeat_policy.spec', format(
+                'unknown key %s (an iters policy takes {n})', to_jsonb(left(v_key, 60))), v_spec);
+        end if;
+        if jsonb_typeof(v_spec -> 'n') is distinct from 'number'
+           or not _is_positive_int_or_null(v_spec -> 'n') then
+            perform _invalid_loop('repeat_policy.spec.n', 'must be a positive integer',
+                                  v_spec -> 'n');
+        end if;
+    when 'until' then
+        select k into v_key from jsonb_object_keys(v_spec) k
+        where k not in ('event', 'match', 'within_iters') limit 1;
+        if v_key is not null then
+            perform _invalid_loop('repeat_policy.spec', format(
+                'unknown key %s (an until policy takes {event, within_iters} or '
+                '{match, within_iters})', to_jsonb(left(v_key, 60))), v_spec);
+        end if;
+        if (v_spec ? 'event') = (v_spec ? 'match') then
+            perform _invalid_loop('repeat_policy.spec',
+                                  'an until policy takes exactly one of event and match', v_spec);
+        end if;
+        if v_spec ? 'event' then
+            if _loop_until_event(v_spec -> 'event') is null then
+                perform _invalid_loop('repeat_policy.spec.event',
+                                      'must be succeeded or failed (ok means succeeded)',
+                                      v_spec -> 'event');
+            end if;
+            v_spec := jsonb_set(v_spec, '{event}', to_jsonb(_loop_until_event(v_spec -> 'event')));
+        else
+            if not _is_text(v_spec -> 'match') then
+                perform _invalid_loop('repeat_policy.spec.match',
+                                      'must be a regular expression that is not blank',
+                                      v_spec -> 'match');
+            end if;
+            -- Bounded, and free of back-references, like routines' event
+            -- patterns: it runs against every iteration's agent output.
+            perform _refuse_long('loops.repeat_policy.spec.match', v_spec ->> 'match', 'pattern');
+            v_error := _regex_backreference(v_spec ->> 'match');
+            if v_error is not null then
+                perform _invalid_loop('repeat_policy.spec.match',
+                                      format('must not contain back-references (%s)', v_error),
+                                      v_spec -> 'match');
+            end if;
+            begin
+                perform '' ~ (v_spec ->> 'match');
+            exception when invalid_regular_expression then
+                perform _invalid_loop('repeat_policy.spec.match',
+                                      'must be a valid regular expression (' || sqlerrm || ')',
+                                      v_spec -> 'match');
+            end;
+        end if;
+        -- Required: an until policy that never gives up is an infinite loop
+        -- that only looks bounded.
+        if jsonb_typeof(v_spec -> 'within_iters') is distinct from 'number'
+           or not _is_positive_int_or_null(v_spec -> 'within_iters') then
+            perform _invalid_loop('repeat_policy.spec.within_iters',
+                                  'an until policy needs a positive integer', v_spec -> 'within_iters');
+        end if;
+    end case;
+    v_policy := case when v_policy ->> 'kind' = 'infinite' then jsonb_build_object('kind', 'infinite')
+                     else jsonb_build_object('kind', v_policy ->> 'kind', 'spec', v_spec) end;
+
+    p_row.triggers := v_triggers;
+    p_row.repeat_policy := v_policy;
+    return p_row;
+end;
+$$;
+
+comment on function _validated_loop(loops) is
+    'Validate a loop''s title, description, task_template, triggers and repeat_policy (CE422 '
+    'naming field, rule, value) and fill their defaults.';
+
+-- The users row of a loop owner's handle, created on first use. Security
+-- definer through its caller (the validation trigger): a user role never
+-- writes users itself.
+create or replace function _loop_creator(p_handle text)
+returns uuid
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_id uuid;
+begin
+    select id into v_id from users where handle = p_handle;
+    if v_id is null then
+        insert into users (handle) values (p_handle)
+        on conflict (handle) do nothing
+        returning id into v_id;
+        if v_id is null then
+            select id into v_id from users where handle = p_handle;
+        end if;
+    end if;
+    return v_id;
+end;
+$$;
+
+comment on function _loop_creator(text) is
+    'The users row whose handle is a loop owner''s role name, created on first use '
+    '(loops.created_by).';
+
+-- A fresh webhook credential: 64 hex characters from two random UUIDs (244
+-- random bits), no pgcrypto needed.
+create or replace function _loop_secret_hex()
+returns text
+language sql volatile
+set search_path = pg_catalog
+as $$
+    select replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '');
+$$;
+
+comment on function _loop_secret_hex() is
+    'Sixty-four random hex characters (two v4 UUIDs): a loop''s webhook token or signing key.';
+
+create or replace function _tg_loops_validate()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_webhook boolean := coalesce((new.triggers ->> 'webhook_enabled')::boolean, false);
+    v_was_webhook boolean;
+begin
+    if tg_op = 'UPDATE'
+       and new.title = old.title and new.description = old.description
+       and new.task_template = old.task_template and new.triggers = old.triggers
+       and new.repeat_policy = old.repeat_policy and new.user_id = old.user_id then
+        -- Runtime bookkeeping (next_fire_at, last_run_id, stopping) re-checks
+        -- nothing.
+        null;
+    else
+        new := _validated_loop(new);
+        v_webhook := coalesce((new.triggers ->> 'webhook_enabled')::boolean, false);
+    end if;
+
+    -- The credential is generated here and nowhere else: one chosen by hand
+    -- could be guessed, or copied from another system.
+    if tg_op = 'INSERT' then
+        if new.webhook_token is not null or new.webhook_signing_key is not null then
+            perform _invalid_loop('webhook_token',
+                                  'is generated when triggers.webhook_enabled is true; do not set it',
+                                  '"(hidden)"');
+        end if;
+        v_was_webhook := false;
+    else
+        if new.webhook_token is distinct from old.webhook_token
+           or new.webhook_signing_key is distinct from old.webhook_signing_key then
+            perform _invalid_loop('webhook_token',
+                                  'is generated when triggers.webhook_enabled is turned on; to '
+                                  'rotate it, set webhook_enabled false, then true',
+                                  '"(hidden)"');
+        end if;
+        v_was_webhook := coalesce((old.triggers ->> 'webhook_enabled')::boolean, false);
+    end if;
+    if v_webhook and not v_was_webhook then
+        new.webhook_token := 'loop_' || _loop_secret_hex();
+        new.webhook_signing_key := _loop_secret_hex();
+    elsif not v_webhook then
+        new.webhook_token := null;
+        new.webhook_signing_key := null;
+    end if;
+
+    if tg_op = 'INSERT' then
+        new.workspace_id := coalesce(new.workspace_id, _default_workspace());
+        new.created_by := coalesce(new.created_by, _loop_creator(new.user_id));
+        -- A new loop starts its own history: it was never stopped.
+        new.stopped_reason := null;
+        new.stopped_at := null;
+        new.policy_from_iteration := 0;
+        new.last_run_id := null;
+    end if;
+
+    -- Re-enabling a stopped loop: the chain continues, the policy counts
+    -- again from the latest iteration (or an iters {n: 3} loop would stop at
+    -- once).
+    if tg_op = 'UPDATE' and new.enabled and not old.enabled and old.stopped_reason is not null then
+        new.stopped_reason := null;
+        new.stopped_at := null;
+        new.policy_from_iteration := coalesce(
+            (select max(r.iteration) from topology_runs r where r.loop_id = new.id), 0);
+    end if;
+
+    -- next_fire_at is the listener's to compute (croniter): clear it whenever
+    -- the answer may have changed, so a stale slot never fires.
+    if not new.enabled or not (new.triggers ? 'cron') then
+        new.next_fire_at := null;
+    elsif tg_op = 'UPDATE'
+          and (new.triggers -> 'cron' is distinct from old.triggers -> 'cron'
+               or new.triggers -> 'timezone' is distinct from old.triggers -> 'timezone'
+               or not old.enabled) then
+        new.next_fire_at := null;
+        new.last_error := null;
+    end if;
+    new.updated_at := case when tg_op = 'UPDATE' then now() else new.updated_at end;
+    return new;
+end;
+$$;
+
+comment on function _tg_loops_validate() is
+    'Before INSERT/UPDATE on loops: validate the configuration, fill defaults (workspace, creator, '
+    'timezone), generate / keep / clear the webhook credential, reset a stopped loop''s policy '
+    'count on re-enable, and clear next_fire_at whenever the schedule may have changed.';
+
+create or replace trigger loops_validate
+    before insert or update on loops
+    for each row execute function _tg_loops_validate();
+
+-- After a loop is stored: ask for a next slot when it needs one, and resume
+-- an on_completion chain that was re-enabled with nothing live.
+create or replace function _tg_loops_schedule()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+begin
+    if new.enabled and new.triggers ? 'cron' and new.next_fire_at is null then
+        perform pg_notify('ceaseless_schedule',
+                          jsonb_build_object('table', 'loops', 'id', new.id)::text);
+    end if;
+    -- Re-enabling an on_completion loop continues the chain at once: waiting
+    -- for a completion that will never come (nothing is live) would leave it
+    -- enabled and idle. _fire_loop records a skip when an iteration is live.
+    if tg_op = 'UPDATE' and new.enabled and not old.enabled
+       and coalesce((new.triggers ->> 'on_completion')::boolean, false)
+       and not exists (select from topology_runs r
+                       where r.loop_id = new.id
+                         and r.status in ('pending', 'running', 'awaiting_approval')) then
+        perform _fire_loop(new.id, 'on_completion', 're-enabled', null, now());
+    end if;
+    return null;
+end;
+$$;
+
+comment on function _tg_loops_schedule() is
+    'After a loop is inserted or updated: NOTIFY ceaseless_schedule when it needs a next_fire_at; '
+    'start the next iteration of an on_completion loop that was re-enabled with none live.';
+
+create or replace trigger loops_schedule
+    after insert or update on loops
+    for each row execute function _tg_loops_schedule();
+
+-- Deleting a loop deletes its iterations (ON DELETE CASCADE); one still live
+-- would leave its jobs running for nothing, with no run to record their end.
+-- Refused: cancel it first (cancel_topology_run), which also stops the loop.
+create or replace function _tg_loops_delete()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_live uuid;
+begin
+    select r.id into v_live from topology_runs r
+    where r.loop_id = old.id and r.status in ('pending', 'running', 'awaiting_approval');
+    if v_live is not null then
+        raise exception 'loops: loop % has a live iteration (run %); cancel it first', old.id, v_live
+            using errcode = 'CE409', table = 'loops',
+                  hint = format('select ceaseless.cancel_topology_run(%L); then delete the loop.',
+                                v_live);
+    end if;
+    return old;
+end;
+$$;
+
+comment on function _tg_loops_delete() is
+    'Before a loop is deleted: refuse (CE409) while an iteration is live, so no job runs on for a '
+    'deleted loop.';
+
+create or replace trigger loops_delete
+    before delete on loops
+    for each row execute function _tg_loops_delete();
+
+-- A loop holding a credential never prints it in a constraint error.
+select _install_quiet_checks('loops', 'new.webhook_token is not null',
+                             array['webhook_token', 'webhook_signing_key']);

@@ -1,0 +1,309 @@
+-- Loops: the one firing path, chaining, and repeat policies.
+--
+-- Called by: run_loop (manual), fire_cron_loops (57_loop_cron.sql, the
+-- listener's cron), _receive_webhook (45_webhooks.sql), the loops_schedule
+-- trigger (55_loop_validation.sql, re-enabling an on_completion loop), and
+-- PostgreSQL after a loop iteration's status becomes terminal (the engine
+-- moves it there, 5x_topology_*.sql, in the transaction that ends its last
+-- job or cancels it).
+-- Guarantees:
+-- - every fire of every kind goes through _fire_loop: refused fires (loop
+--   disabled, an agent of its graph disabled or gone, an iteration still
+--   live) leave a `skipped` run with the reason and no iteration number;
+--   the others a `pending` run with iteration = latest + 1, parent_run_id =
+--   the latest iteration, the loop's graph, owner and workspace, and a task
+--   of the template, the webhook body (if any) and the parent's final
+--   message (bounded by loop_prior_context_chars, with a marker);
+-- - at most one live iteration per loop, and never two iterations N + 1:
+--   the unique indexes topology_runs_one_live_iteration_idx and
+--   topology_runs_loop_iteration_idx are the hard guarantee; the check under
+--   the loop's lock makes a refused fire a skipped row instead of a wait or
+--   an error;
+-- - when an iteration ends, in the same transaction, the repeat policy is
+--   applied (loop_outcome below) and the loop either stops (disabled,
+--   next_fire_at NULL, stopped_reason, stopped_at, a `stopped` notification
+--   to its owner) or, with triggers.on_completion, fires its next iteration;
+-- - an iteration row is inserted only by _fire_loop (topology_runs_loop_lock
+--   refuses others), so every insert of a live iteration holds its loop.
+--
+-- Lock order (no deadlock between fires, finishes, cancels, re-enables,
+-- deletes and cron batches):
+--   * a statement that ends a job holds its job row, then the engine updates
+--     the run (its row), then loop_outcome locks the loop (FOR NO KEY UPDATE)
+--     last, and may fire the next iteration under it;
+--   * a fire (run_loop, webhook, cron batch, re-enable) locks the loop first
+--     (cron: due_cron_loops, SKIP LOCKED, so a batch never waits for a loop),
+--     and then waits for nothing another transaction holds while waiting for
+--     that loop: it reads the runs without locking them, and it inserts a
+--     live iteration only when it saw none, so the unique index entry it
+--     writes cannot belong to an uncommitted insert of someone else (every
+--     such insert holds the loop, which this fire holds). A finish that is
+--     not yet committed still shows its run live: the fire records a skip
+--     instead of waiting for the finish, which may itself be waiting for the
+--     loop. The foreign keys of the new run take KEY SHARE on its parent run
+--     and loop, which no status update blocks;
+--   * deleting a loop (FOR UPDATE on it) refuses while an iteration is live
+--     and so waits for no run.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- The parent's final message as the next iteration reads it, cut to
+-- p_cap characters with a marker saying how much was left out.
+create or replace function _loop_prior_context(p_message text, p_status text, p_cap integer)
+returns text
+language sql immutable
+set search_path = pg_catalog, ceaseless
+as $$
+    select case
+        when p_message is null then format('(no final message: the iteration %s)', p_status)
+        when char_length(p_message) <= p_cap then p_message
+        else left(p_message, p_cap)
+             || format(E'\n\n[… cut: %s of %s characters shown]', p_cap, char_length(p_message))
+    end;
+$$;
+
+comment on function _loop_prior_context(text, text, integer) is
+    'The prior-iteration context of a loop''s next task: the parent''s final message, cut to '
+    'p_cap characters with a marker (or a line saying it has none).';
+
+-- Fire a loop: the one path of every trigger. p_trigger is cron,
+-- on_completion, webhook or manual; p_detail what fired it (the schedule, the
+-- iteration that finished), at most 200 characters kept; p_body a webhook's
+-- body, which reaches the iteration's task. Returns the topology_runs id: a
+-- pending iteration, or a skipped run when the fire was refused; NULL when no
+-- loop has that id.
+--
+-- Locks: the loop, FOR NO KEY UPDATE, until the caller's transaction ends
+-- (see the header for the order).
+create or replace function _fire_loop(
+    p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamptz
+)
+returns uuid
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_loop loops;
+    v_reason text;
+    v_run_id uuid := gen_random_uuid();
+    v_parent_id uuid;
+    v_parent_iteration integer;
+    v_parent_status text;
+    v_parent_message text;
+begin
+    select * into v_loop from loops where id = p_loop_id for no key update;
+    if not found then
+        return null;
+    end if;
+    v_reason := case
+        when not v_loop.enabled then 'disabled'
+        -- A node whose agent is disabled would queue a job nobody claims,
+        -- and hold the loop's one live iteration until someone cancels it.
+        when exists (select from jsonb_array_elements(v_loop.graph -> 'nodes') n
+                     left join agents a on a.name = n ->> 'agent'
+                     where a.name is null or not a.enabled)
+            then 'agent_disabled'
+        when exists (select from topology_runs r
+                     where r.loop_id = v_loop.id
+                       and r.status in ('pending', 'running', 'awaiting_approval'))
+            then 'live_iteration'
+    end;
+    -- The flag lets topology_runs_loop_lock tell this insert from a user's.
+    perform set_config('ceaseless.loop_fire', v_run_id::text, true);
+    if v_reason is not null then
+        insert into topology_runs (id, workspace_id, graph, task, status, skip_reason, loop_id,
+                                   user_id, trigger_type, trigger_detail, finished_at,
+                                   created_at, updated_at)
+        values (v_run_id, v_loop.workspace_id, v_loop.graph, v_loop.task_template, 'skipped',
+                v_reason, v_loop.id, v_loop.user_id, p_trigger, left(p_detail, 200), p_now,
+                p_now, p_now);
+        return v_run_id;
+    end if;
+
+    select r.id, r.iteration, r.status, r.final_message
+    into v_parent_id, v_parent_iteration, v_parent_status, v_parent_message
+    from topology_runs r
+    where r.loop_id = v_loop.id and r.iteration is not null
+    order by r.iteration desc
+    limit 1;
+
+    insert into topology_runs (id, workspace_id, graph, task, status, loop_id, iteration,
+                               parent_run_id, user_id, trigger_type, trigger_detail, created_at,
+                               updated_at)
+    values (v_run_id, v_loop.workspace_id, v_loop.graph,
+            v_loop.task_template
+            || case when p_body is not null
+                    then E'\n\n## Webhook body\n\n' || p_body else '' end
+            || case when v_parent_id is not null
+                    then format(E'\n\n## Prior iteration (%s)\n\n', v_parent_iteration)
+                         || _loop_prior_context(v_parent_message, v_parent_status,
+                                                _setting_int('loop_prior_context_chars'))
+                    else '' end,
+            'pending', v_loop.id, coalesce(v_parent_iteration, 0) + 1, v_parent_id,
+            v_loop.user_id, p_trigger, left(p_detail, 200), p_now, p_now);
+    update loops set last_run_id = v_run_id where id = v_loop.id;
+    return v_run_id;
+end;
+$$;
+
+comment on function _fire_loop(uuid, text, text, text, timestamptz) is
+    'The one firing path of loops: lock the loop, record a skipped run (disabled, agent_disabled, '
+    'live_iteration) or insert the next pending iteration chained to the last, with the webhook '
+    'body and the prior iteration''s final message in its task; returns the run id.';
+
+-- Manual trigger. Returns the topology_runs id (a skipped run when refused).
+--
+-- Raises: CE404 unknown loop, or one the caller does not own.
+create or replace function run_loop(p_loop_id uuid, p_now timestamptz default now())
+returns uuid
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_run_id uuid;
+begin
+    -- Security definer, so the live-iteration check sees every run; the loop
+    -- must then be the caller's own (or the caller an operator or a
+    -- listener), and one that is not is as unknown as one that does not exist.
+    if not exists (select from loops l where l.id = p_loop_id and _acts_for(l.user_id)) then
+        raise exception 'run_loop: no loop with id %', p_loop_id using errcode = 'CE404';
+    end if;
+    v_run_id := _fire_loop(p_loop_id, 'manual', 'manual', null, p_now);
+    if v_run_id is null then
+        raise exception 'run_loop: no loop with id %', p_loop_id using errcode = 'CE404';
+    end if;
+    return v_run_id;
+end;
+$$;
+
+comment on function run_loop(uuid, timestamptz) is
+    'Fire a loop by hand; returns the topology_runs id, whose status says whether the iteration '
+    'runs (pending) or was skipped and why. CE404 for an unknown loop or someone else''s.';
+
+-- An iteration is inserted by _fire_loop and by nothing else: a number
+-- chosen by hand could skip or take N + 1, and an insert that did not hold
+-- the loop would break the lock order above (a fire could wait on its
+-- uncommitted index entry while it waits for the loop). The lock is taken
+-- again here, a no-op for _fire_loop, so the order holds whoever inserts.
+create or replace function _tg_topology_runs_loop_lock()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+begin
+    if current_setting('ceaseless.loop_fire', true) is distinct from new.id::text then
+        raise exception 'topology_runs.loop_id: a loop''s runs are started by its triggers or '
+                        'run_loop, not inserted; got loop %', new.loop_id
+            using errcode = 'CE422', table = 'topology_runs', column = 'loop_id',
+                  hint = format('select ceaseless.run_loop(%L);', new.loop_id);
+    end if;
+    perform from loops where id = new.loop_id for no key update;
+    return new;
+end;
+$$;
+
+comment on function _tg_topology_runs_loop_lock() is
+    'Before a run with a loop_id is inserted: refuse it unless _fire_loop inserts it (CE422), and '
+    'hold its loop, so every insert of an iteration follows the loops'' lock order.';
+
+create or replace trigger topology_runs_loop_lock
+    before insert on topology_runs
+    for each row when (new.loop_id is not null)
+    execute function _tg_topology_runs_loop_lock();
+
+-- Why an iteration's end stops its loop, or NULL when it goes on:
+-- failed → failed (completed when the policy waits for a failure);
+-- cancelled → cancelled; succeeded → the policy, counting the iterations
+-- since policy_from_iteration: iters {n} completes at n; until {event}
+-- completes on its event; until {match} completes when the final message
+-- matches; an until policy that reached within_iters without it is
+-- exhausted. infinite never stops on success.
+create or replace function _loop_stop_reason(
+    p_policy jsonb, p_count integer, p_status text, p_final_message text
+)
+returns text
+language sql immutable
+set search_path = pg_catalog, ceaseless
+as $$
+    select case
+        when p_status = 'failed'
+            then case when p_policy ->> 'kind' = 'until' and p_policy #>> '{spec,event}' = 'failed'
+                      then 'completed' else 'failed' end
+        when p_status = 'cancelled' then 'cancelled'
+        when p_status <> 'succeeded' then null
+        when p_policy ->> 'kind' = 'iters'
+            then case when p_count >= (p_policy #>> '{spec,n}')::integer then 'completed' end
+        when p_policy ->> 'kind' = 'until' then
+            case when p_policy #>> '{spec,event}' = 'succeeded' then 'completed'
+                 when p_policy #> '{spec}' ? 'match'
+                      and coalesce(p_final_message, '') ~ (p_policy #>> '{spec,match}')
+                     then 'completed'
+                 when p_count >= (p_policy #>> '{spec,within_iters}')::integer then 'exhausted'
+            end
+    end;
+$$;
+
+comment on function _loop_stop_reason(jsonb, integer, text, text) is
+    'The repeat policy''s verdict on an iteration that ended: completed, exhausted, failed, '
+    'cancelled, or NULL to go on.';
+
+-- The end of an iteration, in the transaction that ended it: apply the
+-- repeat policy, then stop the loop or chain its next iteration.
+--
+-- Locks: the loop, FOR NO KEY UPDATE, after the run (see the header).
+create or replace function _tg_topology_runs_loop_outcome()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_loop loops;
+    v_now constant timestamptz := coalesce(new.finished_at, now());
+    v_stop text;
+begin
+    select * into v_loop from loops where id = new.loop_id for no key update;
+    if not found then
+        return null;
+    end if;
+    v_stop := _loop_stop_reason(v_loop.repeat_policy, new.iteration - v_loop.policy_from_iteration,
+                                new.status, new.final_message);
+    if v_stop is not null then
+        update loops
+        set enabled = false, next_fire_at = null, stopped_reason = v_stop, stopped_at = v_now
+        where id = v_loop.id;
+        insert into notifications (source_table, source_id, kind, subject, body, user_id)
+        values ('loops', v_loop.id, 'stopped',
+                format('loop %s stopped: %s', left(v_loop.title, 200), v_stop),
+                format(E'Iteration %s (run %s) ended %s.\n\n%s', new.iteration, new.id,
+                       new.status,
+                       case v_stop
+                           when 'completed' then 'Its repeat policy is met.'
+                           when 'exhausted' then 'Its repeat policy gave up: within_iters passed '
+                                                 'without the condition.'
+                           when 'failed' then 'Error: ' || left(coalesce(new.error, 'none given'), 500)
+                           else 'It was cancelled.'
+                       end
+                       || E'\n\nRe-enable it to continue the chain: '
+                       || format('update ceaseless.loops set enabled = true where id = %L;',
+                                 v_loop.id)),
+                v_loop.user_id);
+    elsif v_loop.enabled and coalesce((v_loop.triggers ->> 'on_completion')::boolean, false) then
+        perform _fire_loop(v_loop.id, 'on_completion',
+                           format('iteration %s %s', new.iteration, new.status), null, v_now);
+    end if;
+    return null;
+end;
+$$;
+
+comment on function _tg_topology_runs_loop_outcome() is
+    'After a loop iteration''s status becomes succeeded, failed or cancelled: apply the repeat '
+    'policy and stop the loop (notified) or, with on_completion, fire the next iteration, in the '
+    'same transaction.';
+
+create or replace trigger topology_runs_loop_outcome
+    after update of status on topology_runs
+    for each row
+    when (new.loop_id is not null and new.iteration is not null
+          and old.status in ('pending', 'running', 'awaiting_approval')
+          and new.status in ('succeeded', 'failed', 'cancelled'))
+    execute function _tg_topology_runs_loop_outcome();
