@@ -45,9 +45,13 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def _help(text: str, *, flag: str | None = None) -> dict[str, Any]:
-    """Field metadata that makes a field a command-line option (`flag` when not --name)."""
-    return {"help": text, "flag": flag}
+def _help(text: str, *, flag: str | None = None, envvar: str | None = None) -> dict[str, Any]:
+    """Field metadata that makes a field a command-line option (`flag` when not --name).
+
+    `envvar`: the environment variable read when the option is not given; for
+    secrets, which a command line shows to every user of the host (ps).
+    """
+    return {"help": text, "flag": flag, "envvar": envvar}
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,8 @@ class ListenerConfig:
     http: str | None = field(
         default=None,
         metadata=_help(
-            "Serve the webhook ingress (POST /hooks/{path}) on HOST:PORT, e.g. 127.0.0.1:8787."
+            "Serve HTTP on HOST:PORT, e.g. 127.0.0.1:8787: the webhook ingress (POST "
+            "/hooks/{path}) and the run observer (GET /runs/{id}/events, /loops/{id}/events)."
         ),
     )
     max_body: int | None = field(
@@ -119,6 +124,34 @@ class ListenerConfig:
         metadata=_help(
             "Seconds a webhook client has to send its headers, and as long again for its body "
             "(408), so slow clients cannot hold connections open."
+        ),
+    )
+    http_token: str | None = field(
+        default=None,
+        repr=False,
+        metadata=_help(
+            "Bearer token the run observer (GET /runs/{id}/events, /loops/{id}/events) "
+            "requires when --http binds to an address other than loopback; without one it "
+            "answers 401 there. Prefer the environment variable to the flag.",
+            envvar="CEASELESS_HTTP_TOKEN",
+        ),
+    )
+    observer_max_clients: int = field(
+        default=100,
+        metadata=_help("Observer event streams open at once; more get 503."),
+    )
+    observer_keepalive: float = field(
+        default=15.0,
+        metadata=_help(
+            "Seconds between keepalive comments on a quiet observer stream, so proxies "
+            "and clients see it is alive."
+        ),
+    )
+    observer_send_timeout: float = field(
+        default=10.0,
+        metadata=_help(
+            "Seconds one send to an observer client may take; a client that reads slower "
+            "is dropped (its connection closed) rather than buffered."
         ),
     )
     db_deadline: float = field(

@@ -48,6 +48,20 @@ class NotificationQueued:
 
 
 @dataclass(frozen=True)
+class RunChanged:
+    """A topology run, one of its nodes or approvals, or a loop changed (ceaseless_run).
+
+    `run_id` is the run concerned (None for a loop's own change); `loop_id` the
+    loop, when the payload names it (a run's changes do, its nodes' do not).
+    """
+
+    table: str
+    run_id: UUID | None
+    loop_id: UUID | None
+    status: str
+
+
+@dataclass(frozen=True)
 class Unknown:
     channel: str
     payload: str
@@ -55,7 +69,7 @@ class Unknown:
 
 NOTIFICATION_CHANNEL = "ceaseless_notification"
 
-Event = JobChanged | ConfigChanged | ScheduleChanged | NotificationQueued | Unknown
+Event = JobChanged | ConfigChanged | ScheduleChanged | NotificationQueued | RunChanged | Unknown
 
 
 def parse(channel: str, payload: str) -> Event:
@@ -79,4 +93,16 @@ def parse(channel: str, payload: str) -> Event:
         return ScheduleChanged(table=data.get("table", ""), id=UUID(data["id"]))
     if channel == NOTIFICATION_CHANNEL:
         return NotificationQueued(count=int(data.get("count", 1)))
+    if channel == RUN_CHANNEL and data.get("id"):
+        return _run_changed(data)
     return Unknown(channel, payload)
+
+
+def _run_changed(data: dict) -> RunChanged:
+    table = data.get("table", "")
+    key = UUID(data["id"])
+    if table == "loops":
+        return RunChanged(table, None, key, data.get("status", ""))
+    run = UUID(data["run_id"]) if table == "approvals" and data.get("run_id") else key
+    loop = UUID(data["loop_id"]) if data.get("loop_id") else None
+    return RunChanged(table, run, loop, data.get("status", ""))

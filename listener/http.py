@@ -26,6 +26,7 @@ The endpoint faces strangers, so it fails closed and is bounded:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -36,7 +37,7 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from listener import db, log
+from listener import db, log, observer
 from listener.errors import SqlState
 from listener.queries import webhooks
 
@@ -81,9 +82,15 @@ _TOKEN = web.AppKey("token", re.Pattern)
 
 
 def make_app(
-    pool: psycopg_pool.AsyncConnectionPool, limits: Limits, token_pattern: str
+    pool: psycopg_pool.AsyncConnectionPool,
+    limits: Limits,
+    token_pattern: str,
+    hub: observer.Hub | None = None,
 ) -> web.Application:
-    """The aiohttp application; `token_pattern` is SQL's _webhook_token_pattern()."""
+    """The aiohttp application; `token_pattern` is SQL's _webhook_token_pattern().
+
+    With `hub`, the run observer's routes too (listener/observer.py).
+    """
     app = web.Application(
         client_max_size=limits.max_body,
         middlewares=[_in_hand_cap(limits.max_requests)],
@@ -93,6 +100,8 @@ def make_app(
     app[_TOKEN] = re.compile(token_pattern)
     app.router.add_post("/hooks/{path}", _receive)
     app.router.add_get("/healthz", _health)
+    if hub is not None:
+        observer.mount(app, hub)
     return app
 
 
@@ -100,7 +109,9 @@ def _in_hand_cap(max_requests: int) -> Callable[..., Awaitable[web.StreamRespons
     """A middleware answering 503 at once when `max_requests` are already in hand.
 
     Refusing beats queueing: a queue of slow clients would hold memory and
-    make every valid sender wait behind them.
+    make every valid sender wait behind them. The observer's streams, open
+    for as long as their clients follow, are capped by the observer itself
+    and do not count here: they must not shut webhooks out.
     """
     in_hand = 0
 
@@ -109,6 +120,9 @@ def _in_hand_cap(max_requests: int) -> Callable[..., Awaitable[web.StreamRespons
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         nonlocal in_hand
+        route = request.match_info.route.name
+        if route is not None and route.startswith(observer.ROUTE_PREFIX):
+            return await handler(request)
         if in_hand >= max_requests:
             return _error(503, "too many requests in progress; retry", headers={"Retry-After": "1"})
         in_hand += 1
@@ -226,27 +240,49 @@ _PROTOCOL_LOG.addFilter(_OneLineProtocolErrors())
 
 
 class Ingress:
-    """The running ingress: its server and its own small pool."""
+    """The running HTTP server: its runner, the ingress's pool, and the observer's hub."""
 
-    def __init__(self, runner: web.AppRunner, pool: psycopg_pool.AsyncConnectionPool) -> None:
+    def __init__(
+        self, runner: web.AppRunner, pool: psycopg_pool.AsyncConnectionPool, hub: observer.Hub
+    ) -> None:
         self._runner = runner
         self._pool = pool
+        self.hub = hub
 
     async def close(self) -> None:
+        # The observer's streams first: they would hold the runner's cleanup.
+        self.hub.close()
         await self._runner.cleanup()
         await self._pool.close(timeout=5)
+        await self.hub.pool.close(timeout=5)
 
 
 async def serve(
-    url: str, address: str, *, worker_id: str, limits: Limits, token_pattern: str
+    url: str,
+    address: str,
+    *,
+    worker_id: str,
+    limits: Limits,
+    token_pattern: str,
+    observer_limits: observer.ObserverLimits,
 ) -> Ingress:
-    """Serve POST /hooks/{path} on `address` (HOST:PORT) until the returned Ingress is closed.
+    """Serve POST /hooks/{path} and the observer on `address` (HOST:PORT) until closed.
 
     The ingress has a pool of its own: a flood of webhooks must not take the
-    connections that renew the listener's leases. `token_pattern` is SQL's
-    _webhook_token_pattern(), read once by the caller.
+    connections that renew the listener's leases; the observer has another.
+    `token_pattern` is SQL's _webhook_token_pattern(), read once by the
+    caller. The observer is open on a loopback address; elsewhere it needs
+    `observer_limits.token`.
     """
     host, _, port = address.rpartition(":")
+    host = host or "127.0.0.1"
+    observer_limits = dataclasses.replace(
+        observer_limits, loopback=observer.is_loopback(host), db_deadline=limits.db_deadline
+    )
+    hub = observer.Hub(
+        observer.pool(url, worker_id=worker_id, deadline=limits.db_deadline), observer_limits
+    )
+    await hub.pool.open(wait=False)
     pool = db.pool(
         url,
         application_name=f"ceaseless ingress {worker_id}",
@@ -260,20 +296,32 @@ async def serve(
     # the rest of the unread body before closing, 10 s by default; a client
     # announcing a body it never sends would hold the connection that long.
     runner = web.AppRunner(
-        make_app(pool, limits, token_pattern),
+        make_app(pool, limits, token_pattern, hub),
         access_log=None,
+        # Streams end as soon as the hub closes; nothing else is long.
+        shutdown_timeout=5,
         keepalive_timeout=limits.read_timeout,
         lingering_time=_LINGERING_SECS,
         logger=_PROTOCOL_LOG,
     )
     await runner.setup()
-    await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+    await web.TCPSite(runner, host, int(port)).start()
     log.event(
         "http.listening",
-        host=host or "127.0.0.1",
+        host=host,
         port=int(port),
         max_body=limits.max_body,
         max_requests=limits.max_requests,
         read_timeout=limits.read_timeout,
+        observer="open (loopback)"
+        if observer_limits.loopback
+        else ("bearer token" if observer_limits.token else "closed: no --http-token"),
     )
-    return Ingress(runner, pool)
+    if not observer_limits.loopback and not observer_limits.token:
+        log.warning(
+            "observer.closed",
+            host=host,
+            problem="the observer answers 401 on a non-loopback address without a token; "
+            "set CEASELESS_HTTP_TOKEN (or --http-token)",
+        )
+    return Ingress(runner, pool, hub)

@@ -10,7 +10,7 @@ caught up on: claims, leases held by mistake, schedules, the outbox, config.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from listener import log
@@ -21,6 +21,7 @@ from listener.events import (
     Event,
     JobChanged,
     NotificationQueued,
+    RunChanged,
     ScheduleChanged,
 )
 from listener.maintenance import Maintenance
@@ -37,6 +38,10 @@ class Router:
         self._ledger = ledger
         self._maintenance = maintenance
         self._background: set[asyncio.Task[Any]] = set()
+        # The run observer (listener/observer.py), when HTTP is served: it
+        # hears run, node, approval and loop changes and every resubscription.
+        self.on_run_changed: Callable[[RunChanged], None] | None = None
+        self.on_caught_up: Callable[[], None] | None = None
 
     def route(self, event: Event) -> None:
         if isinstance(event, JobChanged):
@@ -57,6 +62,9 @@ class Router:
                 self._maintenance.cron_wake.set()
         elif isinstance(event, NotificationQueued):
             self._maintenance.outbox_wake.set()
+        elif isinstance(event, RunChanged):
+            if self.on_run_changed is not None:
+                self.on_run_changed(event)
         elif isinstance(event, ConfigChanged):
             self._in_background(self._db.retry("reload", self._registry.reload))
             self._ledger.wake.set()
@@ -68,6 +76,8 @@ class Router:
         self._maintenance.cron_wake.set()
         self._maintenance.outbox_wake.set()
         self._in_background(self._db.retry("reload", self._registry.reload))
+        if self.on_caught_up is not None:
+            self.on_caught_up()
 
     async def close(self) -> None:
         for task in self._background:

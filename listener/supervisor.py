@@ -28,10 +28,17 @@ import psycopg
 from listener import log
 from listener.config import ListenerConfig
 from listener.database import Database
-from listener.events import CONFIG_CHANNEL, JOB_CHANNEL, NOTIFICATION_CHANNEL, SCHEDULE_CHANNEL
+from listener.events import (
+    CONFIG_CHANNEL,
+    JOB_CHANNEL,
+    NOTIFICATION_CHANNEL,
+    RUN_CHANNEL,
+    SCHEDULE_CHANNEL,
+)
 from listener.http import Ingress, Limits, serve
 from listener.maintenance import Maintenance
 from listener.notifier import Notifier
+from listener.observer import ObserverLimits
 from listener.producer.claimer import Claimer
 from listener.producer.leases import Leases
 from listener.producer.ledger import Ledger, StopReason
@@ -76,7 +83,9 @@ class Listener:
         self.notifier = Notifier(
             config.url,
             f"ceaseless listen {config.worker_id}",
-            _CHANNELS,
+            # The run observer follows runs on the same connection: one LISTEN
+            # per process, however many clients follow.
+            [*_CHANNELS, RUN_CHANNEL] if config.http else _CHANNELS,
             on_event=self.router.route,
             on_subscribed=self.router.caught_up,
             deadline=config.db_deadline,
@@ -138,7 +147,7 @@ class Listener:
                 "settings", lambda c: setting_int(c, "webhook_max_body_bytes")
             )
         token_pattern = await self.db.retry("webhook token pattern", webhooks.token_pattern)
-        return await serve(
+        ingress = await serve(
             self.config.url,
             self.config.http,
             worker_id=self.config.worker_id,
@@ -149,7 +158,18 @@ class Listener:
                 db_deadline=self.config.db_deadline,
             ),
             token_pattern=token_pattern,
+            observer_limits=ObserverLimits(
+                max_clients=self.config.observer_max_clients,
+                keepalive=self.config.observer_keepalive,
+                send_timeout=self.config.observer_send_timeout,
+                token=self.config.http_token,
+            ),
         )
+        self.router.on_run_changed = ingress.hub.changed
+        self.router.on_caught_up = ingress.hub.caught_up
+        # Streams that opened before the hook was set read once now.
+        ingress.hub.caught_up()
+        return ingress
 
     # -- shutdown -----------------------------------------------------------
 

@@ -71,7 +71,12 @@ def _parameter(field: dataclasses.Field[Any], annotation: Any) -> inspect.Parame
         field.name,
         inspect.Parameter.KEYWORD_ONLY,
         default=default,
-        annotation=Annotated[annotation, typer.Option(flag(field), help=field.metadata["help"])],
+        annotation=Annotated[
+            annotation,
+            typer.Option(
+                flag(field), help=field.metadata["help"], envvar=field.metadata.get("envvar")
+            ),
+        ],
     )
 
 
