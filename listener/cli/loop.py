@@ -1,0 +1,327 @@
+"""`ceaseless loop …`: create, inspect, fire, pause, resume and delete loops.
+
+A loop runs a topology graph again and again: on a cron schedule, when its
+previous iteration completes, when its webhook is called, or by hand, until its
+repeat policy says stop (docs/loops.md). A loop is named by its id or by its
+title when only one loop has it.
+
+Guarantees: `loop add` is one INSERT, which the database validates in full and
+completes (the timezone of a cron trigger, the workspace, the webhook
+credential); `loop run` is run_loop, the one firing path of every trigger, so a
+fire refused by a guardrail is recorded as a skipped run like any other. The
+webhook token and signing key are never printed: `loop show` names the SQL that
+reads them, for the owner to run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from psycopg import sql
+
+from listener.cli.common import fail, given, insert, query, table
+
+app = typer.Typer(
+    help=(
+        "Loops (ceaseless.loops): a graph of agents run as iterations, fired by cron, by the "
+        "previous iteration completing, by a webhook or by hand, until a repeat policy stops it."
+    ),
+    no_args_is_help=True,
+)
+
+LoopArg = Annotated[
+    str, typer.Argument(help="The loop's id, or its title if no other loop has it.")
+]
+
+
+def loop_id(ref: str) -> str:
+    """The id of the loop `ref` names (an id, or a title only one loop has); exits otherwise."""
+    rows = query(
+        "select id from ceaseless.loops where id::text = %s or title = %s", (ref.lower(), ref)
+    )
+    if not rows:
+        raise fail(f"no loop with the id or title {ref!r} (see: ceaseless loop list)")
+    if len(rows) > 1:
+        raise fail(f"{len(rows)} loops are titled {ref!r}; use the id (ceaseless loop list)")
+    return str(rows[0][0])
+
+
+def _read_graph(source: str) -> str:
+    """The graph file's JSON ('-' reads stdin), checked to parse; the database checks the rest."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text()
+    except OSError as exc:
+        raise fail(f"--graph {source}: {exc.strerror or exc}") from None
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        raise fail(f"--graph {source} is not JSON: {exc}") from None
+    return text
+
+
+def _policy(
+    iters: int | None, until_match: str | None, until_event: str | None, within: int | None
+) -> dict[str, Any] | None:
+    """The repeat_policy the options describe; None (the column default, infinite) for none."""
+    chosen = [
+        name
+        for name, v in (
+            ("--iters", iters),
+            ("--until-match", until_match),
+            ("--until-event", until_event),
+        )
+        if v is not None
+    ]
+    if len(chosen) > 1:
+        raise fail(f"choose one repeat policy: {' or '.join(chosen)} (none means infinite)")
+    if iters is not None:
+        if within is not None:
+            raise fail("--within goes with --until-match or --until-event, not --iters")
+        return {"kind": "iters", "spec": {"n": iters}}
+    if until_match is not None or until_event is not None:
+        spec: dict[str, Any] = (
+            {"match": until_match} if until_match is not None else {"event": until_event}
+        )
+        if within is not None:
+            spec["within_iters"] = within
+        return {"kind": "until", "spec": spec}
+    if within is not None:
+        raise fail("--within needs --until-match or --until-event")
+    return None
+
+
+def _workspace_id(name: str) -> str:
+    rows = query("select id from ceaseless.workspaces where name = %s", (name,))
+    if not rows:
+        raise fail(
+            f"no workspace named {name!r}; an operator creates one with: "
+            f"insert into ceaseless.workspaces (name) values ('{name}');"
+        )
+    return str(rows[0][0])
+
+
+@app.command("add")
+def loop_add(
+    title: Annotated[str, typer.Option(help="A short name, shown by `loop list`.")],
+    task: Annotated[
+        str, typer.Option(help="What every iteration works on: the run's task, given to each node.")
+    ],
+    graph: Annotated[
+        str,
+        typer.Option(
+            help='JSON file with the graph, \'-\' for stdin: {"nodes": [{"id", "agent", '
+            '"prompt", "gate"?}], "edges": [{"from", "to"}]}.'
+        ),
+    ],
+    description: Annotated[str, typer.Option(help="A longer note for people.")] = "",
+    cron: Annotated[
+        str | None, typer.Option(help="Fire on this cron schedule, e.g. '0 */6 * * *'.")
+    ] = None,
+    tz: Annotated[str | None, typer.Option(help="IANA time zone of --cron (default: UTC).")] = None,
+    on_completion: Annotated[
+        bool, typer.Option("--on-completion", help="Start the next iteration when one ends.")
+    ] = False,
+    webhook: Annotated[
+        bool,
+        typer.Option(
+            "--webhook", help="Fire on POST /hooks/<token>; the database makes the token and key."
+        ),
+    ] = False,
+    iters: Annotated[int | None, typer.Option(help="Policy: stop after N iterations.")] = None,
+    until_match: Annotated[
+        str | None,
+        typer.Option(help="Policy: stop when an iteration's final message matches this regex."),
+    ] = None,
+    until_event: Annotated[
+        str | None,
+        typer.Option(help="Policy: stop when an iteration ends so: succeeded (or ok) or failed."),
+    ] = None,
+    within: Annotated[
+        int | None,
+        typer.Option(help="With --until-*: give up (stopped as exhausted) after N iterations."),
+    ] = None,
+    workspace: Annotated[
+        str | None, typer.Option(help="Workspace name (default: the workspace named default).")
+    ] = None,
+    disabled: Annotated[
+        bool, typer.Option("--disabled", help="Create it paused; `loop resume` starts it.")
+    ] = False,
+) -> None:
+    """Create a loop. With no trigger it runs only by `ceaseless loop run`; with no policy, forever.
+
+    Example: ceaseless loop add --title refine --task "Improve the intro" --graph g.json
+    --on-completion --until-match DONE --within 5 (see docs/loops.md).
+    """
+    triggers: dict[str, Any] = given({"cron": cron, "timezone": tz})
+    if on_completion:
+        triggers["on_completion"] = True
+    if webhook:
+        triggers["webhook_enabled"] = True
+    policy = _policy(iters, until_match, until_event, within)
+    values = given(
+        {
+            "title": title,
+            "description": description,
+            "task_template": task,
+            "graph": _read_graph(graph),
+            "triggers": json.dumps(triggers),
+            "repeat_policy": json.dumps(policy) if policy is not None else None,
+            "workspace_id": _workspace_id(workspace) if workspace is not None else None,
+            "enabled": False if disabled else None,
+        }
+    )
+    rows = query(sql.SQL("{} returning id").format(insert("loops", values)), values)
+    new_id = str(rows[0][0])
+    typer.echo(new_id)
+    if webhook:
+        typer.echo(_webhook_hint(new_id), err=True)
+
+
+def _webhook_hint(ref: str) -> str:
+    return (
+        "The webhook's token and signing key are not shown here. Read them (as the loop's "
+        "owner) with:\n"
+        f"  select webhook_token, webhook_signing_key from ceaseless.loops where id = '{ref}';\n"
+        "POST /hooks/<webhook_token> on the listener's --http address, signed as docs/loops.md "
+        "shows."
+    )
+
+
+@app.command("list")
+def loop_list() -> None:
+    """One line per loop (ceaseless.loop_status)."""
+    rows = query(
+        "select id, title, owner, enabled, concat_ws(' ', "
+        "case when cron is not null then 'cron' end, "
+        "case when on_completion then 'on_completion' end, "
+        "case when webhook then 'webhook' end), repeat_policy ->> 'kind', current_iteration, "
+        "coalesce(live_run_status, ''), last_run_status, next_fire_at, stopped_reason, "
+        "skipped_fires from ceaseless.loop_status order by title, id"
+    )
+    table(
+        rows,
+        [
+            "id",
+            "title",
+            "owner",
+            "enabled",
+            "triggers",
+            "policy",
+            "iteration",
+            "live",
+            "last",
+            "next_fire_at",
+            "stopped",
+            "skipped",
+        ],
+    )
+
+
+@app.command("show")
+def loop_show(
+    loop: LoopArg,
+    iterations: Annotated[
+        int, typer.Option(help="How many of the latest iterations to list.")
+    ] = 10,
+) -> None:
+    """A loop: its triggers, policy and state, its latest iterations and skipped fires."""
+    ref = loop_id(loop)
+    cur_rows = query(
+        "select title, owner, enabled, cron, timezone, on_completion, webhook, repeat_policy, "
+        "policy_from_iteration, current_iteration, live_run_id, live_run_status, last_run_id, "
+        "last_run_status, next_fire_at, stopped_reason, stopped_at, skipped_fires, last_error "
+        "from ceaseless.loop_status where id = %s",
+        (ref,),
+    )
+    headers = [
+        "title",
+        "owner",
+        "enabled",
+        "cron",
+        "timezone",
+        "on_completion",
+        "webhook",
+        "repeat_policy",
+        "policy_from_iteration",
+        "current_iteration",
+        "live_run_id",
+        "live_run_status",
+        "last_run_id",
+        "last_run_status",
+        "next_fire_at",
+        "stopped_reason",
+        "stopped_at",
+        "skipped_fires",
+        "last_error",
+    ]
+    typer.echo(f"{'id':>22}  {ref}")
+    for header, value in zip(headers, cur_rows[0], strict=True):
+        shown = json.dumps(value) if isinstance(value, dict) else value
+        typer.echo(f"{header:>22}  {'' if shown is None else shown}")
+    typer.echo("")
+    typer.echo("iterations (latest first):")
+    chain = query(
+        "select iteration, id, status, trigger_type, parent_run_id, started_at, finished_at, "
+        "left(coalesce(final_message, error, ''), 60) from ceaseless.topology_runs "
+        "where loop_id = %s and iteration is not null order by iteration desc limit %s",
+        (ref, iterations),
+    )
+    table(
+        chain,
+        ["iteration", "run", "status", "trigger", "parent", "started_at", "finished_at", "message"],
+    )
+    typer.echo("")
+    typer.echo("skipped fires (latest first):")
+    skipped = query(
+        "select created_at, trigger_type, skip_reason, coalesce(trigger_detail, '') "
+        "from ceaseless.topology_runs where loop_id = %s and status = 'skipped' "
+        "order by created_at desc limit 10",
+        (ref,),
+    )
+    table(skipped, ["at", "trigger", "reason", "detail"])
+    if cur_rows[0][6]:
+        typer.echo("")
+        typer.echo(_webhook_hint(ref))
+
+
+@app.command("run")
+def loop_run(loop: LoopArg) -> None:
+    """Fire the loop now (run_loop); a fire refused (an iteration is live, the loop is
+    paused) is recorded as a skipped run and printed with its reason."""
+    run_id = query("select ceaseless.run_loop(%s)", (loop_id(loop),))[0][0]
+    status, iteration, reason = query(
+        "select status, iteration, skip_reason from ceaseless.topology_runs where id = %s",
+        (run_id,),
+    )[0]
+    detail = f"iteration {iteration}" if iteration is not None else f"skipped: {reason}"
+    typer.echo(f"{run_id} {status} ({detail})")
+
+
+def _set_enabled(loop: str, enabled: bool) -> None:
+    query("update ceaseless.loops set enabled = %s where id = %s", (enabled, loop_id(loop)))
+    typer.echo(f"loop {loop} {'resumed' if enabled else 'paused'}")
+
+
+@app.command("pause")
+def loop_pause(loop: LoopArg) -> None:
+    """Pause a loop: nothing fires it until `loop resume` (a live iteration runs to its end)."""
+    _set_enabled(loop, False)
+
+
+@app.command("resume")
+def loop_resume(loop: LoopArg) -> None:
+    """Resume a paused or stopped loop: its chain goes on, and its policy counts again from
+    here. An on_completion loop starts its next iteration at once."""
+    _set_enabled(loop, True)
+
+
+@app.command("delete")
+def loop_delete(loop: LoopArg) -> None:
+    """Delete a loop and its iterations (refused while one is live: cancel it first with
+    `ceaseless run cancel`)."""
+    query("delete from ceaseless.loops where id = %s", (loop_id(loop),))
+    typer.echo(f"loop {loop} deleted")
