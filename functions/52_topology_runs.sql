@@ -3,7 +3,8 @@
 -- Called by: PostgreSQL — after a topology run is inserted pending (a user's
 -- INSERT, run_loop, a loop's fire), and after every UPDATE statement on job
 -- (finish_runs, claim_jobs, expire_leases, release_jobs, cancel_job,
--- retry_job, a plain UPDATE); operators and owners (cancel_topology_run);
+-- retry_job, a plain UPDATE) and after an agent is disabled; operators and
+-- owners (cancel_topology_run);
 -- listeners' maintenance tick (cancel_orphaned_topology_jobs); decide_approval
 -- and expire_approvals (53_approvals.sql).
 -- Guarantees:
@@ -109,8 +110,11 @@ comment on function _topology_node_prompt(uuid, text) is
     '<node>" and each upstream''s output cut to topology_upstream_chars; within the job prompt cap.';
 
 -- Give a node its job: a loop_node job owned by the run's owner, one per
--- (run, node) by its dedup key, and the node queued with it. The caller
--- holds the run row.
+-- (run, node) by its dedup key, and the node queued with it. A node whose
+-- agent is disabled fails instead, and its run with it: its job would wait
+-- for a lane nobody claims from, holding the run (and its loop's one live
+-- iteration) forever. The caller holds the run row. Returns the job, or
+-- NULL when the node failed.
 create or replace function _enqueue_topology_node(p_run_id uuid, p_node_id text)
 returns uuid
 language plpgsql
@@ -118,7 +122,18 @@ set search_path = pg_catalog, ceaseless
 as $$
 declare
     v_job_id uuid;
+    v_agent text;
 begin
+    select n.agent into v_agent
+    from topology_nodes n
+    join agents a on a.name = n.agent
+    where n.topology_run_id = p_run_id and n.node_id = p_node_id and not a.enabled;
+    if v_agent is not null then
+        perform _fail_topology_node(p_run_id, p_node_id,
+                                    format('agent %s is disabled', v_agent), now());
+        return null;
+    end if;
+
     insert into job (kind, agent, prompt, payload, topology_run_id, user_id, dedup_key)
     select 'loop_node', n.agent, _topology_node_prompt(p_run_id, p_node_id),
            jsonb_build_object('topology_run_id', p_run_id, 'node_id', p_node_id),
@@ -137,7 +152,8 @@ $$;
 
 comment on function _enqueue_topology_node(uuid, text) is
     'Insert the loop_node job of a run''s node (prompt from _topology_node_prompt, owned by the '
-    'run''s owner) and mark the node queued; the caller holds the run row.';
+    'run''s owner) and mark the node queued, or fail it when its agent is disabled; the caller '
+    'holds the run row.';
 
 -- Start nodes whose upstreams have all succeeded: a gated node asks for
 -- approval (_request_approval, 53_approvals.sql), any other is enqueued. The
@@ -162,6 +178,10 @@ begin
           and n.upstream_left = 0
         order by g.at
     loop
+        -- A node that could not start (its agent disabled) ended the run.
+        exit when not exists (select from topology_runs r
+                              where r.id = p_run_id
+                                and r.status in ('running', 'awaiting_approval'));
         if v_node.gate = 'approval' then
             perform _request_approval(p_run_id, v_node.node_id, p_now);
         else
@@ -430,6 +450,10 @@ begin
               and n.state in ('queued', 'running')
             order by n.node_id
         loop
+            -- A node started here may have ended the run (its agent disabled).
+            exit when not exists (select from topology_runs r
+                                  where r.id = v_run_id
+                                    and r.status in ('running', 'awaiting_approval'));
             v_now := coalesce(v_node.finished_at, now());
             if v_node.state in ('claimed', 'running') and v_node.node_state = 'queued' then
                 update topology_nodes
@@ -472,8 +496,6 @@ begin
                     format('job %s %s: %s', v_node.job_id, v_node.state,
                            coalesce(left(v_node.last_error, 1000), 'no detail')),
                     v_now);
-                -- The run is over: its other nodes here were just cancelled.
-                exit;
             end if;
         end loop;
         perform _settle_topology_run(v_run_id, coalesce(v_now, now()));
@@ -526,12 +548,21 @@ as $$
 declare
     v_runs uuid[];
 begin
-    select array_agg(distinct j.topology_run_id) into v_runs
-    from job j
-    join topology_runs r on r.id = j.topology_run_id
-    where j.state in ('pending', 'claimed', 'running')
-      and j.topology_run_id is not null
-      and r.status in ('succeeded', 'failed', 'cancelled');
+    -- Live jobs only, through the partial indexes that hold nothing else
+    -- (job_claimable_idx per lane, the claim indexes): one condition on
+    -- state over the whole table reads every finished job a run ever had.
+    select array_agg(distinct l.topology_run_id) into v_runs
+    from agents a
+    cross join lateral (
+        select j.topology_run_id from job j
+        where j.agent = a.name and j.state = 'pending' and j.topology_run_id is not null
+        union all
+        select j.topology_run_id from job j
+        where j.agent = a.name and j.state in ('claimed', 'running')
+          and j.topology_run_id is not null
+    ) l
+    join topology_runs r on r.id = l.topology_run_id
+    where r.status in ('succeeded', 'failed', 'cancelled');
     if v_runs is null then
         return 0;
     end if;
@@ -578,3 +609,33 @@ $$;
 comment on function cancel_topology_run(uuid, timestamptz) is
     'Cancel a live topology run: unfinished nodes and live jobs cancelled (running agents '
     'stopped), open approvals left undecided. Raises CE404 (unknown) or CE409 (already ended).';
+
+-- A disabled agent's pending node jobs would wait for a lane nobody claims
+-- from, holding their runs (and their loops' one live iteration) forever:
+-- they are cancelled, which fails their nodes and runs (naming the agent),
+-- as agents_disabled does for routine jobs. A claimed or running job
+-- finishes as usual; a node that becomes ready later fails when it would be
+-- enqueued (_enqueue_topology_node).
+create or replace function _tg_agents_disabled_topology()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+begin
+    update job
+    set state = 'cancelled', finished_at = now(), updated_at = now(),
+        last_error = format('agent %s was disabled', new.name)
+    where agent = new.name and state = 'pending' and kind = 'loop_node'
+      and topology_run_id is not null;
+    return null;
+end;
+$$;
+
+comment on function _tg_agents_disabled_topology() is
+    'After an agent is disabled: cancel its pending topology node jobs, failing their runs.';
+
+create or replace trigger agents_disabled_topology
+    after update of enabled on agents
+    for each row
+    when (old.enabled and not new.enabled)
+    execute function _tg_agents_disabled_topology();

@@ -155,14 +155,8 @@ def test_a_run_is_inserted_pending_or_skipped_only(conn: psycopg.Connection) -> 
 
 
 def test_a_skipped_run_is_recorded_without_starting(conn: psycopg.Connection) -> None:
-    loop = _loop(conn, diamond())
     run = start_run(
-        conn,
-        diamond(),
-        status="skipped",
-        skip_reason="live_iteration",
-        loop_id=loop,
-        finished_at="now",
+        conn, diamond(), status="skipped", skip_reason="live_iteration", finished_at="now"
     )
     assert run_row(conn, run)["status"] == "skipped"
     assert _count(conn, "topology_nodes") == 0 and _count(conn, "job") == 0

@@ -258,6 +258,26 @@ def test_concurrent_failure_and_success_of_siblings_do_not_deadlock(
         assert live == (0,)
 
 
+def test_disabling_an_agent_fails_the_runs_waiting_for_it(conn: psycopg.Connection) -> None:
+    make_agent(conn, "other")
+    waiting = start_run(conn, diamond())
+    later = start_run(conn, graph([node("A"), node("B", agent="other")], [("A", "B")]))
+    conn.execute("update ceaseless.agents set enabled = false where name = 'other'")
+    run_node(conn, later, "A")
+    row = run_row(conn, later)
+    assert row["status"] == "failed" and row["error"] == "node B failed: agent other is disabled"
+    assert run_row(conn, waiting)["status"] == "running"
+    conn.execute("update ceaseless.agents set enabled = false where name = 'noop'")
+    row = run_row(conn, waiting)
+    assert row["status"] == "failed" and "agent noop was disabled" in row["error"]
+    assert states(conn, waiting) == {
+        "A": "failed",
+        "B": "cancelled",
+        "C": "cancelled",
+        "D": "cancelled",
+    }
+
+
 def test_a_plain_job_update_does_not_touch_topology_runs(conn: psycopg.Connection) -> None:
     run = start_run(conn, diamond())
     conn.execute(
