@@ -24,7 +24,8 @@
 --   next_fire_at NULL, stopped_reason, stopped_at, a `stopped` notification
 --   to its owner) or, with triggers.on_completion, fires its next iteration;
 -- - an iteration row is inserted only by _fire_loop (topology_runs_loop_lock
---   refuses others), so every insert of a live iteration holds its loop.
+--   refuses others; a skipped record may be inserted directly), so every
+--   insert of a live iteration holds its loop.
 --
 -- Lock order (no deadlock between fires, finishes, cancels, re-enables,
 -- deletes and cron batches):
@@ -185,6 +186,8 @@ comment on function run_loop(uuid, timestamptz) is
 -- the loop would break the lock order above (a fire could wait on its
 -- uncommitted index entry while it waits for the loop). The lock is taken
 -- again here, a no-op for _fire_loop, so the order holds whoever inserts.
+-- A skipped run takes no iteration number and no live index entry, so a
+-- record of a refused fire may be inserted directly.
 create or replace function _tg_topology_runs_loop_lock()
 returns trigger
 language plpgsql
@@ -203,12 +206,12 @@ end;
 $$;
 
 comment on function _tg_topology_runs_loop_lock() is
-    'Before a run with a loop_id is inserted: refuse it unless _fire_loop inserts it (CE422), and '
-    'hold its loop, so every insert of an iteration follows the loops'' lock order.';
+    'Before a run of a loop (not a skipped one) is inserted: refuse it unless _fire_loop inserts it '
+    '(CE422), and hold its loop, so every insert of an iteration follows the loops'' lock order.';
 
 create or replace trigger topology_runs_loop_lock
     before insert on topology_runs
-    for each row when (new.loop_id is not null)
+    for each row when (new.loop_id is not null and new.status <> 'skipped')
     execute function _tg_topology_runs_loop_lock();
 
 -- Why an iteration's end stops its loop, or NULL when it goes on:
