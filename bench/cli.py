@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 
-from bench import ours
+from bench import loops, ours
 from bench.report import Row, markdown, write
 from bench.server import Reset, Server, provision
 
@@ -39,6 +39,9 @@ class Sizes:
     events: int
     footprint_agents: int
     load_events: int
+    loop_nodes: int
+    loop_fires: int
+    loop_iterations: int
 
 
 QUICK = Sizes(
@@ -52,6 +55,9 @@ QUICK = Sizes(
     events=100,
     footprint_agents=50,
     load_events=400,
+    loop_nodes=20,
+    loop_fires=3,
+    loop_iterations=20,
 )
 FULL = Sizes(
     runs=3,
@@ -64,6 +70,9 @@ FULL = Sizes(
     events=1_000,
     footprint_agents=200,
     load_events=2_000,
+    loop_nodes=20,
+    loop_fires=20,
+    loop_iterations=200,
 )
 
 
@@ -208,7 +217,7 @@ def run(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--reset-setting") from exc
     with provision(database_url, resets) as server, Progress(console=console) as progress:
-        steps = 10 + (6 if peers else 0)
+        steps = 12 + (6 if peers else 0)
         overall = progress.add_task("benchmarks", total=steps)
 
         def step(label: str, action: Callable[[], list[Row]]) -> None:
@@ -306,6 +315,29 @@ def run(
                 "ceaseless",
                 [ours.listener_footprint(server, sizes.footprint_agents)],
                 {"rss_mb": ""},
+            ),
+        )
+        step(
+            "loop fire to finish",
+            lambda: _rows(
+                f"loop fire → {sizes.loop_nodes}-node graph done ({sizes.loop_fires} fires)",
+                "ceaseless",
+                _repeat(
+                    sizes.runs,
+                    lambda: loops.fire_to_finish(server, sizes.loop_nodes, sizes.loop_fires),
+                ),
+                {"p50_ms": "", "max_ms": ""},
+            ),
+        )
+        step(
+            "loop iterations",
+            lambda: _rows(
+                f"on_completion loop ({sizes.loop_iterations} iterations)",
+                "ceaseless",
+                _repeat(
+                    sizes.runs, lambda: loops.chained_iterations(server, sizes.loop_iterations)
+                ),
+                {"iterations_per_s": "", "ms_per_iteration": ""},
             ),
         )
         settings = server.settings()

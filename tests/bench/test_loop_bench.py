@@ -1,0 +1,27 @@
+"""The loop scenarios of the benchmark, small: every node of every fire runs once, every
+iteration once, and the numbers are there."""
+
+from __future__ import annotations
+
+from bench import loops
+from bench.server import Server
+
+
+def test_fire_to_finish_runs_every_node_of_every_fire_once(server_url: str) -> None:
+    server = Server(server_url)
+    try:
+        found = loops.fire_to_finish(server, nodes=5, fires=2)
+    finally:
+        server.close()
+    assert (found.lost, found.duplicated) == (0, 0)
+    assert 0 < found.values["p50_ms"] <= found.values["max_ms"]
+
+
+def test_chained_iterations_run_each_iteration_once(server_url: str) -> None:
+    server = Server(server_url)
+    try:
+        found = loops.chained_iterations(server, iterations=5)
+    finally:
+        server.close()
+    assert (found.lost, found.duplicated) == (0, 0)
+    assert found.values["iterations_per_s"] > 0
