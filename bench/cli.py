@@ -326,7 +326,7 @@ def run(
                     sizes.runs,
                     lambda: loops.fire_to_finish(server, sizes.loop_nodes, sizes.loop_fires),
                 ),
-                {"p50_ms": "", "max_ms": ""},
+                {"done_p50_ms": "", "done_max_ms": ""},
             ),
         )
         step(

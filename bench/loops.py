@@ -100,8 +100,8 @@ def fire_to_finish(server: Server, nodes: int, fires: int) -> Measurement:
         never_ran, doubled = _runs_per_node(conn, loop)
         return Measurement(
             {
-                "p50_ms": percentile(samples, 50),
-                "max_ms": max(samples) if samples else float("nan"),
+                "done_p50_ms": percentile(samples, 50),
+                "done_max_ms": max(samples) if samples else float("nan"),
             },
             lost=fires - len(samples) + never_ran,
             duplicated=doubled,

@@ -122,3 +122,8 @@ alter function _tg_topology_runs_loop_outcome() security definer;
 alter function run_loop(uuid, timestamptz) security definer;
 grant execute on function run_loop(uuid, timestamptz) to ceaseless_user;
 grant select on loop_status to ceaseless_user;
+
+-- Run observer (59_run_events.sql): run_events, run_snapshot, loop_events and
+-- loop_snapshot read audit_log, which is beyond a user role; they run as the
+-- caller and are granted to no user (listeners and operators have every
+-- function above). The SSE observer serves them behind its own token.

@@ -162,3 +162,11 @@ def test_a_one_node_graph_snapshot_orders_nodes_by_the_graph(conn: psycopg.Conne
     run = start_run(conn, graph([node("Z"), node("A")]))
     snap = _snapshot(conn, "run_snapshot", run)
     assert [n["node"] for n in snap["nodes"]] == ["Z", "A"]
+
+
+def test_a_user_role_cannot_read_the_streams(conn: psycopg.Connection) -> None:
+    run = start_run(conn, diamond())
+    conn.execute("set role ceaseless_user")
+    for call in ("run_events(%s)", "run_snapshot(%s)", "loop_events(%s)", "loop_snapshot(%s)"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+            conn.execute(f"select * from ceaseless.{call}", (run,))
