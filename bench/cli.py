@@ -39,6 +39,7 @@ class Sizes:
     events: int
     footprint_agents: int
     load_events: int
+    loop_iterations: int
 
 
 QUICK = Sizes(
@@ -52,6 +53,7 @@ QUICK = Sizes(
     events=100,
     footprint_agents=50,
     load_events=400,
+    loop_iterations=50,
 )
 FULL = Sizes(
     runs=3,
@@ -64,6 +66,7 @@ FULL = Sizes(
     events=1_000,
     footprint_agents=200,
     load_events=2_000,
+    loop_iterations=500,
 )
 
 
@@ -208,7 +211,7 @@ def run(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--reset-setting") from exc
     with provision(database_url, resets) as server, Progress(console=console) as progress:
-        steps = 10 + (6 if peers else 0)
+        steps = 11 + (6 if peers else 0)
         overall = progress.add_task("benchmarks", total=steps)
 
         def step(label: str, action: Callable[[], list[Row]]) -> None:
@@ -299,6 +302,15 @@ def run(
             )
 
         step("event load", event_load_rows)
+        step(
+            "loop chain",
+            lambda: _rows(
+                f"loop chain ({sizes.loop_iterations:,} on_completion iterations)",
+                "ceaseless",
+                _repeat(sizes.runs, lambda: ours.loop_chain(server, sizes.loop_iterations)),
+                {"iterations_per_s": "", "ms_per_iteration": ""},
+            ),
+        )
         step(
             "listener footprint",
             lambda: _rows(
