@@ -57,7 +57,7 @@ QUICK = Sizes(
     load_events=400,
     loop_nodes=20,
     loop_fires=3,
-    loop_iterations=20,
+    loop_iterations=50,
 )
 FULL = Sizes(
     runs=3,
@@ -72,7 +72,7 @@ FULL = Sizes(
     load_events=2_000,
     loop_nodes=20,
     loop_fires=20,
-    loop_iterations=200,
+    loop_iterations=500,
 )
 
 
@@ -309,6 +309,15 @@ def run(
 
         step("event load", event_load_rows)
         step(
+            "loop chain",
+            lambda: _rows(
+                f"loop chain ({sizes.loop_iterations:,} on_completion iterations)",
+                "ceaseless",
+                _repeat(sizes.runs, lambda: ours.loop_chain(server, sizes.loop_iterations)),
+                {"iterations_per_s": "", "ms_per_iteration": ""},
+            ),
+        )
+        step(
             "listener footprint",
             lambda: _rows(
                 f"listener footprint ({sizes.footprint_agents} agents)",
@@ -327,17 +336,6 @@ def run(
                     lambda: loops.fire_to_finish(server, sizes.loop_nodes, sizes.loop_fires),
                 ),
                 {"done_p50_ms": "", "done_max_ms": ""},
-            ),
-        )
-        step(
-            "loop iterations",
-            lambda: _rows(
-                f"on_completion loop ({sizes.loop_iterations} iterations)",
-                "ceaseless",
-                _repeat(
-                    sizes.runs, lambda: loops.chained_iterations(server, sizes.loop_iterations)
-                ),
-                {"iterations_per_s": "", "ms_per_iteration": ""},
             ),
         )
         settings = server.settings()

@@ -1,13 +1,12 @@
-"""Loops and topology runs: how fast a loop's graph finishes once fired, and how fast a loop
-chains its iterations.
+"""Loops and topology runs: how fast a loop's graph finishes once fired. (How fast a loop
+chains its iterations is `loop_chain` in bench/ours.py.)
 
-Both scenarios use noop agents (the listener's in-process adapter: no process
+The scenario uses noop agents (the listener's in-process adapter: no process
 is spawned), so what is measured is the engine: the triggers that fan out and
-fan in, the job queue, the listener's claims and finishes, and the chaining of
-iterations in the transaction that ends the previous one. Times are read from
-the database's own timestamps of each run (created_at when run_loop or the
-previous iteration's end inserted it, finished_at in the transaction that
-ended it), so the client's polling does not count.
+fan in, the job queue, and the listener's claims and finishes. Times are read from
+the database's own timestamps of each run (created_at when run_loop inserted
+it, finished_at in the transaction that ended it), so the client's polling
+does not count.
 """
 
 from __future__ import annotations
@@ -105,50 +104,4 @@ def fire_to_finish(server: Server, nodes: int, fires: int) -> Measurement:
             },
             lost=fires - len(samples) + never_ran,
             duplicated=doubled,
-        )
-
-
-def chained_iterations(server: Server, iterations: int) -> Measurement:
-    """An on_completion loop of one noop node with `iters {n}`: iterations per second."""
-    with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
-        _setup(conn)
-        loop = _add_loop(
-            conn,
-            {"nodes": [{"id": "a", "agent": "noop", "prompt": "p"}], "edges": []},
-            {"on_completion": True},
-            {"kind": "iters", "spec": {"n": iterations}},
-        )
-        proc = Listener(url, "--poll-interval", "60", worker_id="bench-chain").wait_ready()
-        try:
-            conn.execute("select ceaseless.run_loop(%s)", (loop,))
-            wait_until(
-                lambda: (
-                    conn.execute(
-                        "select stopped_reason is not null from ceaseless.loops where id = %s",
-                        (loop,),
-                    ).fetchone()
-                    == (True,)
-                ),
-                timeout=600,
-                interval=0.02,
-            )
-        finally:
-            proc.stop()
-        row = conn.execute(
-            "select count(*) filter (where status = 'succeeded'), "
-            "extract(epoch from max(finished_at) - min(created_at)), "
-            "count(*) - count(distinct iteration) "
-            "from ceaseless.topology_runs where loop_id = %s and iteration is not null",
-            (loop,),
-        ).fetchone()
-        assert row is not None
-        succeeded, seconds, repeated = int(row[0]), float(row[1]), int(row[2])
-        never_ran, doubled = _runs_per_node(conn, loop)
-        return Measurement(
-            {
-                "iterations_per_s": succeeded / seconds,
-                "ms_per_iteration": seconds / succeeded * 1000,
-            },
-            lost=iterations - succeeded + never_ran,
-            duplicated=repeated + doubled,
         )

@@ -343,3 +343,60 @@ def listener_footprint(server: Server, agents: int) -> Measurement:
         finally:
             proc.stop()
         return Measurement({"rss_mb": rss})
+
+
+def loop_chain(server: Server, iterations: int) -> Measurement:
+    """An on_completion loop of a one-node noop graph, iters {n}: run_loop → the loop stopped.
+
+    Each iteration starts in the transaction that ends the one before it, so
+    this measures the chain's own cost per iteration: a node job claimed,
+    run and finished, the run settled, the policy applied and the next
+    iteration inserted and started.
+    """
+    with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
+        _noop_lane(conn)
+        loop = conn.execute(
+            "insert into ceaseless.loops (title, description, graph, task_template, triggers, "
+            "repeat_policy) values ('bench', '', %s, 'iterate', '{\"on_completion\": true}', %s) "
+            "returning id",
+            (
+                json.dumps({"nodes": [{"id": "a", "agent": "noop", "prompt": "go"}], "edges": []}),
+                json.dumps({"kind": "iters", "spec": {"n": iterations}}),
+            ),
+        ).fetchone()
+        assert loop is not None
+        proc = Listener(url, "--poll-interval", "60", worker_id="bench-loop").wait_ready()
+        try:
+            started = time.monotonic()
+            conn.execute("select ceaseless.run_loop(%s)", (loop[0],))
+            seconds = (
+                wait_until(
+                    lambda: (
+                        conn.execute(
+                            "select stopped_reason is not null from ceaseless.loops where id = %s",
+                            (loop[0],),
+                        ).fetchone()
+                        == (True,)
+                    ),
+                    timeout=600,
+                    interval=0.01,
+                )
+                - started
+            )
+        finally:
+            proc.stop()
+        row = conn.execute(
+            "select count(*) filter (where status = 'succeeded'), "
+            "count(*) - count(distinct iteration) "
+            "from ceaseless.topology_runs where loop_id = %s and iteration is not null",
+            (loop[0],),
+        ).fetchone()
+        assert row is not None
+        return Measurement(
+            {
+                "iterations_per_s": iterations / seconds,
+                "ms_per_iteration": 1000 * seconds / iterations,
+            },
+            lost=iterations - int(row[0]),
+            duplicated=int(row[1]),
+        )

@@ -1,5 +1,5 @@
-"""The loop scenarios of the benchmark, small: every node of every fire runs once, every
-iteration once, and the numbers are there."""
+"""The loop fire scenario of the benchmark, small: every node of every fire runs once, and the
+numbers are there."""
 
 from __future__ import annotations
 
@@ -15,13 +15,3 @@ def test_fire_to_finish_runs_every_node_of_every_fire_once(server_url: str) -> N
         server.close()
     assert (found.lost, found.duplicated) == (0, 0)
     assert 0 < found.values["done_p50_ms"] <= found.values["done_max_ms"]
-
-
-def test_chained_iterations_run_each_iteration_once(server_url: str) -> None:
-    server = Server(server_url)
-    try:
-        found = loops.chained_iterations(server, iterations=5)
-    finally:
-        server.close()
-    assert (found.lost, found.duplicated) == (0, 0)
-    assert found.values["iterations_per_s"] > 0

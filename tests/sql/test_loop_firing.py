@@ -13,7 +13,7 @@ from psycopg.conninfo import make_conninfo
 
 from tests.factories import make_agent
 from tests.sql.loops import fail, iterations, live, loop_row, make_loop, run_loop, runs, succeed
-from tests.sql.topology import job_of
+from tests.sql.topology import graph, job_of, node
 
 
 @pytest.fixture(autouse=True)
@@ -49,10 +49,12 @@ def test_refused_fires_are_skipped_runs_with_their_reason(conn: psycopg.Connecti
     second = run_loop(conn, loop)
     conn.execute("update ceaseless.loops set enabled = false where id = %s", (loop,))
     third = run_loop(conn, loop)
-    conn.execute("update ceaseless.loops set enabled = true where id = %s", (loop,))
-    conn.execute("update ceaseless.agents set enabled = false where name = 'noop'")
-    fourth = run_loop(conn, loop)
-    by_id = {r["id"]: r for r in runs(conn, loop)}
+    # A loop whose graph names a disabled agent (another lane).
+    make_agent(conn, "other")
+    idle = make_loop(conn, g=graph([node("A"), node("B", "other")], [("A", "B")]))
+    conn.execute("update ceaseless.agents set enabled = false where name = 'other'")
+    fourth = run_loop(conn, idle)
+    by_id = {r["id"]: r for r in runs(conn, loop) + runs(conn, idle)}
     assert by_id[first]["status"] == "running"
     refused = ((second, "live_iteration"), (third, "disabled"), (fourth, "agent_disabled"))
     for run, reason in refused:
@@ -61,9 +63,11 @@ def test_refused_fires_are_skipped_runs_with_their_reason(conn: psycopg.Connecti
         assert row["finished_at"] is not None
     # A skip never takes the loop's last_run_id, and never starts anything.
     assert loop_row(conn, loop)["last_run_id"] == first
+    assert loop_row(conn, idle)["last_run_id"] is None
     assert conn.execute("select count(*) from ceaseless.job").fetchone() == (1,)
     status = _status(conn, loop)
-    assert (status["skipped_fires"], status["last_skip_reason"]) == (3, "agent_disabled")
+    assert (status["skipped_fires"], status["last_skip_reason"]) == (2, "disabled")
+    assert _status(conn, idle)["last_skip_reason"] == "agent_disabled"
 
 
 def test_run_loop_of_an_unknown_loop_is_ce404(conn: psycopg.Connection) -> None:
@@ -321,3 +325,14 @@ def test_a_user_sees_and_runs_only_its_own_loops(
             "select graph, 'x', id, 9 from ceaseless.loops"
         )
     assert info.value.sqlstate == "CE422"
+
+
+def test_disabling_an_agent_under_a_live_iteration_stops_the_loop_as_failed(
+    conn: psycopg.Connection,
+) -> None:
+    loop = make_loop(conn, triggers={"on_completion": True})
+    run = run_loop(conn, loop)
+    conn.execute("update ceaseless.agents set enabled = false where name = 'noop'")
+    assert runs(conn, loop)[0]["id"] == run and runs(conn, loop)[0]["status"] == "failed"
+    row = loop_row(conn, loop)
+    assert (row["enabled"], row["stopped_reason"]) == (False, "failed")
