@@ -95,6 +95,12 @@ def _follow(
     return follower
 
 
+def _no_traceback(listener: ListenerProcess) -> None:
+    raw = [line["line"] for line in listener.lines if line.get("event") == "raw"]
+    assert not [line for line in raw if "Traceback" in line or "Error handling request" in line]
+    assert not listener.events("listener.part_crashed")
+
+
 def _sql_events(conn: psycopg.Connection, run: UUID, after: int = 0) -> list[tuple]:
     return conn.execute(
         "select id, event, data from ceaseless.run_events(%s, %s, 5000)", (run, after)
@@ -196,6 +202,7 @@ def test_last_event_id_resumes_without_gaps_or_repeats(
         assert rest.status == 200
         wait_until(lambda: rest.closed, 10)
         again = _follow(port, f"/runs/{run}/events", {"Last-Event-ID": str(rest.events[-1].id)})
+    _no_traceback(listener)
     assert rest.events and rest.events[0].event != "snapshot"
     assert _as_rows(seen[1:] + rest.events) == _sql_events(conn, run, seen[0].id)
     assert rest.events[-1].data["status"] == "succeeded"
@@ -245,6 +252,7 @@ def test_a_slow_client_is_dropped_while_others_keep_receiving(
     assert fast.events[-1].data["status"] == "failed"
     dropped = listener.events("observer.disconnected")
     assert [d["reason"] for d in dropped] == ["too slow"]
+    _no_traceback(listener)
 
 
 def test_a_token_is_required_when_bound_beyond_loopback(
@@ -325,3 +333,18 @@ def test_a_loop_follower_sees_every_iteration_and_the_loop_stopping(
     ids = [e.id for e in changes]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert follower.comments >= 1  # a keepalive while the loop was quiet
+
+
+def test_a_listener_stops_promptly_with_streams_open(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    make_agent(conn)
+    run = start_run(conn, graph([node("A", gate="approval")]))
+    with _served(start_listener) as (port, listener):
+        follower = _follow(port, f"/runs/{run}/events")
+        wait_until(lambda: len(follower.events) >= 1, 10)
+        started = time.monotonic()
+        assert listener.stop(timeout=20) == 0
+        assert time.monotonic() - started < 10
+        wait_until(lambda: follower.closed, 5)
+    _no_traceback(listener)
