@@ -278,6 +278,34 @@ def test_disabling_an_agent_fails_the_runs_waiting_for_it(conn: psycopg.Connecti
     }
 
 
+def test_subscribers_hear_every_run_and_node_transition_in_order(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    with psycopg.connect(db_url, autocommit=True) as listening:
+        listening.execute("listen ceaseless_run")
+        run = start_run(conn, graph([node("A"), node("B")], [("A", "B")]))
+        run_node(conn, run, "A")
+        run_node(conn, run, "B", message="the end")
+        heard = [
+            json.loads(n.payload)
+            for n in listening.notifies(timeout=1, stop_after=20)
+            if json.loads(n.payload)["table"] in ("topology_runs", "topology_nodes")
+        ]
+    moves = [(h["table"], h.get("node"), h["status"]) for h in heard]
+    assert moves == [
+        ("topology_runs", None, "pending"),
+        ("topology_runs", None, "running"),
+        ("topology_nodes", "A", "queued"),
+        ("topology_nodes", "A", "running"),
+        ("topology_nodes", "A", "succeeded"),
+        ("topology_nodes", "B", "queued"),
+        ("topology_nodes", "B", "running"),
+        ("topology_nodes", "B", "succeeded"),
+        ("topology_runs", None, "succeeded"),
+    ]
+    assert all(h["id"] == str(run) for h in heard)
+
+
 def test_a_plain_job_update_does_not_touch_topology_runs(conn: psycopg.Connection) -> None:
     run = start_run(conn, diamond())
     conn.execute(
