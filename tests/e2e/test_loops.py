@@ -226,3 +226,27 @@ def test_cron_on_completion_and_webhook_together_never_run_two_iterations(
     assert not listener.events("db.error")
     raw = [line.get("line", "") for line in listener.lines if line.get("event") == "raw"]
     assert not [line for line in raw if "Traceback" in line or "deadlock" in line]
+
+
+def test_a_cron_loop_created_while_the_listener_runs_is_scheduled_through_notify(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    start_listener("--poll-interval", "60")
+    loop = make_loop(conn, g=_one_node(_answer_agent(conn)), triggers={"cron": "0 3 * * *"})
+    wait_until(
+        lambda: loop_row(conn, loop)["next_fire_at"] is not None,
+        10,
+        "the listener never scheduled the loop",
+    )
+    at = loop_row(conn, loop)["next_fire_at"]
+    assert (at.astimezone(UTC).hour, at.minute, at.second) == (3, 0, 0)
+    # A new schedule is computed again.
+    conn.execute(
+        'update ceaseless.loops set triggers = \'{"cron": "30 4 * * *"}\' where id = %s', (loop,)
+    )
+    wait_until(
+        lambda: loop_row(conn, loop)["next_fire_at"] not in (None, at),
+        10,
+        "the listener never rescheduled the loop",
+    )
+    assert loop_row(conn, loop)["next_fire_at"].astimezone(UTC).hour == 4
