@@ -12,7 +12,10 @@ builds them is functions/59_run_events.sql.
 Guarantees:
 - an event's `id:` is its audit_log id, and a client that reconnects with
   Last-Event-ID gets exactly the events after it: no gap, no repeat (a run's
-  audit rows commit in id order, see 59_run_events.sql). A reconnect to a run
+  audit rows commit in id order, see 59_run_events.sql). A loop stream's
+  changes may commit out of id order (the loop's own, a skipped fire, a
+  node's); a follower looks back _LOOKBACK_SECS for them and sends a late one
+  under the current high-water id (_Cursor). A reconnect to a run
   that has ended and has nothing more to send is answered 204, which tells an
   EventSource to stop reconnecting;
 - one LISTEN connection per listener process (the listener's own notifier,
@@ -40,12 +43,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import hmac
 import ipaddress
 import json
 import re
 import socket
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -62,6 +66,10 @@ from listener.queries.observer import Snapshot, Stream, StreamEvent
 
 # Events read per round trip: a follower's whole backlog in memory.
 _BATCH = 500
+# How long, and for how many events, a follower looks back for a change that
+# committed after a higher audit id was sent (see _Cursor).
+_LOOKBACK_SECS = 10.0
+_LOOKBACK_IDS = 1000
 # How often a waiting follower checks that its client is still connected.
 _GONE_CHECK_SECS = 1.0
 # The socket's kernel send buffer and the transport's buffer, per stream: an
@@ -186,6 +194,58 @@ class Hub:
                     del self._followers[(stream, key)]
 
 
+class _Cursor:
+    """Where a follower is: the highest audit id sent, and what it sent lately.
+
+    Within one run, changes commit in audit id order (the run's row lock). A
+    loop stream also carries the loop's own changes and its skipped fires,
+    which commit independently of the live iteration's nodes: a pause can take
+    its id just before a node's move and commit just after it, so the lower id
+    becomes visible once the higher one was sent. The cursor therefore reads
+    from the high-water mark as it stood _LOOKBACK_SECS ago (the floor) and
+    sends what it has not sent yet, so a change that commits late by less than
+    that is not lost; it remembers at most _LOOKBACK_IDS sent ids above the
+    floor. A late event is sent under the current high-water id, not its own:
+    Last-Event-ID never goes back, and a resumed stream repeats nothing.
+    """
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self._floor = after
+        # (when, the high-water mark then), oldest first.
+        self._marks: deque[tuple[float, int]] = deque()
+        # Ids sent above the floor: a heap (smallest first) and a set.
+        self._heap: list[int] = []
+        self._sent: set[int] = set()
+
+    def floor(self, now: float) -> int:
+        """The id to read after: everything at or below it has been sent or is given up."""
+        while self._marks and now - self._marks[0][0] > _LOOKBACK_SECS:
+            self._floor = max(self._floor, self._marks.popleft()[1])
+        while self._heap and (self._heap[0] <= self._floor or len(self._heap) > _LOOKBACK_IDS):
+            old = heapq.heappop(self._heap)
+            self._sent.discard(old)
+            self._floor = max(self._floor, old)
+        return self._floor
+
+    def limit(self) -> int:
+        """Rows to ask for: a batch beyond those above the floor already sent."""
+        return _BATCH + len(self._heap)
+
+    def fresh(self, events: list[StreamEvent], now: float) -> list[tuple[int, StreamEvent]]:
+        """The events not sent yet, each with the id to send it under."""
+        out = []
+        for event in events:
+            if event.id in self._sent or event.id <= self._floor:
+                continue
+            self.after = max(self.after, event.id)
+            out.append((self.after, event))
+            heapq.heappush(self._heap, event.id)
+            self._sent.add(event.id)
+        self._marks.append((now, self.after))
+        return out
+
+
 _HUB = web.AppKey("observer", Hub)
 
 
@@ -266,24 +326,26 @@ async def _follow(
     of a finished run): read to the end of what there is, then stop.
     """
     follower.wake.set()  # read once at once: what committed since the snapshot
+    cursor = _Cursor(after)
+    loop = asyncio.get_running_loop()
     idle = 0.0
     while True:
         if hub.closing.is_set():
             raise _Dropped("server closing")
         if follower.wake.is_set():
             follower.wake.clear()
-            events = await _read(hub, follower, after)
+            limit = cursor.limit()
+            events = await _read(hub, follower, cursor.floor(loop.time()), limit)
             if events is None:
                 follower.wake.set()  # the database did not answer: try again shortly
                 await asyncio.sleep(1.0)
                 continue
-            for event in events:
+            for sent_as, event in cursor.fresh(events, loop.time()):
                 if follower.stream is Stream.LOOP and event.event == "run":
                     hub.remember(UUID(_field(event.data, "run_id")), follower.key)
-                await _send(request, response, hub, _format(event))
-                after = event.id
+                await _send(request, response, hub, _format(event, sent_as))
                 ending = ending or event.last
-            if len(events) == _BATCH:
+            if len(events) == limit:
                 follower.wake.set()
                 continue
             if ending:
@@ -304,12 +366,12 @@ async def _follow(
                 await _send(request, response, hub, b": keepalive\n\n")
 
 
-async def _read(hub: Hub, follower: _Follower, after: int) -> list[StreamEvent] | None:
+async def _read(hub: Hub, follower: _Follower, after: int, limit: int) -> list[StreamEvent] | None:
     try:
         return await _call(
             hub,
             "observer events",
-            lambda c: queries.events(c, follower.stream, follower.key, after, _BATCH),
+            lambda c: queries.events(c, follower.stream, follower.key, after, limit),
         )
     except (psycopg.Error, TimeoutError, psycopg_pool.PoolTimeout) as exc:
         log.warning("observer.db_error", stream=str(follower.stream), error=str(exc).strip()[:200])
@@ -357,9 +419,9 @@ def _snapshot_event(snap: Snapshot) -> bytes:
     return f"id: {snap.last_event_id}\nevent: snapshot\ndata: {snap.data}\n\n".encode()
 
 
-def _format(event: StreamEvent) -> bytes:
+def _format(event: StreamEvent, sent_as: int) -> bytes:
     # The data is JSON text from the database: one line (JSON escapes newlines).
-    return f"id: {event.id}\nevent: {event.event}\ndata: {event.data}\n\n".encode()
+    return f"id: {sent_as}\nevent: {event.event}\ndata: {event.data}\n\n".encode()
 
 
 def _field(data: str, name: str) -> str:

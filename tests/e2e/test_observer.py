@@ -348,3 +348,43 @@ def test_a_listener_stops_promptly_with_streams_open(
         assert time.monotonic() - started < 10
         wait_until(lambda: follower.closed, 5)
     _no_traceback(listener)
+
+
+def test_a_loop_change_that_commits_after_a_higher_id_was_sent_still_arrives(
+    conn: psycopg.Connection, db_url: str, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    make_agent(conn)
+    loop = make_loop(conn)
+    audit = (
+        "insert into ceaseless.audit_log (entity, entity_id, action, old_state, new_state) "
+        "values ('loop', %s, 'update', %s, %s) returning id"
+    )
+    notify = (
+        "select pg_notify('ceaseless_run', "
+        "json_build_object('table', 'loops', 'id', %s::text)::text)"
+    )
+    with _served(start_listener) as (port, _):
+        follower = _follow(port, f"/loops/{loop}/events")
+        wait_until(lambda: len(follower.events) >= 1, 10)
+        # A transaction takes the lower id and commits last, as a pause racing a
+        # node's move can.
+        with psycopg.connect(db_url) as slow:
+            early = slow.execute(audit, (loop, "enabled", "disabled")).fetchone()[0]
+            later = conn.execute(audit, (loop, "disabled", "enabled")).fetchone()[0]
+            conn.execute(notify, (str(loop),))
+            assert later > early
+            wait_until(
+                lambda: any(e.data.get("old_status") == "disabled" for e in follower.events), 10
+            )
+            slow.commit()
+            conn.execute(notify, (str(loop),))
+        wait_until(lambda: len(follower.events) >= 3, 10, lambda: f"{follower.events}")
+        follower.close()
+        resumed = _follow(port, f"/loops/{loop}/events", {"Last-Event-ID": str(later)})
+        time.sleep(1.5)
+        resumed.close()
+    _, on_time, late = follower.events
+    assert (on_time.id, on_time.data["status"]) == (later, "enabled")
+    # The late change arrives, under the high-water id: a resume repeats nothing.
+    assert (late.id, late.data["status"], late.data["old_status"]) == (later, "disabled", "enabled")
+    assert resumed.status == 200 and resumed.events == []
