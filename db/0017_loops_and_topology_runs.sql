@@ -1,9 +1,11 @@
 -- Loops and topology runs (seed 003, spec sections 6 and 7): what running
 -- them needs beyond the foundation's tables.
 --
--- Function bodies live in functions/50_topology_graph.sql (validation),
--- 51_topology_runs.sql (fan-out / fan-in), 52_approvals.sql (gates),
--- 55_loops.sql (triggers, chaining, repeat policies) and 56_loop_cron.sql.
+-- Function bodies live in functions/50_topology_notify.sql (audit, NOTIFY),
+-- 51_topology_graph.sql (validation), 52_topology_runs.sql (fan-out / fan-in),
+-- 53_approvals.sql (gates), 54_topology_views.sql, 55_loop_validation.sql,
+-- 56_loop_firing.sql (triggers, chaining, repeat policies), 57_loop_cron.sql
+-- and 58_loop_status.sql.
 
 set local search_path = ceaseless, pg_catalog, public;
 

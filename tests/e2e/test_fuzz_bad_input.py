@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import socket
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -355,6 +356,34 @@ def _raw_request(rng: random.Random) -> bytes:
     return head.encode("utf-8", "surrogateescape") + b"\r\n\r\n" + payload
 
 
+def _read_answer(sock: socket.socket) -> bytes:
+    """One HTTP answer: its head and as much body as it announces, or up to the close.
+
+    Read by length rather than to the close: after an early answer to a
+    request whose announced body never came, aiohttp lingers a second
+    draining it before closing.
+    """
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return answer
+        answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    while length and len(body) < int(length.group(1)):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def _status_of(answer: bytes) -> int:
+    assert re.match(rb"HTTP/1\.[01] ", answer), f"no answer: {answer[:80]!r}"
+    return int(answer.split(b" ", 2)[1])
+
+
 def test_five_hundred_bad_webhook_requests_never_crash_the_listener(
     ingress: tuple[int, ListenerProcess],
 ) -> None:
@@ -364,15 +393,11 @@ def test_five_hundred_bad_webhook_requests_never_crash_the_listener(
     for _ in range(INPUTS["webhook_http"]):
         with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
             sock.sendall(_raw_request(rng))
-            sock.shutdown(socket.SHUT_WR)  # all sent, as a client that is done
-            answer = b""
-            while chunk := sock.recv(65536):
-                answer += chunk
-        if answer:
-            statuses.append(int(answer.split(b" ", 2)[1]))
-    assert statuses and all(status < 500 or status == 503 for status in statuses), sorted(
-        set(statuses)
-    )
+            # Not shut down for writing: aiohttp closes a half-closed
+            # connection at once, dropping the answer it was writing.
+            statuses.append(_status_of(_read_answer(sock)))
+    assert len(statuses) == INPUTS["webhook_http"]
+    assert all(status < 500 or status == 503 for status in statuses), sorted(set(statuses))
     assert listener.proc.poll() is None, "the listener died"
     raw = [line["line"] for line in listener.lines if line.get("event") == "raw"]
     assert not [line for line in raw if "Traceback" in line], raw[:20]
