@@ -154,11 +154,11 @@ async def _receive(request: web.Request) -> web.Response:
     except web.HTTPRequestEntityTooLarge:
         return _error(413, f"body over {limits.max_body} bytes")
     except TimeoutError:
-        log.warning("webhook.body_timeout", path=path, secs=limits.read_timeout)
+        log.warning("webhook.body_timeout", path=_shown(path), secs=limits.read_timeout)
         return _error(408, f"body not received within {limits.read_timeout:g} s")
     except ConnectionError as exc:
         # The client went away mid-body: nobody is left to answer.
-        log.warning("webhook.client_gone", path=path, error=_bounded(exc))
+        log.warning("webhook.client_gone", path=_shown(path), error=_bounded(exc))
         raise web.HTTPBadRequest() from None
     return await _verify_and_fire(request, path, body, sent_at)
 
@@ -190,29 +190,37 @@ async def _verify_and_fire(
     except psycopg.Error as exc:
         status = STATUS_BY_SQLSTATE.get(exc.sqlstate or "")
         if status is None:
-            log.warning("webhook.db_error", path=path, sqlstate=exc.sqlstate, error=_bounded(exc))
+            log.warning(
+                "webhook.db_error", path=_shown(path), sqlstate=exc.sqlstate, error=_bounded(exc)
+            )
             return _error(503, "the database could not take this request; retry")
-        log.event("webhook.refused", path=path, status=status, sqlstate=exc.sqlstate)
+        log.event("webhook.refused", path=_shown(path), status=status, sqlstate=exc.sqlstate)
         return _error(status, exc.diag.message_primary or "refused")
     except (TimeoutError, psycopg_pool.PoolTimeout) as exc:
-        log.warning("webhook.db_timeout", path=path, error=_bounded(exc))
+        log.warning("webhook.db_timeout", path=_shown(path), error=_bounded(exc))
         return _error(503, "the database did not answer in time; retry")
     if received.refused_sqlstate is not None:
         status = STATUS_BY_SQLSTATE[received.refused_sqlstate]
         log.event(
             "webhook.refused",
-            path=path,
+            path=_shown(path),
             status=status,
             sqlstate=received.refused_sqlstate,
             run=str(received.run_id),
         )
         return _error(status, received.refused_message or "refused")
-    log.event("webhook.accepted", path=path, run=str(received.run_id))
+    log.event("webhook.accepted", path=_shown(path), run=str(received.run_id))
     return web.json_response({"run_id": str(received.run_id)}, status=202)
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=headers)
+
+
+def _shown(path: str) -> str:
+    """A webhook path as logged: a loop's token (`loop_…`) is the capability to call it, so
+    only its first characters are shown, enough to tell two loops apart."""
+    return path[:11] + "…" if path.startswith("loop_") else _bounded(path)
 
 
 def _bounded(value: object) -> str:

@@ -166,6 +166,10 @@ def test_loop_webhook_through_the_ingress(
     status, answer = _post(port, fresh["webhook_token"], fresh["webhook_signing_key"], b"y")
     assert status == 202
     assert iterations(conn, loop)[1]["id"] == UUID(answer["run_id"])
+    # The token is the capability to call the loop: logs show only its start.
+    logged = json.dumps(listener.lines)
+    assert token[:11] in logged and token not in logged
+    assert fresh["webhook_token"] not in logged
 
 
 def test_cron_on_completion_and_webhook_together_never_run_two_iterations(
