@@ -153,8 +153,10 @@ def loop_add(
 ) -> None:
     """Create a loop. With no trigger it runs only by `ceaseless loop run`; with no policy, forever.
 
-    Example: ceaseless loop add --title refine --task "Improve the intro" --graph g.json
-    --on-completion --until-match DONE --within 5 (see docs/loops.md).
+    Example (see docs/loops.md):
+
+    ceaseless loop add --title refine --task "Improve the intro" --graph g.json
+    --on-completion --until-match DONE --within 5
     """
     triggers: dict[str, Any] = given({"cron": cron, "timezone": tz})
     if on_completion:
@@ -290,8 +292,11 @@ def loop_show(
 
 @app.command("run")
 def loop_run(loop: LoopArg) -> None:
-    """Fire the loop now (run_loop); a fire refused (an iteration is live, the loop is
-    paused) is recorded as a skipped run and printed with its reason."""
+    """Fire the loop now (run_loop).
+
+    A fire refused (an iteration is live, the loop is paused) is recorded as a skipped run and
+    printed with its reason.
+    """
     run_id = query("select ceaseless.run_loop(%s)", (loop_id(loop),))[0][0]
     status, iteration, reason = query(
         "select status, iteration, skip_reason from ceaseless.topology_runs where id = %s",
@@ -314,14 +319,19 @@ def loop_pause(loop: LoopArg) -> None:
 
 @app.command("resume")
 def loop_resume(loop: LoopArg) -> None:
-    """Resume a paused or stopped loop: its chain goes on, and its policy counts again from
-    here. An on_completion loop starts its next iteration at once."""
+    """Resume a paused or stopped loop.
+
+    Its chain goes on and its policy counts again from here; an on_completion loop starts its
+    next iteration at once.
+    """
     _set_enabled(loop, True)
 
 
 @app.command("delete")
 def loop_delete(loop: LoopArg) -> None:
-    """Delete a loop and its iterations (refused while one is live: cancel it first with
-    `ceaseless run cancel`)."""
+    """Delete a loop and its iterations.
+
+    Refused while an iteration is live: cancel it first with `ceaseless run cancel`.
+    """
     query("delete from ceaseless.loops where id = %s", (loop_id(loop),))
     typer.echo(f"loop {loop} deleted")
