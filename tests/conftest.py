@@ -24,6 +24,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from listener.embedded import EmbeddedServer
 from listener.migrate import migrate
+from tests.fakes.forge import FakeForge, check_no_violations
+from tests.fakes.github_openapi import Description
 
 _URL_VAR = "CEASELESS_TEST_SERVER_URL"
 _TEMPLATE_VAR = "CEASELESS_TEST_TEMPLATE"
@@ -114,6 +116,27 @@ def empty_db_url() -> Iterator[str]:
 def conn(db_url: str) -> Iterator[psycopg.Connection]:
     with psycopg.connect(db_url, autocommit=True) as connection:
         yield connection
+
+
+@pytest.fixture(scope="session")
+def github_description() -> Description:
+    """GitHub's official API description, loaded and indexed once per process.
+
+    Missing, it raises (naming bin/fetch-github-openapi): the forge tests fail
+    loudly rather than skip.
+    """
+    return Description.load()
+
+
+@pytest.fixture
+def fake_forge(github_description: Description) -> Iterator[FakeForge]:
+    """A fake GitHub/Gitea on loopback; the test fails if any request broke the description."""
+    forge = FakeForge(github_description).start()
+    try:
+        yield forge
+    finally:
+        forge.stop()
+    check_no_violations(forge)
 
 
 @pytest.fixture
