@@ -103,7 +103,7 @@ def _template_pattern(template: str) -> re.Pattern[str]:
 
 
 class Description:
-    """The loaded and indexed description; load once per test session."""
+    """The loaded and indexed description; load it once per test process (it is 13 MB)."""
 
     def __init__(self, document: Mapping[str, Any]) -> None:
         self.document = document

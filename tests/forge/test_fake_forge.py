@@ -7,6 +7,7 @@ fake itself; the clients' own tests use the same `fake_forge` fixture.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import urllib.error
@@ -246,6 +247,10 @@ def test_the_fixture_fails_a_test_whose_client_broke_the_description(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CEASELESS_GITHUB_OPENAPI", str(DESCRIPTION))
+    # The inner run imports tests.* from this checkout, installed editable or not.
+    checkout = str(Path(__file__).resolve().parents[2])
+    paths = [checkout, os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
     pytester.makeconftest("from tests.conftest import github_description, fake_forge\n")
     pytester.makepyfile(
         """
