@@ -177,6 +177,8 @@ def test_labels_are_added_set_and_removed_and_every_token_is_recorded(
     assert len(label_calls) == 3
     assert {r.authorization for r in label_calls} == {LABELLER}
     assert label_calls[0].body == {"labels": ["ceaseless:pending"]}
+    [removal] = fake_forge.requests_to("DELETE", "/labels/ceaseless:running")
+    assert removal.authorization == LABELLER
 
 
 def test_pull_requests_are_found_by_head_and_listed_among_issues(
