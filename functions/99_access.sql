@@ -55,6 +55,8 @@ grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_con
 -- cancel and retry, firing by id) is refused with permission denied.
 grant execute on function
     run_routine(uuid, timestamptz),
+    cancel_job(uuid, timestamptz),
+    retry_job(uuid, timestamptz),
     _input_cap(text),
     _is_blank(text),
     _acts_for(text),
@@ -76,8 +78,9 @@ alter function _tg_config_changed() security definer;
 alter function _tg_agents_disabled() security definer;
 alter function _tg_agents_quiet_checks() security definer;
 alter function _tg_settings_quiet_checks() security definer;
--- Operators' verbs on jobs, which operators may not UPDATE themselves: only
--- members of ceaseless_operator and ceaseless_listener may execute them.
+-- The verbs on jobs, which neither operators nor users may UPDATE
+-- themselves: each checks that the caller owns the job (_acts_for: a user
+-- its own, an operator or a listener any).
 alter function cancel_job(uuid, timestamptz) security definer;
 alter function retry_job(uuid, timestamptz) security definer;
 alter function _tg_job_validate() security definer;
