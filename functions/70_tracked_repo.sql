@@ -10,7 +10,8 @@
 --   three labels, allowed_authors and tracking_issue are checked on every
 --   INSERT and on every UPDATE that changes more than the poll bookkeeping;
 --   the error (CE422) names the field, the rule and a bounded value; api_url
---   defaults to https://api.github.com for forge github;
+--   defaults to https://api.github.com for forge github; shortening
+--   interval_seconds brings next_poll_at forward to one new interval from now;
 -- - no credential is stored: api_url may carry no user information at all,
 --   clone_url no password (ssh://git@host/… names a user, not a secret);
 -- - interval_seconds is stored as the user gave it and clamped at use to the
@@ -295,13 +296,20 @@ begin
         -- valid as when it was stored.
         return new;
     end if;
-    return _validated_repo(new);
+    new := _validated_repo(new);
+    -- A shorter interval takes effect now, not after the longer one ends: a
+    -- repo moved from daily to five-minute polls would otherwise wait a day.
+    if tg_op = 'UPDATE' and new.interval_seconds < old.interval_seconds then
+        new.next_poll_at := least(new.next_poll_at, now() + _repo_interval(new));
+    end if;
+    return new;
 end;
 $$;
 
 comment on function _tg_tracked_repo_validate() is
     'Before INSERT/UPDATE on tracked_repo: validate the configuration in full (CE422 naming field, '
-    'rule and value) and fill api_url''s default; poll bookkeeping alone is not re-checked.';
+    'rule and value) and fill api_url''s default; a shorter interval brings next_poll_at '
+    'forward; poll bookkeeping alone is not re-checked.';
 
 create or replace trigger tracked_repo_validate
     before insert or update on tracked_repo

@@ -261,6 +261,16 @@ def test_the_interval_is_clamped_at_use_and_stored_as_asked(conn: psycopg.Connec
     assert repo_row(conn, fast)["next_poll_at"] == T0 + timedelta(seconds=900)
 
 
+def test_a_shorter_interval_brings_the_next_poll_forward(conn: psycopg.Connection) -> None:
+    far = datetime.now(UTC) + timedelta(days=1)
+    repo = make_repo(conn, interval_seconds=86400, next_poll_at=far)
+    conn.execute("update ceaseless.tracked_repo set interval_seconds = 120 where id = %s", (repo,))
+    soon = repo_row(conn, repo)["next_poll_at"]
+    assert soon <= datetime.now(UTC) + timedelta(seconds=120)
+    conn.execute("update ceaseless.tracked_repo set interval_seconds = 600 where id = %s", (repo,))
+    assert repo_row(conn, repo)["next_poll_at"] == soon
+
+
 def _due(c: psycopg.Connection, at: datetime = T0, limit: int = 10) -> set[uuid.UUID]:
     return {r[0] for r in c.execute("select id from ceaseless.due_repos(%s, %s)", (at, limit))}
 
