@@ -71,7 +71,7 @@ def test_a_valid_github_repo_gets_its_defaults(conn: psycopg.Connection) -> None
         "ceaseless:implement",
     )
     assert row["allowed_authors"] == [] and row["quiet_timezone"] == "UTC"
-    assert row["user_id"] == "postgres" or row["user_id"]
+    assert (row["user_id"],) == conn.execute("select current_user").fetchone()
     assert row["last_error"] is None and row["enabled"] is True
 
 
