@@ -126,6 +126,19 @@ alter function run_loop(uuid, timestamptz) security definer;
 grant execute on function run_loop(uuid, timestamptz) to ceaseless_user;
 grant select on loop_status to ceaseless_user;
 
+-- Tracked repos (70-71_*.sql): owned rows like loops. Validation reads the
+-- zone list and _repo_interval reads settings, neither of which a user role
+-- may read; repo_status is security_invoker, so a user sees its own repos.
+-- due_repos and finish_repo_poll are the poller's: not granted to users.
+grant select, insert, update, delete on tracked_repo to ceaseless_user;
+grant select on repo_status to ceaseless_user;
+alter function _tg_tracked_repo_validate() security definer;
+alter function _repo_interval(tracked_repo) security definer;
+grant execute on function
+    _repo_quiet_at(tracked_repo, timestamptz),
+    _repo_interval(tracked_repo)
+    to ceaseless_user;
+
 -- Run observer (59_run_events.sql): run_events, run_snapshot, loop_events and
 -- loop_snapshot read audit_log, which is beyond a user role; they run as the
 -- caller and are granted to no user (listeners and operators have every
