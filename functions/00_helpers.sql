@@ -148,6 +148,10 @@ as $$
         when 'prompt' then 100000
         -- events.content.
         when 'event_content' then 1000000
+        -- events.payload, in characters of its JSON text: stored with every
+        -- event, and a megabyte of structure is already more than any
+        -- subscriber reads.
+        when 'event_payload' then 1000000
         -- job.prompt: a routine's prompt plus the event content or webhook
         -- body that fired it (webhook_max_body_bytes, 1 MiB by default).
         when 'job_prompt' then 2000000
@@ -166,6 +170,7 @@ $$;
 
 comment on function _input_cap(text) is
     'The cap on a kind of untrusted text (pattern, schedule, schedule_items, prompt, event_content, '
+    'event_payload, '
     'job_prompt, job_payload, graph_nodes, graph_edges, run_final_message): characters, or items for schedule_items, '
     'graph_nodes and graph_edges; NULL for an unknown name.';
 

@@ -454,7 +454,7 @@ comment on function release_jobs(text, uuid[], timestamptz) is
 -- running it stops the process when the NOTIFY (or its next heartbeat)
 -- tells it the job is no longer held.
 --
--- Raises: CE404 unknown job; CE409 the job already ended.
+-- Raises: CE404 unknown job (or another owner's); CE409 the job already ended.
 create or replace function cancel_job(p_job_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
@@ -463,7 +463,10 @@ as $$
 declare
     v_state text;
 begin
-    select state into v_state from job where id = p_job_id for update;
+    -- Security definer (99_access.sql), so the owner check is here: a user
+    -- role may cancel its own jobs, and someone else's is as unknown as one
+    -- that does not exist.
+    select state into v_state from job where id = p_job_id and _acts_for(user_id) for update;
     if not found then
         raise exception 'cancel_job: no job with id %', p_job_id using errcode = 'CE404';
     end if;
@@ -501,7 +504,7 @@ comment on function cancel_job(uuid, timestamptz) is
 -- changes nothing and raises why.
 --
 -- Locks: the job row, then fire admission (routine jobs only; _admit_fires).
--- Raises: CE404 unknown job; CE409 the job is still live; for a routine's
+-- Raises: CE404 unknown job (or another owner's); CE409 the job is still live; for a routine's
 -- job, CE410 its routine or agent is disabled, CE412 the routine's
 -- max_concurrent or CE415 the global cap is reached.
 create or replace function retry_job(p_job_id uuid, p_now timestamptz default now())
@@ -515,7 +518,8 @@ declare
     v_run_id uuid;
     v_skip_reason text;
 begin
-    select * into v_job from job where id = p_job_id for update;
+    -- The owner check, as in cancel_job.
+    select * into v_job from job where id = p_job_id and _acts_for(user_id) for update;
     if not found then
         raise exception 'retry_job: no job with id %', p_job_id using errcode = 'CE404';
     end if;

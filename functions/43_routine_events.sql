@@ -104,6 +104,11 @@ begin
     -- Every candidate's pattern runs over the whole content, and the content
     -- is copied into each run's prompt: a cap bounds both (_input_cap).
     perform _refuse_long('events.content', new.content, 'event_content');
+    -- The payload is stored with the event, so it is bounded too; an empty
+    -- one (the default) costs no cast.
+    if new.payload <> '{}'::jsonb then
+        perform _refuse_long('events.payload', new.payload::text, 'event_payload');
+    end if;
     select array_agg(r.id order by r.id) into v_ids
     -- The candidates passed the literal test, which rules most routines out
     -- without compiling their pattern (db/0004_event_literal.sql); each is

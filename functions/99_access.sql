@@ -55,6 +55,8 @@ grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_con
 -- cancel and retry, firing by id) is refused with permission denied.
 grant execute on function
     run_routine(uuid, timestamptz),
+    cancel_job(uuid, timestamptz),
+    retry_job(uuid, timestamptz),
     _input_cap(text),
     _is_blank(text),
     _acts_for(text),
@@ -76,8 +78,9 @@ alter function _tg_config_changed() security definer;
 alter function _tg_agents_disabled() security definer;
 alter function _tg_agents_quiet_checks() security definer;
 alter function _tg_settings_quiet_checks() security definer;
--- Operators' verbs on jobs, which operators may not UPDATE themselves: only
--- members of ceaseless_operator and ceaseless_listener may execute them.
+-- The verbs on jobs, which neither operators nor users may UPDATE
+-- themselves: each checks that the caller owns the job (_acts_for: a user
+-- its own, an operator or a listener any).
 alter function cancel_job(uuid, timestamptz) security definer;
 alter function retry_job(uuid, timestamptz) security definer;
 alter function _tg_job_validate() security definer;
@@ -122,6 +125,19 @@ alter function _tg_topology_runs_loop_outcome() security definer;
 alter function run_loop(uuid, timestamptz) security definer;
 grant execute on function run_loop(uuid, timestamptz) to ceaseless_user;
 grant select on loop_status to ceaseless_user;
+
+-- Tracked repos (70-71_*.sql): owned rows like loops. Validation reads the
+-- zone list and _repo_interval reads settings, neither of which a user role
+-- may read; repo_status is security_invoker, so a user sees its own repos.
+-- due_repos and finish_repo_poll are the poller's: not granted to users.
+grant select, insert, update, delete on tracked_repo to ceaseless_user;
+grant select on repo_status to ceaseless_user;
+alter function _tg_tracked_repo_validate() security definer;
+alter function _repo_interval(tracked_repo) security definer;
+grant execute on function
+    _repo_quiet_at(tracked_repo, timestamptz),
+    _repo_interval(tracked_repo)
+    to ceaseless_user;
 
 -- Run observer (59_run_events.sql): run_events, run_snapshot, loop_events and
 -- loop_snapshot read audit_log, which is beyond a user role; they run as the

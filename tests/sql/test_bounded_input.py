@@ -25,6 +25,7 @@ SCHEDULE = 1000
 SCHEDULE_ITEMS = 60
 PROMPT = 100_000
 EVENT_CONTENT = 1_000_000
+EVENT_PAYLOAD = 1_000_000
 JOB_PROMPT = 2_000_000
 JOB_PAYLOAD = 1_000_000
 # How much of a refused value an error may show: its first 40 characters, plus the
@@ -58,7 +59,15 @@ def _too_long(error: psycopg.Error, field: str, cap: int) -> None:
 
 
 def test_caps_are_the_documented_ones(conn: psycopg.Connection) -> None:
-    names = ["pattern", "schedule", "schedule_items", "prompt", "event_content", "job_prompt"]
+    names = [
+        "pattern",
+        "schedule",
+        "schedule_items",
+        "prompt",
+        "event_content",
+        "event_payload",
+        "job_prompt",
+    ]
     rows = conn.execute(
         "select n, ceaseless._input_cap(n) from unnest(%s::text[]) n", ([*names, "job_payload"],)
     ).fetchall()
@@ -68,6 +77,7 @@ def test_caps_are_the_documented_ones(conn: psycopg.Connection) -> None:
         "schedule_items": SCHEDULE_ITEMS,
         "prompt": PROMPT,
         "event_content": EVENT_CONTENT,
+        "event_payload": EVENT_PAYLOAD,
         "job_prompt": JOB_PROMPT,
         "job_payload": JOB_PAYLOAD,
     }
@@ -297,6 +307,20 @@ def test_event_content_at_and_past_its_cap(conn: psycopg.Connection) -> None:
     )
     _too_long(error, "events.content", EVENT_CONTENT)
     assert (error.diag.table_name, error.diag.column_name) == ("events", "content")
+
+
+def test_event_payload_at_and_past_its_cap(conn: psycopg.Connection) -> None:
+    # {"k": "…"} is 9 characters of JSON around the string.
+    conn.execute(
+        "insert into ceaseless.events (user_id, content, payload) values ('alice', 'x', %s)",
+        (json.dumps({"k": "x" * (EVENT_PAYLOAD - 9)}),),
+    )
+    error = _refused(
+        conn,
+        "insert into ceaseless.events (user_id, content, payload) values ('alice', 'x', %s)",
+        (json.dumps({"k": "x" * (EVENT_PAYLOAD - 8)}),),
+    )
+    _too_long(error, "events.payload", EVENT_PAYLOAD)
 
 
 def test_a_routine_prompt_and_event_at_their_caps_still_make_a_job(

@@ -156,10 +156,34 @@ def test_a_user_cannot_change_or_fire_another_users_rows(
         )
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         alice.execute("update ceaseless.job set state = 'cancelled'")
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        alice.execute("select ceaseless.cancel_job(%s)", (rows[f"{_whoami(bob)}:job"],))
+    for verb in ("cancel_job", "retry_job"):
+        with pytest.raises(psycopg.Error) as error:
+            alice.execute(f"select ceaseless.{verb}(%s)", (rows[f"{_whoami(bob)}:job"],))
+        assert error.value.sqlstate == "CE404"
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         alice.execute("select * from ceaseless.claim_jobs('alice', 10)")
+
+
+def test_a_user_cancels_and_retries_its_own_jobs(
+    conn: psycopg.Connection,
+    two_users: tuple[psycopg.Connection, psycopg.Connection, dict[str, Any]],
+) -> None:
+    alice, _, rows = two_users
+    mine = rows[f"{_whoami(alice)}:job"]
+    alice.execute("select ceaseless.cancel_job(%s)", (mine,))
+    assert alice.execute("select state from ceaseless.job where id = %s", (mine,)).fetchone() == (
+        "cancelled",
+    )
+    alice.execute("select ceaseless.retry_job(%s)", (mine,))
+    assert alice.execute("select state from ceaseless.job where id = %s", (mine,)).fetchone() == (
+        "pending",
+    )
+    actors = conn.execute(
+        "select actor from ceaseless.audit_log where entity = 'job' and entity_id = %s "
+        "and action = 'state' order by id",
+        (mine,),
+    ).fetchall()
+    assert actors[-2:] == [(_whoami(alice),), (_whoami(alice),)]
 
 
 def test_a_user_cannot_touch_agents_settings_or_the_audit_log(

@@ -1,0 +1,438 @@
+-- Tracked repositories: validation of what users store, and the poll schedule.
+--
+-- Called by: PostgreSQL, before each INSERT and UPDATE of tracked_repo
+-- (tracked_repo_validate); the listener's forge poller (due_repos, then
+-- finish_repo_poll per repo); repo_status (71_repo_status.sql) and operators
+-- (_repo_quiet_at, _repo_interval).
+-- Guarantees:
+-- - nothing half-valid is stored: forge, owner, repo, api_url, clone_url,
+--   default_branch, interval_seconds, the quiet window and its zone, the
+--   three labels, allowed_authors and tracking_issue are checked on every
+--   INSERT and on every UPDATE that changes more than the poll bookkeeping;
+--   the error (CE422) names the field, the rule and a bounded value; api_url
+--   defaults to https://api.github.com for forge github; shortening
+--   interval_seconds brings next_poll_at forward to one new interval from now;
+-- - no credential is stored: api_url may carry no user information at all,
+--   clone_url no password (ssh://git@host/… names a user, not a secret);
+-- - interval_seconds is stored as the user gave it and clamped at use to the
+--   forge_min_interval_secs setting (_repo_interval);
+-- - due_repos hands each due repo to one caller: it locks the rows FOR NO KEY
+--   UPDATE SKIP LOCKED and, in the same statement, moves next_poll_at one
+--   clamped interval on, so neither a concurrent caller nor a later one
+--   within the interval gets the repo again, whether or not the first caller
+--   keeps its transaction open while it polls;
+-- - a repo inside its quiet window, or disabled, is never handed out.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- Raise CE422 for a tracked_repo column: the field, the rule, and the bad
+-- value shown up to 200 characters (it is user input).
+create or replace function _invalid_repo(p_field text, p_rule text, p_value jsonb)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_shown text := coalesce(p_value::text, 'nothing');
+begin
+    if char_length(v_shown) > 200 then
+        v_shown := format('%s… (%s characters)', left(v_shown, 200), char_length(v_shown));
+    end if;
+    raise exception 'tracked_repo.%: %; got %', p_field, p_rule, v_shown
+        using errcode = 'CE422', table = 'tracked_repo', column = p_field;
+end;
+$$;
+
+comment on function _invalid_repo(text, text, jsonb) is
+    'Raise CE422 naming the tracked_repo field, the rule and the bad value, shown up to 200 '
+    'characters (tracked repo validation).';
+
+-- Why p_ref is not a branch name git accepts (git check-ref-format --branch),
+-- or NULL. The checkout runs `git clone --branch <default_branch>`: a name
+-- git refuses would fail every job of the repo, long after it was stored.
+create or replace function _git_branch_error(p_ref text)
+returns text
+language sql immutable
+set search_path = pg_catalog, ceaseless
+as $$
+    select case
+        when p_ref is null or p_ref = '' then 'must not be empty'
+        when p_ref ~ '[[:cntrl:] ~^:?*\[\\]' then
+            'must not contain spaces, control characters or any of ~ ^ : ? * [ \'
+        when p_ref ~ '\.\.' then 'must not contain ..'
+        when p_ref ~ '@\{' then 'must not contain @{'
+        when p_ref = '@' then 'must not be @'
+        when p_ref ~ '^[-/]' then 'must not start with - or /'
+        when p_ref ~ '(/|\.|\.lock)$' then 'must not end with /, . or .lock'
+        when p_ref ~ '//' then 'must not contain //'
+        when p_ref ~ '(^|/)\.' then 'no part may start with .'
+        when p_ref ~ '\.lock/' then 'no part may end with .lock'
+    end;
+$$;
+
+comment on function _git_branch_error(text) is
+    'NULL when p_ref is a branch name git accepts (check-ref-format --branch rules), else why '
+    'not; never raises.';
+
+-- Why p_url is not an address `git clone` can use without a stored secret,
+-- or NULL: a URL (http, https, ssh, git, file) without a password, an
+-- scp-style address (git@host:owner/repo.git), or an absolute local path
+-- (tests clone local bare repositories).
+create or replace function _clone_url_error(p_url text)
+returns text
+language sql immutable
+set search_path = pg_catalog, ceaseless
+as $$
+    select case
+        when p_url is null or p_url = '' then 'must not be empty'
+        when p_url ~ '[[:cntrl:]]' then 'must not contain control characters'
+        when p_url ~* '^[a-z][a-z0-9+.-]*://' then
+            case
+                when p_url !~* '^(https?|ssh|git|file)://' then
+                    'a URL must use http, https, ssh, git or file'
+                when p_url ~ '^[^:]+://[^/@]*:[^/@]*@' then
+                    'must not hold a password: the listener supplies credentials'
+                when p_url ~ '\s' then 'must not contain whitespace'
+                when p_url ~* '^file://' then case when p_url ~ '^file:///' then null
+                                                 else 'a file URL must be file:///absolute/path' end
+                when p_url !~ '^[^:]+://[^/@[:space:]]*@?[A-Za-z0-9.\[\]:-]+(:[0-9]+)?/.' then
+                    'a URL needs a host and a path'
+            end
+        when p_url ~ '^/' then null
+        when p_url ~ '^([A-Za-z0-9._-]+@)?[A-Za-z0-9][A-Za-z0-9.-]*:[^[:space:]]+$' then null
+        else 'must be a URL (https://host/owner/repo.git), an scp-style address '
+             '(git@host:owner/repo.git) or an absolute local path'
+    end;
+$$;
+
+comment on function _clone_url_error(text) is
+    'NULL when p_url is a clone address without a stored secret (URL, scp-style address or '
+    'absolute local path), else why not; never raises.';
+
+-- Check a tracked repo in full, filling api_url's default. Returns the row
+-- to store. Raises CE422 (_invalid_repo) at the first bad field.
+create or replace function _validated_repo(p_row tracked_repo)
+returns tracked_repo
+language plpgsql stable
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_error text;
+    v_labels text[] := array[p_row.discover_label, p_row.plan_label, p_row.implement_label];
+    v_label_fields text[] := array['discover_label', 'plan_label', 'implement_label'];
+    v_author text;
+begin
+    if p_row.forge is null or p_row.forge not in ('github', 'gitea') then
+        perform _invalid_repo('forge', 'must be github or gitea', to_jsonb(p_row.forge));
+    end if;
+
+    -- GitHub logins: letters, digits and single hyphens, up to 39; Gitea also
+    -- allows . and _. Anything else cannot name an account on the forge and
+    -- would be pasted into API paths.
+    if p_row.forge = 'github' then
+        if p_row.owner is null or char_length(p_row.owner) > 39
+           or p_row.owner !~ '^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$' then
+            perform _invalid_repo('owner',
+                                  'must be a GitHub account name: up to 39 letters, digits or '
+                                  'hyphens, not starting or ending with a hyphen',
+                                  to_jsonb(p_row.owner));
+        end if;
+    elsif p_row.owner is null or char_length(p_row.owner) > 40
+          or p_row.owner !~ '^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$' then
+        perform _invalid_repo('owner',
+                              'must be a Gitea account name: up to 40 letters, digits, '
+                              'hyphens, dots or underscores, starting and ending with a letter, '
+                              'digit or underscore',
+                              to_jsonb(p_row.owner));
+    end if;
+    if p_row.repo is null or char_length(p_row.repo) > 100
+       or p_row.repo !~ '^[A-Za-z0-9._-]+$' or p_row.repo in ('.', '..') then
+        perform _invalid_repo('repo',
+                              'must be a repository name: up to 100 letters, digits, hyphens, '
+                              'dots or underscores, not . or ..',
+                              to_jsonb(p_row.repo));
+    end if;
+
+    if p_row.api_url is null and p_row.forge = 'github' then
+        p_row.api_url := 'https://api.github.com';
+    end if;
+    if p_row.api_url is null then
+        perform _invalid_repo('api_url',
+                              'a gitea repo needs its host''s API URL, e.g. '
+                              'https://gitea.example.com/api/v1',
+                              null);
+    end if;
+    if p_row.api_url !~* '^https?://[^/@?#[:space:]]+(/[^?#[:space:]]*)?$' then
+        perform _invalid_repo('api_url',
+                              'must be an absolute http(s) URL with no credentials, query or '
+                              'fragment',
+                              to_jsonb(p_row.api_url));
+    end if;
+    if p_row.api_url ~ '/$' then
+        perform _invalid_repo('api_url', 'must not end with /', to_jsonb(p_row.api_url));
+    end if;
+
+    v_error := _clone_url_error(p_row.clone_url);
+    if v_error is not null then
+        perform _invalid_repo('clone_url', v_error, to_jsonb(p_row.clone_url));
+    end if;
+    v_error := _git_branch_error(p_row.default_branch);
+    if v_error is not null then
+        perform _invalid_repo('default_branch', 'must be a git branch name: ' || v_error,
+                              to_jsonb(p_row.default_branch));
+    end if;
+
+    if p_row.interval_seconds is null or p_row.interval_seconds <= 0 then
+        perform _invalid_repo('interval_seconds',
+                              'must be a positive number of seconds (the forge_min_interval_secs '
+                              'floor applies at use)',
+                              to_jsonb(p_row.interval_seconds));
+    end if;
+
+    if (p_row.quiet_from is null) <> (p_row.quiet_until is null) then
+        perform _invalid_repo(case when p_row.quiet_from is null then 'quiet_from'
+                                   else 'quiet_until' end,
+                              'a quiet window needs both quiet_from and quiet_until, or neither',
+                              null);
+    end if;
+    if p_row.quiet_from !~ '^([01][0-9]|2[0-3]):[0-5][0-9]$' then
+        perform _invalid_repo('quiet_from', 'must be HH:MM, 00:00 to 23:59',
+                              to_jsonb(p_row.quiet_from));
+    end if;
+    if p_row.quiet_until !~ '^([01][0-9]|2[0-3]):[0-5][0-9]$' then
+        perform _invalid_repo('quiet_until', 'must be HH:MM, 00:00 to 23:59',
+                              to_jsonb(p_row.quiet_until));
+    end if;
+    if p_row.quiet_from = p_row.quiet_until then
+        perform _invalid_repo('quiet_until',
+                              'must differ from quiet_from (for no quiet window, leave both unset)',
+                              to_jsonb(p_row.quiet_until));
+    end if;
+    v_error := _timezone_error(p_row.quiet_timezone);
+    if v_error is not null then
+        perform _invalid_repo('quiet_timezone', v_error, to_jsonb(p_row.quiet_timezone));
+    end if;
+
+    -- Labels are compared as the forge shows them: GitHub trims them and caps
+    -- them at 50 characters, so a padded or longer one would never match.
+    for i in 1 .. 3 loop
+        if _is_blank(v_labels[i]) then
+            perform _invalid_repo(v_label_fields[i], 'must not be blank', to_jsonb(v_labels[i]));
+        end if;
+        if v_labels[i] <> btrim(v_labels[i]) or char_length(v_labels[i]) > 50 then
+            perform _invalid_repo(v_label_fields[i],
+                                  'must be at most 50 characters without leading or trailing '
+                                  'spaces',
+                                  to_jsonb(v_labels[i]));
+        end if;
+        for j in 1 .. i - 1 loop
+            if lower(v_labels[i]) = lower(v_labels[j]) then
+                perform _invalid_repo(v_label_fields[i],
+                                      format('must differ from %s (labels match without case)',
+                                             v_label_fields[j]),
+                                      to_jsonb(v_labels[i]));
+            end if;
+        end loop;
+    end loop;
+
+    if p_row.allowed_authors is null then
+        perform _invalid_repo('allowed_authors', 'must be a list (empty admits nobody)', null);
+    end if;
+    foreach v_author in array p_row.allowed_authors loop
+        if v_author is null or v_author !~ '^[A-Za-z0-9_.-]+$' then
+            perform _invalid_repo('allowed_authors',
+                                  'each entry must be a forge login (letters, digits, - . _)',
+                                  to_jsonb(v_author));
+        end if;
+    end loop;
+    if cardinality(p_row.allowed_authors)
+       <> (select count(distinct lower(a)) from unnest(p_row.allowed_authors) a) then
+        perform _invalid_repo('allowed_authors', 'must not name a login twice',
+                              to_jsonb(p_row.allowed_authors));
+    end if;
+
+    if p_row.tracking_issue is not null and p_row.tracking_issue <= 0 then
+        perform _invalid_repo('tracking_issue', 'must be a positive issue number',
+                              to_jsonb(p_row.tracking_issue));
+    end if;
+    if p_row.discover_cooldown_secs is null or p_row.discover_cooldown_secs < 0 then
+        perform _invalid_repo('discover_cooldown_secs', 'must be zero or more seconds',
+                              to_jsonb(p_row.discover_cooldown_secs));
+    end if;
+    if _is_blank(p_row.user_id) then
+        perform _invalid_repo('user_id', 'must not be blank', to_jsonb(p_row.user_id));
+    end if;
+    return p_row;
+end;
+$$;
+
+comment on function _validated_repo(tracked_repo) is
+    'Check a tracked repo in full and fill api_url''s default (GitHub''s); raises CE422 naming '
+    'the field, the rule and the value at the first bad one.';
+
+-- The poll bookkeeping: columns due_repos and finish_repo_poll write on every
+-- poll, which change nothing a user configured.
+create or replace function _repo_bookkeeping()
+returns text[]
+language sql immutable
+set search_path = pg_catalog, ceaseless
+as $$
+    select array['next_poll_at', 'last_polled_at', 'last_etag', 'last_error', 'last_error_at'];
+$$;
+
+comment on function _repo_bookkeeping() is
+    'The tracked_repo columns that only record polling; an UPDATE of these alone is not '
+    're-validated.';
+
+create or replace function _tg_tracked_repo_validate()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+begin
+    if tg_op = 'UPDATE'
+       and to_jsonb(new) - _repo_bookkeeping() = to_jsonb(old) - _repo_bookkeeping() then
+        -- A poll's bookkeeping re-checks nothing: the configuration is as
+        -- valid as when it was stored.
+        return new;
+    end if;
+    new := _validated_repo(new);
+    -- A shorter interval takes effect now, not after the longer one ends: a
+    -- repo moved from daily to five-minute polls would otherwise wait a day.
+    if tg_op = 'UPDATE' and new.interval_seconds < old.interval_seconds then
+        new.next_poll_at := least(new.next_poll_at, now() + _repo_interval(new));
+    end if;
+    return new;
+end;
+$$;
+
+comment on function _tg_tracked_repo_validate() is
+    'Before INSERT/UPDATE on tracked_repo: validate the configuration in full (CE422 naming field, '
+    'rule and value) and fill api_url''s default; a shorter interval brings next_poll_at '
+    'forward; poll bookkeeping alone is not re-checked.';
+
+create or replace trigger tracked_repo_validate
+    before insert or update on tracked_repo
+    for each row execute function _tg_tracked_repo_validate();
+
+comment on trigger tracked_repo_validate on tracked_repo is
+    'Nothing half-valid is stored: every configured column is checked before the row is written.';
+
+-- Is p_now inside the repo's quiet window? The instant is read as wall-clock
+-- time in quiet_timezone, so the window keeps its local hours across
+-- daylight-saving changes. A window whose start is after its end crosses
+-- midnight (22:00-06:00: quiet from 22:00 to 06:00 the next morning). The
+-- start is inside the window, the end is not. On a day whose clocks skip
+-- part of the window, the skipped wall-clock minutes never happen.
+create or replace function _repo_quiet_at(p_repo tracked_repo, p_now timestamptz default now())
+returns boolean
+language sql stable
+set search_path = pg_catalog, ceaseless
+as $$
+    select case
+        when p_repo.quiet_from is null then false
+        when p_repo.quiet_from < p_repo.quiet_until then
+            v.local >= p_repo.quiet_from::time and v.local < p_repo.quiet_until::time
+        else
+            v.local >= p_repo.quiet_from::time or v.local < p_repo.quiet_until::time
+    end
+    from (select (p_now at time zone p_repo.quiet_timezone)::time as local) v;
+$$;
+
+comment on function _repo_quiet_at(tracked_repo, timestamptz) is
+    'True when p_now falls in the repo''s quiet window, read as wall-clock time in its '
+    'quiet_timezone (DST-safe; a window may cross midnight; start inside, end outside).';
+
+-- The interval the repo is polled at: what it asked for, but never less than
+-- the forge_min_interval_secs floor. Security definer (99_access.sql): a user
+-- role may not read settings, yet repo_status shows it the interval used.
+create or replace function _repo_interval(p_repo tracked_repo)
+returns interval
+language sql stable
+set search_path = pg_catalog, ceaseless
+as $$
+    select make_interval(secs => greatest(p_repo.interval_seconds,
+                                          _setting_int('forge_min_interval_secs')));
+$$;
+
+comment on function _repo_interval(tracked_repo) is
+    'The repo''s poll interval clamped at use to the forge_min_interval_secs setting; the stored '
+    'interval_seconds stays what the user asked for.';
+
+-- The enabled repos whose next poll has come and that are not quiet at
+-- p_now, oldest due first, at most p_limit: each handed to this caller only.
+-- Locks: FOR NO KEY UPDATE SKIP LOCKED on the rows handed out, which another
+-- listener's due_repos skips; the same statement moves next_poll_at one
+-- clamped interval on, so after this transaction commits no caller gets the
+-- repo again before then, even if its poll never reports back
+-- (finish_repo_poll then sets the real next time).
+create or replace function due_repos(p_now timestamptz default now(), p_limit integer default 10)
+returns setof tracked_repo
+language sql
+set search_path = pg_catalog, ceaseless
+as $$
+    -- due: walks tracked_repo_due_idx in due order and stops after p_limit
+    -- handed-out rows; a quiet repo is read and left (it is due, only not
+    -- now), a repo another caller holds is skipped, not waited for.
+    with due as (
+        select r.id
+        from tracked_repo r
+        where r.enabled
+          and r.next_poll_at <= p_now
+          and not _repo_quiet_at(r, p_now)
+        order by r.next_poll_at
+        limit p_limit
+        for no key update skip locked
+    )
+    -- The update finds each handed-out row by its key (an array probe of
+    -- the primary key): a join with `due` may be planned as a scan of every
+    -- repo, since the generic plan cannot know how few are due.
+    update tracked_repo r
+       set next_poll_at = p_now + _repo_interval(r)
+     where r.id = any (array(select id from due))
+    returning r.*;
+$$;
+
+comment on function due_repos(timestamptz, integer) is
+    'Hand out up to p_limit enabled repos due at p_now and outside their quiet window, each to '
+    'one caller only (SKIP LOCKED), moving their next_poll_at one clamped interval on.';
+
+-- Record a poll's end. Success (p_error NULL): last_polled_at, last_etag
+-- (p_etag, NULL when the forge sent none) and the last error cleared. Failure:
+-- last_error (first 1000 characters) and last_error_at, the etag kept so the
+-- next poll is still conditional. The next poll is one clamped interval
+-- after p_now, or p_next_poll_at when that is later (a rate limit's reset or
+-- Retry-After defers the repo, never hastens it).
+-- Raises: CE404 when no repo has the id.
+create or replace function finish_repo_poll(
+    p_repo_id uuid,
+    p_now timestamptz default now(),
+    p_etag text default null,
+    p_error text default null,
+    p_next_poll_at timestamptz default null
+)
+returns timestamptz
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_next timestamptz;
+begin
+    update tracked_repo r
+       set last_polled_at = p_now,
+           last_etag = case when p_error is null then p_etag else r.last_etag end,
+           last_error = left(p_error, 1000),
+           last_error_at = case when p_error is null then null else p_now end,
+           next_poll_at = greatest(p_now + _repo_interval(r), p_next_poll_at)
+     where r.id = p_repo_id
+    returning r.next_poll_at into v_next;
+    if not found then
+        raise exception 'no tracked repo with id %', p_repo_id using errcode = 'CE404';
+    end if;
+    return v_next;
+end;
+$$;
+
+comment on function finish_repo_poll(uuid, timestamptz, text, text, timestamptz) is
+    'Record a poll''s end (last_polled_at, last_etag on success, last_error on failure) and set '
+    'next_poll_at to one clamped interval later, or to p_next_poll_at when later (rate limits).';

@@ -1,0 +1,82 @@
+"""Numeric settings are checked when written: an integer within the key's range, or CE422."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+
+def _write(conn: psycopg.Connection, key: str, value: str) -> None:
+    conn.execute("update ceaseless.settings set value = %s::jsonb where key = %s", (value, key))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("lease_secs", '"soon"', '"soon"'),
+        ("lease_secs", "1", "1"),
+        ("lease_secs", "2.5", "2.5"),
+        ("rate_limit_max_wait_secs", "-1", "-1"),
+        ("rate_limit_max_wait_secs", "99999999999999999999", "99999999999999999999"),
+        ("webhook_max_body_bytes", "2000000", "2000000"),
+        ("retry_base_secs", "null", "null"),
+        ("notification_max_attempts", "[3]", "[3]"),
+    ],
+)
+def test_a_bad_numeric_setting_is_refused_naming_key_range_and_value(
+    conn: psycopg.Connection, key: str, value: str, shown: str
+) -> None:
+    with pytest.raises(psycopg.Error) as error:
+        _write(conn, key, value)
+    assert error.value.sqlstate == "CE422"
+    message = str(error.value.diag.message_primary)
+    assert message.startswith(f"settings.{key}: must be an integer from ")
+    assert message.endswith(f"; got {shown}")
+
+
+def test_the_stored_value_is_kept_after_a_refusal(conn: psycopg.Connection) -> None:
+    with pytest.raises(psycopg.Error):
+        _write(conn, "lease_secs", "0")
+    conn.rollback()
+    assert conn.execute("select ceaseless._setting_int('lease_secs')").fetchone() == (60,)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "read"),
+    [
+        ("lease_secs", "2", 2),
+        ("lease_secs", '"30"', 30),
+        ("rate_limit_max_wait_secs", "0", 0),
+        ("routine_max_running", "0", 0),
+        ("topology_upstream_chars", "1000000", 1000000),
+    ],
+)
+def test_values_within_range_are_stored_and_read(
+    conn: psycopg.Connection, key: str, value: str, read: int
+) -> None:
+    _write(conn, key, value)
+    assert conn.execute("select ceaseless._setting_int(%s)", (key,)).fetchone() == (read,)
+
+
+def test_settings_it_does_not_know_are_stored_as_given(conn: psycopg.Connection) -> None:
+    conn.execute(
+        "insert into ceaseless.settings (key, value) values ('team_note', '\"call Ana first\"')"
+    )
+    assert conn.execute(
+        "select value from ceaseless.settings where key = 'team_note'"
+    ).fetchone() == ("call Ana first",)
+
+
+def test_every_numeric_setting_seeded_by_the_migrations_is_in_range(
+    conn: psycopg.Connection,
+) -> None:
+    rows = conn.execute(
+        "select key from ceaseless.settings "
+        "where ceaseless._setting_range(key) is not null "
+        "and not ceaseless._setting_range(key) @> (value #>> '{}')::bigint"
+    ).fetchall()
+    assert rows == []
+    ranged = conn.execute(
+        "select count(*) from ceaseless.settings where ceaseless._setting_range(key) is not null"
+    ).fetchone()
+    assert ranged == (11,)
