@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -25,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from listener.embedded import EmbeddedServer
 from listener.migrate import migrate
 from tests.fakes.forge import FakeForge, check_no_violations
-from tests.fakes.github_openapi import Description
+from tests.fakes.github_openapi import Description, description_path
 
 _URL_VAR = "CEASELESS_TEST_SERVER_URL"
 _TEMPLATE_VAR = "CEASELESS_TEST_TEMPLATE"
@@ -122,9 +124,16 @@ def conn(db_url: str) -> Iterator[psycopg.Connection]:
 def github_description() -> Description:
     """GitHub's official API description, loaded and indexed once per process.
 
-    Missing, it raises (naming bin/fetch-github-openapi): the forge tests fail
-    loudly rather than skip.
+    Missing, it is fetched first (bin/fetch-github-openapi: the pinned npm
+    tarball over HTTPS, standard library only); if that fails too, loading
+    raises, naming the script: the forge tests fail loudly rather than skip.
     """
+    if not description_path().is_file():
+        subprocess.run(
+            [sys.executable, str(Path(__file__).parents[1] / "bin" / "fetch-github-openapi")],
+            check=False,
+            stdout=subprocess.DEVNULL,
+        )
     return Description.load()
 
 
