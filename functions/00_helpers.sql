@@ -203,3 +203,30 @@ $$;
 comment on function _refuse_long(text, text, text) is
     'Raise CE422 when p_value is longer than the cap p_cap (_input_cap), naming p_where, the cap and '
     'the length and showing only the first 40 characters.';
+
+-- Raise CE422 for a bad value of a validated column: where it is
+-- (routines.trigger_config.pattern, loops.graph, …), the rule, and the value
+-- shown up to 200 characters, because it is untrusted and may be a megabyte
+-- (a pattern given as an array of a million numbers). The table and column
+-- go into the error's fields, for clients that read them. Every validation
+-- trigger raises through this one function.
+create or replace function _invalid_value(p_where text, p_rule text, p_value jsonb)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_shown text := coalesce(p_value::text, 'nothing');
+begin
+    if char_length(v_shown) > 200 then
+        v_shown := format('%s… (%s characters)', left(v_shown, 200), char_length(v_shown));
+    end if;
+    raise exception '%: %; got %', p_where, p_rule, v_shown
+        using errcode = 'CE422', table = split_part(p_where, '.', 1),
+              column = split_part(p_where, '.', 2);
+end;
+$$;
+
+comment on function _invalid_value(text, text, jsonb) is
+    'Raise CE422 naming where (table.column[.key…]), the rule and the bad value, shown up to 200 '
+    'characters; the table and column go into the error''s fields.';

@@ -9,22 +9,13 @@
 
 set local search_path = ceaseless, pg_catalog, public;
 
+-- Raise CE422 for a routine column, through _invalid_value (00_helpers.sql).
 create or replace function _invalid(p_field text, p_rule text, p_value jsonb)
 returns void
-language plpgsql
+language sql
 set search_path = pg_catalog, ceaseless
 as $$
-declare
-    v_shown text := coalesce(p_value::text, 'nothing');
-begin
-    -- The value is untrusted and unbounded (a pattern given as an array of a
-    -- million numbers): show its start and its length, not all of it.
-    if char_length(v_shown) > 200 then
-        v_shown := format('%s… (%s characters)', left(v_shown, 200), char_length(v_shown));
-    end if;
-    raise exception 'routines.%: %; got %', p_field, p_rule, v_shown
-        using errcode = 'CE422', column = split_part(p_field, '.', 1);
-end;
+    select _invalid_value('routines.' || p_field, p_rule, p_value);
 $$;
 
 comment on function _invalid(text, text, jsonb) is

@@ -18,29 +18,9 @@
 
 set local search_path = ceaseless, pg_catalog, public;
 
--- Raise CE422 for a graph: where (loops.graph, topology_runs.graph), the rule
--- with its culprit, and the bad value shown up to 200 characters (it is
--- untrusted and may be a megabyte).
-create or replace function _invalid_graph(p_where text, p_rule text, p_value jsonb)
-returns void
-language plpgsql
-set search_path = pg_catalog, ceaseless
-as $$
-declare
-    v_shown text := coalesce(p_value::text, 'nothing');
-begin
-    if char_length(v_shown) > 200 then
-        v_shown := format('%s… (%s characters)', left(v_shown, 200), char_length(v_shown));
-    end if;
-    raise exception '%: %; got %', p_where, p_rule, v_shown
-        using errcode = 'CE422', table = split_part(p_where, '.', 1),
-              column = split_part(p_where, '.', 2);
-end;
-$$;
-
-comment on function _invalid_graph(text, text, jsonb) is
-    'Raise CE422 for a topology graph, naming where it is stored, the rule and its culprit, and '
-    'the bad value up to 200 characters.';
+-- Graph errors are raised by _invalid_value (00_helpers.sql), which this
+-- file's own copy of it became.
+drop function if exists _invalid_graph(text, text, jsonb);
 
 -- A node id goes into job dedup keys, prompt headings ("## Output of <id>")
 -- and NOTIFY payloads: letters, digits and ._- only, so it can neither forge
@@ -89,12 +69,12 @@ declare
     v_next integer;
 begin
     if p_graph is null or jsonb_typeof(p_graph) <> 'object' then
-        perform _invalid_graph(p_where,
+        perform _invalid_value(p_where,
             'must be an object {"nodes": [...], "edges": [...]}', p_graph);
     end if;
     for v_key in select k from jsonb_object_keys(p_graph) k order by k loop
         if v_key not in ('nodes', 'edges') then
-            perform _invalid_graph(p_where,
+            perform _invalid_value(p_where,
                 format('unknown key %s: a graph has only nodes and edges', to_jsonb(v_key)),
                 p_graph);
         end if;
@@ -102,10 +82,10 @@ begin
 
     v_nodes := p_graph -> 'nodes';
     if jsonb_typeof(v_nodes) is distinct from 'array' or jsonb_array_length(v_nodes) = 0 then
-        perform _invalid_graph(p_where || '.nodes', 'must be a non-empty array of nodes', v_nodes);
+        perform _invalid_value(p_where || '.nodes', 'must be a non-empty array of nodes', v_nodes);
     end if;
     if jsonb_array_length(v_nodes) > _input_cap('graph_nodes') then
-        perform _invalid_graph(p_where || '.nodes',
+        perform _invalid_value(p_where || '.nodes',
             format('must have at most %s nodes, this graph has %s', _input_cap('graph_nodes'),
                    jsonb_array_length(v_nodes)), null);
     end if;
@@ -114,11 +94,11 @@ begin
         v_edges := '[]';
     end if;
     if jsonb_typeof(v_edges) <> 'array' then
-        perform _invalid_graph(p_where || '.edges',
+        perform _invalid_value(p_where || '.edges',
             'must be an array of {"from", "to"} objects (or absent)', v_edges);
     end if;
     if jsonb_array_length(v_edges) > _input_cap('graph_edges') then
-        perform _invalid_graph(p_where || '.edges',
+        perform _invalid_value(p_where || '.edges',
             format('must have at most %s edges, this graph has %s', _input_cap('graph_edges'),
                    jsonb_array_length(v_edges)), null);
     end if;
@@ -126,24 +106,24 @@ begin
     for v_node in select value from jsonb_array_elements(v_nodes) loop
         v_at := v_at + 1;
         if jsonb_typeof(v_node) <> 'object' then
-            perform _invalid_graph(p_where || '.nodes',
+            perform _invalid_value(p_where || '.nodes',
                 format('node %s must be an object {"id", "agent", "prompt"}', v_at), v_node);
         end if;
         if not _topology_node_id_ok(v_node -> 'id') then
-            perform _invalid_graph(p_where || '.nodes',
+            perform _invalid_value(p_where || '.nodes',
                 format('node %s: id must be 1-64 letters, digits, _ . or -', v_at),
                 v_node -> 'id');
         end if;
         v_id := v_node ->> 'id';
         if v_id = any (v_ids) then
-            perform _invalid_graph(p_where || '.nodes',
+            perform _invalid_value(p_where || '.nodes',
                 format('node id %s appears twice: ids must be unique', to_jsonb(v_id)),
                 v_node -> 'id');
         end if;
         v_ids := v_ids || v_id;
         for v_key in select k from jsonb_object_keys(v_node) k order by k loop
             if v_key not in ('id', 'agent', 'prompt', 'gate', 'approval_timeout_secs') then
-                perform _invalid_graph(p_where || '.nodes',
+                perform _invalid_value(p_where || '.nodes',
                     format('node %s: unknown key %s (a node has id, agent, prompt, gate, '
                            'approval_timeout_secs)', to_jsonb(v_id), to_jsonb(v_key)),
                     v_node);
@@ -151,13 +131,13 @@ begin
         end loop;
         if jsonb_typeof(v_node -> 'agent') is distinct from 'string'
            or not exists (select from agents a where a.name = v_node ->> 'agent') then
-            perform _invalid_graph(p_where || '.nodes',
+            perform _invalid_value(p_where || '.nodes',
                 format('node %s: agent must name a registered agent (ceaseless.agents)',
                        to_jsonb(v_id)),
                 v_node -> 'agent');
         end if;
         if not _is_text(v_node -> 'prompt') then
-            perform _invalid_graph(p_where || '.nodes',
+            perform _invalid_value(p_where || '.nodes',
                 format('node %s: prompt must be a string that is not blank', to_jsonb(v_id)),
                 v_node -> 'prompt');
         end if;
@@ -165,19 +145,19 @@ begin
                              v_node ->> 'prompt', 'prompt');
         if coalesce(jsonb_typeof(v_node -> 'gate'), 'null') <> 'null'
            and v_node -> 'gate' <> '"approval"' then
-            perform _invalid_graph(p_where || '.nodes',
+            perform _invalid_value(p_where || '.nodes',
                 format('node %s: gate must be "approval" or absent', to_jsonb(v_id)),
                 v_node -> 'gate');
         end if;
         if coalesce(jsonb_typeof(v_node -> 'approval_timeout_secs'), 'null') <> 'null' then
             if coalesce(jsonb_typeof(v_node -> 'gate'), 'null') = 'null' then
-                perform _invalid_graph(p_where || '.nodes',
+                perform _invalid_value(p_where || '.nodes',
                     format('node %s: approval_timeout_secs needs "gate": "approval"',
                            to_jsonb(v_id)),
                     v_node -> 'approval_timeout_secs');
             end if;
             if not _is_positive_int_or_null(v_node -> 'approval_timeout_secs') then
-                perform _invalid_graph(p_where || '.nodes',
+                perform _invalid_value(p_where || '.nodes',
                     format('node %s: approval_timeout_secs must be a positive integer of seconds',
                            to_jsonb(v_id)),
                     v_node -> 'approval_timeout_secs');
@@ -187,12 +167,12 @@ begin
 
     for v_edge in select value from jsonb_array_elements(v_edges) loop
         if jsonb_typeof(v_edge) <> 'object' then
-            perform _invalid_graph(p_where || '.edges',
+            perform _invalid_value(p_where || '.edges',
                 'each edge must be an object {"from", "to"}', v_edge);
         end if;
         for v_key in select k from jsonb_object_keys(v_edge) k order by k loop
             if v_key not in ('from', 'to') then
-                perform _invalid_graph(p_where || '.edges',
+                perform _invalid_value(p_where || '.edges',
                     format('unknown key %s in an edge (an edge has from and to)',
                            to_jsonb(v_key)),
                     v_edge);
@@ -200,20 +180,20 @@ begin
         end loop;
         if jsonb_typeof(v_edge -> 'from') is distinct from 'string'
            or not (v_edge ->> 'from' = any (v_ids)) then
-            perform _invalid_graph(p_where || '.edges',
+            perform _invalid_value(p_where || '.edges',
                 format('edge %s→%s: from must name a node of the graph',
                        coalesce(v_edge ->> 'from', '?'), coalesce(v_edge ->> 'to', '?')),
                 v_edge -> 'from');
         end if;
         if jsonb_typeof(v_edge -> 'to') is distinct from 'string'
            or not (v_edge ->> 'to' = any (v_ids)) then
-            perform _invalid_graph(p_where || '.edges',
+            perform _invalid_value(p_where || '.edges',
                 format('edge %s→%s: to must name a node of the graph',
                        v_edge ->> 'from', coalesce(v_edge ->> 'to', '?')),
                 v_edge -> 'to');
         end if;
         if v_edge ->> 'from' = v_edge ->> 'to' then
-            perform _invalid_graph(p_where || '.edges',
+            perform _invalid_value(p_where || '.edges',
                 format('edge %s→%s: a node cannot be its own upstream',
                        v_edge ->> 'from', v_edge ->> 'to'),
                 v_edge);
@@ -221,7 +201,7 @@ begin
         -- Node ids cannot hold a space, so the pair is unambiguous.
         v_pair := (v_edge ->> 'from') || ' ' || (v_edge ->> 'to');
         if v_pair = any (v_pairs) then
-            perform _invalid_graph(p_where || '.edges',
+            perform _invalid_value(p_where || '.edges',
                 format('edge %s→%s appears twice', v_edge ->> 'from', v_edge ->> 'to'), v_edge);
         end if;
         v_pairs := v_pairs || v_pair;
@@ -285,7 +265,7 @@ begin
     where n.id = f.id
        or (exists (select from reach r where r.src = f.id and r.dst = n.id)
            and exists (select from reach r where r.src = n.id and r.dst = f.id));
-    perform _invalid_graph(p_where || '.edges',
+    perform _invalid_value(p_where || '.edges',
         format('must not form a cycle; these nodes form one: %s%s',
                array_to_string(v_cycle[1:20], ', '),
                case when cardinality(v_cycle) > 20

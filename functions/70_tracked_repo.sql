@@ -29,18 +29,10 @@ set local search_path = ceaseless, pg_catalog, public;
 -- value shown up to 200 characters (it is user input).
 create or replace function _invalid_repo(p_field text, p_rule text, p_value jsonb)
 returns void
-language plpgsql
+language sql
 set search_path = pg_catalog, ceaseless
 as $$
-declare
-    v_shown text := coalesce(p_value::text, 'nothing');
-begin
-    if char_length(v_shown) > 200 then
-        v_shown := format('%s… (%s characters)', left(v_shown, 200), char_length(v_shown));
-    end if;
-    raise exception 'tracked_repo.%: %; got %', p_field, p_rule, v_shown
-        using errcode = 'CE422', table = 'tracked_repo', column = p_field;
-end;
+    select _invalid_value('tracked_repo.' || p_field, p_rule, p_value);
 $$;
 
 comment on function _invalid_repo(text, text, jsonb) is
