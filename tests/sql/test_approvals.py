@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from uuid import UUID
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
 from tests.factories import make_agent
 from tests.sql.topology import diamond, graph, node, nodes, run_node, run_row, start_run, states
-
-PASSWORD = "a-test-password"
 
 
 @pytest.fixture(autouse=True)
@@ -178,29 +175,6 @@ def test_an_expired_approval_fails_the_run(conn: psycopg.Connection) -> None:
     assert conn.execute("select ceaseless.expire_approvals(%s)", (after,)).fetchone() == (0,)
     with pytest.raises(psycopg.Error, match="was already expired by ceaseless"):
         _decide(conn, expired["id"], True)
-
-
-@pytest.fixture
-def login_role(
-    conn: psycopg.Connection, db_url: str
-) -> Iterator[Callable[..., psycopg.Connection]]:
-    created: list[str] = []
-    opened: list[psycopg.Connection] = []
-
-    def connect(name: str, group: str = "ceaseless_user") -> psycopg.Connection:
-        role = f"{name}_{uuid.uuid4().hex[:8]}"
-        conn.execute(f"create role {role} login password '{PASSWORD}' in role {group}")
-        created.append(role)
-        user = psycopg.connect(make_conninfo(db_url, user=role, password=PASSWORD), autocommit=True)
-        opened.append(user)
-        return user
-
-    yield connect
-    for user in opened:
-        user.close()
-    for role in created:
-        conn.execute(f"drop owned by {role}")
-        conn.execute(f"drop role {role}")
 
 
 def _count(c: psycopg.Connection, relation: str) -> int:

@@ -4,12 +4,11 @@ repeat policies applied in the transaction that ends an iteration, RLS, loop_sta
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
 from tests.factories import make_agent
 from tests.sql.loops import fail, iterations, live, loop_row, make_loop, run_loop, runs, succeed
@@ -250,32 +249,6 @@ def test_loop_status_shows_the_loop_without_its_credential(conn: psycopg.Connect
     assert (status["live_run_id"], status["live_run_status"]) == (second, "running")
     assert status["last_run_status"] == "succeeded" and status["last_run_finished_at"]
     assert (status["skipped_fires"], status["last_skip_reason"]) == (1, "live_iteration")
-
-
-PASSWORD = "a-test-password"
-
-
-@pytest.fixture
-def login_role(
-    conn: psycopg.Connection, db_url: str
-) -> Iterator[Callable[[str], psycopg.Connection]]:
-    created: list[str] = []
-    opened: list[psycopg.Connection] = []
-
-    def connect(name: str) -> psycopg.Connection:
-        role = f"{name}_{uuid.uuid4().hex[:8]}"
-        conn.execute(f"create role {role} login password '{PASSWORD}' in role ceaseless_user")
-        created.append(role)
-        user = psycopg.connect(make_conninfo(db_url, user=role, password=PASSWORD), autocommit=True)
-        opened.append(user)
-        return user
-
-    yield connect
-    for user in opened:
-        user.close()
-    for role in created:
-        conn.execute(f"drop owned by {role}")
-        conn.execute(f"drop role {role}")
 
 
 def test_a_user_sees_and_runs_only_its_own_loops(

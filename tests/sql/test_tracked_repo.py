@@ -7,18 +7,16 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from tests.sql.plans import explained, nodes
 
-PASSWORD = "a-test-password"
 # Early in the morning of Tue 2026-12-01 in UTC.
 T0 = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)
 
@@ -411,30 +409,6 @@ def test_repo_status_shows_schedule_quiet_interval_error_and_live_jobs(
     assert (row["interval_used_secs"], row["interval_asked_secs"]) == (60, 10)
     assert (row["last_error"], row["last_polled_at"]) == ("timeout", T0)
     assert row["next_poll_at"] == T0 + timedelta(seconds=60)
-
-
-@pytest.fixture
-def login_role(
-    conn: psycopg.Connection, db_url: str
-) -> Iterator[Callable[[str], psycopg.Connection]]:
-    """Create login roles in ceaseless_user; yield a connector; drop them after."""
-    created: list[str] = []
-    opened: list[psycopg.Connection] = []
-
-    def connect(name: str) -> psycopg.Connection:
-        role = f"{name}_{uuid.uuid4().hex[:8]}"
-        conn.execute(f"create role {role} login password '{PASSWORD}' in role ceaseless_user")
-        created.append(role)
-        user = psycopg.connect(make_conninfo(db_url, user=role, password=PASSWORD), autocommit=True)
-        opened.append(user)
-        return user
-
-    yield connect
-    for user in opened:
-        user.close()
-    for role in created:
-        conn.execute(f"drop owned by {role}")
-        conn.execute(f"drop role {role}")
 
 
 def test_a_user_sees_and_changes_only_its_own_repos(
