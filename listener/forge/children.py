@@ -25,7 +25,7 @@ from listener import log
 from listener.database import Database
 from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, Issue
 from listener.forge.poller import utcnow
-from listener.forge.tokens import tokens_for
+from listener.forge.tokens import TokenSourceError, tokens_for
 from listener.queries import forge_loops as queries
 from listener.queries.forge_loops import DueChild
 
@@ -65,7 +65,7 @@ async def _create_in_repo(
     first = children[0]
     try:
         tokens = tokens_for(token_source, first.forge, first.api_url)
-    except ValueError as exc:
+    except TokenSourceError as exc:
         for child in children:
             await _failed(database, child, f"the runner token could not be read: {exc}")
         return 0

@@ -27,7 +27,7 @@ from listener import log
 from listener.database import Database
 from listener.forge.client import ForgeClient, ForgeError, ForgeRepo
 from listener.forge.poller import utcnow
-from listener.forge.tokens import tokens_for
+from listener.forge.tokens import TokenSourceError, tokens_for
 from listener.queries import forge_loops as queries
 from listener.queries.forge_loops import LabelChange
 
@@ -61,7 +61,7 @@ async def _sync_repo(
     synced = 0
     try:
         tokens = tokens_for(token_source, first.forge, first.api_url)
-    except ValueError as exc:
+    except TokenSourceError as exc:
         tokens = None
         problem = f"the label token could not be read: {exc}"
     else:

@@ -33,7 +33,7 @@ import psycopg
 from listener import log
 from listener.database import Database
 from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, RateLimited
-from listener.forge.tokens import tokens_for
+from listener.forge.tokens import TokenSourceError, tokens_for
 from listener.queries import forge_loops as queries
 from listener.queries.forge_loops import Decision, TrackedRepo
 
@@ -98,9 +98,9 @@ async def poll_repo(
         # The database refused what the forge sent (a listing it will not
         # take): the repo records why, and the others go on.
         report.error = f"the database refused the listing: {exc.diag.message_primary or exc}"
-    except ValueError as exc:
-        # A token source that cannot be read (tokens.TokenSourceError) or a
-        # body the client could not make sense of; neither message holds a token.
+    except TokenSourceError as exc:
+        # The secrets file is missing, open to others or not JSON; the
+        # message names the path and the fix, never a token.
         report.error = str(exc)
     now = utcnow()
     report.next_poll_at = await database.once(

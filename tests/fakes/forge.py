@@ -8,6 +8,7 @@ requests in memory and answers the calls the forge clients make:
     POST   /repos/{owner}/{repo}/issues                     create
     GET    /repos/{owner}/{repo}/issues/{number}            get
     GET    /repos/{owner}/{repo}/issues/{number}/comments   list comments
+    GET    /repos/{owner}/{repo}/issues/{number}/events     who labelled it (Gitea: .../timeline)
     POST   /repos/{owner}/{repo}/issues/{number}/labels     add labels
     PUT    /repos/{owner}/{repo}/issues/{number}/labels     set labels
     DELETE /repos/{owner}/{repo}/issues/{number}/labels/{name}
@@ -93,6 +94,7 @@ class Issue:
     created_at: str = field(default_factory=_now)
     updated_at: str = field(default_factory=_now)
     pull: dict[str, Any] | None = None  # head / base / draft for a pull request
+    labelled: list[tuple[str, str]] = field(default_factory=list)  # (label, login), oldest first
 
 
 @dataclass
@@ -192,11 +194,14 @@ class FakeForge:
         user: str = "octocat",
         state: str = "open",
         comments: list[str] | None = None,
+        labelled_by: str | None = None,
     ) -> Issue:
+        """An issue; its labels were added by `labelled_by` (default: its author)."""
         with self._lock:
             for name in labels or []:
                 self.label(repo, name)
             issue = Issue(len(repo.issues) + 1, title, body, user, list(labels or []), state)
+            issue.labelled = [(name, labelled_by or user) for name in labels or []]
             for text in comments or []:
                 issue.comments.append(self._comment(repo, issue, text, user))
             repo.issues[issue.number] = issue
@@ -217,6 +222,40 @@ class FakeForge:
             "issue_url": f"{api}/issues/{issue.number}",
             "author_association": "NONE",
         }
+
+    def _label_events(self, repo: Repo, issue: Issue, gitea: bool) -> list[dict[str, Any]]:
+        """GitHub's `labeled` issue events, or Gitea's timeline `label` comments (body "1")."""
+        events = []
+        for name, login in issue.labelled:
+            eid = self._next_id()
+            label = repo.labels[name]
+            if gitea:
+                events.append(
+                    {
+                        "id": eid,
+                        "type": "label",
+                        "body": "1",
+                        "user": self._user(login),
+                        "label": self._label_json(repo, label),
+                        "created_at": _now(),
+                    }
+                )
+                continue
+            events.append(
+                {
+                    "id": eid,
+                    "node_id": f"LE_{eid}",
+                    "url": f"{self.url}/repos/{repo.owner}/{repo.name}/issues/events/{eid}",
+                    "actor": self._user(login),
+                    "event": "labeled",
+                    "commit_id": None,
+                    "commit_url": None,
+                    "created_at": _now(),
+                    "performed_via_github_app": None,
+                    "label": {"name": label.name, "color": label.color},
+                }
+            )
+        return events
 
     def requests_to(self, method: str, path_suffix: str) -> list[Recorded]:
         """The recorded requests with this method whose path ends so."""
@@ -476,9 +515,15 @@ class _Handler(BaseHTTPRequestHandler):
             case ("GET", ["issues", number, "comments"]):
                 issue = self._issue(repo, number)
                 return self._page(issue.comments, query, gitea)
+            case ("GET", ["issues", number, "events" | "timeline" as which]):
+                if (which == "timeline") != gitea:
+                    raise _Reply(404, {"message": "Not Found"})
+                issue = self._issue(repo, number)
+                return self._page(forge._label_events(repo, issue, gitea), query, gitea)
             case ("POST" | "PUT", ["issues", number, "labels"]):
                 issue = self._issue(repo, number)
                 names = self._label_names(repo, body, gitea)
+                issue.labelled += [(n, forge.user) for n in names if n not in issue.labels]
                 if method == "POST":
                     names = issue.labels + [n for n in names if n not in issue.labels]
                 issue.labels = names
