@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Annotated
 from uuid import UUID
 
@@ -265,6 +266,8 @@ def repo_poll(
     added the label is in allowed_authors), no_lane (no agent for the job).
     Exits 1 when the forge could not be polled; the error is on the repo too.
     """
+    # The poll's log lines are the listener's; here the report below says it all.
+    logging.getLogger("ceaseless").addHandler(logging.NullHandler())
     try:
         report = asyncio.run(_poll_now(UUID(repo_id(repo)), timeout))
     except psycopg.Error as exc:

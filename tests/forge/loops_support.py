@@ -46,7 +46,8 @@ def add_repo(
     interval: int = 60,
     **columns: Any,
 ) -> uuid.UUID:
-    """A tracked repo on the fake forge (and the repo itself there), due now."""
+    """A tracked repo on the fake forge (and the repo itself there), due now, and its lanes."""
+    add_lanes(conn)
     if (owner.lower(), name.lower()) not in fake_forge.repos:
         fake_forge.add_repo(owner, name)
     values: dict[str, Any] = {
@@ -68,6 +69,15 @@ def add_repo(
     ).fetchone()
     assert row is not None
     return row[0]
+
+
+def add_lanes(conn: psycopg.Connection) -> None:
+    """The agents rows forge jobs are routed to (noop agents: nothing runs them here)."""
+    conn.execute(
+        "insert into ceaseless.agents (name, adapter, argv) "
+        "values ('claude_code', 'noop', '{}'), ('opencode', 'noop', '{}') "
+        "on conflict (name) do nothing"
+    )
 
 
 def make_due(conn: psycopg.Connection, *repo_ids: uuid.UUID) -> None:
