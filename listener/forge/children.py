@@ -52,7 +52,9 @@ async def create_children(
     def where(child: DueChild) -> tuple[str, str, str, str]:
         return (child.forge, child.api_url, child.owner, child.repo)
 
-    batches = [list(rows) for _, rows in groupby(sorted(due, key=where), key=where)]
+    # A plan's children are created in the order the plan listed them.
+    ordered = sorted(due, key=lambda child: (where(child), str(child.plan_job_id), child.position))
+    batches = [list(rows) for _, rows in groupby(ordered, key=where)]
     results = await asyncio.gather(
         *(_create_in_repo(database, token_source, batch, timeout) for batch in batches)
     )

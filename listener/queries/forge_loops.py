@@ -88,6 +88,7 @@ class DueChild:
     repo_id: UUID
     parent_number: int
     key: str
+    position: int
     title: str
     body: str
     marker: str
@@ -210,10 +211,12 @@ async def child_issues_due(
 ) -> list[DueChild]:
     async with conn.cursor(row_factory=class_row(DueChild)) as cur:
         await cur.execute(
-            "select c.id, c.plan_job_id, c.repo_id, c.parent_number, c.key, c.title, c.body, "
+            "select c.id, c.plan_job_id, c.repo_id, c.parent_number, c.key, c.position, c.title, "
+            "c.body, "
             "c.marker, c.attempts, r.forge, r.api_url, r.owner, r.repo "
             "from ceaseless.child_issues_due(%s, %s) c "
-            "join ceaseless.tracked_repo r on r.id = c.repo_id",
+            "join ceaseless.tracked_repo r on r.id = c.repo_id "
+            "order by c.plan_job_id, c.position",
             (limit, now),
         )
         return await cur.fetchall()
