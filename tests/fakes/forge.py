@@ -226,6 +226,29 @@ class FakeForge:
             repo.issues[issue.number] = issue
             return issue
 
+    def add_pull(
+        self,
+        repo: Repo,
+        head: str,
+        base: str = "main",
+        *,
+        title: str | None = None,
+        body: str | None = None,
+        user: str = "ceaseless-bot",
+        draft: bool = False,
+        state: str = "open",
+    ) -> Issue:
+        """A pull request from branch ``head`` (of this repo) into ``base``."""
+        with self._lock:
+            issue = self.add_issue(repo, title or head, body, user=user, state=state)
+            issue.pull = {
+                "head": head,
+                "base": base,
+                "draft": draft,
+                "head_sha": hashlib.sha1(f"{repo.id}:{head}".encode()).hexdigest(),
+            }
+            return issue
+
     def label_issue(self, repo: Repo, issue: Issue, name: str, by: str) -> None:
         """Add a label to an issue as ``by`` did (a "labeled" event names them)."""
         with self._lock:
@@ -677,15 +700,15 @@ class _Handler(BaseHTTPRequestHandler):
         for issue in repo.issues.values():
             if issue.pull and issue.pull["head"] == head and issue.state == "open":
                 raise _Reply(422, {"message": f"A pull request already exists for {head}."})
-        issue = self.forge.add_issue(
-            repo, str(body.get("title") or head), body.get("body"), user=self._actor()
+        issue = self.forge.add_pull(
+            repo,
+            head,
+            str(body["base"]),
+            title=str(body.get("title") or head),
+            body=body.get("body"),
+            user=self._actor(),
+            draft=bool(body.get("draft", False)),
         )
-        issue.pull = {
-            "head": head,
-            "base": str(body["base"]),
-            "draft": bool(body.get("draft", False)),
-            "head_sha": hashlib.sha1(f"{repo.id}:{head}".encode()).hexdigest(),
-        }
         return issue
 
     def _list_issues(
