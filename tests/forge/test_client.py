@@ -7,6 +7,7 @@ GitHub's official description; a request that breaks it fails the test.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -83,6 +84,22 @@ def test_listing_follows_link_across_three_pages_and_drops_pull_requests(
     calls = issue_calls(fake_forge)
     assert [c.query.get("page") for c in calls] == [None, ["2"], ["3"]]
     assert listing.etag is not None
+
+
+def test_paging_stops_at_the_page_bound(
+    fake_forge: FakeForge, repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(forge_client, "MAX_PAGES", 2)
+    monkeypatch.setattr(forge_client, "GITEA_PAGE", 1)
+    for n in range(5):
+        fake_forge.add_issue(repo, f"issue {n}")
+
+    listing = run(client(fake_forge, "gitea"), lambda f: f.list_open_issues(None))
+
+    # The two most recently listed pages; the rest are left out, not waited for.
+    assert listing.issues is not None
+    assert [i["number"] for i in listing.issues] == [5, 4]
+    assert len(issue_calls(fake_forge)) == 2
 
 
 @pytest.mark.parametrize("forge", FORGES)
@@ -262,6 +279,20 @@ def test_the_authorization_header_uses_each_forges_scheme(
     run(client(fake_forge, forge, token=None), lambda f: f.issue(1))
 
     assert [r.authorization for r in fake_forge.requests] == [f"{scheme} {RUNNER}", None]
+
+
+def test_a_refused_connection_is_a_forge_error_without_status() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    closed = ForgeClient(ForgeRepo("gitea", f"http://127.0.0.1:{port}/api/v1", "a", "b"), RUNNER)
+
+    with pytest.raises(ForgeError) as raised:
+        run(closed, lambda f: f.issue(1))
+
+    assert raised.value.status is None
+    assert str(raised.value).startswith("GET /api/v1/repos/a/b/issues/1: connection failed")
+    assert RUNNER not in str(raised.value)
 
 
 def test_a_link_to_another_host_is_not_followed_with_the_token(fake_forge: FakeForge) -> None:
