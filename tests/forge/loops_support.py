@@ -50,6 +50,9 @@ def add_repo(
     add_lanes(conn)
     if (owner.lower(), name.lower()) not in fake_forge.repos:
         fake_forge.add_repo(owner, name)
+    # The fake answers these two tokens as its runner and label identities.
+    fake_forge.tokens[RUNNER_TOKEN] = "ceaseless-bot"
+    fake_forge.tokens[LABEL_TOKEN] = "ceaseless-labels"
     values: dict[str, Any] = {
         "forge": forge,
         "owner": owner,

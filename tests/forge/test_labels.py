@@ -74,11 +74,6 @@ def test_labels_follow_a_job_from_pending_through_running_to_delivered(
 ) -> None:
     (job_id,) = new_jobs(db_url, conn, fake_forge, forge, 1)
 
-    if forge == "gitea":
-        # Gitea labels exist before they are set (the fake does not create them).
-        for name in ("pending", "running", "delivered"):
-            fake_forge.label(fake_forge.repo("acme", "widgets"), f"ceaseless:{name}")
-
     assert labels_round(db_url) == 1
     assert labels_of(fake_forge, 1) == [IMPLEMENT, "ceaseless:pending"]
     assert labels_round(db_url) == 0  # mirrored: nothing due
@@ -111,6 +106,12 @@ def test_labels_follow_a_job_from_pending_through_running_to_delivered(
     assert {c.authorization for c in calls} == {f"{scheme} {LABEL_TOKEN}"}
     label_lookups = [r for r in fake_forge.requests if r.path.endswith("/labels")]
     assert all(RUNNER_TOKEN not in (r.authorization or "") for r in label_lookups)
+    # On the forge, the labels' history names the label identity.
+    issue = fake_forge.repo("acme", "widgets").issues[1]
+    mirrored = [
+        e for e in issue.events if e["label"].startswith("ceaseless:") and e["label"] != IMPLEMENT
+    ]
+    assert mirrored and {e["actor"] for e in mirrored} == {"ceaseless-labels"}
 
 
 def test_failed_and_blocked_jobs_are_labelled_so(

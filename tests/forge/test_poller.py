@@ -102,9 +102,9 @@ def test_a_strangers_issue_labelled_by_an_allowed_author_is_admitted(
 ) -> None:
     add_repo(conn, fake_forge, forge=forge)
     forge_repo = fake_forge.repo("acme", "widgets")
-    fake_forge.add_issue(
-        forge_repo, "Please implement", labels=[IMPLEMENT], user="mallory", labelled_by="alice"
-    )
+    issue = fake_forge.add_issue(forge_repo, "Please implement", user="mallory")
+    fake_forge.label_issue(forge_repo, issue, "bug", by="mallory")
+    fake_forge.label_issue(forge_repo, issue, IMPLEMENT, by="alice")
 
     report = poll_due(db_url)["acme/widgets"]
     assert report.error is None, report.error
