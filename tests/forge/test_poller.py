@@ -197,12 +197,13 @@ def test_no_token_in_errors_or_log_lines(
     conn: psycopg.Connection,
     fake_forge: FakeForge,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ids = [add_repo(conn, fake_forge, "down"), add_repo(conn, fake_forge, "ok")]
     fake_forge.repo("acme", "down").fail = True
     fake_forge.add_issue(fake_forge.repo("acme", "ok"), "Plan", labels=[PLAN], user="alice")
     caplog.set_level(logging.DEBUG, logger="ceaseless")
-    logging.getLogger("ceaseless").propagate = True
+    monkeypatch.setattr(logging.getLogger("ceaseless"), "propagate", True)
     poll_due(db_url)
     events = [r.getMessage() for r in caplog.records]
     assert "forge.poll_failed" in events and "forge.polled" in events
