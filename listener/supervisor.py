@@ -83,6 +83,7 @@ class Listener:
         self.maintenance = Maintenance(config, self.db, self.ledger)
         self.forge = ForgeLoops(self.db, tick=config.poll_interval)
         self.router = Router(self.db, self.registry, self.ledger, self.maintenance)
+        self.router.on_job_changed = self.forge.job_changed
         self.notifier = Notifier(
             config.url,
             f"ceaseless listen {config.worker_id}",

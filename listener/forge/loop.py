@@ -4,8 +4,10 @@ Three tasks the supervisor starts beside cron and the outbox (listener/superviso
 - `poll`: every tick asks `due_repos` for the repos due now, and polls each in
   a task of its own (listener/forge/poller.py), at most `max_polls` at once;
   the tick does not wait for them, so a hung forge delays only its own repo;
-- `labels`: every tick mirrors the due label changes (listener/forge/labels.py);
-- `children`: every tick creates the due child issues (listener/forge/children.py).
+- `labels`: mirrors the due label changes (listener/forge/labels.py) every
+  tick, and at once when a forge job changes state (NOTIFY ceaseless_job);
+- `children`: creates the due child issues (listener/forge/children.py) every
+  tick, and at once when a plan job is delivered.
 
 Guarantees: any number of listeners may run these loops; each repo poll, label
 change and child issue is handed to one of them by the database (SKIP LOCKED
@@ -27,6 +29,8 @@ import psycopg
 from listener import log
 from listener.backoff import Backoff, wait_for
 from listener.database import Database
+from listener.enums import JobState
+from listener.events import JobChanged
 from listener.forge.children import create_children
 from listener.forge.labels import sync_labels
 from listener.forge.poller import DEFAULT_POLL_TIMEOUT, poll_repo, utcnow
@@ -34,6 +38,7 @@ from listener.queries import forge_loops as queries
 from listener.queries.forge_loops import TrackedRepo
 
 _BATCH = 50
+_FORGE_KINDS = ("discover", "plan", "implement")
 
 
 class ForgeLoops:
@@ -56,6 +61,14 @@ class ForgeLoops:
         self.labels_wake = asyncio.Event()
         self.children_wake = asyncio.Event()
         self.poll_wake = asyncio.Event()
+
+    def job_changed(self, event: JobChanged) -> None:
+        """A job moved (from the router): a forge job's label is due, a plan's children may be."""
+        if event.kind not in _FORGE_KINDS:
+            return
+        self.labels_wake.set()
+        if event.kind == "plan" and event.state == JobState.DELIVERED:
+            self.children_wake.set()
 
     async def poll(self) -> None:
         """Hand each due repo to a poll task of its own, every tick."""

@@ -2,7 +2,8 @@
 
 Jobs move through their states by the SQL API (claim_jobs, finish_runs), as a
 listener moves them; the label rounds run as the listener's label loop does
-(tests/forge/loops_support.py). The last test runs a real listener.
+(tests/forge/loops_support.py). The last test runs a real listener, whose label
+loop follows the job's NOTIFY.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import psycopg
 import pytest
 
 from tests.e2e.support import ListenerProcess, wait_until
-from tests.factories import claim_started, finish, pause_lane
+from tests.factories import claim_started, finish
 from tests.fakes.forge import FakeForge, Recorded
 from tests.forge.loops_support import (
     LABEL_TOKEN,
@@ -181,25 +182,44 @@ def test_without_a_label_token_nothing_is_written_with_the_runners(
     assert error is not None and "no label token" in error[0]
 
 
-def test_a_listener_polls_and_mirrors_labels(
+def test_a_listener_polls_and_mirrors_labels_as_the_job_moves(
     db_url: str, conn: psycopg.Connection, fake_forge: FakeForge
 ) -> None:
     add_repo(conn, fake_forge)
-    # Paused lanes: the job stays pending, and the pending label is what shows.
-    for lane in ("claude_code", "opencode"):
-        pause_lane(conn, lane, datetime.now(UTC) + timedelta(hours=1))
     fake_forge.add_issue(fake_forge.repo("acme", "widgets"), "Do", labels=[IMPLEMENT], user="alice")
 
-    listener = ListenerProcess(db_url, "--poll-interval", "0.2").ready()
-    try:
+    # A tick far longer than the test: what follows each move is the NOTIFY
+    # of the job's change. --kind task: the job is moved here, not run there.
+    listener = ListenerProcess(db_url, "--poll-interval", "60", "--kind", "task").ready()
+
+    def shows(label: str) -> None:
         wait_until(
-            lambda: "ceaseless:pending" in labels_of(fake_forge, 1),
-            20,
+            lambda: label in labels_of(fake_forge, 1),
+            15,
             lambda: json.dumps(listener.lines[-20:], default=str),
         )
+
+    try:
+        shows("ceaseless:pending")
+        (job_id,) = [row[0] for row in conn.execute("select id from ceaseless.job").fetchall()]
+        runs = claim_started(conn)
+        shows("ceaseless:running")
+        pr = {
+            "pr_forge": "github",
+            "pr_owner": "acme",
+            "pr_repo": "widgets",
+            "pr_number": 9,
+            "pr_head_branch": f"ceaseless/{job_id}",
+            "pr_url": "https://github.com/acme/widgets/pull/9",
+        }
+        assert finish(conn, runs[job_id], "succeeded", final_message="PR.", **pr) == "delivered"
+        shows("ceaseless:delivered")
+        listener.wait_for_event("forge.label_synced", count=3)
     finally:
         assert listener.stop() == 0
-    assert len(listener.events("forge.polled")) >= 1
-    assert listener.events("forge.label_synced")[0]["label"] == "ceaseless:pending"
+    assert labels_of(fake_forge, 1) == [IMPLEMENT, "ceaseless:delivered"]
+    assert len(listener.events("forge.polled")) == 1
+    synced = [line["label"] for line in listener.events("forge.label_synced")]
+    assert synced == ["ceaseless:pending", "ceaseless:running", "ceaseless:delivered"]
     assert {c.authorization for c in label_calls(fake_forge)} == {f"Bearer {LABEL_TOKEN}"}
     assert not any(RUNNER_TOKEN in json.dumps(line) for line in listener.lines)
