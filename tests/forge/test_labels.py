@@ -201,9 +201,14 @@ def test_a_listener_polls_and_mirrors_labels_as_the_job_moves(
 
     try:
         shows("ceaseless:pending")
+        # Recorded too: until then the mirror holds the job's row a moment,
+        # and a claim (SKIP LOCKED) would pass it by.
+        listener.wait_for_event("forge.label_synced")
         (job_id,) = [row[0] for row in conn.execute("select id from ceaseless.job").fetchall()]
         runs = claim_started(conn)
+        assert list(runs) == [job_id]
         shows("ceaseless:running")
+        listener.wait_for_event("forge.label_synced", count=2)
         pr = {
             "pr_forge": "github",
             "pr_owner": "acme",
