@@ -81,7 +81,10 @@ class Listener:
         self.claimer = Claimer(config, self.db, self.registry, self.ledger, self.recorder)
         self.leases = Leases(config, self.db, self.registry, self.ledger)
         self.maintenance = Maintenance(config, self.db, self.ledger)
-        self.forge = ForgeLoops(self.db, tick=config.poll_interval)
+        # At least half a second: repos are due by the second, and labels and
+        # children are woken by NOTIFY; a listener told to poll for work every
+        # 0.1 s need not ask the forge tables as often.
+        self.forge = ForgeLoops(self.db, tick=max(config.poll_interval, 0.5))
         self.router = Router(self.db, self.registry, self.ledger, self.maintenance)
         self.router.on_job_changed = self.forge.job_changed
         self.notifier = Notifier(
