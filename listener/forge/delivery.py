@@ -19,13 +19,10 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from listener.agents.base import PullRequestRef, RunResult
 from listener.enums import Outcome
-
-if TYPE_CHECKING:
-    from listener.forge.client import ForgeClient
+from listener.forge.client import ForgeClient, ForgeError
 
 # Attempts at the lookup and the pause before each retry (seconds).
 LOOKUP_ATTEMPTS = 3
@@ -62,8 +59,6 @@ async def settle(
     pause: float = LOOKUP_PAUSE,
 ) -> RunResult:
     """The run's result with its pull request from the forge (implement + succeeded only)."""
-    from listener.forge.client import ForgeError
-
     result.pull_request = None
     if kind != "implement" or result.outcome is not Outcome.SUCCEEDED:
         return result

@@ -19,10 +19,8 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from listener.forge.client import ForgeClient
+from listener.forge.client import ForgeClient
 
 TITLE_LIMIT = 1_000
 BODY_LIMIT = 65_536
