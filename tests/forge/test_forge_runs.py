@@ -1,0 +1,300 @@
+"""Forge jobs run by a real listener: a checkout of a local bare repo, fake agents, the fake forge.
+
+Each test tracks a repo whose clone_url is a bare repository in tmp_path and
+whose api_url is the fake forge; the agents are tests/fakes/fake_forge_agent,
+registered as the claude_code and opencode lanes, which really commit, push
+and open pull requests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+
+from tests.e2e.conftest import start_listener  # noqa: F401  (the listener fixture)
+from tests.e2e.support import FAKES, ListenerProcess, wait_until
+from tests.factories import make_agent, make_job
+from tests.fakes.forge import FakeForge
+from tests.forge.test_checkout import make_bare_repo, run_git
+
+RUNNER_TOKEN = "runner-token-0123456789"
+AGENT_TOKEN = "agent-token"
+
+
+@dataclass
+class Setup:
+    repo_id: UUID
+    bare: Path
+    workdir: Path
+    log: Path
+    forge: FakeForge
+
+    def runs(self) -> list[dict[str, Any]]:
+        """What the fake agent saw, one record per run."""
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+
+def lanes(conn: psycopg.Connection, forge: FakeForge, log: Path, mode: str, **env: str) -> None:
+    """Register the claude_code and opencode lanes with the fake forge agent."""
+    for name in ("claude_code", "opencode"):
+        conn.execute("delete from ceaseless.agents where name = %s", (name,))
+        make_agent(
+            conn,
+            name,
+            name,
+            [str(FAKES / "fake_forge_agent")],
+            env={
+                "FAKE_FORGE_AGENT_MODE": mode,
+                "FAKE_FORGE_API": forge.url,
+                "FAKE_FORGE_REPO": "acme/widgets",
+                "FAKE_FORGE_TOKEN": AGENT_TOKEN,
+                "FAKE_FORGE_AGENT_LOG": str(log),
+                **env,
+            },
+            max_attempts=2,
+        )
+
+
+@pytest.fixture
+def setup(
+    conn: psycopg.Connection,
+    fake_forge: FakeForge,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Setup:
+    bare = make_bare_repo(tmp_path)
+    fake_forge.add_repo("acme", "widgets")
+    row = conn.execute(
+        "insert into ceaseless.tracked_repo (forge, owner, repo, api_url, clone_url, "
+        "default_branch, interval_seconds, allowed_authors, enabled) "
+        "values ('github', 'acme', 'widgets', %s, %s, 'main', 300, '{alice}', false) "
+        "returning id",
+        (fake_forge.url, str(bare)),
+    ).fetchone()
+    assert row is not None
+    workdir = tmp_path / "workspace"
+    workdir.mkdir()
+    # The listener inherits the test's environment: its runner token is here.
+    monkeypatch.setenv("CEASELESS_GITHUB_TOKEN", RUNNER_TOKEN)
+    # Retries come back quickly.
+    conn.execute("update ceaseless.settings set value = '1' where key = 'retry_base_secs'")
+    return Setup(row[0], bare, workdir, tmp_path / "agent.jsonl", fake_forge)
+
+
+def forge_job(
+    conn: psycopg.Connection,
+    setup: Setup,
+    kind: str,
+    number: int,
+    *,
+    agent: str = "claude_code",
+    parent: UUID | None = None,
+) -> UUID:
+    """A forge job as the poller's SQL makes one (job.forge/owner/repo/number, payload.forge)."""
+    job = make_job(
+        conn,
+        agent=agent,
+        kind=kind,
+        prompt=f"Work on issue #{number} of acme/widgets.",
+        forge="github",
+        owner="acme",
+        repo="widgets",
+        number=number,
+        parent_job_id=parent,
+        run_after="infinity",
+    )
+    payload = {
+        "forge": {
+            "repo_id": str(setup.repo_id),
+            "api_url": setup.forge.url,
+            "clone_url": str(setup.bare),
+            "default_branch": "main",
+            "branch": f"ceaseless/{job}",
+            "title": "whatever",
+            "html_url": f"https://github.com/acme/widgets/issues/{number}",
+        }
+    }
+    conn.execute(
+        "update ceaseless.job set payload = %s, run_after = now() where id = %s",
+        (json.dumps(payload), job),
+    )
+    return job
+
+
+def wait_finished(conn: psycopg.Connection, job: UUID, timeout: float = 30) -> str:
+    def done() -> bool:
+        row = conn.execute("select finished_at from ceaseless.job where id = %s", (job,))
+        found = row.fetchone()
+        return found is not None and found[0] is not None
+
+    wait_until(done, timeout, f"job {job} did not finish")
+    row = conn.execute("select state from ceaseless.job where id = %s", (job,)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def runs_of(conn: psycopg.Connection, job: UUID) -> list[dict[str, Any]]:
+    cur = conn.execute(
+        "select * from ceaseless.agent_run where job_id = %s order by started_at", (job,)
+    )
+    assert cur.description is not None
+    names = [c.name for c in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def uses_runner_token(authorization: str | None) -> bool:
+    return authorization is not None and authorization.split()[-1] == RUNNER_TOKEN
+
+
+def workspaces(setup: Setup) -> list[Path]:
+    return sorted(p for p in (setup.workdir / "forge").glob("*/*") if p.is_dir())
+
+
+def test_implement_agent_runs_in_a_fresh_checkout_and_its_pull_request_delivers_the_job(
+    conn: psycopg.Connection,
+    setup: Setup,
+    fake_forge: FakeForge,
+    start_listener: Callable[..., ListenerProcess],  # noqa: F811
+) -> None:
+    repo = fake_forge.repo("acme", "widgets")
+    issue = fake_forge.add_issue(
+        repo,
+        "Fix the flux capacitor",
+        "It sparks at 88 mph.",
+        labels=["ceaseless:implement"],
+        user="alice",
+        comments=["Also check the fuse.", "And the manual."],
+    )
+    lanes(conn, fake_forge, setup.log, "implement")
+    job = forge_job(conn, setup, "implement", issue.number)
+    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+
+    assert wait_finished(conn, job) == "delivered"
+
+    (seen,) = setup.runs()
+    branch = f"ceaseless/{job}"
+    # A fresh checkout of main, on the job's branch, inside the listener's workspace.
+    assert seen["branch"] == branch
+    assert seen["head"] == run_git("rev-parse", "main", cwd=setup.bare)
+    assert Path(seen["cwd"]).parent.parent == setup.workdir / "forge"
+    assert Path(seen["cwd"]).parent.name == str(job)
+    assert "README.md" in seen["files"]
+    # The prompt: the job's prompt, the issue's title, body and comments, the branch.
+    prompt = seen["prompt"]
+    assert prompt.startswith(f"Work on issue #{issue.number} of acme/widgets.")
+    for text in ("Fix the flux capacitor", "It sparks at 88 mph.", "Also check the fuse."):
+        assert text in prompt
+    assert "And the manual." in prompt and "Author: alice" in prompt
+    assert f"Branch to push: `{branch}`" in prompt and "Base branch: `main`" in prompt
+    # The forge's text sits between two lines of one random marker.
+    markers = re.findall(r"^UNTRUSTED-FORGE-TEXT-[0-9a-f]{16}$", prompt, re.MULTILINE)
+    assert len(markers) == 2 and markers[0] == markers[1]
+    fenced = prompt.split("\n" + markers[0] + "\n")[1]
+    assert "It sparks at 88 mph." in fenced and "Also check the fuse." in fenced
+    assert '"needs_human"' in prompt and '"children"' not in prompt
+    # The issue was read with the runner's token.
+    reads = fake_forge.requests_to("GET", f"/issues/{issue.number}/comments")
+    assert reads and all(uses_runner_token(r.authorization) for r in reads)
+
+    # The branch reached the bare repo; the pull request is the forge's, all six fields.
+    assert run_git("rev-parse", "--verify", branch, cwd=setup.bare)
+    (pull,) = [i for i in repo.issues.values() if i.pull]
+    (run,) = runs_of(conn, job)
+    assert run["outcome"] == "succeeded"
+    assert (run["pr_forge"], run["pr_owner"], run["pr_repo"]) == ("github", "acme", "widgets")
+    assert run["pr_number"] == pull.number
+    assert run["pr_head_branch"] == branch
+    assert run["pr_url"] == f"https://github.com/acme/widgets/pull/{pull.number}"
+    lookups = fake_forge.requests_to("GET", "/repos/acme/widgets/pulls")
+    assert lookups[-1].query["head"] == [f"acme:{branch}"]
+    assert uses_runner_token(lookups[-1].authorization)
+    # The workspace is gone.
+    assert workspaces(setup) == []
+
+
+def test_failed_run_keeps_its_workspace_when_configured_and_removes_it_otherwise(
+    conn: psycopg.Connection,
+    setup: Setup,
+    fake_forge: FakeForge,
+    start_listener: Callable[..., ListenerProcess],  # noqa: F811
+) -> None:
+    repo = fake_forge.repo("acme", "widgets")
+    issue = fake_forge.add_issue(repo, "Break", "x", labels=["ceaseless:discover"], user="alice")
+    lanes(conn, fake_forge, setup.log, "fail")
+    conn.execute(
+        "update ceaseless.agents set max_attempts = 1 where name in ('claude_code', 'opencode')"
+    )
+    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+
+    removed = forge_job(conn, setup, "discover", issue.number)
+    assert wait_finished(conn, removed) == "failed"
+    assert workspaces(setup) == []
+
+    conn.execute(
+        "insert into ceaseless.settings (key, value) values "
+        "('forge_keep_failed_workspaces', 'true') "
+        "on conflict (key) do update set value = excluded.value"
+    )
+    kept = forge_job(conn, setup, "discover", issue.number)
+    assert wait_finished(conn, kept) == "failed"
+    (workspace,) = workspaces(setup)
+    assert workspace.parent.name == str(kept)
+    assert run_git("branch", "--show-current", cwd=workspace) == f"ceaseless/{kept}"
+
+
+def test_a_forge_that_cannot_be_reached_fails_the_run_before_the_agent_starts(
+    conn: psycopg.Connection,
+    setup: Setup,
+    fake_forge: FakeForge,
+    start_listener: Callable[..., ListenerProcess],  # noqa: F811
+) -> None:
+    repo = fake_forge.repo("acme", "widgets")
+    issue = fake_forge.add_issue(repo, "Anything", "x", labels=["ceaseless:plan"], user="alice")
+    lanes(conn, fake_forge, setup.log, "done")
+    repo.fail = True
+    job = forge_job(conn, setup, "plan", issue.number)
+    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+
+    assert wait_finished(conn, job) == "failed"
+    runs = runs_of(conn, job)
+    assert len(runs) == 2  # retried per max_attempts
+    for run in runs:
+        assert run["outcome"] == "failed"
+        assert "preparing the forge job failed" in run["error"]
+        assert "500" in run["error"] and RUNNER_TOKEN not in run["error"]
+    assert setup.runs() == []  # the agent never started
+    assert workspaces(setup) == []
+
+
+def test_a_clone_that_fails_is_a_failed_run_with_the_reason(
+    conn: psycopg.Connection,
+    setup: Setup,
+    fake_forge: FakeForge,
+    start_listener: Callable[..., ListenerProcess],  # noqa: F811
+) -> None:
+    repo = fake_forge.repo("acme", "widgets")
+    issue = fake_forge.add_issue(repo, "Anything", "x", labels=["ceaseless:plan"], user="alice")
+    lanes(conn, fake_forge, setup.log, "done")
+    job = forge_job(conn, setup, "plan", issue.number)
+    conn.execute(
+        "update ceaseless.job set payload = jsonb_set(payload, '{forge,default_branch}', "
+        "'\"trunk\"') where id = %s",
+        (job,),
+    )
+    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+
+    assert wait_finished(conn, job) == "failed"
+    run = runs_of(conn, job)[-1]
+    assert "preparing the forge job failed: clone of trunk" in run["error"]
+    assert setup.runs() == []
+    assert workspaces(setup) == []
