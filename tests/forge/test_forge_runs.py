@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,8 @@ class Setup:
     workdir: Path
     log: Path
     forge: FakeForge
+    kind: str  # github | gitea
+    api_url: str
 
     def runs(self) -> list[dict[str, Any]]:
         """What the fake agent saw, one record per run."""
@@ -44,7 +48,7 @@ class Setup:
         return [json.loads(line) for line in self.log.read_text().splitlines()]
 
 
-def lanes(conn: psycopg.Connection, forge: FakeForge, log: Path, mode: str, **env: str) -> None:
+def lanes(conn: psycopg.Connection, setup: Setup, mode: str, **env: str) -> None:
     """Register the claude_code and opencode lanes with the fake forge agent."""
     for name in ("claude_code", "opencode"):
         conn.execute("delete from ceaseless.agents where name = %s", (name,))
@@ -55,10 +59,10 @@ def lanes(conn: psycopg.Connection, forge: FakeForge, log: Path, mode: str, **en
             [str(FAKES / "fake_forge_agent")],
             env={
                 "FAKE_FORGE_AGENT_MODE": mode,
-                "FAKE_FORGE_API": forge.url,
+                "FAKE_FORGE_API": setup.api_url,
                 "FAKE_FORGE_REPO": "acme/widgets",
                 "FAKE_FORGE_TOKEN": AGENT_TOKEN,
-                "FAKE_FORGE_AGENT_LOG": str(log),
+                "FAKE_FORGE_AGENT_LOG": str(setup.log),
                 **env,
             },
             max_attempts=2,
@@ -71,24 +75,29 @@ def setup(
     fake_forge: FakeForge,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> Setup:
+    """A tracked repo acme/widgets on the fake GitHub (or Gitea, by indirect parameter)."""
+    kind = getattr(request, "param", "github")
+    api_url = fake_forge.url if kind == "github" else fake_forge.gitea_url
     bare = make_bare_repo(tmp_path)
     fake_forge.add_repo("acme", "widgets")
     row = conn.execute(
         "insert into ceaseless.tracked_repo (forge, owner, repo, api_url, clone_url, "
         "default_branch, interval_seconds, allowed_authors, enabled) "
-        "values ('github', 'acme', 'widgets', %s, %s, 'main', 300, '{alice}', false) "
+        "values (%s, 'acme', 'widgets', %s, %s, 'main', 300, '{alice}', false) "
         "returning id",
-        (fake_forge.url, str(bare)),
+        (kind, api_url, str(bare)),
     ).fetchone()
     assert row is not None
     workdir = tmp_path / "workspace"
     workdir.mkdir()
     # The listener inherits the test's environment: its runner token is here.
     monkeypatch.setenv("CEASELESS_GITHUB_TOKEN", RUNNER_TOKEN)
+    monkeypatch.setenv("CEASELESS_GITEA_TOKEN", RUNNER_TOKEN)
     # Retries come back quickly.
     conn.execute("update ceaseless.settings set value = '1' where key = 'retry_base_secs'")
-    return Setup(row[0], bare, workdir, tmp_path / "agent.jsonl", fake_forge)
+    return Setup(row[0], bare, workdir, tmp_path / "agent.jsonl", fake_forge, kind, api_url)
 
 
 def forge_job(
@@ -106,7 +115,7 @@ def forge_job(
         agent=agent,
         kind=kind,
         prompt=f"Work on issue #{number} of acme/widgets.",
-        forge="github",
+        forge=setup.kind,
         owner="acme",
         repo="widgets",
         number=number,
@@ -116,7 +125,7 @@ def forge_job(
     payload = {
         "forge": {
             "repo_id": str(setup.repo_id),
-            "api_url": setup.forge.url,
+            "api_url": setup.api_url,
             "clone_url": str(setup.bare),
             "default_branch": "main",
             "branch": f"ceaseless/{job}",
@@ -175,7 +184,7 @@ def test_implement_agent_runs_in_a_fresh_checkout_and_its_pull_request_delivers_
         user="alice",
         comments=["Also check the fuse.", "And the manual."],
     )
-    lanes(conn, fake_forge, setup.log, "implement")
+    lanes(conn, setup, "implement")
     job = forge_job(conn, setup, "implement", issue.number)
     start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
 
@@ -230,7 +239,7 @@ def test_failed_run_keeps_its_workspace_when_configured_and_removes_it_otherwise
 ) -> None:
     repo = fake_forge.repo("acme", "widgets")
     issue = fake_forge.add_issue(repo, "Break", "x", labels=["ceaseless:discover"], user="alice")
-    lanes(conn, fake_forge, setup.log, "fail")
+    lanes(conn, setup, "fail")
     conn.execute(
         "update ceaseless.agents set max_attempts = 1 where name in ('claude_code', 'opencode')"
     )
@@ -260,7 +269,7 @@ def test_a_forge_that_cannot_be_reached_fails_the_run_before_the_agent_starts(
 ) -> None:
     repo = fake_forge.repo("acme", "widgets")
     issue = fake_forge.add_issue(repo, "Anything", "x", labels=["ceaseless:plan"], user="alice")
-    lanes(conn, fake_forge, setup.log, "done")
+    lanes(conn, setup, "done")
     repo.fail = True
     job = forge_job(conn, setup, "plan", issue.number)
     start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
@@ -284,7 +293,7 @@ def test_a_clone_that_fails_is_a_failed_run_with_the_reason(
 ) -> None:
     repo = fake_forge.repo("acme", "widgets")
     issue = fake_forge.add_issue(repo, "Anything", "x", labels=["ceaseless:plan"], user="alice")
-    lanes(conn, fake_forge, setup.log, "done")
+    lanes(conn, setup, "done")
     job = forge_job(conn, setup, "plan", issue.number)
     conn.execute(
         "update ceaseless.job set payload = jsonb_set(payload, '{forge,default_branch}', "
@@ -298,3 +307,72 @@ def test_a_clone_that_fails_is_a_failed_run_with_the_reason(
     assert "preparing the forge job failed: clone of trunk" in run["error"]
     assert setup.runs() == []
     assert workspaces(setup) == []
+
+
+@pytest.mark.parametrize("setup", ["gitea"], indirect=True)
+def test_a_gitea_pull_request_is_looked_up_by_base_and_head(
+    conn: psycopg.Connection,
+    setup: Setup,
+    fake_forge: FakeForge,
+    start_listener: Callable[..., ListenerProcess],  # noqa: F811
+) -> None:
+    repo = fake_forge.repo("acme", "widgets")
+    issue = fake_forge.add_issue(repo, "Port it", "to Gitea", labels=["impl"], user="alice")
+    lanes(conn, setup, "implement")
+    job = forge_job(conn, setup, "implement", issue.number)
+    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+
+    assert wait_finished(conn, job) == "delivered"
+    branch = f"ceaseless/{job}"
+    (pull,) = [i for i in repo.issues.values() if i.pull]
+    (run,) = runs_of(conn, job)
+    assert (run["pr_forge"], run["pr_number"], run["pr_head_branch"]) == (
+        "gitea",
+        pull.number,
+        branch,
+    )
+    assert run["pr_url"].endswith(f"/{pull.number}")
+    (lookup,) = [r for r in fake_forge.requests if r.path.endswith(f"/pulls/main/{branch}")]
+    assert lookup.gitea and uses_runner_token(lookup.authorization)
+
+
+def test_a_cancel_during_the_clone_stops_git_at_once(
+    conn: psycopg.Connection,
+    setup: Setup,
+    fake_forge: FakeForge,
+    start_listener: Callable[..., ListenerProcess],  # noqa: F811
+) -> None:
+    repo = fake_forge.repo("acme", "widgets")
+    issue = fake_forge.add_issue(repo, "Slow", "x", labels=["ceaseless:plan"], user="alice")
+    lanes(conn, setup, "done")
+    # A git server that accepts the clone's connection and never answers.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    silent.settimeout(20)
+    try:
+        job = forge_job(conn, setup, "plan", issue.number)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/slow.git"
+        conn.execute(
+            "update ceaseless.job set payload = jsonb_set(payload, '{forge,clone_url}', %s) "
+            "where id = %s",
+            (json.dumps(url), job),
+        )
+        start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+        connection, _ = silent.accept()  # git is cloning
+        started = time.monotonic()
+        conn.execute("select ceaseless.cancel_job(%s)", (job,))
+        connection.settimeout(10)
+        try:
+            # git (and its remote helper) killed: the connection is closed.
+            while connection.recv(4096):
+                pass
+        except ConnectionResetError:
+            pass
+        assert time.monotonic() - started < 5
+        connection.close()
+    finally:
+        silent.close()
+    assert wait_finished(conn, job) == "cancelled"
+    wait_until(lambda: workspaces(setup) == [], 5, "the half-made workspace was left behind")
+    assert setup.runs() == []
