@@ -276,7 +276,7 @@ class ForgeClient:
         except TimeoutError:
             raise ForgeError(f"{shown}: no answer within {self._timeout:g} s") from None
         except aiohttp.ClientError as exc:
-            reason = self._redact(type(exc).__name__)
+            reason = self._redact(f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT])
             raise ForgeError(f"{shown}: connection failed ({reason})") from None
         if status not in ok:
             self._refuse(shown, status, raw, answer_headers)
@@ -321,7 +321,7 @@ class ForgeClient:
             answer = await self._call("GET", url)
             if not isinstance(answer.data, list):
                 raise ForgeError(f"GET {self._shown(url)}: expected a list")
-            items.extend(answer.data)
+            items.extend(doc for doc in answer.data if isinstance(doc, dict))
             url = answer.next_url
         return items
 
@@ -337,22 +337,21 @@ class ForgeClient:
             params["type"] = "issues"
         else:
             params |= {"sort": "updated", "direction": "desc"}
-        url: str | None = self._url("/issues", {**params, **self._page_params()})
-        assert url is not None
-        first = await self._call("GET", url, etag=etag, ok=(200, 304))
-        new_etag = first.headers.get("ETag") or etag
-        if first.status == 304:
+        url = self._url("/issues", {**params, **self._page_params()})
+        answer = await self._call("GET", url, etag=etag, ok=(200, 304))
+        new_etag = answer.headers.get("ETag") or etag
+        if answer.status == 304:
             return Listing(None, new_etag)
         issues: list[dict[str, Any]] = []
-        answer: _Answer | None = first
-        for _ in range(MAX_PAGES):
-            if answer is None:
-                break
+        for page in range(1, MAX_PAGES + 1):
             if not isinstance(answer.data, list):
-                raise ForgeError(f"GET {self._shown(url or '')}: expected a list")
+                raise ForgeError(f"GET {self._shown(url)}: expected a list")
             issues.extend(_listed(doc) for doc in answer.data if not _is_pull(doc))
+            if answer.next_url is None or page == MAX_PAGES:
+                # Past MAX_PAGES the least recently updated issues are left out.
+                break
             url = answer.next_url
-            answer = await self._call("GET", url) if url else None
+            answer = await self._call("GET", url)
         return Listing(issues, new_etag)
 
     async def issue(self, number: int) -> Issue:
