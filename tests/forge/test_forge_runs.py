@@ -27,8 +27,8 @@ from tests.factories import make_agent, make_job
 from tests.fakes.forge import FakeForge
 from tests.forge.test_checkout import make_bare_repo, run_git
 
-RUNNER_TOKEN = "runner-token-0123456789"
-AGENT_TOKEN = "agent-token"
+RUNNER_TOKEN = "tok-runner"  # the fake forge's ceaseless-bot
+AGENT_TOKEN = "tok-agent"
 
 
 @dataclass
@@ -82,6 +82,8 @@ def setup(
     api_url = fake_forge.url if kind == "github" else fake_forge.gitea_url
     bare = make_bare_repo(tmp_path)
     fake_forge.add_repo("acme", "widgets")
+    # The agent opens its pull request as an identity of its own.
+    fake_forge.tokens[AGENT_TOKEN] = "fake-agent"
     row = conn.execute(
         "insert into ceaseless.tracked_repo (forge, owner, repo, api_url, clone_url, "
         "default_branch, interval_seconds, allowed_authors, enabled) "
