@@ -151,6 +151,10 @@ def _workspace_section(assignment: Assignment) -> str:
             "",
             f"Branch to push: `{assignment.branch}`",
             f"Base branch: `{assignment.base_branch}`",
+            "",
+            "The branch belongs to this job alone. An earlier attempt of the job may have pushed "
+            "it already; this attempt starts afresh from the base branch and replaces it "
+            f"(`git push --force origin {assignment.branch}`).",
         ]
     )
 

@@ -48,9 +48,11 @@ class Setup:
         return [json.loads(line) for line in self.log.read_text().splitlines()]
 
 
-def lanes(conn: psycopg.Connection, setup: Setup, mode: str, **env: str) -> None:
+def lanes(
+    conn: psycopg.Connection, setup: Setup, mode: str, opencode_mode: str | None = None, **env: str
+) -> None:
     """Register the claude_code and opencode lanes with the fake forge agent."""
-    for name in ("claude_code", "opencode"):
+    for name, lane_mode in (("claude_code", mode), ("opencode", opencode_mode or mode)):
         conn.execute("delete from ceaseless.agents where name = %s", (name,))
         make_agent(
             conn,
@@ -58,7 +60,7 @@ def lanes(conn: psycopg.Connection, setup: Setup, mode: str, **env: str) -> None
             name,
             [str(FAKES / "fake_forge_agent")],
             env={
-                "FAKE_FORGE_AGENT_MODE": mode,
+                "FAKE_FORGE_AGENT_MODE": lane_mode,
                 "FAKE_FORGE_API": setup.api_url,
                 "FAKE_FORGE_REPO": "acme/widgets",
                 "FAKE_FORGE_TOKEN": AGENT_TOKEN,
