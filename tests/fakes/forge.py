@@ -4,14 +4,17 @@ Started by the ``fake_forge`` fixture (tests/conftest.py) on 127.0.0.1 with a
 port of its own; it holds repositories, issues, labels, comments and pull
 requests in memory and answers the calls the forge clients make:
 
-    GET    /repos/{owner}/{repo}/issues                     list (labels, state, per_page, page)
+    GET    /repos/{owner}/{repo}/issues                     list (labels, state, sort, direction,
+                                                            per_page, page)
     POST   /repos/{owner}/{repo}/issues                     create
     GET    /repos/{owner}/{repo}/issues/{number}            get
     GET    /repos/{owner}/{repo}/issues/{number}/comments   list comments
+    GET    /repos/{owner}/{repo}/issues/{number}/events     "labeled" / "unlabeled" events
     POST   /repos/{owner}/{repo}/issues/{number}/labels     add labels
     PUT    /repos/{owner}/{repo}/issues/{number}/labels     set labels
     DELETE /repos/{owner}/{repo}/issues/{number}/labels/{name}
     GET    /repos/{owner}/{repo}/labels                     the repository's labels
+    POST   /repos/{owner}/{repo}/labels                     create a label
     GET    /repos/{owner}/{repo}/pulls                      list (head, state, base, per_page, page)
     POST   /repos/{owner}/{repo}/pulls                      create
 
@@ -29,6 +32,14 @@ What a test can rely on:
   ``pull_request`` field) and issues and pull requests share one number sequence;
 - ``requests`` records every request (method, path, query, Authorization
   header, JSON body), so a test can say which token set a label;
+- ``tokens`` maps a token to a login (``tok-runner`` is ``ceaseless-bot``,
+  ``tok-label`` is ``ceaseless-labels``): issues, pull requests and label
+  events created with a token carry its login; an unknown token is answered
+  401 (either scheme, ``Bearer`` or ``token``); no Authorization header reads
+  anonymously and may not write;
+- label changes are recorded as events with their actor (``label_issue`` and
+  ``unlabel_issue`` let a test say who labelled an issue), served as GitHub's
+  issue events and as Gitea's timeline (type ``label``, body ``"1"`` added);
 - controls per repository: ``fail`` (500), ``hang`` (no answer until the
   fake stops or ``release`` is called), ``rate_limit`` (403 or 429 with
   ``x-ratelimit-remaining: 0``, ``x-ratelimit-reset`` and ``Retry-After``) and
@@ -39,7 +50,9 @@ GitHub's for these calls). What differs, and is handled: Gitea pages with
 ``limit`` where GitHub has ``per_page`` and sends ``X-Total-Count``; its
 label calls take label ids (add and set also take names, as Gitea 1.20+ does)
 and remove a label by id; it has no ``head`` filter on the pull list, so a
-client looks a pull request up with ``GET /repos/{owner}/{repo}/pulls/{base}/{head}``.
+client looks a pull request up with ``GET /repos/{owner}/{repo}/pulls/{base}/{head}``
+(the head may hold slashes: Gitea's route is ``/pulls/{base}/*``); who added a
+label is in ``GET /repos/{owner}/{repo}/issues/{number}/timeline``.
 Gitea requests are checked only for undeclared query parameters: there is no
 official Gitea description in this suite.
 """
@@ -93,6 +106,8 @@ class Issue:
     created_at: str = field(default_factory=_now)
     updated_at: str = field(default_factory=_now)
     pull: dict[str, Any] | None = None  # head / base / draft for a pull request
+    # Label additions and removals, oldest first: {"id", "added", "label", "actor", "created_at"}.
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -107,7 +122,8 @@ class Repo:
     fail: bool = False
     hang: bool = False
     bad_json: bool = False
-    rate_limit: tuple[int, int, int] | None = None  # status, reset epoch, retry-after
+    # status, reset epoch, retry-after seconds (None: no Retry-After header)
+    rate_limit: tuple[int, int, int | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +144,13 @@ class FakeForge:
     def __init__(self, description: Description, user: str = "ceaseless-bot") -> None:
         self.description = description
         self.user = user
+        # Token -> login: who a request with ``Authorization: Bearer|token <token>``
+        # acts as. An unknown token is answered 401; no header at all reads
+        # anonymously and may not write.
+        self.tokens: dict[str, str] = {
+            "tok-runner": "ceaseless-bot",
+            "tok-label": "ceaseless-labels",
+        }
         self.repos: dict[tuple[str, str], Repo] = {}
         self.requests: list[Recorded] = []
         self.violations: list[str] = []
@@ -196,11 +219,67 @@ class FakeForge:
         with self._lock:
             for name in labels or []:
                 self.label(repo, name)
-            issue = Issue(len(repo.issues) + 1, title, body, user, list(labels or []), state)
+            issue = Issue(len(repo.issues) + 1, title, body, user, [], state)
+            self._set_labels(issue, list(labels or []), user)
             for text in comments or []:
                 issue.comments.append(self._comment(repo, issue, text, user))
             repo.issues[issue.number] = issue
             return issue
+
+    def add_pull(
+        self,
+        repo: Repo,
+        head: str,
+        base: str = "main",
+        *,
+        title: str | None = None,
+        body: str | None = None,
+        user: str = "ceaseless-bot",
+        draft: bool = False,
+        state: str = "open",
+    ) -> Issue:
+        """A pull request from branch ``head`` (of this repo) into ``base``."""
+        with self._lock:
+            issue = self.add_issue(repo, title or head, body, user=user, state=state)
+            issue.pull = {
+                "head": head,
+                "base": base,
+                "draft": draft,
+                "head_sha": hashlib.sha1(f"{repo.id}:{head}".encode()).hexdigest(),
+            }
+            return issue
+
+    def label_issue(self, repo: Repo, issue: Issue, name: str, by: str) -> None:
+        """Add a label to an issue as ``by`` did (a "labeled" event names them)."""
+        with self._lock:
+            self.label(repo, name)
+            if name not in issue.labels:
+                self._set_labels(issue, [*issue.labels, name], by)
+
+    def unlabel_issue(self, issue: Issue, name: str, by: str) -> None:
+        """Remove a label as ``by`` did (an "unlabeled" event)."""
+        with self._lock:
+            self._set_labels(issue, [n for n in issue.labels if n != name], by)
+
+    def _set_labels(self, issue: Issue, names: list[str], actor: str) -> None:
+        """The issue's labels become ``names``; each addition and removal is an event."""
+        for added, changed in (
+            (False, [n for n in issue.labels if n not in names]),
+            (True, [n for n in names if n not in issue.labels]),
+        ):
+            for name in changed:
+                issue.events.append(
+                    {
+                        "id": self._next_id(),
+                        "added": added,
+                        "label": name,
+                        "actor": actor,
+                        "created_at": _now(),
+                    }
+                )
+        if names != issue.labels:
+            issue.labels = names
+            issue.updated_at = _now()
 
     def _comment(self, repo: Repo, issue: Issue, text: str, user: str) -> dict[str, Any]:
         cid = self._next_id()
@@ -285,6 +364,37 @@ class FakeForge:
             }
         return doc
 
+    def _event_json(self, repo: Repo, issue: Issue, event: dict[str, Any]) -> dict[str, Any]:
+        """A GitHub issue event ("labeled" / "unlabeled")."""
+        label = self.label(repo, event["label"])
+        return {
+            "id": event["id"],
+            "node_id": f"LE_{event['id']}",
+            "url": f"{self.url}/repos/{repo.owner}/{repo.name}/issues/events/{event['id']}",
+            "actor": self._user(event["actor"]),
+            "event": "labeled" if event["added"] else "unlabeled",
+            "commit_id": None,
+            "commit_url": None,
+            "created_at": event["created_at"],
+            "performed_via_github_app": None,
+            "label": {"name": label.name, "color": label.color},
+        }
+
+    def _timeline_json(self, repo: Repo, issue: Issue, event: dict[str, Any]) -> dict[str, Any]:
+        """A Gitea timeline comment of type "label": body "1" added it, "" removed it."""
+        html = f"https://gitea.example/{repo.owner}/{repo.name}/issues/{issue.number}"
+        return {
+            "id": event["id"],
+            "type": "label",
+            "body": "1" if event["added"] else "",
+            "user": self._user(event["actor"]),
+            "label": self._label_json(repo, self.label(repo, event["label"])),
+            "created_at": event["created_at"],
+            "updated_at": event["created_at"],
+            "html_url": f"{html}#issuecomment-{event['id']}",
+            "issue_url": html,
+        }
+
     def _pull_json(self, repo: Repo, issue: Issue) -> dict[str, Any]:
         assert issue.pull is not None
         api = f"{self.url}/repos/{repo.owner}/{repo.name}"
@@ -328,6 +438,7 @@ class _Reply(Exception):
 class _Handler(BaseHTTPRequestHandler):
     forge: FakeForge
     protocol_version = "HTTP/1.1"
+    login: str | None = None  # who the current request acts as; None: anonymous
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: pytest shows failures
         return
@@ -376,6 +487,7 @@ class _Handler(BaseHTTPRequestHandler):
                         forge.violations.extend(reasons)
                     raise _Reply(400, {"message": "; ".join(reasons)})
                 route = path
+            self.login = self._authenticate(method)
             status, document, headers = self._route(method, route, query, body, gitea)
         except _Reply as reply:
             status, document, headers = reply.status, reply.document, reply.headers
@@ -388,6 +500,20 @@ class _Handler(BaseHTTPRequestHandler):
                     with forge._lock:
                         forge.violations.extend(f"the fake answered: {p}" for p in problems)
         self._send(status, document, headers)
+
+    def _authenticate(self, method: str) -> str | None:
+        """The login the request's token belongs to; 401 for an unknown token or an
+        anonymous write. Both forges take either scheme, ``Bearer`` or ``token``."""
+        header = self.headers.get("Authorization")
+        if header is None:
+            if method != "GET":
+                raise _Reply(401, {"message": "Requires authentication"})
+            return None
+        scheme, _, token = header.partition(" ")
+        login = self.forge.tokens.get(token.strip())
+        if scheme.lower() not in ("bearer", "token") or login is None:
+            raise _Reply(401, {"message": "Bad credentials"})
+        return login
 
     def _check_gitea(self, method: str, route: str, query: dict[str, list[str]]) -> None:
         last = route.rstrip("/").split("/")[-1]
@@ -441,16 +567,14 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Reply(504, {"message": "the fake forge was released"})
         if repo.rate_limit is not None:
             status, reset, retry_after = repo.rate_limit
-            raise _Reply(
-                status,
-                {"message": "API rate limit exceeded"},
-                {
-                    "x-ratelimit-limit": "5000",
-                    "x-ratelimit-remaining": "0",
-                    "x-ratelimit-reset": str(reset),
-                    "Retry-After": str(retry_after),
-                },
-            )
+            headers = {
+                "x-ratelimit-limit": "5000",
+                "x-ratelimit-remaining": "0",
+                "x-ratelimit-reset": str(reset),
+            }
+            if retry_after is not None:
+                headers["Retry-After"] = str(retry_after)
+            raise _Reply(status, {"message": "API rate limit exceeded"}, headers)
         if repo.fail:
             raise _Reply(500, {"message": "Server Error"})
         if repo.bad_json:
@@ -476,13 +600,20 @@ class _Handler(BaseHTTPRequestHandler):
             case ("GET", ["issues", number, "comments"]):
                 issue = self._issue(repo, number)
                 return self._page(issue.comments, query, gitea)
+            case ("GET", ["issues", number, "events"]) if not gitea:
+                issue = self._issue(repo, number)
+                events = [forge._event_json(repo, issue, e) for e in issue.events]
+                return self._page(events, query, gitea)
+            case ("GET", ["issues", number, "timeline"]) if gitea:
+                issue = self._issue(repo, number)
+                events = [forge._timeline_json(repo, issue, e) for e in issue.events]
+                return self._page(events, query, gitea)
             case ("POST" | "PUT", ["issues", number, "labels"]):
                 issue = self._issue(repo, number)
                 names = self._label_names(repo, body, gitea)
                 if method == "POST":
                     names = issue.labels + [n for n in names if n not in issue.labels]
-                issue.labels = names
-                issue.updated_at = _now()
+                forge._set_labels(issue, names, self._actor())
                 return 200, [forge._label_json(repo, repo.labels[n]) for n in issue.labels], {}
             case ("DELETE", ["issues", number, "labels", name]):
                 issue = self._issue(repo, number)
@@ -490,17 +621,20 @@ class _Handler(BaseHTTPRequestHandler):
                     name = self._label_by_id(repo, name).name
                 if name not in issue.labels:
                     raise _Reply(404, {"message": "Label does not exist"})
-                issue.labels.remove(name)
-                issue.updated_at = _now()
+                forge._set_labels(issue, [n for n in issue.labels if n != name], self._actor())
                 if gitea:
                     return 204, None, {}
                 return 200, [forge._label_json(repo, repo.labels[n]) for n in issue.labels], {}
             case ("GET", ["labels"]):
                 labels = [forge._label_json(repo, lb) for lb in repo.labels.values()]
                 return self._page(labels, query, gitea)
+            case ("POST", ["labels"]):
+                return 201, forge._label_json(repo, self._create_label(repo, body)), {}
             case ("GET", ["pulls"]):
                 return self._list_pulls(repo, query, gitea)
-            case ("GET", ["pulls", base, head]) if gitea:
+            case ("GET", ["pulls", base, *head_parts]) if gitea and head_parts:
+                # Gitea's route is /pulls/{base}/*: a head branch may hold slashes.
+                head = "/".join(head_parts)
                 for issue in repo.issues.values():
                     if issue.pull and issue.pull["base"] == base and issue.pull["head"] == head:
                         return 200, forge._pull_json(repo, issue), {}
@@ -508,6 +642,20 @@ class _Handler(BaseHTTPRequestHandler):
             case ("POST", ["pulls"]):
                 return 201, forge._pull_json(repo, self._create_pull(repo, body)), {}
         raise _Reply(404, {"message": "Not Found"})
+
+    def _actor(self) -> str:
+        return self.login or self.forge.user
+
+    def _create_label(self, repo: Repo, body: Any) -> Label:
+        if not isinstance(body, dict) or not body.get("name"):
+            raise _Reply(422, {"message": "Validation Failed"})
+        name = str(body["name"])
+        if name in repo.labels:
+            raise _Reply(422, {"message": f"label {name} already exists"})
+        label = self.forge.label(repo, name)
+        label.color = str(body.get("color") or label.color).lstrip("#")
+        label.description = body.get("description")
+        return label
 
     def _issue(self, repo: Repo, number: str) -> Issue:
         issue = repo.issues.get(int(number)) if number.isdigit() else None
@@ -542,7 +690,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Reply(422, {"message": "Validation Failed"})
         names = self._label_names(repo, {"labels": body.get("labels", [])}, gitea)
         return self.forge.add_issue(
-            repo, str(body["title"]), body.get("body"), names, user=self.forge.user
+            repo, str(body["title"]), body.get("body"), names, user=self._actor()
         )
 
     def _create_pull(self, repo: Repo, body: Any) -> Issue:
@@ -552,14 +700,15 @@ class _Handler(BaseHTTPRequestHandler):
         for issue in repo.issues.values():
             if issue.pull and issue.pull["head"] == head and issue.state == "open":
                 raise _Reply(422, {"message": f"A pull request already exists for {head}."})
-        issue = self.forge.add_issue(repo, str(body.get("title") or head), body.get("body"))
-        issue.user = self.forge.user
-        issue.pull = {
-            "head": head,
-            "base": str(body["base"]),
-            "draft": bool(body.get("draft", False)),
-            "head_sha": hashlib.sha1(f"{repo.id}:{head}".encode()).hexdigest(),
-        }
+        issue = self.forge.add_pull(
+            repo,
+            head,
+            str(body["base"]),
+            title=str(body.get("title") or head),
+            body=body.get("body"),
+            user=self._actor(),
+            draft=bool(body.get("draft", False)),
+        )
         return issue
 
     def _list_issues(
@@ -568,9 +717,20 @@ class _Handler(BaseHTTPRequestHandler):
         state = query.get("state", ["open"])[0]
         wanted = [n for n in query.get("labels", [""])[0].split(",") if n]
         kind = query.get("type", [""])[0] if gitea else ""
+        # GitHub's defaults: sort=created, direction=desc. Gitea lists newest first.
+        sort = query.get("sort", ["created"])[0]
+        descending = query.get("direction", ["desc"])[0] == "desc"
+
+        def key(i: Issue) -> tuple[Any, int]:
+            if sort == "updated":
+                return (i.updated_at, i.number)
+            if sort == "comments":
+                return (len(i.comments), i.number)
+            return (i.number, i.number)  # numbers are given in order of creation
+
         issues = [
             i
-            for i in sorted(repo.issues.values(), key=lambda i: i.number, reverse=True)
+            for i in sorted(repo.issues.values(), key=key, reverse=descending)
             if (state == "all" or i.state == state)
             and all(n in i.labels for n in wanted)
             and not (kind == "issues" and i.pull)

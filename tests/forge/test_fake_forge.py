@@ -21,8 +21,8 @@ import pytest
 from tests.fakes.forge import FakeForge, check_no_violations, wait_until
 from tests.fakes.github_openapi import Description, DescriptionMissing, description_path
 
-RUNNER = "token runner-token"
-LABELLER = "token label-token"
+RUNNER = "token tok-runner"
+LABELLER = "token tok-label"
 # Read before any test changes HOME (pytester gives its inner run a HOME of its own).
 DESCRIPTION = description_path()
 
@@ -330,10 +330,10 @@ def test_gitea_serves_the_same_shapes_under_api_v1(fake_forge: FakeForge, repo: 
     assert repo.issues[1].labels == ["plan"]
 
     call(f"{api}/pulls", "POST", {"title": "fix", "head": "ceaseless/job-9", "base": "main"})
-    found = call(f"{api}/pulls/main/ceaseless%2Fjob-9")
-    assert found.status == 404  # Gitea's head is one path segment: a branch without '/'
-    call(f"{api}/pulls", "POST", {"title": "fix", "head": "job-9", "base": "main"})
-    assert call(f"{api}/pulls/main/job-9").json()["head"]["ref"] == "job-9"
+    # Gitea's route is /pulls/{base}/*: the head branch may hold slashes.
+    found = call(f"{api}/pulls/main/ceaseless/job-9")
+    assert found.json()["head"]["ref"] == "ceaseless/job-9"
+    assert call(f"{api}/pulls/main/ceaseless/job-8").status == 404
 
     refused = call(f"{api}/issues?per_page=2")
     assert refused.status == 400
@@ -364,3 +364,77 @@ def test_the_description_is_github_and_indexes_the_operations_the_clients_use(
     found = github_description.operation("GET", "/repos/o/r/issues/comments")
     assert found is not None
     assert found[0].template == "/repos/{owner}/{repo}/issues/comments"
+
+
+def test_each_token_acts_as_its_login_and_an_unknown_token_gets_401(
+    fake_forge: FakeForge, repo: Any
+) -> None:
+    api = f"{fake_forge.url}/repos/acme/widgets"
+    created = call(f"{api}/issues", "POST", {"title": "by the bot"}, token="Bearer tok-runner")
+    assert created.json()["user"]["login"] == "ceaseless-bot"
+    number = created.json()["number"]
+    call(f"{api}/issues/{number}/labels", "POST", {"labels": ["x"]}, token="Bearer tok-label")
+    [event] = call(f"{api}/issues/{number}/events").json()
+    assert (event["event"], event["actor"]["login"]) == ("labeled", "ceaseless-labels")
+
+    assert call(f"{api}/issues", token="Bearer tok-stolen").status == 401
+    assert call(f"{api}/issues", token="Basic tok-runner").status == 401
+    anonymous = urllib.request.Request(f"{api}/issues", data=b'{"title": "t"}', method="POST")
+    anonymous.add_header("Content-Type", "application/json")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(anonymous, timeout=5)
+    assert refused.value.code == 401
+    with urllib.request.urlopen(f"{api}/issues", timeout=5) as read:  # anonymous reads work
+        assert read.status == 200
+
+
+def test_label_events_and_gitea_timeline_name_who_added_and_removed_each_label(
+    fake_forge: FakeForge, repo: Any
+) -> None:
+    issue = fake_forge.add_issue(repo, "labelled", labels=["plan"], user="mallory")
+    fake_forge.unlabel_issue(issue, "plan", by="mallory")
+    fake_forge.label_issue(repo, issue, "plan", by="alice")
+
+    events = call(f"{fake_forge.url}/repos/acme/widgets/issues/1/events?per_page=100").json()
+    assert [(e["event"], e["label"]["name"], e["actor"]["login"]) for e in events] == [
+        ("labeled", "plan", "mallory"),
+        ("unlabeled", "plan", "mallory"),
+        ("labeled", "plan", "alice"),
+    ]
+    timeline = call(f"{fake_forge.gitea_url}/repos/acme/widgets/issues/1/timeline?limit=50")
+    assert [(e["type"], e["body"], e["user"]["login"]) for e in timeline.json()] == [
+        ("label", "1", "mallory"),
+        ("label", "", "mallory"),
+        ("label", "1", "alice"),
+    ]
+    assert call(f"{fake_forge.url}/repos/acme/widgets/issues/9/events").status == 404
+
+
+def test_issue_list_sorts_by_updated_or_created_in_either_direction(
+    fake_forge: FakeForge, repo: Any
+) -> None:
+    for n in range(3):
+        fake_forge.add_issue(repo, f"i{n}")
+    repo.issues[1].updated_at = "2099-01-01T00:00:00Z"  # the oldest issue changed last
+    repo.issues[2].state = "closed"
+    api = f"{fake_forge.url}/repos/acme/widgets/issues"
+
+    def numbers(query: str) -> list[int]:
+        return [i["number"] for i in call(f"{api}?{query}").json()]
+
+    assert numbers("sort=updated&direction=desc") == [1, 3]
+    assert numbers("sort=created&direction=asc") == [1, 3]
+    assert numbers("state=all") == [3, 2, 1]
+    assert numbers("state=all&sort=updated&direction=asc") == [2, 3, 1]
+    assert numbers("state=closed") == [2]
+
+
+def test_a_label_is_created_on_either_side(fake_forge: FakeForge, repo: Any) -> None:
+    api = f"{fake_forge.gitea_url}/repos/acme/widgets/labels"
+    created = call(api, "POST", {"name": "ceaseless:running", "color": "#00ff00"})
+    assert created.status == 201
+    assert created.json()["color"] == "00ff00"
+    assert call(api, "POST", {"name": "ceaseless:running", "color": "#00ff00"}).status == 422
+    github = call(f"{fake_forge.url}/repos/acme/widgets/labels", "POST", {"name": "other"})
+    assert github.status == 201
+    assert {lb["name"] for lb in call(api).json()} == {"ceaseless:running", "other"}
