@@ -446,3 +446,187 @@ def test_a_pull_request_lookup_the_forge_keeps_failing_fails_the_run_with_the_re
     assert "could not be asked for the pull request from ceaseless/j into main" in result.error
     assert "3 attempts" in result.error and "HTTP 500" in result.error
     assert len(fake_forge.requests_to("GET", "/repos/acme/widgets/pulls")) == 3
+
+
+def listed(issue: Any) -> dict[str, Any]:
+    """An issue as ForgeClient.list_open_issues reports it (what the poller ingests)."""
+    return {
+        "number": issue.number,
+        "title": issue.title,
+        "author": issue.user,
+        "labels": list(issue.labels),
+        "html_url": f"https://github.com/acme/widgets/issues/{issue.number}",
+        "updated_at": issue.updated_at,
+    }
+
+
+def ingest(conn: psycopg.Connection, setup: Setup, issues: list[Any]) -> dict[int, tuple]:
+    rows = conn.execute(
+        "select number, kind, decision, job_id from ceaseless.ingest_issues(%s, %s)",
+        (setup.repo_id, json.dumps([listed(i) for i in issues])),
+    ).fetchall()
+    return {row[0]: row[1:] for row in rows}
+
+
+def test_an_implement_run_without_a_pull_request_fails_with_the_reason_and_is_retried(
+    conn: psycopg.Connection,
+    setup: Setup,
+    fake_forge: FakeForge,
+    start_listener: Callable[..., ListenerProcess],  # noqa: F811
+) -> None:
+    repo = fake_forge.repo("acme", "widgets")
+    issue = fake_forge.add_issue(repo, "Fix it", "x", labels=["ceaseless:implement"], user="alice")
+    # The agent pushes, opens nothing, and claims a pull request in its reply.
+    lanes(conn, setup, "push_only")
+    job = forge_job(conn, setup, "implement", issue.number)
+    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+
+    assert wait_finished(conn, job) == "failed"
+    runs = runs_of(conn, job)
+    assert len(runs) == 2  # max_attempts
+    branch = f"ceaseless/{job}"
+    for run in runs:
+        assert run["outcome"] == "failed"
+        assert f"no pull request with head branch {branch}" in run["error"]
+        assert "pull/4242" in run["final_message"]  # what the agent said, not believed
+        assert run["pr_number"] is None and run["pr_url"] is None
+    assert run_git("rev-parse", "--verify", branch, cwd=setup.bare)
+    assert not [i for i in repo.issues.values() if i.pull]
+    assert workspaces(setup) == []
+
+
+def test_a_needs_human_block_blocks_the_job_with_the_reason_and_a_notification(
+    conn: psycopg.Connection,
+    setup: Setup,
+    fake_forge: FakeForge,
+    start_listener: Callable[..., ListenerProcess],  # noqa: F811
+) -> None:
+    repo = fake_forge.repo("acme", "widgets")
+    issue = fake_forge.add_issue(
+        repo, "Pick a DB", "x", labels=["ceaseless:implement"], user="alice"
+    )
+    lanes(conn, setup, "needs_human", FAKE_FORGE_AGENT_REASON="Postgres or SQLite?")
+    job = forge_job(conn, setup, "implement", issue.number)
+    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+
+    assert wait_finished(conn, job) == "blocked"
+    (run,) = runs_of(conn, job)
+    assert run["outcome"] == "needs_human"
+    assert "Postgres or SQLite?" in run["error"]
+    row = conn.execute("select last_error from ceaseless.job where id = %s", (job,)).fetchone()
+    assert row is not None and "Postgres or SQLite?" in row[0]
+    (note,) = conn.execute(
+        "select subject, body from ceaseless.notifications "
+        "where source_table = 'job' and source_id = %s",
+        (job,),
+    ).fetchall()
+    assert "Postgres or SQLite?" in note[1]
+
+
+def test_forge_kinds_are_routed_to_their_lanes(
+    conn: psycopg.Connection, setup: Setup, fake_forge: FakeForge
+) -> None:
+    repo = fake_forge.repo("acme", "widgets")
+    lanes(conn, setup, "done")
+    conn.execute(
+        "update ceaseless.tracked_repo set tracking_issue = 1 where id = %s", (setup.repo_id,)
+    )
+    issues = [
+        fake_forge.add_issue(repo, "Tracking", "x", labels=["ceaseless:discover"], user="alice"),
+        fake_forge.add_issue(repo, "Plan it", "x", labels=["ceaseless:plan"], user="alice"),
+        fake_forge.add_issue(repo, "Do it", "x", labels=["ceaseless:implement"], user="alice"),
+    ]
+    decided = ingest(conn, setup, issues)
+    lanes_by_kind = {}
+    for number, (kind, decision, job) in decided.items():
+        assert decision == "created", (number, kind, decision)
+        row = conn.execute(
+            "select kind, agent, parent_job_id from ceaseless.job where id = %s", (job,)
+        ).fetchone()
+        assert row is not None and row[2] is None
+        lanes_by_kind[row[0]] = row[1]
+    assert lanes_by_kind == {
+        "discover": "claude_code",
+        "plan": "claude_code",
+        "implement": "claude_code",
+    }
+
+
+async def create_child_issues(setup: Setup, conn: psycopg.Connection) -> list[UUID]:
+    """What the poller's child-issue loop does: create each due child, then record it."""
+    jobs: list[UUID] = []
+    due = conn.execute(
+        "select id, title, body, marker from ceaseless.child_issues_due(10, now())"
+    ).fetchall()
+    repo = ForgeRepo(setup.kind, setup.api_url, "acme", "widgets")
+    async with ForgeClient(repo, RUNNER_TOKEN, timeout=10) as client:
+        for child_id, title, body, marker in due:
+            created = await client.create_issue(title, f"{body}\n\n{marker}")
+            row = conn.execute(
+                "select ceaseless.record_child_issue(%s, %s, %s)",
+                (child_id, created.number, created.html_url),
+            ).fetchone()
+            assert row is not None
+            jobs.append(row[0])
+    return jobs
+
+
+def test_plan_children_become_implement_jobs_on_the_opencode_lane_once_only(
+    conn: psycopg.Connection,
+    setup: Setup,
+    fake_forge: FakeForge,
+    start_listener: Callable[..., ListenerProcess],  # noqa: F811
+) -> None:
+    repo = fake_forge.repo("acme", "widgets")
+    plan_issue = fake_forge.add_issue(
+        repo,
+        "Config support",
+        "Read and check a config file.",
+        labels=["ceaseless:plan"],
+        user="alice",
+    )
+    lanes(conn, setup, "children", opencode_mode="implement")
+    ((kind, decision, plan),) = ingest(conn, setup, [plan_issue]).values()
+    assert (kind, decision) == ("plan", "created")
+    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+
+    assert wait_finished(conn, plan) == "delivered"
+    (seen,) = setup.runs()
+    assert "```ceaseless" in seen["prompt"] and '"children"' in seen["prompt"]
+    children = conn.execute(
+        "select key, title from ceaseless.forge_child_issue where plan_job_id = %s order by key",
+        (plan,),
+    ).fetchall()
+    assert children == [("k1", "Parse the config"), ("k2", "Validate the config")]
+
+    jobs = asyncio.run(create_child_issues(setup, conn))
+    assert len(jobs) == 2
+    for job in jobs:
+        row = conn.execute(
+            "select kind, agent, parent_job_id from ceaseless.job where id = %s", (job,)
+        ).fetchone()
+        assert row == ("implement", "opencode", plan)
+    # The children run on the opencode lane (its output format), each delivering a PR.
+    for job in jobs:
+        assert wait_finished(conn, job) == "delivered"
+        (run,) = runs_of(conn, job)
+        assert run["agent"] == "opencode" and run["pr_head_branch"] == f"ceaseless/{job}"
+    child_runs = [r for r in setup.runs() if "run" in r["argv"]]
+    assert len(child_runs) == 2
+    assert {r["branch"] for r in child_runs} == {f"ceaseless/{job}" for job in jobs}
+
+    # Retrying the plan reports the same children: no new issue, no new job.
+    issues_before = len(repo.issues)
+    conn.execute("select ceaseless.retry_job(%s)", (plan,))
+    wait_until(lambda: len(runs_of(conn, plan)) == 2, 30, "the plan did not run again")
+    assert wait_finished(conn, plan) == "delivered"
+    count = conn.execute(
+        "select count(*) from ceaseless.forge_child_issue where plan_job_id = %s", (plan,)
+    ).fetchone()
+    assert count == (2,)
+    assert asyncio.run(create_child_issues(setup, conn)) == []
+    implement_jobs = conn.execute(
+        "select count(*) from ceaseless.job where parent_job_id = %s", (plan,)
+    ).fetchone()
+    assert implement_jobs == (2,)
+    assert len(repo.issues) == issues_before
