@@ -70,8 +70,8 @@ class Stopped(Exception):
 
 
 @dataclass(frozen=True)
-class _Plan:
-    """Everything a forge run needs, read and checked before anything is fetched."""
+class _Target:
+    """Where a forge run works: the repo, its issue, the branches, the token and the policy."""
 
     repo: ForgeRepo
     number: int
@@ -96,10 +96,10 @@ async def run_forge_job(
     keep = False
     result: RunResult | None = None
     try:
-        plan = await _plan(job, database)
-        keep = plan.keep_failed
-        prompt = await _until_stopped(stop, _prepare(job, plan, workspace))
-        result = await _deliver(job, plan, await invoke(prompt, str(workspace)))
+        target = await _target(job, database)
+        keep = target.keep_failed
+        prompt = await _until_stopped(stop, _prepare(job, target, workspace))
+        result = await _deliver(job, target, await invoke(prompt, str(workspace)))
     except PreparationFailed as exc:
         log.warning("forge.prepare_failed", job=str(job.id), run=str(run_id), error=str(exc))
         result = RunResult(outcome=Outcome.FAILED, error=f"preparing the forge job failed: {exc}")
@@ -113,21 +113,21 @@ async def run_forge_job(
     return result
 
 
-async def _deliver(job: ClaimedJob, plan: _Plan, result: RunResult) -> RunResult:
+async def _deliver(job: ClaimedJob, target: _Target, result: RunResult) -> RunResult:
     """The result with the forge's pull request (implement runs that succeeded), else none."""
     if job.kind != "implement" or result.outcome is not Outcome.SUCCEEDED:
         result.pull_request = None  # never the agent's word for it
         return result
-    async with ForgeClient(plan.repo, plan.token, timeout=FORGE_TIMEOUT) as client:
+    async with ForgeClient(target.repo, target.token, timeout=FORGE_TIMEOUT) as client:
         return await delivery.settle(
             result,
             kind=job.kind,
             client=client,
-            forge=plan.repo.forge,
-            owner=plan.repo.owner,
-            repo=plan.repo.repo,
-            branch=plan.branch,
-            base=plan.default_branch,
+            forge=target.repo.forge,
+            owner=target.repo.owner,
+            repo=target.repo.repo,
+            branch=target.branch,
+            base=target.default_branch,
         )
 
 
@@ -138,7 +138,7 @@ def _succeeded(kind: str, result: RunResult) -> bool:
     return kind != "implement" or result.pull_request is not None
 
 
-async def _plan(job: ClaimedJob, database: Database) -> _Plan:
+async def _target(job: ClaimedJob, database: Database) -> _Target:
     try:
         context = await database.once(
             "forge_run_context", lambda conn: forge_run_context(conn, job.id)
@@ -148,10 +148,10 @@ async def _plan(job: ClaimedJob, database: Database) -> _Plan:
     spec: Any = job.payload.get("forge")
     if context is None or not isinstance(spec, dict):
         raise PreparationFailed("the job has no forge payload (payload.forge)")
-    return _plan_of(job, context, spec)
+    return _target_of(job, context, spec)
 
 
-def _plan_of(job: ClaimedJob, context: ForgeRunContext, spec: dict[str, Any]) -> _Plan:
+def _target_of(job: ClaimedJob, context: ForgeRunContext, spec: dict[str, Any]) -> _Target:
     missing = [
         name
         for name in ("api_url", "clone_url", "default_branch")
@@ -164,7 +164,7 @@ def _plan_of(job: ClaimedJob, context: ForgeRunContext, spec: dict[str, Any]) ->
         tokens = tokens_for(context.token_source, context.forge, spec["api_url"])
     except TokenSourceError as exc:
         raise PreparationFailed(f"the forge token source is unusable: {exc}") from None
-    return _Plan(
+    return _Target(
         repo=ForgeRepo(context.forge, spec["api_url"], context.owner, context.repo),
         number=int(context.number),
         clone_url=spec["clone_url"],
@@ -175,17 +175,17 @@ def _plan_of(job: ClaimedJob, context: ForgeRunContext, spec: dict[str, Any]) ->
     )
 
 
-async def _prepare(job: ClaimedJob, plan: _Plan, workspace: Path) -> str:
+async def _prepare(job: ClaimedJob, target: _Target, workspace: Path) -> str:
     """Fetch the issue, make the checkout, and return the agent's prompt."""
     try:
-        async with ForgeClient(plan.repo, plan.token, timeout=FORGE_TIMEOUT) as client:
-            issue = await fetch_issue(client, plan.number)
+        async with ForgeClient(target.repo, target.token, timeout=FORGE_TIMEOUT) as client:
+            issue = await fetch_issue(client, target.number)
         await prepare_checkout(
-            clone_url=plan.clone_url,
-            default_branch=plan.default_branch,
-            branch=plan.branch,
+            clone_url=target.clone_url,
+            default_branch=target.default_branch,
+            branch=target.branch,
             directory=workspace,
-            token=plan.token,
+            token=target.token,
         )
     except (ForgeError, CheckoutError) as exc:
         raise PreparationFailed(str(exc)) from None
@@ -193,9 +193,9 @@ async def _prepare(job: ClaimedJob, plan: _Plan, workspace: Path) -> str:
     assignment = Assignment(
         kind=job.kind,
         job_prompt=job.prompt,
-        branch=plan.branch,
-        base_branch=plan.default_branch,
-        repository=f"{plan.repo.owner}/{plan.repo.repo}",
+        branch=target.branch,
+        base_branch=target.default_branch,
+        repository=f"{target.repo.owner}/{target.repo.repo}",
     )
     return compose(assignment, issue)
 
