@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import socket
 import subprocess
@@ -268,3 +269,49 @@ def test_a_workspace_the_agent_made_read_only_is_removed(tmp_path: Path) -> None
     asyncio.run(remove_workspace(path))
     assert not path.exists()
     asyncio.run(remove_workspace(path))  # already gone: fine
+
+
+def _command_lines() -> list[bytes]:
+    lines = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            # Gone since the listing, or not ours to read.
+            with contextlib.suppress(OSError):
+                lines.append((proc / "cmdline").read_bytes())
+    return lines
+
+
+def test_while_git_clones_no_command_line_on_the_host_holds_the_token(tmp_path: Path) -> None:
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    silent.settimeout(20)
+    basic = base64.b64encode(f"x-access-token:{TOKEN}".encode())
+
+    async def clone_and_look() -> list[bytes]:
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/hung.git"
+        clone = asyncio.create_task(
+            prepare_checkout(
+                clone_url=url,
+                default_branch="main",
+                branch="ceaseless/x",
+                directory=tmp_path / "ws-argv",
+                token=TOKEN,
+                clone_timeout=15,
+            )
+        )
+        connection, _ = await asyncio.to_thread(silent.accept)  # git and its helper run now
+        try:
+            return await asyncio.to_thread(_command_lines)
+        finally:
+            clone.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await clone
+            connection.close()
+
+    try:
+        lines = asyncio.run(clone_and_look())
+    finally:
+        silent.close()
+    assert any(b"hung.git" in line for line in lines), "git's own command line was not seen"
+    assert not [line for line in lines if TOKEN.encode() in line or basic in line]
