@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 import typer
 
 from listener import cron
-from listener.cli.common import fail
+from listener.cli.common import Output, OutputOpt, collecting, emitting, fail, table
 
 app = typer.Typer(
     help="Cron schedules: preview the slots a schedule fires at.", no_args_is_help=True
@@ -33,7 +33,12 @@ def upcoming(schedule: str, timezone: str, count: int, after: datetime) -> list[
 
 
 def print_slots(slots: list[datetime], timezone: str) -> None:
+    """One line per slot, local and UTC; with --output json, a `next_slots` section."""
     zone = ZoneInfo(timezone)
+    if collecting():
+        rows = [(slot.astimezone(zone), slot) for slot in slots]
+        table(rows, ["local", "utc"], name="next_slots")  # type: ignore[arg-type]
+        return
     for slot in slots:
         local = slot.astimezone(zone)
         typer.echo(f"{local:%Y-%m-%d %H:%M:%S %Z} ({local:%a})   {slot:%Y-%m-%d %H:%M:%S} UTC")
@@ -62,6 +67,7 @@ def cron_preview(
             "instead of now.",
         ),
     ] = None,
+    output: OutputOpt = Output.TABLE,
 ) -> None:
     """Print the next slots of SCHEDULE in --tz (and in UTC).
 
@@ -77,4 +83,5 @@ def cron_preview(
         raise fail(f"schedule: {exc}") from None
     except ValueError as exc:
         raise fail(f"--after: {after!r} is not an ISO 8601 moment with an offset ({exc})") from None
-    print_slots(slots, tz)
+    with emitting(output):
+        print_slots(slots, tz)

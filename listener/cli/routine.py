@@ -18,7 +18,18 @@ from psycopg import sql
 
 from listener import cron
 from listener.cli import cron as cron_cli
-from listener.cli.common import fail, given, insert, query, table
+from listener.cli.common import (
+    Output,
+    OutputOpt,
+    emitting,
+    fail,
+    given,
+    insert,
+    note,
+    query,
+    record,
+    table,
+)
 
 app = typer.Typer(
     help="Routines (ceaseless.routines): cron, event, webhook and manual triggers.",
@@ -121,33 +132,36 @@ def routine_add(
 
 
 @app.command("list")
-def routine_list() -> None:
+def routine_list(output: OutputOpt = Output.TABLE) -> None:
     """One line per routine (ceaseless.routine_status)."""
     rows = query(
         "select name, user_id, enabled, trigger_type, coalesce(schedule, ''), next_fire_at, "
         "last_status, consecutive_failures, runs_24h, skips_24h from ceaseless.routine_status "
         "order by user_id, name"
     )
-    table(
-        rows,
-        [
-            "name",
-            "user",
-            "enabled",
-            "trigger",
-            "schedule",
-            "next_fire_at",
-            "last",
-            "failures",
-            "runs_24h",
-            "skips_24h",
-        ],
-    )
+    with emitting(output):
+        table(
+            rows,
+            [
+                "name",
+                "user",
+                "enabled",
+                "trigger",
+                "schedule",
+                "next_fire_at",
+                "last",
+                "failures",
+                "runs_24h",
+                "skips_24h",
+            ],
+        )
 
 
 @app.command("show")
-def routine_show(routine: RoutineArg, user: UserOpt = None) -> None:
-    """A routine's configuration, state and its last 10 runs."""
+def routine_show(
+    routine: RoutineArg, user: UserOpt = None, output: OutputOpt = Output.TABLE
+) -> None:
+    """A routine's configuration, state, its last 10 runs and its next cron slots."""
     routine_id = _routine_id(routine, user)
     rows = query(
         "select name, user_id, enabled, agent, trigger_type, trigger_config - 'secret', "
@@ -174,17 +188,17 @@ def routine_show(routine: RoutineArg, user: UserOpt = None) -> None:
         "consecutive_failures",
         "last_error",
     ]
-    for header, value in zip(headers, rows[0], strict=True):
-        typer.echo(f"{header:>22}  {'' if value is None else value}")
-    typer.echo("")
     runs = query(
         "select started_at, trigger_type, status, coalesce(skip_reason, ''), missed_slots, "
         "left(coalesce(result_summary, ''), 60) from ceaseless.routine_runs "
         "where routine_id = %s order by started_at desc limit 10",
         (routine_id,),
     )
-    table(runs, ["started_at", "trigger", "status", "skip", "missed", "summary"])
-    _show_next_slots(routine_id)
+    with emitting(output):
+        record(list(zip(headers, rows[0], strict=True)), name="routine")
+        note("")
+        table(runs, ["started_at", "trigger", "status", "skip", "missed", "summary"], name="runs")
+        _show_next_slots(routine_id)
 
 
 def _show_next_slots(routine_id: str) -> None:
@@ -198,11 +212,11 @@ def _show_next_slots(routine_id: str) -> None:
     if not isinstance(config, dict):
         return
     zone = str(config.get("timezone") or "UTC")
-    typer.echo(f"\nnext slots ({config.get('schedule')}, {zone}):")
+    note(f"\nnext slots ({config.get('schedule')}, {zone}):")
     try:
         slots = cron_cli.upcoming(str(config.get("schedule")), zone, 5, datetime.now(UTC))
     except cron.CronError as exc:
-        typer.echo(f"  none: {exc}")
+        note(f"  none: {exc}")
         return
     cron_cli.print_slots(slots, zone)
 
