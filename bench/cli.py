@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 
-from bench import loops, ours
+from bench import forge, loops, ours
 from bench.report import Row, markdown, write
 from bench.server import Reset, Server, provision
 
@@ -42,6 +42,7 @@ class Sizes:
     loop_nodes: int
     loop_fires: int
     loop_iterations: int
+    forge_issues: int
 
 
 QUICK = Sizes(
@@ -58,6 +59,7 @@ QUICK = Sizes(
     loop_nodes=20,
     loop_fires=3,
     loop_iterations=50,
+    forge_issues=1_000,
 )
 FULL = Sizes(
     runs=3,
@@ -73,6 +75,7 @@ FULL = Sizes(
     loop_nodes=20,
     loop_fires=20,
     loop_iterations=500,
+    forge_issues=5_000,
 )
 
 
@@ -336,6 +339,15 @@ def run(
                     lambda: loops.fire_to_finish(server, sizes.loop_nodes, sizes.loop_fires),
                 ),
                 {"done_p50_ms": "", "done_max_ms": ""},
+            ),
+        )
+        step(
+            "forge intake",
+            lambda: _rows(
+                f"forge intake (a listing of {sizes.forge_issues:,} open issues)",
+                "ceaseless",
+                _repeat(sizes.runs, lambda: forge.intake(server, sizes.forge_issues)),
+                {"first_ms": "", "not_modified_ms": "", "changed_ms": "", "jobs_created": ""},
             ),
         )
         settings = server.settings()

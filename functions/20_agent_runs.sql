@@ -145,6 +145,11 @@ begin
     -- batch (seconds at 2,000).
     target as (
         select x.*, r.run_job_id, r.held, r.repeat, r.refusal, r.job_state,
+               -- A forge run's verdict (73_forge_verdict.sql): a pull
+               -- request, a human, a plan's children. Asked only of
+               -- succeeded forge runs; everything else keeps its outcome.
+               coalesce(v.outcome, x.outcome) as verdict,
+               coalesce(v.error, x.error) as verdict_error,
                -- The reported reset, never further than the ceiling: the
                -- setting is read only for a run that reported one.
                case when x.rate_limit_reset_at is not null
@@ -159,6 +164,7 @@ begin
         from reported x
         left join lateral (
             select r.job_id as run_job_id, j.state as job_state, j.expects_reply,
+                   j.kind as job_kind,
                    -- The fence: open, ours, and the job still ours at this attempt.
                    (r.finished_at is null and r.worker = p_worker
                     and j.state = 'running' and j.claimed_by = p_worker
@@ -179,15 +185,20 @@ begin
             where r.id = x.run_id
             for update of j
         ) r on true
+        left join lateral (
+            select v.outcome, v.error
+            from _forge_verdict(r.run_job_id, r.job_kind, x.final_message, x.pr_number) v
+            where r.job_kind in ('discover', 'plan', 'implement') and x.outcome = 'succeeded'
+        ) v on true
     ),
     finished as (
         update agent_run r
-        set outcome = case when t.empty_reply then 'failed' else t.outcome end,
+        set outcome = case when t.empty_reply then 'failed' else t.verdict end,
             finished_at = p_now,
             ended_by = 'agent',
             exit_status = t.exit_status,
             final_message = t.final_message,
-            error = coalesce(t.error,
+            error = coalesce(t.verdict_error,
                              case when t.empty_reply then 'the agent''s reply was empty' end),
             session_id = case when _session_id_ok(t.session_id) then t.session_id
                               else r.session_id end,
@@ -233,6 +244,7 @@ begin
         update job j
         set state = case
                 when d.outcome = 'succeeded' then 'delivered'
+                when d.outcome = 'needs_human' then 'blocked'
                 when d.outcome in ('budget_exhausted', 'output_budget_exhausted', 'auth_failed')
                     then 'blocked'
                 when d.outcome = 'cancelled' then 'cancelled'
@@ -289,6 +301,20 @@ begin
                m.user_id
         from moved m
         where m.outcome = 'auth_failed'
+        returning 1
+    ),
+    -- A forge run that asked for a human: its job is blocked with the
+    -- reason, and whoever owns it is told, with the query that runs it again.
+    asked_human as (
+        insert into notifications (source_table, source_id, kind, subject, body, user_id)
+        select 'job', m.id, 'attention',
+               format('job %s blocked: the agent asks for a human', m.id),
+               format(E'%s\n\nAnswer on the issue, then run the job again: '
+                      'select ceaseless.retry_job(%L);',
+                      left(coalesce(m.error, 'no reason given'), 2000), m.id),
+               m.user_id
+        from moved m
+        where m.outcome = 'needs_human'
         returning 1
     ),
     -- A rate limit pauses its lane until the latest reset reported, in
@@ -362,6 +388,8 @@ comment on function finish_runs(text, jsonb, timestamptz) is
     'Finish a batch of agent runs and move each job by its outcome (delivered, blocked, '
     'cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, '
     'for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job '
-    'and queues a notification. '
+    'and queues a notification. A succeeded forge run gets its verdict first '
+    '(_forge_verdict: an implement run without a pull request fails, a needs_human block blocks '
+    'the job with a notification, a plan needs a valid children block). '
     'A result for a run that is no longer the reporter''s is kept in late_results, never '
     'written onto the closed run (recorded = false).';

@@ -35,13 +35,15 @@ as $$
         when 'loop_prior_context_chars' then int8range(0, 1000000, '[]')
         -- The floor on a tracked repository's poll interval.
         when 'forge_min_interval_secs' then int8range(1, 86400, '[]')
+        -- Children per plan: each is an issue on the forge and a job.
+        when 'forge_plan_max_children' then int8range(0, 100, '[]')
     end;
 $$;
 
 comment on function _setting_range(text) is
     'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, '
     'webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, '
-    'loop_prior_context_chars, forge_min_interval_secs); NULL for any other key.';
+    'loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children); NULL for any other key.';
 
 create or replace function _tg_settings_validate()
 returns trigger

@@ -390,7 +390,7 @@ comment on function due_repos(timestamptz, integer) is
     'one caller only (SKIP LOCKED), moving their next_poll_at one clamped interval on.';
 
 -- Record a poll's end. Success (p_error NULL): last_polled_at, last_etag
--- (p_etag, NULL when the forge sent none) and the last error cleared. Failure:
+-- (p_etag; NULL keeps the one before) and the last error cleared. Failure:
 -- last_error (first 1000 characters) and last_error_at, the etag kept so the
 -- next poll is still conditional. The next poll is one clamped interval
 -- after p_now, or p_next_poll_at when that is later (a rate limit's reset or
@@ -412,7 +412,8 @@ declare
 begin
     update tracked_repo r
        set last_polled_at = p_now,
-           last_etag = case when p_error is null then p_etag else r.last_etag end,
+           last_etag = case when p_error is null then coalesce(p_etag, r.last_etag)
+                            else r.last_etag end,
            last_error = left(p_error, 1000),
            last_error_at = case when p_error is null then null else p_now end,
            next_poll_at = greatest(p_now + _repo_interval(r), p_next_poll_at)

@@ -139,6 +139,13 @@ grant execute on function
     _repo_interval(tracked_repo)
     to ceaseless_user;
 
+-- The forge lane (72-76_*.sql): a user reads the cached issues and child
+-- issues of its own repos and the pipeline of its own jobs. Intake, verdicts,
+-- children and labels are the listener's (ingest_issues, note_labellers,
+-- child_issues_due, record_child_issue, child_issue_failed, labels_*): not
+-- granted to users.
+grant select on forge_issue, forge_child_issue, forge_pipeline to ceaseless_user;
+
 -- Run observer (59_run_events.sql): run_events, run_snapshot, loop_events and
 -- loop_snapshot read audit_log, which is beyond a user role; they run as the
 -- caller and are granted to no user (listeners and operators have every

@@ -56,6 +56,9 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"
     LEASE_EXPIRED = "lease_expired"
     AUTH_FAILED = "auth_failed"
+    # Decided in SQL, never by an adapter: a forge run whose reply asked for a
+    # human (functions/73_forge_verdict.sql); its job is blocked.
+    NEEDS_HUMAN = "needs_human"
 
 
 class TriggerType(StrEnum):

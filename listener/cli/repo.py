@@ -16,7 +16,6 @@ calls, the same decisions (made by the database), recorded on the repo row.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Annotated
 from uuid import UUID
@@ -25,7 +24,18 @@ import psycopg
 import typer
 from psycopg import sql
 
-from listener.cli.common import fail, given, insert, query, table, url
+from listener.cli.common import (
+    Output,
+    OutputOpt,
+    emitting,
+    fail,
+    given,
+    insert,
+    query,
+    record,
+    table,
+    url,
+)
 from listener.database import Database
 from listener.enums import Forge
 from listener.forge.poller import PollReport, poll_repo
@@ -161,32 +171,33 @@ def repo_add(
 
 
 @app.command("list")
-def repo_list() -> None:
+def repo_list(output: OutputOpt = Output.TABLE) -> None:
     """One line per tracked repo (ceaseless.repo_status)."""
     rows = query(
         "select id, forge, owner || '/' || repo, enabled, quiet_now, interval_used_secs, "
         "last_polled_at, next_poll_at, live_jobs, left(last_error, 60) "
         "from ceaseless.repo_status order by owner, repo, forge"
     )
-    table(
-        rows,
-        [
-            "id",
-            "forge",
-            "repo",
-            "enabled",
-            "quiet_now",
-            "interval",
-            "last_poll",
-            "next_poll",
-            "live_jobs",
-            "last_error",
-        ],
-    )
+    with emitting(output):
+        table(
+            rows,
+            [
+                "id",
+                "forge",
+                "repo",
+                "enabled",
+                "quiet_now",
+                "interval",
+                "last_poll",
+                "next_poll",
+                "live_jobs",
+                "last_error",
+            ],
+        )
 
 
 @app.command("show")
-def repo_show(repo: RepoArg) -> None:
+def repo_show(repo: RepoArg, output: OutputOpt = Output.TABLE) -> None:
     """A tracked repo: where it is, what it listens for, its schedule and its last error."""
     ref = repo_id(repo)
     headers = [
@@ -222,9 +233,8 @@ def repo_show(repo: RepoArg) -> None:
     )
     shown = [("id", ref), *zip(headers, rows[0], strict=True)]
     shown[5:5] = [("clone_url", clone[0][0]), ("default_branch", clone[0][1])]
-    for header, value in shown:
-        text = json.dumps(value) if isinstance(value, list) else value
-        typer.echo(f"{header:>20}  {'' if text is None else text}")
+    with emitting(output):
+        record(shown, name="repo", width=20)
 
 
 def _set_enabled(repo: str, enabled: bool) -> None:

@@ -105,6 +105,7 @@ class Claimer:
                     held,
                     agent,
                     workdir=self._config.workdir,
+                    database=self._db,
                     ledger=self._ledger,
                     recorder=self._recorder,
                 )

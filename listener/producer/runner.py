@@ -15,34 +15,58 @@ from pathlib import Path
 from listener import log
 from listener.agents import adapter_for, run_agent
 from listener.agents.base import AgentConfig, RunResult, Task
+from listener.config import workspace_root
 from listener.context import compose_prompt
+from listener.database import Database
 from listener.enums import Outcome
+from listener.forge.run import FORGE_KINDS, run_forge_job
 from listener.producer.ledger import Held, Ledger, StopReason
 from listener.producer.recorder import Recorder
 from listener.queries.jobs import FinishedRun
 
 
 async def run_held(
-    held: Held, agent: AgentConfig, *, workdir: str | None, ledger: Ledger, recorder: Recorder
+    held: Held,
+    agent: AgentConfig,
+    *,
+    workdir: str | None,
+    database: Database,
+    ledger: Ledger,
+    recorder: Recorder,
 ) -> None:
     job = held.job
-    task = Task(
-        job_id=str(job.id),
-        run_id=str(held.run_id),
-        prompt=compose_prompt(job.prompt, job.payload, Path(workdir or ".")),
-        max_turns=job.max_turns,
-        resume_session_id=job.resume_session_id,
-        cwd=workdir,
-        max_tokens=job.payload.get("max_tokens"),
-    )
-    try:
-        result = await run_agent(
+
+    async def invoke(prompt: str, cwd: str | None) -> RunResult:
+        task = Task(
+            job_id=str(job.id),
+            run_id=str(held.run_id),
+            prompt=prompt,
+            max_turns=job.max_turns,
+            resume_session_id=job.resume_session_id,
+            cwd=cwd,
+            max_tokens=job.payload.get("max_tokens"),
+        )
+        return await run_agent(
             adapter_for(agent.adapter),
             agent,
             task,
             cancel=held.stop,
             on_session=lambda session: recorder.note_session(held.run_id, session),
         )
+
+    try:
+        if job.kind in FORGE_KINDS:
+            result = await run_forge_job(
+                job,
+                held.run_id,
+                root=workspace_root(workdir),
+                database=database,
+                stop=held.stop,
+                invoke=invoke,
+            )
+        else:
+            prompt = compose_prompt(job.prompt, job.payload, Path(workdir or "."))
+            result = await invoke(prompt, workdir)
     except Exception as exc:  # an adapter bug must not strand the run
         result = RunResult(outcome=Outcome.FAILED, error=f"listener error: {exc!r}")
     finally:

@@ -79,4 +79,4 @@ def test_every_numeric_setting_seeded_by_the_migrations_is_in_range(
     ranged = conn.execute(
         "select count(*) from ceaseless.settings where ceaseless._setting_range(key) is not null"
     ).fetchone()
-    assert ranged == (11,)
+    assert ranged == (12,)

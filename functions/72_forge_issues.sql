@@ -1,0 +1,439 @@
+-- Issues into jobs: the rules of the forge lane's intake (spec section 8,
+-- issue part 3).
+--
+-- Called by: the listener's poller (listener/forge/poller.py) after each
+-- listing, and `ceaseless repo poll`.
+-- Guarantees:
+-- - one live job per issue (job_live_issue_idx); a plan or implement job is
+--   created once per issue and kind (run it again with retry_job); a
+--   discover job recurs on the tracking issue, never within
+--   discover_cooldown_secs after the last one finished;
+-- - only issues opened, or labelled, by an allowed author get work;
+-- - ingests of one repo are serialised (its row is locked), so two callers
+--   cannot both decide "no job yet";
+-- - a 304 (no listing) still decides from the cached listing, so discovery
+--   recurs when nothing on the forge changed;
+-- - routing: discover and plan → the claude_code lane, implement →
+--   opencode with a parent job, claude_code without (lanes are agents rows,
+--   repointed by changing them).
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- The lane (an agents row) a forge job of this kind runs on. A child issue's
+-- implementation has been planned already, so it goes to the cheaper lane
+-- that follows instructions; anything else needs the lane that plans.
+create or replace function _forge_lane(p_kind text, p_has_parent boolean)
+returns text
+language sql immutable
+as $$
+    select case when p_kind = 'implement' and p_has_parent then 'opencode'
+                else 'claude_code' end;
+$$;
+
+comment on function _forge_lane(text, boolean) is
+    'The agents row a forge job runs on: discover and plan → claude_code; implement → opencode '
+    'when it has a parent job (a plan''s child), claude_code otherwise.';
+
+-- The job's own prompt: what to do, in one line. The listener adds the
+-- issue's title, body and comments (fetched when the job runs, marked as
+-- text from the forge), the branch and the reply formats
+-- (listener/forge/prompt.py).
+create or replace function _forge_job_prompt(
+    p_kind text, p_repo tracked_repo, p_number bigint
+)
+returns text
+language sql immutable
+as $$
+    select format(
+        case p_kind
+            when 'discover' then
+                'Discovery for %1$s/%2$s: read tracking issue #%3$s and the repository, and '
+                'report the work you find.'
+            when 'plan' then
+                'Plan issue #%3$s of %1$s/%2$s: break it into child issues, each small enough '
+                'for one pull request, and report them in a children block.'
+            else
+                'Implement issue #%3$s of %1$s/%2$s: commit on the branch given below, push it '
+                'and open a pull request against %4$s.'
+        end,
+        p_repo.owner, p_repo.repo, p_number, p_repo.default_branch);
+$$;
+
+comment on function _forge_job_prompt(text, tracked_repo, bigint) is
+    'The one-line task of a forge job of this kind; the listener adds the issue and the branch.';
+
+-- The job's payload: where its checkout comes from and where to push. The
+-- branch carries the job id, so the pull request found by its head branch is
+-- this job's and no other's.
+create or replace function _forge_job_payload(
+    p_job_id uuid, p_repo tracked_repo, p_title text, p_html_url text
+)
+returns jsonb
+language sql immutable
+as $$
+    select jsonb_build_object('forge', jsonb_build_object(
+        'repo_id', p_repo.id,
+        'api_url', p_repo.api_url,
+        'clone_url', p_repo.clone_url,
+        'default_branch', p_repo.default_branch,
+        'branch', 'ceaseless/' || p_job_id,
+        'title', left(p_title, 256),
+        'html_url', p_html_url));
+$$;
+
+comment on function _forge_job_payload(uuid, tracked_repo, text, text) is
+    'job.payload of a forge job: {"forge": {repo_id, api_url, clone_url, default_branch, '
+    'branch: ceaseless/<job id>, title, html_url}}.';
+
+-- Which kind of work an issue's labels ask for, if any. The discover label
+-- counts on the tracking issue only (on any issue while the repo names
+-- none); with several work labels, the earlier step wins: discover, then
+-- plan, then implement (the plan's children carry the implementation).
+create or replace function _forge_issue_kind(p_repo tracked_repo, p_issue forge_issue)
+returns text
+language sql immutable
+as $$
+    select case
+        when lower(p_repo.discover_label) = any (select lower(l) from unnest(p_issue.labels) l)
+             and (p_repo.tracking_issue is null or p_repo.tracking_issue = p_issue.number)
+            then 'discover'
+        when lower(p_repo.plan_label) = any (select lower(l) from unnest(p_issue.labels) l)
+            then 'plan'
+        when lower(p_repo.implement_label) = any (select lower(l) from unnest(p_issue.labels) l)
+            then 'implement'
+    end;
+$$;
+
+comment on function _forge_issue_kind(tracked_repo, forge_issue) is
+    'The kind of job an issue''s labels ask for (discover on the tracking issue, then plan, then '
+    'implement), or NULL.';
+
+-- The label that asks for a kind on this repo.
+create or replace function _forge_kind_label(p_repo tracked_repo, p_kind text)
+returns text
+language sql immutable
+as $$
+    select case p_kind when 'discover' then p_repo.discover_label
+                       when 'plan' then p_repo.plan_label
+                       when 'implement' then p_repo.implement_label end;
+$$;
+
+comment on function _forge_kind_label(tracked_repo, text) is
+    'The repo''s label that asks for a job of this kind.';
+
+-- Admission: the issue's author is allowed, or an allowed author added the
+-- label that asks for the work (NULL: not known yet, ask the forge who did).
+-- Logins compare case-insensitively, as both forges treat them.
+create or replace function _forge_admitted(p_repo tracked_repo, p_issue forge_issue, p_kind text)
+returns boolean
+language sql immutable
+as $$
+    select case
+        when lower(p_issue.author) = any (select lower(a) from unnest(p_repo.allowed_authors) a)
+            then true
+        when cardinality(p_repo.allowed_authors) = 0 then false
+        -- No entry for the label: NULL, ask. An entry with no login (the
+        -- forge's events did not say): not admitted.
+        else (select bool_or(coalesce(lower(l.value #>> '{}')
+                                      = any (select lower(a) from unnest(p_repo.allowed_authors) a),
+                                      false))
+              from jsonb_each(p_issue.labelled_by) l
+              where lower(l.key) = lower(_forge_kind_label(p_repo, p_kind)))
+    end;
+$$;
+
+comment on function _forge_admitted(tracked_repo, forge_issue, text) is
+    'Whether an issue gets work: its author is in allowed_authors, or an allowed author added '
+    'the work label; NULL when the author is not allowed and who added the label is unknown.';
+
+-- Decide each cached issue with a work label (all of the repo's, or those
+-- numbered in p_numbers) and create the jobs that are due. The repo row must
+-- be locked by the caller.
+create or replace function _forge_decide(
+    p_repo tracked_repo, p_numbers bigint[], p_now timestamptz
+)
+returns table (number bigint, kind text, decision text, job_id uuid)
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+#variable_conflict use_column
+declare
+    v_issue forge_issue;
+    v_kind text;
+    v_admitted boolean;
+    v_job uuid;
+    v_lane text;
+    v_last_finished timestamptz;
+begin
+    for v_issue in
+        select i.* from forge_issue i
+        where i.repo_id = p_repo.id
+          and (p_numbers is null or i.number = any (p_numbers))
+        order by i.number
+    loop
+        v_kind := _forge_issue_kind(p_repo, v_issue);
+        continue when v_kind is null;
+        number := v_issue.number;
+        kind := v_kind;
+        job_id := null;
+        v_admitted := _forge_admitted(p_repo, v_issue, v_kind);
+        if v_admitted is null then
+            decision := 'needs_labeller';
+            return next;
+            continue;
+        elsif not v_admitted then
+            decision := 'not_admitted';
+            return next;
+            continue;
+        end if;
+
+        -- job_live_issue_idx: one live job per issue, whatever its kind.
+        select j.id into job_id from job j
+        where j.forge = p_repo.forge and j.owner = p_repo.owner and j.repo = p_repo.repo
+          and j.number = v_issue.number and j.state in ('pending', 'claimed', 'running');
+        if found then
+            decision := 'live';
+            return next;
+            continue;
+        end if;
+
+        -- job_issue_history_idx: the latest job of this kind for the issue.
+        select j.id, j.finished_at into job_id, v_last_finished from job j
+        where j.forge = p_repo.forge and j.owner = p_repo.owner and j.repo = p_repo.repo
+          and j.number = v_issue.number and j.kind = v_kind
+        order by j.created_at desc
+        limit 1;
+        if found and v_kind <> 'discover' then
+            decision := 'done';
+            return next;
+            continue;
+        elsif found and v_last_finished > p_now - make_interval(secs => p_repo.discover_cooldown_secs) then
+            decision := 'cooldown';
+            return next;
+            continue;
+        end if;
+
+        v_lane := _forge_lane(v_kind, false);
+        if not exists (select from agents a where a.name = v_lane) then
+            job_id := null;
+            decision := 'no_lane';
+            return next;
+            continue;
+        end if;
+
+        v_job := gen_random_uuid();
+        insert into job (id, forge, owner, repo, number, kind, agent, prompt, payload,
+                         user_id, run_after, created_at, updated_at)
+        values (v_job, p_repo.forge, p_repo.owner, p_repo.repo, v_issue.number, v_kind, v_lane,
+                _forge_job_prompt(v_kind, p_repo, v_issue.number),
+                _forge_job_payload(v_job, p_repo, v_issue.title, v_issue.html_url),
+                p_repo.user_id, p_now, p_now, p_now)
+        on conflict (forge, owner, repo, number)
+            where state in ('pending', 'claimed', 'running') and forge is not null
+            do nothing;
+        if found then
+            job_id := v_job;
+            decision := 'created';
+        else
+            job_id := null;
+            decision := 'live';
+        end if;
+        return next;
+    end loop;
+end;
+$$;
+
+comment on function _forge_decide(tracked_repo, bigint[], timestamptz) is
+    'Decide the cached issues of a locked repo (all, or those in p_numbers) and create the jobs '
+    'due: created, live, done, cooldown, not_admitted, needs_labeller, no_lane.';
+
+-- The repo, locked for the ingest. Raises CE404 for an unknown id.
+create or replace function _forge_lock_repo(p_repo_id uuid)
+returns tracked_repo
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_repo tracked_repo;
+begin
+    select r.* into v_repo from tracked_repo r where r.id = p_repo_id for no key update;
+    if not found then
+        raise exception 'no tracked repo with id %', p_repo_id using errcode = 'CE404';
+    end if;
+    return v_repo;
+end;
+$$;
+
+comment on function _forge_lock_repo(uuid) is
+    'The tracked repo with this id, locked FOR NO KEY UPDATE (ingests of one repo queue); CE404 '
+    'when there is none.';
+
+-- One listed issue, checked: a listing that is not what the client promised
+-- is a bug or a hostile forge, and is refused whole (the repo's last_error
+-- then says why) rather than half-stored.
+create or replace function _forge_listed_issue(p_item jsonb, p_position integer)
+returns forge_issue
+language plpgsql immutable
+set search_path = pg_catalog, ceaseless
+as $$
+declare
+    v_where constant text := format('ingest_issues.p_issues[%s]', p_position);
+    v_issue forge_issue;
+begin
+    if jsonb_typeof(p_item) <> 'object' then
+        perform _invalid_value(v_where, 'must be an object', p_item);
+    end if;
+    if jsonb_typeof(p_item -> 'number') <> 'number' or (p_item ->> 'number') !~ '^[1-9][0-9]{0,17}$' then
+        perform _invalid_value(v_where || '.number', 'must be a positive integer',
+                               p_item -> 'number');
+    end if;
+    if jsonb_typeof(p_item -> 'title') is distinct from 'string' then
+        perform _invalid_value(v_where || '.title', 'must be a string',
+                               p_item -> 'title');
+    end if;
+    if jsonb_typeof(p_item -> 'author') is distinct from 'string'
+       or char_length(p_item ->> 'author') not between 1 and 100 then
+        perform _invalid_value(v_where || '.author', 'must be a login (1 to 100 characters)',
+                               p_item -> 'author');
+    end if;
+    if jsonb_typeof(coalesce(p_item -> 'labels', '[]')) <> 'array'
+       or jsonb_array_length(coalesce(p_item -> 'labels', '[]')) > 100
+       or exists (select from jsonb_array_elements(coalesce(p_item -> 'labels', '[]')) l
+                  where jsonb_typeof(l) <> 'string') then
+        perform _invalid_value(v_where || '.labels', 'must be an array of at most 100 names',
+                               p_item -> 'labels');
+    end if;
+    v_issue.number := (p_item ->> 'number')::bigint;
+    v_issue.title := left(p_item ->> 'title', 1000);
+    v_issue.author := p_item ->> 'author';
+    v_issue.labels := array(select left(l, 100)
+                            from jsonb_array_elements_text(coalesce(p_item -> 'labels', '[]')) l);
+    v_issue.html_url := left(p_item ->> 'html_url', 2000);
+    return v_issue;
+end;
+$$;
+
+comment on function _forge_listed_issue(jsonb, integer) is
+    'One item of a listing as a forge_issue (title and labels cut to their bounds), or CE422 '
+    'naming the item, the field and the rule.';
+
+-- The poller's one call after a listing. p_issues: every open issue of the
+-- repo as listed (a JSON array of {number, title, author, labels, html_url}),
+-- or NULL when the forge answered 304 (the cached listing stands). Replaces
+-- the cached listing, keeping who added each label for issues whose labels
+-- did not change, then decides every issue with a work label.
+-- Raises: CE404 unknown repo; CE422 a listing that is not as documented,
+-- naming the item and field (nothing is stored then).
+create or replace function ingest_issues(
+    p_repo_id uuid,
+    p_issues jsonb,
+    p_now timestamptz default now()
+)
+returns table (number bigint, kind text, decision text, job_id uuid)
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+#variable_conflict use_column
+declare
+    v_repo tracked_repo := _forge_lock_repo(p_repo_id);
+begin
+    if p_issues is not null then
+        if jsonb_typeof(p_issues) <> 'array' then
+            perform _invalid_value('ingest_issues.p_issues', 'must be a JSON array or NULL',
+                                   p_issues);
+        end if;
+        if jsonb_array_length(p_issues) > 10000 then
+            perform _invalid_value('ingest_issues.p_issues', 'must list at most 10,000 issues',
+                                   to_jsonb(jsonb_array_length(p_issues)));
+        end if;
+        -- One statement: the issues no longer listed go, the listed ones are
+        -- upserted (disjoint rows). The last occurrence of a number wins: a
+        -- listing that moved while it was paged through can show one twice.
+        with listed as (
+            select distinct on (l.number) l.*
+            from jsonb_array_elements(p_issues) with ordinality as e(item, position)
+            cross join lateral _forge_listed_issue(e.item, e.position::integer) l
+            order by l.number, e.position desc
+        ),
+        gone as (
+            delete from forge_issue i
+            where i.repo_id = v_repo.id
+              and not exists (select from listed l where l.number = i.number)
+        )
+        insert into forge_issue as i (repo_id, number, title, author, labels, labelled_by,
+                                      html_url, seen_at)
+        select v_repo.id, l.number, l.title, l.author, l.labels, '{}', l.html_url, p_now
+        from listed l
+        on conflict (repo_id, number) do update
+        set title = excluded.title,
+            author = excluded.author,
+            labels = excluded.labels,
+            -- Who added a label is still known while the labels are the same.
+            labelled_by = case when i.labels = excluded.labels then i.labelled_by else '{}' end,
+            html_url = excluded.html_url,
+            seen_at = excluded.seen_at;
+    end if;
+    return query select * from _forge_decide(v_repo, null, p_now);
+end;
+$$;
+
+comment on function ingest_issues(uuid, jsonb, timestamptz) is
+    'After a poll: replace the repo''s cached listing with p_issues (NULL after a 304 keeps it) '
+    'and decide each issue with a work label, creating the jobs due. One row per such issue: '
+    'created (job_id) | live | done | cooldown | not_admitted | needs_labeller | no_lane.';
+
+-- Who added the work labels, as the forge's issue events said, for the
+-- issues ingest_issues answered needs_labeller: p_labellers =
+-- {"42": {"ceaseless:plan": "alice"}}. Decides those issues again.
+-- Raises: CE404 unknown repo; CE422 a map that is not {number: {label: login}}.
+create or replace function note_labellers(
+    p_repo_id uuid,
+    p_labellers jsonb,
+    p_now timestamptz default now()
+)
+returns table (number bigint, kind text, decision text, job_id uuid)
+language plpgsql
+set search_path = pg_catalog, ceaseless
+as $$
+#variable_conflict use_column
+declare
+    v_repo tracked_repo := _forge_lock_repo(p_repo_id);
+    v_bad text;
+begin
+    if jsonb_typeof(p_labellers) is distinct from 'object' then
+        perform _invalid_value('note_labellers.p_labellers', 'must be a JSON object',
+                               p_labellers);
+    end if;
+    select e.key into v_bad from jsonb_each(p_labellers) e
+    where e.key !~ '^[1-9][0-9]{0,17}$' or jsonb_typeof(e.value) <> 'object'
+       or exists (select from jsonb_each(e.value) l
+                  where jsonb_typeof(l.value) <> 'string'
+                     or char_length(l.value #>> '{}') not between 1 and 100)
+    limit 1;
+    if v_bad is not null then
+        perform _invalid_value('note_labellers.p_labellers',
+                               'must map issue numbers to {label: login}',
+                               jsonb_build_object(v_bad, p_labellers -> v_bad));
+    end if;
+    -- A work label the map does not name is recorded as unknown (JSON
+    -- null): the forge was asked and did not say, so the issue is not
+    -- admitted, and the poller does not ask again every poll.
+    update forge_issue i
+       set labelled_by = i.labelled_by
+                         || coalesce((select jsonb_object_agg(l, null)
+                                      from unnest(i.labels) l
+                                      where lower(l) in (lower(v_repo.discover_label),
+                                                         lower(v_repo.plan_label),
+                                                         lower(v_repo.implement_label))), '{}')
+                         || e.value
+      from jsonb_each(p_labellers) e
+     where i.repo_id = v_repo.id and i.number = e.key::bigint;
+    return query
+    select * from _forge_decide(
+        v_repo, array(select k::bigint from jsonb_object_keys(p_labellers) k), p_now);
+end;
+$$;
+
+comment on function note_labellers(uuid, jsonb, timestamptz) is
+    'Record who added the work labels of listed issues ({"42": {"label": "login"}}) and decide '
+    'those issues again (same answer as ingest_issues).';
