@@ -27,10 +27,12 @@ from psycopg import sql
 from listener.cli.common import (
     Output,
     OutputOpt,
+    collecting,
     emitting,
     fail,
     given,
     insert,
+    note,
     query,
     record,
     table,
@@ -260,6 +262,7 @@ def repo_poll(
     timeout: Annotated[
         float, typer.Option(help="Seconds the whole poll may take (every page, every call).")
     ] = 60.0,
+    output: OutputOpt = Output.TABLE,
 ) -> None:
     """Poll a repo now, here, and print what each labelled issue became.
 
@@ -286,13 +289,25 @@ def repo_poll(
     if report.error is not None:
         raise fail(f"{name}: {report.error} (next poll: {report.next_poll_at})")
     how = "not modified since the last poll, " if report.not_modified else ""
-    typer.echo(f"{name}: {how}{len(report.decisions)} labelled issue(s)")
-    if report.decisions:
-        table(
-            [(d.number, d.kind, d.decision, d.job_id or "") for d in report.decisions],
-            ["issue", "kind", "decision", "job"],
-        )
-    typer.echo(f"next poll: {report.next_poll_at}")
+    with emitting(output):
+        if collecting():
+            record(
+                [
+                    ("repo", name),
+                    ("id", report.repo.id),
+                    ("not_modified", report.not_modified),
+                    ("next_poll_at", report.next_poll_at),
+                ],
+                name="poll",
+            )
+        note(f"{name}: {how}{len(report.decisions)} labelled issue(s)")
+        if report.decisions or collecting():
+            table(
+                [(d.number, d.kind, d.decision, d.job_id) for d in report.decisions],
+                ["issue", "kind", "decision", "job"],
+                name="decisions",
+            )
+        note(f"next poll: {report.next_poll_at}")
 
 
 async def _poll_now(repo: UUID, timeout: float) -> PollReport:

@@ -7,6 +7,7 @@ is the database's decision and the forge requests the poller made.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -248,6 +249,16 @@ def test_repo_poll_polls_now_and_prints_the_decisions(
     assert "2      plan  not_admitted" in result.stdout
     assert lines[-1].startswith("next poll: ")
     assert RUNNER_TOKEN not in result.stdout + result.stderr
+
+    # For scripts: one JSON document (the listing is unchanged now: a 304).
+    as_json = _cli(db_url, "poll", "acme/widgets", "--output", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    document = json.loads(as_json.stdout)
+    assert document["poll"]["repo"] == "acme/widgets" and document["poll"]["not_modified"]
+    assert {(d["issue"], d["decision"]) for d in document["decisions"]} == {
+        (1, "live"),
+        (2, "not_admitted"),
+    }
 
     # A failing forge: exit 1, one line naming the call, the error on the repo row.
     forge_repo.fail = True
