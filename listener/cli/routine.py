@@ -219,3 +219,14 @@ def routine_delete(routine: RoutineArg, user: UserOpt = None) -> None:
     """Delete a routine and its run history."""
     query("delete from ceaseless.routines where id = %s", (_routine_id(routine, user),))
     typer.echo(f"routine {routine} deleted")
+
+
+@app.command("why")
+def routine_why(routine: RoutineArg, user: UserOpt = None) -> None:
+    """Why is this routine not firing? Every reason that holds it, and when each clears
+    (explain_routine)."""
+    rows = query(
+        "select reason, clears_at, detail from ceaseless.explain_routine(%s)",
+        (_routine_id(routine, user),),
+    )
+    table(rows, ["reason", "clears_at", "detail"])

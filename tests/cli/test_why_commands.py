@@ -1,0 +1,47 @@
+"""`ceaseless job why` and `ceaseless routine why` against a real database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+
+from tests.cli.test_commands import _run
+from tests.factories import make_agent, make_job, make_routine, pause_lane
+
+
+def test_job_why_lists_every_reason_with_when_it_clears(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    make_agent(conn)
+    until = datetime.now(UTC) + timedelta(hours=1)
+    pause_lane(conn, "noop", until, reason="rate limit")
+    job = make_job(conn, run_after=until + timedelta(hours=1))
+
+    result = _run(db_url, "job", "why", str(job))
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["reason", "clears_at", "detail"]
+    assert lines[2].startswith("not_due") and lines[3].startswith("lane_paused")
+    assert str(until) in lines[3] and "(rate limit)" in lines[3]
+
+
+def test_job_why_for_an_unknown_job_is_one_line_naming_it(db_url: str) -> None:
+    missing = "00000000-0000-0000-0000-000000000007"
+
+    result = _run(db_url, "job", "why", missing)
+
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"error: explain_job: no job with id {missing}"
+
+
+def test_routine_why_by_name(db_url: str, conn: psycopg.Connection) -> None:
+    make_agent(conn)
+    make_routine(conn, name="nightly", enabled=False)
+
+    result = _run(db_url, "routine", "why", "nightly")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[2].startswith("disabled")
+    assert "routine nightly is disabled" in result.stdout
