@@ -18,15 +18,17 @@
 set local search_path = ceaseless, pg_catalog, public;
 
 -- What holds a lane's next claim, judged as claim_jobs judges it: the agent
--- disabled, a pause in force, its live runs at max_concurrent, or its window
--- budget spent (claimed-but-unstarted jobs count against both, as in the
--- claim). Also returns the free slots, which the callers need to say whether
--- older due work comes first.
+-- disabled, a pause in force, its live runs at max_concurrent, its window
+-- budget of runs spent (claimed-but-unstarted jobs count against both, as in
+-- the claim), or the cost or tokens its window's runs reported at
+-- window_cost_usd or window_tokens. Also returns the free slots, which the
+-- callers need to say whether older due work comes first.
 --
--- clears_at: the pause's end; for the window budget, when enough of the
--- window's runs have aged out of it for one slot, assuming nothing else
--- starts (NULL when the claimed jobs alone fill the budget); NULL for a full
--- lane, which clears when one of its runs ends.
+-- clears_at: the pause's end; for a window budget, when enough of the
+-- window's runs (or of their cost, or tokens) have aged out of it for the
+-- lane to admit one more, assuming nothing else starts (NULL when the claimed
+-- jobs alone fill the run budget); NULL for a full lane, which clears when
+-- one of its runs ends.
 create or replace function _explain_lane(p_agent text, p_now timestamptz)
 returns table (reason text, detail text, clears_at timestamptz, free bigint)
 language plpgsql stable
@@ -38,36 +40,45 @@ declare
     v_live bigint;
     v_claimed bigint;
     v_window bigint;
+    v_cost numeric;
+    v_tokens numeric;
+    v_since timestamptz;
     v_pause lane_pauses;
     v_over bigint;
     v_free bigint;
+    v_held boolean := false;
 begin
     select a.* into v_agent from agents a where a.name = p_agent;
+    v_since := p_now - make_interval(secs => v_agent.window_secs);
     select count(*), count(*) filter (where j.state = 'claimed') into v_live, v_claimed
     from job j
     where j.agent = p_agent and j.state in ('claimed', 'running');
-    select count(*) into v_window
+    select count(*), coalesce(sum(r.cost_usd), 0),
+           coalesce(sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)), 0)
+    into v_window, v_cost, v_tokens
     from agent_run r
-    where r.agent = p_agent
-      and r.started_at > p_now - make_interval(secs => v_agent.window_secs);
+    where r.agent = p_agent and r.started_at > v_since;
     select p.* into v_pause from lane_pauses p where p.agent = p_agent and p.paused_until > p_now;
 
     v_free := least(v_agent.max_concurrent - v_live,
                     coalesce(v_agent.window_budget - v_claimed - v_window, v_agent.max_concurrent));
 
     if not v_agent.enabled then
+        v_held := true;
         return query select 'agent_disabled'::text,
             format('agent %s is disabled: its lane claims nothing until '
                    'update ceaseless.agents set enabled = true where name = %L', p_agent, p_agent),
             null::timestamptz, v_free;
     end if;
     if v_pause.agent is not null then
+        v_held := true;
         return query select 'lane_paused'::text,
             format('lane %s is paused until %s (%s); delete its row of ceaseless.lane_pauses to '
                    'lift the pause', p_agent, v_pause.paused_until, v_pause.reason),
             v_pause.paused_until, v_free;
     end if;
     if v_live >= v_agent.max_concurrent then
+        v_held := true;
         return query select 'lane_full'::text,
             format('lane %s has %s live jobs (%s claimed, %s running) of max_concurrent %s; '
                    'a slot frees when one of them ends', p_agent, v_live, v_claimed,
@@ -76,6 +87,7 @@ begin
     end if;
     if v_agent.window_budget is not null
        and v_claimed + v_window >= v_agent.window_budget then
+        v_held := true;
         -- One slot needs this many of the window's runs to age out of it.
         v_over := v_claimed + v_window - v_agent.window_budget + 1;
         return query select 'window_budget'::text,
@@ -85,14 +97,48 @@ begin
             (select o.started_at + make_interval(secs => v_agent.window_secs)
              from (select r.started_at
                    from agent_run r
-                   where r.agent = p_agent
-                     and r.started_at > p_now - make_interval(secs => v_agent.window_secs)
+                   where r.agent = p_agent and r.started_at > v_since
                    order by r.started_at
                    offset v_over - 1
                    limit 1) o),
             v_free;
     end if;
-    if v_agent.enabled and v_pause.agent is null and v_free > 0 then
+    -- The spend budgets clear when the oldest runs whose spend, aged out,
+    -- brings the window's total under the budget have left the window.
+    if v_cost >= v_agent.window_cost_usd then
+        v_held := true;
+        return query select 'cost_budget'::text,
+            format('lane %s''s runs started in the last %s s reported %s USD, against '
+                   'window_cost_usd %s', p_agent, v_agent.window_secs, v_cost,
+                   v_agent.window_cost_usd),
+            (select o.started_at + make_interval(secs => v_agent.window_secs)
+             from (select r.started_at,
+                          sum(coalesce(r.cost_usd, 0)) over (order by r.started_at, r.id) as spent
+                   from agent_run r
+                   where r.agent = p_agent and r.started_at > v_since) o
+             where o.spent > v_cost - v_agent.window_cost_usd
+             order by o.started_at
+             limit 1),
+            v_free;
+    end if;
+    if v_tokens >= v_agent.window_tokens then
+        v_held := true;
+        return query select 'token_budget'::text,
+            format('lane %s''s runs started in the last %s s reported %s tokens, against '
+                   'window_tokens %s', p_agent, v_agent.window_secs, v_tokens,
+                   v_agent.window_tokens),
+            (select o.started_at + make_interval(secs => v_agent.window_secs)
+             from (select r.started_at,
+                          sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0))
+                              over (order by r.started_at, r.id) as spent
+                   from agent_run r
+                   where r.agent = p_agent and r.started_at > v_since) o
+             where o.spent > v_tokens - v_agent.window_tokens
+             order by o.started_at
+             limit 1),
+            v_free;
+    end if;
+    if not v_held then
         return query select null::text, null::text, null::timestamptz, v_free;
     end if;
 end;
@@ -100,15 +146,16 @@ $$;
 
 comment on function _explain_lane(text, timestamptz) is
     'What holds the next claim of a lane, as claim_jobs judges it (agent_disabled, lane_paused, '
-    'lane_full, window_budget), each with when it clears; one row with a NULL reason and the '
-    'free slots when nothing does.';
+    'lane_full, window_budget, cost_budget, token_budget), each with when it clears; one row '
+    'with a NULL reason and the free slots when nothing does.';
 
 -- Every reason that holds a job. A job not pending says what it is instead
 -- (claimed, running, or finished in its state); a pending one lists each of:
 -- not_due (run_after, e.g. a retry's backoff), the lane's reasons
--- (_explain_lane), and behind_older_jobs when the lane has room but the
--- claim, which takes a lane's due jobs oldest first, would take at least
--- that many older ones first. Nothing: one row, 'ready'.
+-- (_explain_lane: agent_disabled, lane_paused, lane_full, window_budget,
+-- cost_budget, token_budget), and behind_older_jobs when the lane has room
+-- but the claim, which takes a lane's due jobs oldest first, would take at
+-- least that many older ones first. Nothing: one row, 'ready'.
 --
 -- Raises: CE404 when no job has the id, or it is someone else's.
 create or replace function explain_job(p_job_id uuid, p_now timestamptz default now())
@@ -189,7 +236,8 @@ $$;
 
 comment on function explain_job(uuid, timestamptz) is
     'Every reason that holds a job (not_due, agent_disabled, lane_paused, lane_full, '
-    'window_budget, behind_older_jobs; or claimed, running, finished), one row each with the '
+    'window_budget, cost_budget, token_budget, behind_older_jobs; or claimed, running, '
+    'finished), one row each with the '
     'time it clears when known; ''ready'' when nothing does. CE404 for an unknown job.';
 
 -- Every reason that holds a routine's next fire, in the order _fire_routines
@@ -198,7 +246,8 @@ comment on function explain_job(uuid, timestamptz) is
 -- global_cap (setting routine_max_running); for a cron routine, not_due
 -- until next_fire_at (or not_scheduled while no listener has computed it).
 -- Then what would hold the jobs of its runs in their lane: lane_paused,
--- lane_full, window_budget. Nothing: one row, 'ready', naming what fires it.
+-- lane_full, window_budget, cost_budget, token_budget. Nothing: one row,
+-- 'ready', naming what fires it.
 -- Dedup is left out: it refuses a given content, not the routine.
 --
 -- Raises: CE404 when no routine has the id, or it is someone else's.
@@ -310,8 +359,8 @@ $$;
 comment on function explain_routine(uuid, timestamptz) is
     'Every reason that holds a routine''s next fire (disabled, agent_disabled, cooldown, '
     'concurrency, global_cap, not_due, not_scheduled) or its jobs in their lane (lane_paused, '
-    'lane_full, window_budget), one row each with the time it clears when known; ''ready'' '
-    'when nothing does. CE404 for an unknown routine.';
+    'lane_full, window_budget, cost_budget, token_budget), one row each with the time it '
+    'clears when known; ''ready'' when nothing does. CE404 for an unknown routine.';
 
 -- Every reason that holds a topology run: a node awaiting approval (clears
 -- when decided, or fails the run at its expiry), and for each node whose job

@@ -34,8 +34,8 @@ begin
     if v_value is null or jsonb_typeof(v_value) <> 'string' then
         perform _invalid_value(p_where,
             'must name a registered agent (ceaseless.agents), and no default agent is set: name '
-            'one, or set a default with update ceaseless.settings set value = to_jsonb(''NAME''::text) '
-            'where key = ''default_agent''', null);
+            'one, or set a default with update ceaseless.settings '
+            'set value = to_jsonb(''NAME''::text) where key = ''default_agent''', null);
     end if;
     if not exists (select from agents a where a.name = v_value #>> '{}') then
         perform _invalid_value(p_where,

@@ -165,3 +165,5 @@ grant execute on function
     to ceaseless_user;
 alter function _tg_default_agent() security definer;
 alter function _tg_graph_default_agent() security definer;
+-- The spend budgets of a lane (db/0022), beside its other governor columns.
+grant select (window_cost_usd, window_tokens) on agents to ceaseless_user;
