@@ -42,7 +42,10 @@ def _routine_id(ref: str, user: str | None) -> str:
 @app.command("add")
 def routine_add(
     name: Annotated[str, typer.Argument(help="Unique per user.")],
-    agent: Annotated[str, typer.Option(help="Agent lane that runs it.")],
+    agent: Annotated[
+        str | None,
+        typer.Option(help="Agent lane that runs it (default: the setting default_agent)."),
+    ] = None,
     user: Annotated[str, typer.Option(help="Owner (routines.user_id).")] = "default",
     cron: Annotated[
         str | None, typer.Option(help="Cron schedule; 6 fields put seconds LAST: '0 9 * * * 30'.")

@@ -1,4 +1,4 @@
-"""`ceaseless job why` and `ceaseless routine why` against a real database."""
+"""`ceaseless job why`, `ceaseless routine why`, and `routine add` without --agent."""
 
 from __future__ import annotations
 
@@ -45,3 +45,23 @@ def test_routine_why_by_name(db_url: str, conn: psycopg.Connection) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[2].startswith("disabled")
     assert "routine nightly is disabled" in result.stdout
+
+
+def test_routine_add_without_agent_takes_the_default_or_names_the_field(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    make_agent(conn)
+    args = ("routine", "add", "inbox", "--prompt", "Anything new?")
+
+    refused = _run(db_url, *args)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: routines.agent: must name a registered agent")
+    assert "Traceback" not in refused.stderr
+
+    conn.execute("update ceaseless.settings set value = '\"noop\"' where key = 'default_agent'")
+    added = _run(db_url, *args)
+    assert added.returncode == 0, added.stderr
+    row = conn.execute(
+        "select agent from ceaseless.routines where id = %s", (added.stdout.strip(),)
+    ).fetchone()
+    assert row == ("noop",)
