@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -25,6 +26,12 @@ def test_job_why_lists_every_reason_with_when_it_clears(
     assert lines[0].split() == ["reason", "clears_at", "detail"]
     assert lines[2].startswith("not_due") and lines[3].startswith("lane_paused")
     assert str(until) in lines[3] and "(rate limit)" in lines[3]
+
+    scripted = _run(db_url, "job", "why", str(job), "--output", "json")
+    assert scripted.returncode == 0, scripted.stderr
+    reasons = json.loads(scripted.stdout)
+    assert [r["reason"] for r in reasons] == ["not_due", "lane_paused"]
+    assert datetime.fromisoformat(reasons[1]["clears_at"]) == until
 
 
 def test_job_why_for_an_unknown_job_is_one_line_naming_it(db_url: str) -> None:
