@@ -83,8 +83,8 @@ create or replace trigger job_validate
     execute function _tg_job_validate();
 
 -- Claim up to p_limit due jobs for p_worker, admitting each through its
--- lane's governor (concurrency and rolling-window budget) in the same
--- transaction.
+-- lane's governor (concurrency, and the rolling window's budgets of runs,
+-- cost and tokens) in the same transaction.
 --
 -- With p_start, the claimed jobs go straight to running and their agent_run
 -- rows are opened in the same statement (run_id is returned): the listener
@@ -171,6 +171,24 @@ begin
                             where r.agent = a.name
                               and r.started_at > p_now - make_interval(secs => a.window_secs))
                    end,
+                   -- Cost and token budgets: nothing while what the window's
+                   -- runs reported has reached either. Summed only for a lane
+                   -- that has one, so the others read no more than before.
+                   case when a.window_cost_usd is null and a.window_tokens is null then p_limit
+                        when exists (
+                            select
+                            from (select coalesce(sum(r.cost_usd), 0) as cost,
+                                         coalesce(sum(coalesce(r.tokens_in, 0)
+                                                      + coalesce(r.tokens_out, 0)), 0) as tokens
+                                  from agent_run r
+                                  where r.agent = a.name
+                                    and r.started_at
+                                        > p_now - make_interval(secs => a.window_secs)) spent
+                            where spent.cost >= a.window_cost_usd
+                               or spent.tokens >= a.window_tokens)
+                        then 0
+                        else p_limit
+                   end,
                    p_limit) as free
         from agents a
         cross join lateral (
@@ -240,7 +258,8 @@ $$;
 
 comment on function claim_jobs(text, integer, text[], text[], timestamptz, integer, boolean) is
     'Claim up to p_limit due pending jobs for listener p_worker, oldest first, admitting each '
-    'through its lane''s governor (max_concurrent, window_budget, lane_pauses) atomically; '
+    'through its lane''s governor (max_concurrent, window_budget, window_cost_usd, '
+    'window_tokens, lane_pauses) atomically; '
     'with p_start, open their agent runs too and return run_id.';
 
 -- Extend the leases p_worker holds on p_job_ids. One row per id: held (still

@@ -97,13 +97,19 @@ select a.name as agent,
        a.window_budget,
        win.n as started_in_window,
        case when not a.enabled or p.agent is not null then 0
+            -- A spent cost or token budget admits nothing (claim_jobs).
+            when win.cost >= a.window_cost_usd or win.tokens >= a.window_tokens then 0
             else greatest(least(a.max_concurrent - live.n,
                                 coalesce(a.window_budget - win.n - live.claimed,
                                          a.max_concurrent)), 0)
        end as free_slots,
        p.paused_until,
        due.n as pending_due,
-       p.reason as pause_reason
+       p.reason as pause_reason,
+       a.window_cost_usd,
+       win.cost as cost_in_window,
+       a.window_tokens,
+       win.tokens as tokens_in_window
 from agents a
 left join lane_pauses p on p.agent = a.name and p.paused_until > now()
 cross join lateral (
@@ -111,7 +117,10 @@ cross join lateral (
     from job j where j.agent = a.name and j.state in ('claimed', 'running')
 ) live
 cross join lateral (
-    select count(*) as n from agent_run r
+    select count(*) as n,
+           coalesce(sum(r.cost_usd), 0) as cost,
+           coalesce(sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)), 0) as tokens
+    from agent_run r
     where r.agent = a.name and r.started_at > now() - make_interval(secs => a.window_secs)
 ) win
 cross join lateral (
@@ -121,8 +130,9 @@ cross join lateral (
 
 comment on view governor_usage is
     'Per agent lane: live runs against max_concurrent, starts in the rolling window against '
-    'window_budget, free slots (none while disabled or paused), the pause in force and why, '
-    'and due work waiting.';
+    'window_budget, free slots (none while disabled, paused or over a cost or token budget), '
+    'the pause in force and why, due work waiting, and the cost and tokens the window''s runs '
+    'reported against window_cost_usd and window_tokens.';
 
 create or replace view routine_status as
 select r.id,

@@ -150,3 +150,20 @@ grant select on forge_issue, forge_child_issue, forge_pipeline to ceaseless_user
 -- loop_snapshot read audit_log, which is beyond a user role; they run as the
 -- caller and are granted to no user (listeners and operators have every
 -- function above). The SSE observer serves them behind its own token.
+
+-- Explain and the default agent (92-93_*.sql): explain_job, explain_routine
+-- and explain_topology_run count every owner's jobs and runs in a lane and
+-- check the caller owns the row explained (_acts_for) themselves; the default
+-- agent triggers read settings, which a user role may not read.
+alter function explain_job(uuid, timestamptz) security definer;
+alter function explain_routine(uuid, timestamptz) security definer;
+alter function explain_topology_run(uuid, timestamptz) security definer;
+grant execute on function
+    explain_job(uuid, timestamptz),
+    explain_routine(uuid, timestamptz),
+    explain_topology_run(uuid, timestamptz)
+    to ceaseless_user;
+alter function _tg_default_agent() security definer;
+alter function _tg_graph_default_agent() security definer;
+-- The spend budgets of a lane (db/0022), beside its other governor columns.
+grant select (window_cost_usd, window_tokens) on agents to ceaseless_user;

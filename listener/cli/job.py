@@ -68,3 +68,18 @@ def job_retry(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> N
     """Run a finished job again with a fresh attempt budget (retry_job)."""
     query("select ceaseless.retry_job(%s)", (job_id,))
     typer.echo(f"job {job_id} is pending again")
+
+
+@app.command("why")
+def job_why(
+    job_id: Annotated[str, typer.Argument(help="The job's id.")],
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Why is this job not running? Every reason that holds it, and when each clears
+    (explain_job)."""
+    rows = query(
+        "select reason, clears_at, detail from ceaseless.explain_job(%s)",
+        (job_id,),
+    )
+    with emitting(output):
+        table(rows, ["reason", "clears_at", "detail"])

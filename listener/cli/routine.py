@@ -56,7 +56,10 @@ def _routine_id(ref: str, user: str | None) -> str:
 @app.command("add")
 def routine_add(
     name: Annotated[str, typer.Argument(help="Unique per user.")],
-    agent: Annotated[str, typer.Option(help="Agent lane that runs it.")],
+    agent: Annotated[
+        str | None,
+        typer.Option(help="Agent lane that runs it (default: the setting default_agent)."),
+    ] = None,
     user: Annotated[str, typer.Option(help="Owner (routines.user_id).")] = "default",
     cron: Annotated[
         str | None, typer.Option(help="Cron schedule; 6 fields put seconds LAST: '0 9 * * * 30'.")
@@ -257,3 +260,17 @@ def routine_delete(routine: RoutineArg, user: UserOpt = None) -> None:
     """Delete a routine and its run history."""
     query("delete from ceaseless.routines where id = %s", (_routine_id(routine, user),))
     typer.echo(f"routine {routine} deleted")
+
+
+@app.command("why")
+def routine_why(
+    routine: RoutineArg, user: UserOpt = None, output: OutputOpt = Output.TABLE
+) -> None:
+    """Why is this routine not firing? Every reason that holds it, and when each clears
+    (explain_routine)."""
+    rows = query(
+        "select reason, clears_at, detail from ceaseless.explain_routine(%s)",
+        (_routine_id(routine, user),),
+    )
+    with emitting(output):
+        table(rows, ["reason", "clears_at", "detail"])

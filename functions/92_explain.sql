@@ -1,0 +1,440 @@
+-- "Why is this not running?": every reason that holds a job, a routine or a
+-- topology run, one row each, with the time it clears when one is known.
+--
+-- Called by: operators and users (psql, `ceaseless job why`, `ceaseless
+-- routine why`, the dashboard).
+-- Guarantees:
+-- - read only: no row is locked or written, so asking never delays a claim or
+--   a fire, and the answer is what held the row when the statement started
+--   (another listener may claim the job a moment later);
+-- - the rules are those of claim_jobs (10_jobs.sql) for jobs and of
+--   _fire_routines (41_routine_firing.sql) for routines, judged against
+--   p_now, and a row names each rule that holds, not only the first; a job
+--   or routine nothing holds gets one row, 'ready';
+-- - a user explains only its own rows (_acts_for); someone else's is as
+--   unknown as one that does not exist (CE404). Security definer
+--   (99_access.sql), because a lane's counts include every owner's jobs.
+
+set local search_path = ceaseless, pg_catalog, public;
+
+-- What holds a lane's next claim, judged as claim_jobs judges it: the agent
+-- disabled, a pause in force, its live runs at max_concurrent, its window
+-- budget of runs spent (claimed-but-unstarted jobs count against both, as in
+-- the claim), or the cost or tokens its window's runs reported at
+-- window_cost_usd or window_tokens. Also returns the free slots, which the
+-- callers need to say whether older due work comes first.
+--
+-- clears_at: the pause's end; for a window budget, when enough of the
+-- window's runs (or of their cost, or tokens) have aged out of it for the
+-- lane to admit one more, assuming nothing else starts (NULL when the claimed
+-- jobs alone fill the run budget); NULL for a full lane, which clears when
+-- one of its runs ends.
+create or replace function _explain_lane(p_agent text, p_now timestamptz)
+returns table (reason text, detail text, clears_at timestamptz, free bigint)
+language plpgsql stable
+set search_path = pg_catalog, ceaseless
+as $$
+#variable_conflict use_column
+declare
+    v_agent agents;
+    v_live bigint;
+    v_claimed bigint;
+    v_window bigint;
+    v_cost numeric;
+    v_tokens numeric;
+    v_since timestamptz;
+    v_pause lane_pauses;
+    v_over bigint;
+    v_free bigint;
+    v_held boolean := false;
+begin
+    select a.* into v_agent from agents a where a.name = p_agent;
+    v_since := p_now - make_interval(secs => v_agent.window_secs);
+    select count(*), count(*) filter (where j.state = 'claimed') into v_live, v_claimed
+    from job j
+    where j.agent = p_agent and j.state in ('claimed', 'running');
+    select count(*), coalesce(sum(r.cost_usd), 0),
+           coalesce(sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)), 0)
+    into v_window, v_cost, v_tokens
+    from agent_run r
+    where r.agent = p_agent and r.started_at > v_since;
+    select p.* into v_pause from lane_pauses p where p.agent = p_agent and p.paused_until > p_now;
+
+    v_free := least(v_agent.max_concurrent - v_live,
+                    coalesce(v_agent.window_budget - v_claimed - v_window, v_agent.max_concurrent));
+
+    if not v_agent.enabled then
+        v_held := true;
+        return query select 'agent_disabled'::text,
+            format('agent %s is disabled: its lane claims nothing until '
+                   'update ceaseless.agents set enabled = true where name = %L', p_agent, p_agent),
+            null::timestamptz, v_free;
+    end if;
+    if v_pause.agent is not null then
+        v_held := true;
+        return query select 'lane_paused'::text,
+            format('lane %s is paused until %s (%s); delete its row of ceaseless.lane_pauses to '
+                   'lift the pause', p_agent, v_pause.paused_until, v_pause.reason),
+            v_pause.paused_until, v_free;
+    end if;
+    if v_live >= v_agent.max_concurrent then
+        v_held := true;
+        return query select 'lane_full'::text,
+            format('lane %s has %s live jobs (%s claimed, %s running) of max_concurrent %s; '
+                   'a slot frees when one of them ends', p_agent, v_live, v_claimed,
+                   v_live - v_claimed, v_agent.max_concurrent),
+            null::timestamptz, v_free;
+    end if;
+    if v_agent.window_budget is not null
+       and v_claimed + v_window >= v_agent.window_budget then
+        v_held := true;
+        -- One slot needs this many of the window's runs to age out of it.
+        v_over := v_claimed + v_window - v_agent.window_budget + 1;
+        return query select 'window_budget'::text,
+            format('lane %s started %s runs in the last %s s and holds %s claimed jobs, against '
+                   'window_budget %s', p_agent, v_window, v_agent.window_secs, v_claimed,
+                   v_agent.window_budget),
+            (select o.started_at + make_interval(secs => v_agent.window_secs)
+             from (select r.started_at
+                   from agent_run r
+                   where r.agent = p_agent and r.started_at > v_since
+                   order by r.started_at
+                   offset v_over - 1
+                   limit 1) o),
+            v_free;
+    end if;
+    -- The spend budgets clear when the oldest runs whose spend, aged out,
+    -- brings the window's total under the budget have left the window.
+    if v_cost >= v_agent.window_cost_usd then
+        v_held := true;
+        return query select 'cost_budget'::text,
+            format('lane %s''s runs started in the last %s s reported %s USD, against '
+                   'window_cost_usd %s', p_agent, v_agent.window_secs, v_cost,
+                   v_agent.window_cost_usd),
+            (select o.started_at + make_interval(secs => v_agent.window_secs)
+             from (select r.started_at,
+                          sum(coalesce(r.cost_usd, 0)) over (order by r.started_at, r.id) as spent
+                   from agent_run r
+                   where r.agent = p_agent and r.started_at > v_since) o
+             where o.spent > v_cost - v_agent.window_cost_usd
+             order by o.started_at
+             limit 1),
+            v_free;
+    end if;
+    if v_tokens >= v_agent.window_tokens then
+        v_held := true;
+        return query select 'token_budget'::text,
+            format('lane %s''s runs started in the last %s s reported %s tokens, against '
+                   'window_tokens %s', p_agent, v_agent.window_secs, v_tokens,
+                   v_agent.window_tokens),
+            (select o.started_at + make_interval(secs => v_agent.window_secs)
+             from (select r.started_at,
+                          sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0))
+                              over (order by r.started_at, r.id) as spent
+                   from agent_run r
+                   where r.agent = p_agent and r.started_at > v_since) o
+             where o.spent > v_tokens - v_agent.window_tokens
+             order by o.started_at
+             limit 1),
+            v_free;
+    end if;
+    if not v_held then
+        return query select null::text, null::text, null::timestamptz, v_free;
+    end if;
+end;
+$$;
+
+comment on function _explain_lane(text, timestamptz) is
+    'What holds the next claim of a lane, as claim_jobs judges it (agent_disabled, lane_paused, '
+    'lane_full, window_budget, cost_budget, token_budget), each with when it clears; one row '
+    'with a NULL reason and the free slots when nothing does.';
+
+-- Every reason that holds a job. A job not pending says what it is instead
+-- (claimed, running, or finished in its state); a pending one lists each of:
+-- not_due (run_after, e.g. a retry's backoff), the lane's reasons
+-- (_explain_lane: agent_disabled, lane_paused, lane_full, window_budget,
+-- cost_budget, token_budget), and behind_older_jobs when the lane has room
+-- but the claim, which takes a lane's due jobs oldest first, would take at
+-- least that many older ones first. Nothing: one row, 'ready'.
+--
+-- Raises: CE404 when no job has the id, or it is someone else's.
+create or replace function explain_job(p_job_id uuid, p_now timestamptz default now())
+returns table (reason text, detail text, clears_at timestamptz)
+language plpgsql stable
+set search_path = pg_catalog, ceaseless
+as $$
+#variable_conflict use_column
+declare
+    v_job job;
+    v_free bigint;
+    v_ahead bigint;
+    v_held boolean := false;
+    v_lane record;
+begin
+    select j.* into v_job from job j where j.id = p_job_id and _acts_for(j.user_id);
+    if v_job.id is null then
+        raise exception 'explain_job: no job with id %', p_job_id using errcode = 'CE404';
+    end if;
+
+    if v_job.state in ('claimed', 'running') then
+        return query select v_job.state,
+            format('%s by listener %s since %s (attempt %s); its lease ends at %s unless renewed',
+                   v_job.state, v_job.claimed_by, v_job.claimed_at, v_job.attempts,
+                   v_job.claim_expires_at),
+            null::timestamptz;
+        return;
+    elsif v_job.state <> 'pending' then
+        return query select 'finished'::text,
+            format('the job is %s%s; it runs again only by retry_job', v_job.state,
+                   case when v_job.last_error is not null
+                        then format(' (last error: %s)', left(v_job.last_error, 200)) else '' end),
+            null::timestamptz;
+        return;
+    end if;
+
+    if v_job.run_after > p_now then
+        v_held := true;
+        return query select 'not_due'::text,
+            format('run_after is %s%s', v_job.run_after,
+                   case when v_job.last_error is not null
+                        then format(' (retry after attempt %s: %s)', v_job.attempts,
+                                    left(v_job.last_error, 200))
+                        else '' end),
+            v_job.run_after;
+    end if;
+
+    for v_lane in select l.* from _explain_lane(v_job.agent, p_now) l loop
+        v_free := v_lane.free;
+        if v_lane.reason is not null then
+            v_held := true;
+            return query select v_lane.reason, v_lane.detail, v_lane.clears_at;
+        end if;
+    end loop;
+
+    if not v_held then
+        -- Counting stops at the lane's free slots: a deep backlog costs no
+        -- more than a short one.
+        select count(*) into v_ahead
+        from (select from job j
+              where j.agent = v_job.agent and j.state = 'pending' and j.run_after <= p_now
+                and (j.run_after, j.created_at) < (v_job.run_after, v_job.created_at)
+              limit v_free) older;
+        if v_ahead >= v_free then
+            return query select 'behind_older_jobs'::text,
+                format('lane %s has %s free slots and at least as many older due jobs, which '
+                       'are claimed first', v_job.agent, v_free),
+                null::timestamptz;
+        else
+            return query select 'ready'::text,
+                format('due, and lane %s admits it (%s free slots): a listener serving the lane '
+                       'claims it next', v_job.agent, v_free),
+                null::timestamptz;
+        end if;
+    end if;
+end;
+$$;
+
+comment on function explain_job(uuid, timestamptz) is
+    'Every reason that holds a job (not_due, agent_disabled, lane_paused, lane_full, '
+    'window_budget, cost_budget, token_budget, behind_older_jobs; or claimed, running, '
+    'finished), one row each with the '
+    'time it clears when known; ''ready'' when nothing does. CE404 for an unknown job.';
+
+-- Every reason that holds a routine's next fire, in the order _fire_routines
+-- judges them: disabled, agent_disabled, cooldown (clears at the cooldown's
+-- end; a manual run ignores it), concurrency (max_concurrent running runs),
+-- global_cap (setting routine_max_running); for a cron routine, not_due
+-- until next_fire_at (or not_scheduled while no listener has computed it).
+-- Then what would hold the jobs of its runs in their lane: lane_paused,
+-- lane_full, window_budget, cost_budget, token_budget. Nothing: one row,
+-- 'ready', naming what fires it.
+-- Dedup is left out: it refuses a given content, not the routine.
+--
+-- Raises: CE404 when no routine has the id, or it is someone else's.
+create or replace function explain_routine(p_routine_id uuid, p_now timestamptz default now())
+returns table (reason text, detail text, clears_at timestamptz)
+language plpgsql stable
+set search_path = pg_catalog, ceaseless
+as $$
+#variable_conflict use_column
+declare
+    v_routine routines;
+    v_running bigint;
+    v_all_running bigint;
+    v_cap integer := _setting_int('routine_max_running');
+    v_held boolean := false;
+    v_lane record;
+begin
+    select r.* into v_routine from routines r where r.id = p_routine_id and _acts_for(r.user_id);
+    if v_routine.id is null then
+        raise exception 'explain_routine: no routine with id %', p_routine_id
+            using errcode = 'CE404';
+    end if;
+
+    if not v_routine.enabled then
+        v_held := true;
+        return query select 'disabled'::text,
+            format('routine %s is disabled%s', v_routine.name,
+                   case when v_routine.last_error is not null
+                        then format(' (last error: %s)', left(v_routine.last_error, 200))
+                        else '' end),
+            null::timestamptz;
+    end if;
+    if exists (select from agents a where a.name = v_routine.agent and not a.enabled) then
+        v_held := true;
+        return query select 'agent_disabled'::text,
+            format('agent %s is disabled: fires are skipped (agent_disabled)', v_routine.agent),
+            null::timestamptz;
+    end if;
+    if v_routine.cooldown_secs > 0 and v_routine.last_run_at is not null
+       and p_now < v_routine.last_run_at + make_interval(secs => v_routine.cooldown_secs) then
+        v_held := true;
+        return query select 'cooldown'::text,
+            format('the last run finished at %s and cooldown_secs is %s (run_routine ignores it)',
+                   v_routine.last_run_at, v_routine.cooldown_secs),
+            v_routine.last_run_at + make_interval(secs => v_routine.cooldown_secs);
+    end if;
+    select count(*) into v_running
+    from routine_runs rr
+    where rr.routine_id = v_routine.id and rr.status = 'running';
+    if v_running >= v_routine.max_concurrent then
+        v_held := true;
+        return query select 'concurrency'::text,
+            format('%s runs are running of max_concurrent %s; one ends when its job does',
+                   v_running, v_routine.max_concurrent),
+            null::timestamptz;
+    end if;
+    -- The count the firing path judges by: one row per shard, no scan.
+    select coalesce(sum(s.running), 0) into v_all_running from routine_run_shards s;
+    if v_all_running >= v_cap then
+        v_held := true;
+        return query select 'global_cap'::text,
+            format('%s routine runs are running across all users, the setting '
+                   'routine_max_running is %s', v_all_running, v_cap),
+            null::timestamptz;
+    end if;
+    if v_routine.trigger_type = 'cron' and v_routine.enabled then
+        if v_routine.next_fire_at is null then
+            v_held := true;
+            return query select 'not_scheduled'::text,
+                'no next fire computed yet: a running listener computes it when the routine is '
+                'created, changed or enabled'::text,
+                null::timestamptz;
+        elsif v_routine.next_fire_at > p_now then
+            v_held := true;
+            return query select 'not_due'::text,
+                format('next slot of %s (%s)', v_routine.trigger_config ->> 'schedule',
+                       v_routine.trigger_config ->> 'timezone'),
+                v_routine.next_fire_at;
+        end if;
+    end if;
+
+    -- Its runs are jobs in the lane: what would hold them there. An
+    -- agent_disabled row is already given above.
+    for v_lane in select l.* from _explain_lane(v_routine.agent, p_now) l loop
+        if v_lane.reason is not null and v_lane.reason <> 'agent_disabled' then
+            v_held := true;
+            return query select v_lane.reason, 'its jobs wait: ' || v_lane.detail,
+                                v_lane.clears_at;
+        end if;
+    end loop;
+
+    if not v_held then
+        return query select 'ready'::text,
+            case v_routine.trigger_type
+                when 'cron' then format('due: slot %s fires at the next cron tick',
+                                        v_routine.next_fire_at)
+                when 'event' then format('fires on an event of user %s matching %s',
+                                         v_routine.user_id,
+                                         to_jsonb(v_routine.trigger_config ->> 'pattern'))
+                when 'webhook' then format('fires on a signed POST to /hooks/%s',
+                                           v_routine.trigger_config ->> 'path')
+                else 'fires on run_routine (ceaseless routine run)'
+            end,
+            null::timestamptz;
+    end if;
+end;
+$$;
+
+comment on function explain_routine(uuid, timestamptz) is
+    'Every reason that holds a routine''s next fire (disabled, agent_disabled, cooldown, '
+    'concurrency, global_cap, not_due, not_scheduled) or its jobs in their lane (lane_paused, '
+    'lane_full, window_budget, cost_budget, token_budget), one row each with the time it '
+    'clears when known; ''ready'' when nothing does. CE404 for an unknown routine.';
+
+-- Every reason that holds a topology run: a node awaiting approval (clears
+-- when decided, or fails the run at its expiry), and for each node whose job
+-- is pending, that job's reasons (explain_job) under the node's name. A run
+-- that has ended says so; one nothing holds (its jobs running): 'ready'.
+--
+-- Raises: CE404 when no run has the id, or it is someone else's.
+create or replace function explain_topology_run(
+    p_run_id uuid, p_now timestamptz default now()
+)
+returns table (reason text, detail text, clears_at timestamptz)
+language plpgsql stable
+set search_path = pg_catalog, ceaseless
+as $$
+#variable_conflict use_column
+declare
+    v_run topology_runs;
+    v_held boolean := false;
+    v_row record;
+begin
+    select r.* into v_run from topology_runs r where r.id = p_run_id and _acts_for(r.user_id);
+    if v_run.id is null then
+        raise exception 'explain_topology_run: no topology run with id %', p_run_id
+            using errcode = 'CE404';
+    end if;
+    if v_run.status not in ('pending', 'running', 'awaiting_approval') then
+        return query select 'finished'::text, format('the run is %s', v_run.status),
+                            null::timestamptz;
+        return;
+    end if;
+
+    for v_row in
+        select n.node_id, a.id as approval_id, a.expires_at
+        from topology_nodes n
+        join approvals a on a.topology_run_id = n.topology_run_id and a.node_id = n.node_id
+        where n.topology_run_id = p_run_id and n.state = 'awaiting_approval'
+          and a.decision is null
+        order by n.node_id
+    loop
+        v_held := true;
+        return query select 'awaiting_approval'::text,
+            format('node %s awaits approval %s: select ceaseless.decide_approval(%L, true, null, '
+                   'null)%s', v_row.node_id, v_row.approval_id, v_row.approval_id,
+                   case when v_row.expires_at is not null
+                        then format('; undecided, it fails the run at %s', v_row.expires_at)
+                        else '' end),
+            v_row.expires_at;
+    end loop;
+
+    for v_row in
+        select n.node_id, e.reason, e.detail, e.clears_at
+        from topology_nodes n
+        join job j on j.id = n.job_id and j.state = 'pending'
+        cross join lateral explain_job(j.id, p_now) e
+        where n.topology_run_id = p_run_id and n.state = 'queued'
+        order by n.node_id
+    loop
+        if v_row.reason <> 'ready' then
+            v_held := true;
+            return query select v_row.reason, format('node %s: %s', v_row.node_id, v_row.detail),
+                                v_row.clears_at;
+        end if;
+    end loop;
+
+    if not v_held then
+        return query select 'ready'::text,
+            'no approval awaited and no node''s job held: its nodes run as their upstreams '
+            'finish'::text,
+            null::timestamptz;
+    end if;
+end;
+$$;
+
+comment on function explain_topology_run(uuid, timestamptz) is
+    'Every reason that holds a topology run: nodes awaiting approval (clears_at: the '
+    'approval''s expiry) and the reasons of its nodes'' pending jobs (explain_job), one row '
+    'each; ''ready'' when nothing does. CE404 for an unknown run.';
