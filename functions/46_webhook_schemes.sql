@@ -93,8 +93,8 @@ begin
         return 'a standard (Standard Webhooks) secret must be whsec_ followed by valid base64';
     end;
     if length(v_key) not between 24 and 64 then
-        return format('a standard (Standard Webhooks) secret must encode 24 to 64 bytes, not %s',
-                      length(v_key));
+        return format('a standard (Standard Webhooks) secret must be whsec_ followed by the base64 '
+                      'of 24 to 64 bytes, not %s', length(v_key));
     end if;
     return null;
 end;
@@ -292,7 +292,7 @@ begin
 
     when 'standard' then
         v_id := v_h ->> 'webhook-id';
-        if v_id is null or v_id !~ '^[\x21-\x7e]{1,256}$' then
+        if v_id is null or v_id !~ '^[\x21-\x7e]{1,255}$' then
             raise exception 'the webhook-id header must be a message id'
                 using errcode = 'CE401';
         end if;
