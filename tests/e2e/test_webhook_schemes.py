@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -21,7 +23,7 @@ import psycopg
 import pytest
 from standardwebhooks import Webhook
 
-from tests.e2e.support import ListenerProcess, wait_routine_run
+from tests.e2e.support import ROOT, ListenerProcess, wait_routine_run
 from tests.factories import make_agent, make_routine
 from tests.sql.loops import loop_row, make_loop, runs
 from tests.sql.topology import graph, node
@@ -192,3 +194,38 @@ def test_a_loop_with_each_scheme_fires_through_the_ingress(
         assert str(row["id"]) == json.loads(answer)["run_id"]
         assert row["trigger_type"] == "webhook" and f'"alert": "{scheme}"' in row["task"]
         assert _post(port, token, body, signed)[0] == 409
+
+
+def _doc_block(fence: str, marker: str) -> str:
+    """The block of docs/webhooks.md fenced as `fence` whose first line is `marker`."""
+    doc = (ROOT / "docs" / "webhooks.md").read_text()
+    for block in re.findall(rf"```{fence}\n(.*?)```", doc, flags=re.S):
+        if block.startswith(marker):
+            return block
+    raise AssertionError(f"docs/webhooks.md has no {fence} block starting {marker!r}")
+
+
+def test_the_documented_github_setup_runs_as_written(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    make_agent(conn, "noop")
+    conn.execute(_doc_block("sql", "-- Example: github routine"))
+    port = _free_port()
+    listener = start_listener("--poll-interval", "60", "--http", f"127.0.0.1:{port}")
+    listener.wait_for_event("http.listening")
+    script = _doc_block("sh", "# Example: github delivery").replace(
+        "127.0.0.1:8787", f"127.0.0.1:{port}"
+    )
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert done.stdout.startswith("HTTP/1.1 202"), done.stdout + done.stderr
+    row = conn.execute(
+        "select r.trigger_type, r.context from ceaseless.routine_runs r "
+        "join ceaseless.routines t on t.id = r.routine_id where t.name = 'review-pushes'"
+    ).fetchone()
+    assert row is not None and row[0] == "webhook" and "refs/heads/main" in row[1]
