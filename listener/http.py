@@ -92,7 +92,8 @@ def make_app(
     limits: Limits,
     token_pattern: str,
     hub: observer.Hub | None = None,
-    header_names: frozenset[str] = frozenset(),
+    *,
+    header_names: frozenset[str],
 ) -> web.Application:
     """The aiohttp application; `token_pattern` is SQL's _webhook_token_pattern(),
     `header_names` its _webhook_header_names() (lower case).
@@ -305,7 +306,7 @@ async def serve(
     limits: Limits,
     token_pattern: str,
     observer_limits: observer.ObserverLimits,
-    header_names: frozenset[str] = frozenset(),
+    header_names: frozenset[str],
 ) -> Ingress:
     """Serve POST /hooks/{path} and the observer on `address` (HOST:PORT) until closed.
 
@@ -337,7 +338,7 @@ async def serve(
     # the rest of the unread body before closing, 10 s by default; a client
     # announcing a body it never sends would hold the connection that long.
     runner = web.AppRunner(
-        make_app(pool, limits, token_pattern, hub, header_names),
+        make_app(pool, limits, token_pattern, hub, header_names=header_names),
         access_log=None,
         # Streams end as soon as the hub closes; nothing else is long.
         shutdown_timeout=5,
