@@ -140,6 +140,15 @@ begin
                              'a webhook routine needs a signing secret of at least 16 characters, not all blank',
                              to_jsonb(case when v_trigger ? 'secret' then '(hidden)' end));
         end if;
+        -- A misspelt scheme would be a routine no sender can ever sign for.
+        v_error := _webhook_scheme_error(v_trigger -> 'scheme');
+        if v_error is not null then
+            perform _invalid('trigger_config.scheme', v_error, v_trigger -> 'scheme');
+        end if;
+        v_error := _webhook_secret_error(v_trigger ->> 'scheme', v_trigger ->> 'secret');
+        if v_error is not null then
+            perform _invalid('trigger_config.secret', v_error, '"(hidden)"');
+        end if;
     when 'manual' then
         null;
     else

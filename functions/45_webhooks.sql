@@ -3,9 +3,10 @@
 -- Called by: the listener's HTTP ingress (POST /hooks/{path}), or anyone with
 -- the raw request in hand.
 -- Guarantees: the signature is checked in constant time over the exact bytes
--- received; a timestamp more than webhook_window_secs from now is refused; a
--- signature is accepted once per window (the unique constraint
--- signature_seen_once decides, so concurrent replays cannot both pass);
+-- received, under the target's scheme (46_webhook_schemes.sql); a signed
+-- timestamp more than webhook_window_secs from now is refused; a request is
+-- accepted once per window (its replay keys, under the unique constraint
+-- signature_seen_once, so concurrent replays cannot both pass);
 -- refusals raise the documented SQLSTATEs (docs/errors.md), which the ingress
 -- maps to HTTP status codes. No pgcrypto: HMAC is built on sha256().
 
@@ -60,32 +61,6 @@ $$;
 comment on function _equal_constant_time(bytea, bytea) is
     'True when two byte strings are equal, examining every byte whatever the first difference.';
 
--- Does `sha256=<hex>` sign `<unix seconds>.<body>` under p_key?
-create or replace function _webhook_signature_ok(
-    p_key text, p_sent_at timestamptz, p_body bytea, p_signature text
-)
-returns boolean
-language plpgsql immutable
-set search_path = pg_catalog, ceaseless
-as $$
-begin
-    if p_signature is null or p_signature !~ '^sha256=[0-9a-f]{64}$' then
-        return false;
-    end if;
-    -- Never NULL: the HMAC of a NULL key or body is NULL, and a caller's
-    -- `if not ...` would let NULL through.
-    return coalesce(_equal_constant_time(
-        decode(substr(p_signature, 8), 'hex'),
-        _hmac_sha256(convert_to(p_key, 'UTF8'),
-                     convert_to(floor(extract(epoch from p_sent_at))::bigint::text || '.', 'UTF8')
-                         || p_body)), false);
-end;
-$$;
-
-comment on function _webhook_signature_ok(text, timestamptz, bytea, text) is
-    'Verify X-Ceaseless-Signature (sha256=<lowercase hex>) = HMAC-SHA256(key, "<unix seconds>.<body>"); '
-    'false, never NULL, when anything is missing.';
-
 -- The grammar of a webhook token in a URL path: routine paths are validated
 -- against it (40_routine_validation.sql), and the HTTP ingress reads it once
 -- at start, so a request for a path that cannot exist is answered without a
@@ -117,19 +92,18 @@ $$;
 comment on function _webhook_body_text(bytea) is
     'A webhook body as text: UTF-8 as it is, anything else as \x and hex.';
 
--- The loop half of _receive_webhook: the same verification under the loop's
--- signing key, the replay record under target 'loop', and a fire through
--- _fire_loop (56_loop_firing.sql) with the body in the iteration's task.
--- Returns the topology_runs id, and for a refused fire (a skipped run) the
--- SQLSTATE and message: CE410 the loop or an agent of its graph disabled,
--- CE412 an iteration still live.
+-- The loop half of _receive_webhook: verification under the loop's scheme
+-- (triggers.webhook_scheme) and signing key, the replay record under target
+-- 'loop', and a fire through _fire_loop (56_loop_firing.sql) with the body in
+-- the iteration's task. Returns the topology_runs id, and for a refused fire
+-- (a skipped run) the SQLSTATE and message: CE410 the loop or an agent of its
+-- graph disabled, CE412 an iteration still live.
 --
 -- Raises: CE403 stale timestamp; CE401 bad signature; CE413 replay.
 create or replace function _receive_loop_webhook(
     p_loop loops,
     p_body bytea,
-    p_signature text,
-    p_sent_at timestamptz
+    p_headers jsonb
 )
 returns table (run_id uuid, refused_sqlstate text, refused_message text)
 language plpgsql
@@ -138,24 +112,14 @@ as $$
 declare
     v_now constant timestamptz := now();
     v_window interval := make_interval(secs => _setting_int('webhook_window_secs'));
+    v_verified record;
     v_skip text;
 begin
-    if p_sent_at is null or abs(extract(epoch from v_now - p_sent_at)) > extract(epoch from v_window) then
-        raise exception 'webhook timestamp % is more than % from now', p_sent_at, v_window
-            using errcode = 'CE403';
-    end if;
-    if _webhook_signature_ok(p_loop.webhook_signing_key, p_sent_at, p_body,
-                             p_signature) is not true then
-        raise exception 'webhook signature does not match' using errcode = 'CE401';
-    end if;
-
-    delete from webhook_deliveries where received_at < v_now - 2 * v_window;
-    insert into webhook_deliveries (target, target_id, signature, sent_at, received_at)
-    values ('loop', p_loop.id, p_signature, p_sent_at, v_now)
-    on conflict on constraint signature_seen_once do nothing;
-    if not found then
-        raise exception 'webhook signature already used: a replay' using errcode = 'CE413';
-    end if;
+    select * into v_verified
+    from _webhook_verify(p_loop.triggers ->> 'webhook_scheme', p_loop.webhook_signing_key, p_body,
+                         p_headers, v_now, v_window);
+    perform _webhook_remember('loop', p_loop.id, v_verified.replay_keys, v_verified.sent_at,
+                              v_now, v_window);
 
     run_id := _fire_loop(p_loop.id, 'webhook', 'webhook', _webhook_body_text(p_body), v_now);
     select r.skip_reason into v_skip from topology_runs r where r.id = run_id;
@@ -173,17 +137,18 @@ begin
 end;
 $$;
 
-comment on function _receive_loop_webhook(loops, bytea, text, timestamptz) is
-    'Verify a signed webhook request for a loop and fire it with the body in its task; a refused '
-    'fire is returned (skipped run id, CE410 or CE412, message). Raises CE403/CE401/CE413.';
+comment on function _receive_loop_webhook(loops, bytea, jsonb) is
+    'Verify a webhook request for a loop under its scheme and fire it with the body in its task; a '
+    'refused fire is returned (skipped run id, CE410 or CE412, message). Raises CE403/CE401/CE413.';
 
 -- Verify a webhook request and fire what it targets, recording a refused fire
 -- instead of raising.
 --
 -- p_token is a loop's webhook_token or a routine's trigger_config.path (loops
--- are looked up first); p_body the raw request body; p_signature the
--- X-Ceaseless-Signature header exactly as received; p_sent_at the
--- X-Ceaseless-Timestamp header as a timestamptz.
+-- are looked up first); p_body the raw request body; p_headers the request's
+-- headers as a jsonb object of name → value (any case; the ingress passes
+-- those named by _webhook_header_names()). The target's scheme says which
+-- headers sign it (46_webhook_schemes.sql).
 --
 -- Returns the routine_runs id (for a loop: the topology_runs id) and, when a
 -- guardrail refused the fire, the SQLSTATE and message receive_webhook raises
@@ -195,7 +160,7 @@ comment on function _receive_loop_webhook(loops, bytea, text, timestamptz) is
 -- fire once the guardrail clears. The HTTP ingress calls this.
 --
 -- Raises (nothing is worth keeping then): CE404 unknown token; CE403 stale
--- timestamp; CE401 bad signature; CE413 replayed signature.
+-- timestamp; CE401 bad signature; CE413 replayed request.
 --
 -- The time is the server's, never the caller's: with a clock of its own, a
 -- caller could replay a captured request after its window, and clear the
@@ -203,8 +168,7 @@ comment on function _receive_loop_webhook(loops, bytea, text, timestamptz) is
 create or replace function _receive_webhook(
     p_token text,
     p_body bytea,
-    p_signature text,
-    p_sent_at timestamptz
+    p_headers jsonb
 )
 returns table (run_id uuid, refused_sqlstate text, refused_message text)
 language plpgsql
@@ -215,6 +179,7 @@ declare
     v_routine routines;
     v_loop loops;
     v_window interval := make_interval(secs => _setting_int('webhook_window_secs'));
+    v_verified record;
     v_run record;
     v_body text;
 begin
@@ -223,7 +188,7 @@ begin
     -- token must not capture the loop's requests.
     select * into v_loop from loops where webhook_token = p_token;
     if found then
-        return query select * from _receive_loop_webhook(v_loop, p_body, p_signature, p_sent_at);
+        return query select * from _receive_loop_webhook(v_loop, p_body, p_headers);
         return;
     end if;
     select * into v_routine
@@ -234,23 +199,11 @@ begin
     end if;
 
     -- Authenticate before saying anything else about the routine.
-    if p_sent_at is null or abs(extract(epoch from v_now - p_sent_at)) > extract(epoch from v_window) then
-        raise exception 'webhook timestamp % is more than % from now', p_sent_at, v_window
-            using errcode = 'CE403';
-    end if;
-    -- `is not true`: a check that cannot decide refuses.
-    if _webhook_signature_ok(v_routine.trigger_config ->> 'secret', p_sent_at, p_body,
-                             p_signature) is not true then
-        raise exception 'webhook signature does not match' using errcode = 'CE401';
-    end if;
-
-    delete from webhook_deliveries where received_at < v_now - 2 * v_window;
-    insert into webhook_deliveries (target, target_id, signature, sent_at, received_at)
-    values ('routine', v_routine.id, p_signature, p_sent_at, v_now)
-    on conflict on constraint signature_seen_once do nothing;
-    if not found then
-        raise exception 'webhook signature already used: a replay' using errcode = 'CE413';
-    end if;
+    select * into v_verified
+    from _webhook_verify(v_routine.trigger_config ->> 'scheme', v_routine.trigger_config ->> 'secret',
+                         p_body, p_headers, v_now, v_window);
+    perform _webhook_remember('routine', v_routine.id, v_verified.replay_keys, v_verified.sent_at,
+                              v_now, v_window);
 
     v_body := _webhook_body_text(p_body);
 
@@ -275,27 +228,50 @@ begin
 end;
 $$;
 
-comment on function _receive_webhook(text, bytea, text, timestamptz) is
-    'Verify a signed webhook request and fire its loop or routine; a fire refused by a guardrail is '
-    'returned (skipped run id, SQLSTATE, message) instead of raised, so the caller commits its '
-    'record and the replay memory. Raises CE404/CE403/CE401/CE413.';
+comment on function _receive_webhook(text, bytea, jsonb) is
+    'Verify a webhook request (raw body and headers) under its target''s scheme and fire its loop '
+    'or routine; a fire refused by a guardrail is returned (skipped run id, SQLSTATE, message) '
+    'instead of raised, so the caller commits its record and the replay memory. Raises '
+    'CE404/CE403/CE401/CE413.';
 
--- Verify a webhook request and fire what it targets (spec section 7): the
--- public form, which raises for every refusal.
---
--- Returns the routine_runs id, or for a loop's token the topology_runs id.
--- Raises (docs/errors.md): CE404 unknown token; CE401 bad signature; CE403
--- stale timestamp; CE413 replayed signature; CE410 the routine or loop or its
--- agent is disabled; CE411 cooldown; CE412 the routine's max_concurrent or
--- the loop's live iteration; CE415 the global cap; CE414 duplicate content.
--- A guardrail's raise rolls back the refused fire's skipped row and the
--- signature's replay record with it. Callers that must keep both (anything
--- facing the network, like the HTTP ingress) call _receive_webhook and commit.
-create or replace function receive_webhook(
+-- The spec section 7 form of _receive_webhook: the ceaseless scheme's
+-- signature and time given apart.
+create or replace function _receive_webhook(
     p_token text,
     p_body bytea,
     p_signature text,
     p_sent_at timestamptz
+)
+returns table (run_id uuid, refused_sqlstate text, refused_message text)
+language plpgsql  -- not sql: its helper is created later, in 46_webhook_schemes.sql
+set search_path = pg_catalog, ceaseless
+as $$
+begin
+    return query
+    select * from _receive_webhook(p_token, p_body, _webhook_ceaseless_headers(p_signature, p_sent_at));
+end;
+$$;
+
+comment on function _receive_webhook(text, bytea, text, timestamptz) is
+    '_receive_webhook with the X-Ceaseless-Signature value and the X-Ceaseless-Timestamp time given '
+    'apart (spec section 7); a target of another scheme refuses it (CE401).';
+
+-- Verify a webhook request and fire what it targets (spec sections 7 and
+-- 11): the public form, which raises for every refusal.
+--
+-- p_headers: the request's headers, name → value (see _receive_webhook).
+-- Returns the routine_runs id, or for a loop's token the topology_runs id.
+-- Raises (docs/errors.md): CE404 unknown token; CE401 bad signature; CE403
+-- stale timestamp; CE413 replayed request; CE410 the routine or loop or its
+-- agent is disabled; CE411 cooldown; CE412 the routine's max_concurrent or
+-- the loop's live iteration; CE415 the global cap; CE414 duplicate content.
+-- A guardrail's raise rolls back the refused fire's skipped row and the
+-- request's replay record with it. Callers that must keep both (anything
+-- facing the network, like the HTTP ingress) call _receive_webhook and commit.
+create or replace function receive_webhook(
+    p_token text,
+    p_body bytea,
+    p_headers jsonb
 )
 returns uuid
 language plpgsql
@@ -304,7 +280,7 @@ as $$
 declare
     v_received record;
 begin
-    select * into v_received from _receive_webhook(p_token, p_body, p_signature, p_sent_at);
+    select * into v_received from _receive_webhook(p_token, p_body, p_headers);
     if v_received.refused_sqlstate is not null then
         raise exception '%', v_received.refused_message using errcode = v_received.refused_sqlstate;
     end if;
@@ -312,10 +288,37 @@ begin
 end;
 $$;
 
+comment on function receive_webhook(text, bytea, jsonb) is
+    'Verify a webhook request (raw body and headers, under the target''s scheme: ceaseless, github, '
+    'standard or stripe) and fire its loop or routine; returns the topology_runs or routine_runs id. '
+    'Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414/CE415.';
+
+-- The spec section 7 form: the ceaseless scheme's signature header value and
+-- timestamp given apart.
+create or replace function receive_webhook(
+    p_token text,
+    p_body bytea,
+    p_signature text,
+    p_sent_at timestamptz
+)
+returns uuid
+language plpgsql  -- not sql: its helper is created later, in 46_webhook_schemes.sql
+set search_path = pg_catalog, ceaseless
+as $$
+begin
+    return receive_webhook(p_token, p_body, _webhook_ceaseless_headers(p_signature, p_sent_at));
+end;
+$$;
+
 comment on function receive_webhook(text, bytea, text, timestamptz) is
-    'Verify a signed webhook request (HMAC-SHA256, 300 s window, replay refusal) and fire its '
-    'loop or routine; returns the topology_runs or routine_runs id. Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414/'
-    'CE415 (a guardrail''s raise rolls back the refused fire''s record: see _receive_webhook).';
+    'Verify a ceaseless-signed webhook request (HMAC-SHA256, 300 s window, replay refusal) and fire '
+    'its loop or routine; returns the topology_runs or routine_runs id. Raises CE404/CE401/CE403/'
+    'CE413/CE410/CE411/CE412/CE414/CE415 (a guardrail''s raise rolls back the refused fire''s '
+    'record: see _receive_webhook).';
+
+-- Replaced by the header form, which verifies every scheme.
+drop function if exists _receive_loop_webhook(loops, bytea, text, timestamptz);
+drop function if exists _webhook_signature_ok(text, timestamptz, bytea, text);
 
 -- Replaced by _receive_webhook, which returns a refused fire instead of
 -- raising, so its record needs no second trip.

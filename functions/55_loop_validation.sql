@@ -11,9 +11,11 @@
 --   the rule and a bounded value; defaults are filled (triggers.timezone
 --   'UTC' when cron is set, workspace_id, created_by);
 -- - the webhook credential is the database's: generated (webhook_token
---   'loop_' + 64 hex, webhook_signing_key 64 hex, from gen_random_uuid) when
---   triggers.webhook_enabled becomes true, kept while it stays true, cleared
---   when it becomes false, so turning it off and on again rotates both; a
+--   'loop_' + 64 hex, webhook_signing_key 64 hex or for the standard scheme
+--   whsec_ and base64, from gen_random_uuid) when triggers.webhook_enabled
+--   becomes true, kept while it stays true, cleared when it becomes false, so
+--   turning it off and on again rotates both; a new triggers.webhook_scheme
+--   rotates the signing key (the token stays); a
 --   statement that sets either by hand is refused; constraint errors on a
 --   loop holding a credential never print it (loops_zz_quiet_checks);
 -- - next_fire_at is cleared whenever the answer may have changed (cron or
@@ -101,17 +103,18 @@ begin
     -- triggers -------------------------------------------------------------
     if v_triggers is null or jsonb_typeof(v_triggers) <> 'object' then
         perform _invalid_loop('triggers',
-                              'must be an object {cron?, timezone?, on_completion?, webhook_enabled?}',
+                              'must be an object {cron?, timezone?, on_completion?, webhook_enabled?, '
+                              'webhook_scheme?}',
                               v_triggers);
     end if;
     -- A misspelt key ("on_complete") would be a trigger that silently never
     -- fires.
     select k into v_key from jsonb_object_keys(v_triggers) k
-    where k not in ('cron', 'timezone', 'on_completion', 'webhook_enabled')
+    where k not in ('cron', 'timezone', 'on_completion', 'webhook_enabled', 'webhook_scheme')
     limit 1;
     if v_key is not null then
         perform _invalid_loop('triggers', format(
-            'unknown key %s (known: cron, timezone, on_completion, webhook_enabled)',
+            'unknown key %s (known: cron, timezone, on_completion, webhook_enabled, webhook_scheme)',
             to_jsonb(left(v_key, 60))), v_triggers);
     end if;
     if jsonb_typeof(v_triggers -> 'cron') = 'null' then
@@ -149,6 +152,12 @@ begin
                                   v_triggers -> v_key);
         end if;
     end loop;
+    -- The signature scheme of the loop's webhook (46_webhook_schemes.sql); a
+    -- misspelt one would be a webhook no sender can sign for.
+    v_error := _webhook_scheme_error(v_triggers -> 'webhook_scheme');
+    if v_error is not null then
+        perform _invalid_loop('triggers.webhook_scheme', v_error, v_triggers -> 'webhook_scheme');
+    end if;
 
     -- repeat_policy ---------------------------------------------------------
     if v_policy is null or jsonb_typeof(v_policy) <> 'object'
@@ -328,7 +337,12 @@ begin
     end if;
     if v_webhook and not v_was_webhook then
         new.webhook_token := 'loop_' || _loop_secret_hex();
-        new.webhook_signing_key := _loop_secret_hex();
+        new.webhook_signing_key := _webhook_new_key(new.triggers ->> 'webhook_scheme');
+    elsif v_webhook and tg_op = 'UPDATE' and (new.triggers ->> 'webhook_scheme')
+                         is distinct from (old.triggers ->> 'webhook_scheme') then
+        -- A key is in its scheme's form (standard: whsec_ and base64), so a
+        -- new scheme gets a new key; the token, the URL senders know, stays.
+        new.webhook_signing_key := _webhook_new_key(new.triggers ->> 'webhook_scheme');
     elsif not v_webhook then
         new.webhook_token := null;
         new.webhook_signing_key := null;

@@ -2,15 +2,18 @@
 
 Served by the listener process (`ceaseless listen --http 127.0.0.1:8787`) with
 aiohttp, a maintained HTTP server: this module parses nothing by hand. It only
-passes the path, the raw body and the two signature headers to SQL and maps
-SQLSTATEs to status codes; verification, replay protection and guardrails are
-the database's.
+passes the path, the raw body and the signing headers to SQL and maps
+SQLSTATEs to status codes; verification under the target's signature scheme
+(ceaseless, github, standard, stripe), replay protection and guardrails are
+the database's. Which headers to pass is the database's word too
+(_webhook_header_names(), read once at start); no others reach it.
 
 The endpoint faces strangers, so it fails closed and is bounded:
 
-- malformed input (a timestamp that is not plain digits, a signature that is
-  not `sha256=<64 hex>`, a path outside the token grammar, a NUL) is answered
-  400/401/404 before any database round trip, never 500;
+- malformed input (an X-Ceaseless-Timestamp that is not plain digits, an
+  X-Ceaseless-Signature that is not `sha256=<64 hex>`, a signing header that
+  is not printable ASCII, a path outside the token grammar, a NUL) is
+  answered 400/401/404 before any database round trip, never 500;
 - at most `max_requests` requests are in hand at once (503 beyond); a client
   gets `read_timeout` seconds to send its headers and as long again for its
   body (408), and a body over `max_body` is refused from its Content-Length or
@@ -31,7 +34,6 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import psycopg
 import psycopg_pool
@@ -60,6 +62,9 @@ STATUS_BY_SQLSTATE: dict[str, int] = {
 # which datetime cannot go. str.isdigit() would let "²" through.
 _TIMESTAMP = re.compile(r"[0-9]{1,11}")
 _SIGNATURE = re.compile(r"sha256=[0-9a-f]{64}")
+# What any signing header of any scheme is made of: jsonb cannot carry a NUL,
+# and undecodable bytes (surrogates) cannot be sent to the database at all.
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
 # How long the rest of an unread body is drained after an early answer.
 _LINGERING_SECS = 1.0
 # What a log line keeps of a client's text.
@@ -79,6 +84,7 @@ class Limits:
 _POOL = web.AppKey("pool", psycopg_pool.AsyncConnectionPool)
 _LIMITS = web.AppKey("limits", Limits)
 _TOKEN = web.AppKey("token", re.Pattern)
+_HEADERS = web.AppKey("headers", frozenset)
 
 
 def make_app(
@@ -86,8 +92,11 @@ def make_app(
     limits: Limits,
     token_pattern: str,
     hub: observer.Hub | None = None,
+    *,
+    header_names: frozenset[str],
 ) -> web.Application:
-    """The aiohttp application; `token_pattern` is SQL's _webhook_token_pattern().
+    """The aiohttp application; `token_pattern` is SQL's _webhook_token_pattern(),
+    `header_names` its _webhook_header_names() (lower case).
 
     With `hub`, the run observer's routes too (listener/observer.py).
     """
@@ -98,6 +107,7 @@ def make_app(
     app[_POOL] = pool
     app[_LIMITS] = limits
     app[_TOKEN] = re.compile(token_pattern)
+    app[_HEADERS] = header_names
     app.router.add_post("/hooks/{path}", _receive)
     app.router.add_get("/healthz", _health)
     if hub is not None:
@@ -145,7 +155,7 @@ async def _receive(request: web.Request) -> web.Response:
         return _error(404, "no webhook at this path")
     if request.content_length is not None and request.content_length > limits.max_body:
         return _error(413, f"body over {limits.max_body} bytes")
-    sent_at, refusal = _signed_headers(request)
+    headers, refusal = _signing_headers(request)
     if refusal is not None:
         return refusal
     try:
@@ -160,31 +170,54 @@ async def _receive(request: web.Request) -> web.Response:
         # The client went away mid-body: nobody is left to answer.
         log.warning("webhook.client_gone", path=_shown(path), error=_bounded(exc))
         raise web.HTTPBadRequest() from None
-    return await _verify_and_fire(request, path, body, sent_at)
+    return await _verify_and_fire(request, path, body, headers)
 
 
-def _signed_headers(request: web.Request) -> tuple[datetime, None] | tuple[None, web.Response]:
-    """The timestamp and signature headers, strictly parsed, or the answer to give instead."""
+def _signing_headers(
+    request: web.Request,
+) -> tuple[dict[str, str], None] | tuple[None, web.Response]:
+    """The headers SQL reads (lower-case names), or the answer to give instead.
+
+    A request signed in the ceaseless scheme has its two headers parsed
+    strictly here, as before other schemes existed; the other schemes' headers
+    are only checked to be printable ASCII, and SQL parses them.
+    """
+    if TIMESTAMP_HEADER in request.headers or SIGNATURE_HEADER in request.headers:
+        refusal = _ceaseless_headers(request)
+        if refusal is not None:
+            return None, refusal
+    headers: dict[str, str] = {}
+    for name in request.app[_HEADERS]:
+        value = request.headers.get(name)
+        if value is None:
+            continue
+        if not _HEADER_VALUE.fullmatch(value):
+            return None, _error(400, f"the {name} header must be printable ASCII")
+        headers[name] = value
+    return headers, None
+
+
+def _ceaseless_headers(request: web.Request) -> web.Response | None:
+    """None when the ceaseless scheme's headers are well formed, else the answer to give."""
     raw_ts = request.headers.get(TIMESTAMP_HEADER)
     if raw_ts is None or not _TIMESTAMP.fullmatch(raw_ts.strip()):
-        return None, _error(400, f"{TIMESTAMP_HEADER} must be integer unix seconds")
+        return _error(400, f"{TIMESTAMP_HEADER} must be integer unix seconds")
     if not request.headers.get(SIGNATURE_HEADER):
-        return None, _error(401, f"{SIGNATURE_HEADER} is missing")
+        return _error(401, f"{SIGNATURE_HEADER} is missing")
     if not _SIGNATURE.fullmatch(request.headers[SIGNATURE_HEADER]):
-        return None, _error(400, f"{SIGNATURE_HEADER} must be sha256=<64 lowercase hex digits>")
-    return datetime.fromtimestamp(int(raw_ts.strip()), UTC), None
+        return _error(400, f"{SIGNATURE_HEADER} must be sha256=<64 lowercase hex digits>")
+    return None
 
 
 async def _verify_and_fire(
-    request: web.Request, path: str, body: bytes, sent_at: datetime
+    request: web.Request, path: str, body: bytes, headers: dict[str, str]
 ) -> web.Response:
     limits = request.app[_LIMITS]
-    signature = request.headers[SIGNATURE_HEADER]
     try:
         received = await db.call(
             request.app[_POOL],
             "receive_webhook",
-            lambda conn: webhooks.receive(conn, path, body, signature, sent_at),
+            lambda conn: webhooks.receive(conn, path, body, headers),
             limits.db_deadline,
         )
     except psycopg.Error as exc:
@@ -273,14 +306,15 @@ async def serve(
     limits: Limits,
     token_pattern: str,
     observer_limits: observer.ObserverLimits,
+    header_names: frozenset[str],
 ) -> Ingress:
     """Serve POST /hooks/{path} and the observer on `address` (HOST:PORT) until closed.
 
     The ingress has a pool of its own: a flood of webhooks must not take the
     connections that renew the listener's leases; the observer has another.
-    `token_pattern` is SQL's _webhook_token_pattern(), read once by the
-    caller. The observer is open on a loopback address; elsewhere it needs
-    `observer_limits.token`.
+    `token_pattern` is SQL's _webhook_token_pattern() and `header_names` its
+    _webhook_header_names(), read once by the caller. The observer is open on
+    a loopback address; elsewhere it needs `observer_limits.token`.
     """
     host, _, port = address.rpartition(":")
     host = host or "127.0.0.1"
@@ -304,7 +338,7 @@ async def serve(
     # the rest of the unread body before closing, 10 s by default; a client
     # announcing a body it never sends would hold the connection that long.
     runner = web.AppRunner(
-        make_app(pool, limits, token_pattern, hub),
+        make_app(pool, limits, token_pattern, hub, header_names=header_names),
         access_log=None,
         # Streams end as soon as the hub closes; nothing else is long.
         shutdown_timeout=5,

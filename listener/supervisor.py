@@ -157,6 +157,7 @@ class Listener:
                 "settings", lambda c: setting_int(c, "webhook_max_body_bytes")
             )
         token_pattern = await self.db.retry("webhook token pattern", webhooks.token_pattern)
+        header_names = await self.db.retry("webhook header names", webhooks.header_names)
         ingress = await serve(
             self.config.url,
             self.config.http,
@@ -168,6 +169,7 @@ class Listener:
                 db_deadline=self.config.db_deadline,
             ),
             token_pattern=token_pattern,
+            header_names=header_names,
             observer_limits=ObserverLimits(
                 max_clients=self.config.observer_max_clients,
                 keepalive=self.config.observer_keepalive,
