@@ -4,10 +4,15 @@ arguments without `--`, run as a user types them."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import subprocess
+import sys
 
 import psycopg
 
 from tests.cli.test_commands import _run
+from tests.e2e.support import ROOT
 
 
 def test_cron_preview_skips_the_slot_a_spring_forward_removes(db_url: str) -> None:
@@ -74,5 +79,11 @@ def test_db_psql_passes_psql_arguments_through_without_a_separator(db_url: str) 
 
 
 def test_shell_completion_script_is_printed_as_the_readme_says(db_url: str) -> None:
-    result = _run(db_url, "--show-completion")
-    assert result.returncode == 0 and "_ceaseless_completion" in result.stdout, result.stdout[:200]
+    # Run from bash, as a user would: the script is for the shell the command runs in (and
+    # "; true" keeps bash alive as the parent instead of exec'ing the command).
+    command = f"{shlex.quote(sys.executable)} -m listener --show-completion; true"
+    env = {**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "_ceaseless_completion" in result.stdout, (result.stdout[:200], result.stderr[-500:])
