@@ -150,3 +150,16 @@ grant select on forge_issue, forge_child_issue, forge_pipeline to ceaseless_user
 -- loop_snapshot read audit_log, which is beyond a user role; they run as the
 -- caller and are granted to no user (listeners and operators have every
 -- function above). The SSE observer serves them behind its own token.
+
+-- Metrics (94_metrics.sql): the counting triggers fire in whatever
+-- transaction changed the row, a user role's too (an event that fires a
+-- routine), and a user role may not write metric_deltas: they run as the
+-- owner. metrics_snapshot and the counter tables are the listener's and the
+-- operator's (granted above with every table and function), not a user's:
+-- they count every user's rows.
+alter function _tg_agent_run_metrics() security definer;
+alter function _tg_routine_runs_insert_metrics() security definer;
+alter function _tg_routine_runs_update_metrics() security definer;
+alter function _tg_topology_runs_insert_metrics() security definer;
+alter function _tg_topology_runs_update_metrics() security definer;
+alter function _tg_notifications_update_metrics() security definer;
