@@ -31,9 +31,7 @@ _BIG_TABLES = {"job", "agent_run", "routine_runs", "topology_runs", "notificatio
 
 def _snapshot(conn: psycopg.Connection) -> dict[tuple[str, str], float]:
     """{(sample, labels as sorted JSON): value}."""
-    rows = conn.execute(
-        "select sample, labels, value from ceaseless.metrics_snapshot()"
-    ).fetchall()
+    rows = conn.execute("select sample, labels, value from ceaseless.metrics_snapshot()").fetchall()
     return {(sample, json.dumps(labels, sort_keys=True)): value for sample, labels, value in rows}
 
 
