@@ -33,24 +33,6 @@ $$;
 comment on function _metrics_duration_bounds() is
     'The upper bounds (le) of ceaseless_agent_run_duration_seconds, in seconds, +Inf last.';
 
--- The bound a duration is counted under: the smallest one not below it.
-create or replace function _metrics_duration_le(p_secs double precision)
-returns text
-language sql
-immutable
-parallel safe
-as $$
-    -- Ordered by the number: the text column would sort "+Inf" first.
-    select case when u.bound = 'Infinity' then '+Inf' else u.bound::text end as le
-    from unnest(_metrics_duration_bounds()) as u (bound)
-    where u.bound >= greatest(p_secs, 0)
-    order by u.bound
-    limit 1
-$$;
-
-comment on function _metrics_duration_le(double precision) is
-    'The histogram bucket (le label, "+Inf" last) a run duration in seconds is counted under.';
-
 -- Finished runs: one count per (agent, outcome), and the duration histogram
 -- per agent (its bucket, its sum). enable_nestloop: the old/new join of a
 -- statement of thousands of rows, see _tg_job_update (30_notify_audit.sql).
@@ -60,26 +42,42 @@ language plpgsql
 set search_path = pg_catalog, ceaseless
 set enable_nestloop = off
 as $$
+declare
+    -- The bounds negated, ascending: width_bucket(-secs, v_neg) is then the
+    -- position of the smallest bound >= secs (Prometheus' `le`, a duration
+    -- equal to a bound counted under it), found by a C function per row, not
+    -- a query per row: this runs after every finish_runs batch.
+    v_neg double precision[] :=
+        array(select -u.bound from unnest(_metrics_duration_bounds()) as u (bound)
+              order by u.bound desc);
 begin
     with finished as (
         select n.agent, n.outcome,
-               extract(epoch from n.finished_at - n.started_at)::double precision as secs
+               greatest(extract(epoch from n.finished_at - n.started_at)::double precision, 0)
+                   as secs
         from new_rows n
         join old_rows o on o.id = n.id
         where o.finished_at is null and n.finished_at is not null
+    ),
+    bucketed as (
+        select f.agent, f.outcome, f.secs,
+               -(v_neg[width_bucket(-f.secs, v_neg)]) as le
+        from finished f
     )
     insert into metric_deltas (metric, labels, value)
     select 'ceaseless_agent_runs_total',
            jsonb_build_object('agent', f.agent, 'outcome', f.outcome), count(*)
-    from finished f group by f.agent, f.outcome
+    from bucketed f group by f.agent, f.outcome
     union all
     select 'ceaseless_agent_run_duration_seconds_bucket',
-           jsonb_build_object('agent', f.agent, 'le', _metrics_duration_le(f.secs)), count(*)
-    from finished f group by f.agent, _metrics_duration_le(f.secs)
+           jsonb_build_object('agent', f.agent,
+                              'le', case when f.le = 'Infinity' then '+Inf' else f.le::text end),
+           count(*)
+    from bucketed f group by f.agent, f.le
     union all
     select 'ceaseless_agent_run_duration_seconds_sum',
-           jsonb_build_object('agent', f.agent), sum(greatest(f.secs, 0))
-    from finished f group by f.agent;
+           jsonb_build_object('agent', f.agent), sum(f.secs)
+    from bucketed f group by f.agent;
     return null;
 end;
 $$;
