@@ -15,7 +15,17 @@ from typing import Annotated
 import typer
 from psycopg import sql
 
-from listener.cli.common import columns, fail, given, placeholders, query, table
+from listener.cli.common import (
+    Output,
+    OutputOpt,
+    columns,
+    emitting,
+    fail,
+    given,
+    placeholders,
+    query,
+    table,
+)
 from listener.enums import Adapter
 
 app = typer.Typer(help="The agent registry (ceaseless.agents).", no_args_is_help=True)
@@ -107,10 +117,11 @@ def agent_add(
 
 
 @app.command("list")
-def agent_list() -> None:
+def agent_list(output: OutputOpt = Output.TABLE) -> None:
     """List registered agents with their limits."""
     rows = query(
         "select name, adapter, array_to_string(argv, ' '), model, timeout_secs, max_concurrent, "
         "window_budget, enabled from ceaseless.agents order by name"
     )
-    table(rows, ["name", "adapter", "argv", "model", "timeout", "max", "budget", "enabled"])
+    with emitting(output):
+        table(rows, ["name", "adapter", "argv", "model", "timeout", "max", "budget", "enabled"])

@@ -1,5 +1,9 @@
 """What every command group shares: the database URL, one SQL call, an error, a table.
 
+List and show commands print through `table`, `record` and `note` inside
+`emitting(output)`, so `--output json` turns the same calls into one JSON
+document for scripts.
+
 Guarantees: a database error reaches the user as the database phrased it (its
 primary message and detail name the field, the rule and the value), with exit
 status 1 and no traceback. Every call opens its own autocommit connection, named
@@ -10,7 +14,14 @@ column default applies: defaults are never copied into Python.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from enum import StrEnum
+from typing import Annotated
 
 import psycopg
 import typer
@@ -76,8 +87,85 @@ def insert(table: str, values: Mapping[str, object]) -> sql.Composed:
     )
 
 
-def table(rows: list[tuple[object, ...]], headers: list[str]) -> None:
-    """Print rows as aligned columns under a header line."""
+class Output(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+OutputOpt = Annotated[
+    Output,
+    typer.Option(
+        "--output",
+        "-o",
+        help="table (for people) or json (for scripts: one JSON document on stdout; times in "
+        "ISO 8601, ids as strings).",
+    ),
+]
+
+# While a command runs with --output json, what it shows is collected here
+# (section name → rows or one record) and printed as one document at its end.
+_document: ContextVar[dict[str, object] | None] = ContextVar("cli_document", default=None)
+
+
+@contextmanager
+def emitting(output: Output) -> Iterator[None]:
+    """Show what the block passes to table/record/note as text, or as one JSON document.
+
+    The document is printed only when the block succeeds: a failing command prints its error
+    (`fail`) and nothing on stdout. A list command's document is its rows (an array); a show
+    command's, an object of its named sections.
+    """
+    if output is Output.TABLE:
+        yield
+        return
+    document: dict[str, object] = {}
+    token = _document.set(document)
+    try:
+        yield
+    finally:
+        _document.reset(token)
+    shown = document[""] if list(document) == [""] else document
+    typer.echo(json.dumps(shown, default=_json_value, indent=2))
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    return str(value)
+
+
+def record(pairs: Sequence[tuple[str, object]], *, name: str = "", width: int = 22) -> None:
+    """Print one record as `header  value` lines (lists and objects as JSON), or add it."""
+    document = _document.get()
+    if document is not None:
+        document[name] = dict(pairs)
+        return
+    for header, value in pairs:
+        shown = json.dumps(value, default=_json_value) if isinstance(value, dict | list) else value
+        typer.echo(f"{header:>{width}}  {'' if shown is None else shown}")
+
+
+def collecting() -> bool:
+    """Whether a JSON document is being collected (--output json)."""
+    return _document.get() is not None
+
+
+def note(text: str) -> None:
+    """A line for people only (a heading, a hint): not part of a JSON document."""
+    if _document.get() is None:
+        typer.echo(text)
+
+
+def table(rows: list[tuple[object, ...]], headers: list[str], *, name: str = "") -> None:
+    """Print rows as aligned columns under a header line, or add them to the JSON document."""
+    document = _document.get()
+    if document is not None:
+        document[name] = [dict(zip(headers, row, strict=True)) for row in rows]
+        return
     cells = [headers, *[["" if v is None else str(v) for v in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):

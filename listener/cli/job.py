@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from listener.cli.common import query, table
+from listener.cli.common import Output, OutputOpt, emitting, query, table
 from listener.enums import JobKind
 
 app = typer.Typer(help="Jobs in the queue (ceaseless.job).", no_args_is_help=True)
@@ -39,6 +39,7 @@ def job_list(
     all_states: Annotated[
         bool, typer.Option("--all", help="Include finished jobs (latest 50).")
     ] = False,
+    output: OutputOpt = Output.TABLE,
 ) -> None:
     """List live jobs (ceaseless.job_queue), or the latest jobs with --all."""
     if all_states:
@@ -51,7 +52,8 @@ def job_list(
             "select id, kind, agent, state, attempts, claimed_by, last_error "
             "from ceaseless.job_queue order by created_at"
         )
-    table(rows, ["id", "kind", "agent", "state", "attempts", "claimed_by", "last_error"])
+    with emitting(output):
+        table(rows, ["id", "kind", "agent", "state", "attempts", "claimed_by", "last_error"])
 
 
 @app.command("cancel")

@@ -23,7 +23,18 @@ from typing import Annotated, Any
 import typer
 from psycopg import sql
 
-from listener.cli.common import fail, given, insert, query, table
+from listener.cli.common import (
+    Output,
+    OutputOpt,
+    emitting,
+    fail,
+    given,
+    insert,
+    note,
+    query,
+    record,
+    table,
+)
 
 app = typer.Typer(
     help=(
@@ -194,7 +205,7 @@ def _webhook_hint(ref: str) -> str:
 
 
 @app.command("list")
-def loop_list() -> None:
+def loop_list(output: OutputOpt = Output.TABLE) -> None:
     """One line per loop (ceaseless.loop_status)."""
     rows = query(
         "select id, title, owner, enabled, concat_ws(' ', "
@@ -204,23 +215,29 @@ def loop_list() -> None:
         "coalesce(live_run_status, ''), last_run_status, next_fire_at, stopped_reason, "
         "skipped_fires from ceaseless.loop_status order by title, id"
     )
-    table(
-        rows,
-        [
-            "id",
-            "title",
-            "owner",
-            "enabled",
-            "triggers",
-            "policy",
-            "iteration",
-            "live",
-            "last",
-            "next_fire_at",
-            "stopped",
-            "skipped",
-        ],
-    )
+    with emitting(output):
+        table(
+            rows,
+            [
+                "id",
+                "title",
+                "owner",
+                "enabled",
+                "triggers",
+                "policy",
+                "iteration",
+                "live",
+                "last",
+                "next_fire_at",
+                "stopped",
+                "skipped",
+            ],
+        )
+
+
+ITERATION_HEADERS = [
+    "iteration", "run", "status", "trigger", "parent", "started_at", "finished_at", "message"
+]  # fmt: skip
 
 
 @app.command("show")
@@ -229,6 +246,7 @@ def loop_show(
     iterations: Annotated[
         int, typer.Option(help="How many of the latest iterations to list.")
     ] = 10,
+    output: OutputOpt = Output.TABLE,
 ) -> None:
     """A loop: its triggers, policy and state, its latest iterations and skipped fires."""
     ref = loop_id(loop)
@@ -260,34 +278,33 @@ def loop_show(
         "skipped_fires",
         "last_error",
     ]
-    typer.echo(f"{'id':>22}  {ref}")
-    for header, value in zip(headers, cur_rows[0], strict=True):
-        shown = json.dumps(value) if isinstance(value, dict) else value
-        typer.echo(f"{header:>22}  {'' if shown is None else shown}")
-    typer.echo("")
-    typer.echo("iterations (latest first):")
     chain = query(
         "select iteration, id, status, trigger_type, parent_run_id, started_at, finished_at, "
         "left(coalesce(final_message, error, ''), 60) from ceaseless.topology_runs "
         "where loop_id = %s and iteration is not null order by iteration desc limit %s",
         (ref, iterations),
     )
-    table(
-        chain,
-        ["iteration", "run", "status", "trigger", "parent", "started_at", "finished_at", "message"],
-    )
-    typer.echo("")
-    typer.echo("skipped fires (latest first):")
     skipped = query(
         "select created_at, trigger_type, skip_reason, coalesce(trigger_detail, '') "
         "from ceaseless.topology_runs where loop_id = %s and status = 'skipped' "
         "order by created_at desc limit 10",
         (ref,),
     )
-    table(skipped, ["at", "trigger", "reason", "detail"])
-    if cur_rows[0][6]:
-        typer.echo("")
-        typer.echo(_webhook_hint(ref))
+    with emitting(output):
+        record([("id", ref), *zip(headers, cur_rows[0], strict=True)], name="loop")
+        note("")
+        note("iterations (latest first):")
+        table(
+            chain,
+            ITERATION_HEADERS,
+            name="iterations",
+        )
+        note("")
+        note("skipped fires (latest first):")
+        table(skipped, ["at", "trigger", "reason", "detail"], name="skipped")
+        if cur_rows[0][6]:
+            note("")
+            note(_webhook_hint(ref))
 
 
 @app.command("run")

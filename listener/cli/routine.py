@@ -10,12 +10,26 @@ guardrails it applies are the engine's own.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 from psycopg import sql
 
-from listener.cli.common import fail, given, insert, query, table
+from listener import cron
+from listener.cli import cron as cron_cli
+from listener.cli.common import (
+    Output,
+    OutputOpt,
+    emitting,
+    fail,
+    given,
+    insert,
+    note,
+    query,
+    record,
+    table,
+)
 
 app = typer.Typer(
     help="Routines (ceaseless.routines): cron, event, webhook and manual triggers.",
@@ -118,33 +132,36 @@ def routine_add(
 
 
 @app.command("list")
-def routine_list() -> None:
+def routine_list(output: OutputOpt = Output.TABLE) -> None:
     """One line per routine (ceaseless.routine_status)."""
     rows = query(
         "select name, user_id, enabled, trigger_type, coalesce(schedule, ''), next_fire_at, "
         "last_status, consecutive_failures, runs_24h, skips_24h from ceaseless.routine_status "
         "order by user_id, name"
     )
-    table(
-        rows,
-        [
-            "name",
-            "user",
-            "enabled",
-            "trigger",
-            "schedule",
-            "next_fire_at",
-            "last",
-            "failures",
-            "runs_24h",
-            "skips_24h",
-        ],
-    )
+    with emitting(output):
+        table(
+            rows,
+            [
+                "name",
+                "user",
+                "enabled",
+                "trigger",
+                "schedule",
+                "next_fire_at",
+                "last",
+                "failures",
+                "runs_24h",
+                "skips_24h",
+            ],
+        )
 
 
 @app.command("show")
-def routine_show(routine: RoutineArg, user: UserOpt = None) -> None:
-    """A routine's configuration, state and its last 10 runs."""
+def routine_show(
+    routine: RoutineArg, user: UserOpt = None, output: OutputOpt = Output.TABLE
+) -> None:
+    """A routine's configuration, state, its last 10 runs and its next cron slots."""
     routine_id = _routine_id(routine, user)
     rows = query(
         "select name, user_id, enabled, agent, trigger_type, trigger_config - 'secret', "
@@ -171,16 +188,37 @@ def routine_show(routine: RoutineArg, user: UserOpt = None) -> None:
         "consecutive_failures",
         "last_error",
     ]
-    for header, value in zip(headers, rows[0], strict=True):
-        typer.echo(f"{header:>22}  {'' if value is None else value}")
-    typer.echo("")
     runs = query(
         "select started_at, trigger_type, status, coalesce(skip_reason, ''), missed_slots, "
         "left(coalesce(result_summary, ''), 60) from ceaseless.routine_runs "
         "where routine_id = %s order by started_at desc limit 10",
         (routine_id,),
     )
-    table(runs, ["started_at", "trigger", "status", "skip", "missed", "summary"])
+    with emitting(output):
+        record(list(zip(headers, rows[0], strict=True)), name="routine")
+        note("")
+        table(runs, ["started_at", "trigger", "status", "skip", "missed", "summary"], name="runs")
+        _show_next_slots(routine_id)
+
+
+def _show_next_slots(routine_id: str) -> None:
+    """A cron routine's next five slots, computed as the listener computes next_fire_at."""
+    (trigger,) = query(
+        "select case when trigger_type = 'cron' then trigger_config end "
+        "from ceaseless.routines where id = %s",
+        (routine_id,),
+    )
+    config = trigger[0]
+    if not isinstance(config, dict):
+        return
+    zone = str(config.get("timezone") or "UTC")
+    note(f"\nnext slots ({config.get('schedule')}, {zone}):")
+    try:
+        slots = cron_cli.upcoming(str(config.get("schedule")), zone, 5, datetime.now(UTC))
+    except cron.CronError as exc:
+        note(f"  none: {exc}")
+        return
+    cron_cli.print_slots(slots, zone)
 
 
 @app.command("run")

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from listener.cli.common import fail, query, table
+from listener.cli.common import Output, OutputOpt, emitting, fail, note, query, record, table
 
 app = typer.Typer(
     help="Topology runs: one execution of a graph of agents (a loop's iteration, or inserted).",
@@ -35,7 +35,7 @@ ByOpt = Annotated[
 
 
 @app.command("show")
-def run_show(run: RunArg) -> None:
+def run_show(run: RunArg, output: OutputOpt = Output.TABLE) -> None:
     """A run's status, task and final message, and each node's state, job and timings."""
     rows = query(
         "select id, status, loop_id, iteration, trigger_type, skip_reason, created_at, "
@@ -59,9 +59,6 @@ def run_show(run: RunArg) -> None:
         "final_message",
         "error",
     ]
-    for header, value in zip(headers, rows[0], strict=True):
-        typer.echo(f"{header:>14}  {'' if value is None else value}")
-    typer.echo("")
     nodes = query(
         "select node, agent, coalesce(gate, ''), state, upstream_left, job_state, attempts, "
         "seconds, coalesce(approval_id::text, ''), coalesce(approval_decision, ''), "
@@ -70,22 +67,26 @@ def run_show(run: RunArg) -> None:
         "order by started_at nulls last, node",
         (rows[0][0],),
     )
-    table(
-        nodes,
-        [
-            "node",
-            "agent",
-            "gate",
-            "state",
-            "upstream",
-            "job",
-            "attempts",
-            "seconds",
-            "approval",
-            "decision",
-            "output / error",
-        ],
-    )
+    with emitting(output):
+        record(list(zip(headers, rows[0], strict=True)), name="run", width=14)
+        note("")
+        table(
+            nodes,
+            [
+                "node",
+                "agent",
+                "gate",
+                "state",
+                "upstream",
+                "job",
+                "attempts",
+                "seconds",
+                "approval",
+                "decision",
+                "output / error",
+            ],
+            name="nodes",
+        )
 
 
 @app.command("cancel")
