@@ -104,9 +104,13 @@ def make_app(
     app.router.add_get("/healthz", _health)
     if hub is not None:
         observer.mount(app, hub)
-    # GET /metrics: the observer's access rule (open on loopback only).
+    # GET /metrics: the observer's access rule (open on loopback only); with
+    # no hub to say where the server binds, closed (401) rather than open.
     metrics.mount(
-        app, pool, limits.db_deadline, hub.limits if hub is not None else observer.ObserverLimits()
+        app,
+        pool,
+        limits.db_deadline,
+        hub.limits if hub is not None else observer.ObserverLimits(loopback=False),
     )
     return app
 
