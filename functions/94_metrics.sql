@@ -7,7 +7,8 @@
 -- Guarantees:
 -- - counting never waits: a trigger only INSERTs into metric_deltas, one row
 --   per label set of its statement (statement-level, transition tables), so
---   a batch of 1,000 finished runs of one lane writes two or three rows;
+--   a batch of 1,000 finished runs of one lane writes a handful of rows (a
+--   count per outcome, one per duration bucket, a sum);
 -- - a scrape reads no history: metrics_snapshot() reads the agents, the live
 --   rows of job through their partial indexes, the rolling window of
 --   agent_run through agent_run_lane_window_idx, and the small counter
@@ -34,8 +35,13 @@ comment on function _metrics_duration_bounds() is
     'The upper bounds (le) of ceaseless_agent_run_duration_seconds, in seconds, +Inf last.';
 
 -- Finished runs: one count per (agent, outcome), and the duration histogram
--- per agent (its bucket, its sum). enable_nestloop: the old/new join of a
--- statement of thousands of rows, see _tg_job_update (30_notify_audit.sql).
+-- per agent (its bucket, its sum). enable_nestloop, as _tg_job_update
+-- (30_notify_audit.sql): a finish_runs batch of thousands of runs after
+-- one-run statements rescans the transition table without it
+-- (tests/sql/test_batch_plans.py, test_without_enable_nestloop_…). The other
+-- update triggers below carry no setting: the same test shows no rescan for
+-- the routine_runs one, and topology runs and notifications change a few
+-- rows a statement.
 create or replace function _tg_agent_run_metrics()
 returns trigger
 language plpgsql
@@ -114,7 +120,6 @@ create or replace function _tg_routine_runs_update_metrics()
 returns trigger
 language plpgsql
 set search_path = pg_catalog, ceaseless
-set enable_nestloop = off
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
@@ -155,7 +160,6 @@ create or replace function _tg_topology_runs_update_metrics()
 returns trigger
 language plpgsql
 set search_path = pg_catalog, ceaseless
-set enable_nestloop = off
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
@@ -177,7 +181,6 @@ create or replace function _tg_notifications_update_metrics()
 returns trigger
 language plpgsql
 set search_path = pg_catalog, ceaseless
-set enable_nestloop = off
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
