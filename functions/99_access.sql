@@ -167,3 +167,16 @@ alter function _tg_default_agent() security definer;
 alter function _tg_graph_default_agent() security definer;
 -- The spend budgets of a lane (db/0022), beside its other governor columns.
 grant select (window_cost_usd, window_tokens) on agents to ceaseless_user;
+
+-- Metrics (94_metrics.sql): the counting triggers fire in whatever
+-- transaction changed the row, a user role's too (an event that fires a
+-- routine), and a user role may not write metric_deltas: they run as the
+-- owner. metrics_snapshot and the counter tables are the listener's and the
+-- operator's (granted above with every table and function), not a user's:
+-- they count every user's rows.
+alter function _tg_agent_run_metrics() security definer;
+alter function _tg_routine_runs_insert_metrics() security definer;
+alter function _tg_routine_runs_update_metrics() security definer;
+alter function _tg_topology_runs_insert_metrics() security definer;
+alter function _tg_topology_runs_update_metrics() security definer;
+alter function _tg_notifications_update_metrics() security definer;

@@ -39,7 +39,7 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from listener import db, log, observer
+from listener import db, log, metrics, observer
 from listener.errors import SqlState
 from listener.queries import webhooks
 
@@ -98,11 +98,13 @@ def make_app(
     """The aiohttp application; `token_pattern` is SQL's _webhook_token_pattern(),
     `header_names` its _webhook_header_names() (lower case).
 
-    With `hub`, the run observer's routes too (listener/observer.py).
+    With `hub`, the run observer's routes too (listener/observer.py); GET
+    /metrics always (listener/metrics.py).
     """
     app = web.Application(
         client_max_size=limits.max_body,
-        middlewares=[_in_hand_cap(limits.max_requests)],
+        # Outermost, so the in-hand cap's refusals are counted too.
+        middlewares=[metrics.count_webhook_responses, _in_hand_cap(limits.max_requests)],
     )
     app[_POOL] = pool
     app[_LIMITS] = limits
@@ -112,6 +114,14 @@ def make_app(
     app.router.add_get("/healthz", _health)
     if hub is not None:
         observer.mount(app, hub)
+    # GET /metrics: the observer's access rule (open on loopback only); with
+    # no hub to say where the server binds, closed (401) rather than open.
+    metrics.mount(
+        app,
+        pool,
+        limits.db_deadline,
+        hub.limits if hub is not None else observer.ObserverLimits(loopback=False),
+    )
     return app
 
 

@@ -4,7 +4,8 @@
   (expire_leases; every listener sweeps, SKIP LOCKED splits the work), and on
   the same tick expires approvals past their time and cancels the live jobs
   of topology runs that have ended (expire_approvals,
-  cancel_orphaned_topology_jobs);
+  cancel_orphaned_topology_jobs), and folds the metric counters' deltas
+  (_metrics_fold);
 - cron keeps time: computes next slots for routines and loops that ask, fires what is
   due, and sleeps until the next slot (listener/scheduler.py);
 - the outbox delivers due notifications (listener/outbox.py).
@@ -29,7 +30,7 @@ from listener.config import ListenerConfig
 from listener.database import Database
 from listener.outbox import deliver_due
 from listener.producer.ledger import Ledger
-from listener.queries import jobs, topology
+from listener.queries import jobs, metrics, topology
 
 _OUTBOX_BATCH = 100
 
@@ -51,6 +52,9 @@ class Maintenance:
             if expired:
                 log.event("lease.expired", jobs=expired)
                 self._ledger.wake.set()
+            # Counter deltas into their totals, so a scrape adds up a few
+            # seconds of them (functions/94_metrics.sql).
+            await self._db.retry("metrics_fold", metrics.fold)
             approvals = await self._db.retry("expire_approvals", topology.expire_approvals)
             if approvals:
                 log.event("approval.expired", approvals=approvals)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from listener import db, log
+from listener import db, log, metrics
 from listener.backoff import Backoff
 from listener.events import Event, parse
 
@@ -49,6 +49,7 @@ class Notifier:
         self._deadline = deadline
         self._probe_deadline = min(deadline, _PROBE_DEADLINE_SECS)
         self._probe_interval = probe_interval
+        self._subscribed_before = False
 
     async def run(self) -> None:
         backoff = Backoff()
@@ -82,6 +83,9 @@ class Notifier:
         for channel in self._channels:
             await db.bounded(conn, conn.execute(f"listen {channel}"), self._deadline, "listen")
         log.event("listen.subscribed", channels=self._channels)
+        if self._subscribed_before:
+            metrics.LISTEN_RECONNECTS.inc()
+        self._subscribed_before = True
         self._on_subscribed()
 
     async def _consume(self, conn: psycopg.AsyncConnection) -> None:

@@ -209,7 +209,9 @@ def test_claims_finishes_and_triggers_stay_linear_after_a_session_of_one_job_sta
     assert _claim_and_finish_after_one_job_statements(conn) == []
 
 
-@pytest.mark.parametrize("trigger", ["_tg_job_update", "_tg_agent_run_update"])
+@pytest.mark.parametrize(
+    "trigger", ["_tg_job_update", "_tg_agent_run_update", "_tg_agent_run_metrics"]
+)
 def test_without_enable_nestloop_an_update_trigger_rescans_its_transition_table(
     conn: psycopg.Connection, trigger: str
 ) -> None:

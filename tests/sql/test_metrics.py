@@ -1,0 +1,228 @@
+"""metrics_snapshot() and the counting triggers (functions/94_metrics.sql).
+
+The plan test fills the big tables with history first: a scrape must cost
+what is live, not what was ever done.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from tests.factories import (
+    claim_started,
+    finish,
+    make_agent,
+    make_job,
+    make_jobs,
+    make_routine,
+    pause_lane,
+)
+from tests.sql.plans import nodes
+from tests.webhook_signing import sign
+
+_SECRET = "a-signing-secret-of-some-length"
+
+_BIG_TABLES = {"job", "agent_run", "routine_runs", "topology_runs", "notifications", "audit_log"}
+
+
+def _snapshot(conn: psycopg.Connection) -> dict[tuple[str, str], float]:
+    """{(sample, labels as sorted JSON): value}."""
+    rows = conn.execute("select sample, labels, value from ceaseless.metrics_snapshot()").fetchall()
+    return {(sample, json.dumps(labels, sort_keys=True)): value for sample, labels, value in rows}
+
+
+def _key(sample: str, **labels: str) -> tuple[str, str]:
+    return sample, json.dumps(labels, sort_keys=True)
+
+
+def _history(conn: psycopg.Connection, jobs: int) -> None:
+    """`jobs` delivered jobs with a finished run each, as a long-running install has."""
+    conn.execute(
+        "insert into ceaseless.job (kind, agent, prompt, state, finished_at, claimed_by, attempts) "
+        "select 'task', 'noop', 'old', 'delivered', now() - interval '2 days', null, 1 "
+        "from generate_series(1, %s)",
+        (jobs,),
+    )
+    conn.execute(
+        "insert into ceaseless.agent_run (job_id, agent, adapter, worker, attempt, outcome, "
+        "  started_at, finished_at) "
+        "select id, 'noop', 'noop', 'w0', 1, 'succeeded', now() - interval '2 days', "
+        "       now() - interval '2 days' from ceaseless.job where state = 'delivered'"
+    )
+    conn.execute(
+        "insert into ceaseless.notifications (source_table, source_id, kind, subject, status, "
+        "  delivered_at) "
+        "select 'routine_runs', gen_random_uuid(), 'success', 'old', 'delivered', now() "
+        "from generate_series(1, %s)",
+        (jobs,),
+    )
+    routine = make_routine(conn, "history")
+    conn.execute(
+        "insert into ceaseless.routine_runs (routine_id, trigger_type, status, completed_at) "
+        "select %s, 'manual', 'ok', now() from generate_series(1, %s)",
+        (routine, jobs),
+    )
+
+
+def test_queue_depth_and_lane_usage_by_lane(conn: psycopg.Connection) -> None:
+    make_agent(conn, "noop", max_concurrent=3, window_budget=50, window_secs=600)
+    make_agent(conn, "other", max_concurrent=2)
+    make_jobs(conn, 5)
+    make_job(conn, run_after=datetime.now(UTC) + timedelta(hours=1))
+    make_jobs(conn, 2, agent="other")
+    claim_started(conn, limit=2)
+    pause_lane(conn, "other", datetime.now(UTC) + timedelta(minutes=5))
+
+    snap = _snapshot(conn)
+
+    assert snap[_key("ceaseless_jobs", lane="noop", state="pending")] == 4
+    assert snap[_key("ceaseless_jobs", lane="noop", state="running")] == 2
+    assert snap[_key("ceaseless_jobs", lane="noop", state="claimed")] == 0
+    assert snap[_key("ceaseless_jobs", lane="other", state="pending")] == 2
+    assert snap[_key("ceaseless_jobs_due", lane="noop")] == 3
+    assert snap[_key("ceaseless_lane_live_runs", lane="noop")] == 2
+    assert snap[_key("ceaseless_lane_max_concurrent", lane="noop")] == 3
+    assert snap[_key("ceaseless_lane_window_started_runs", lane="noop")] == 2
+    assert snap[_key("ceaseless_lane_window_budget", lane="noop")] == 50
+    assert _key("ceaseless_lane_window_budget", lane="other") not in snap  # unlimited
+    assert snap[_key("ceaseless_lane_paused", lane="other")] == 1
+    assert snap[_key("ceaseless_lane_paused", lane="noop")] == 0
+    assert snap[_key("ceaseless_oldest_due_job_age_seconds", lane="noop")] >= 0
+
+
+def test_finished_runs_count_by_outcome_with_a_duration_histogram(
+    conn: psycopg.Connection,
+) -> None:
+    make_agent(conn)
+    make_jobs(conn, 3)
+    runs = list(claim_started(conn, limit=3).values())
+    conn.execute(
+        "update ceaseless.agent_run set started_at = now() - interval '2 minutes' where id = %s",
+        (runs[2],),
+    )
+    finish(conn, runs[0], "succeeded")
+    finish(conn, runs[1], "failed", error="boom")
+    finish(conn, runs[2], "succeeded")
+
+    snap = _snapshot(conn)
+
+    assert snap[_key("ceaseless_agent_runs_total", agent="noop", outcome="succeeded")] == 2
+    assert snap[_key("ceaseless_agent_runs_total", agent="noop", outcome="failed")] == 1
+    buckets = {
+        json.loads(labels)["le"]: value
+        for (sample, labels), value in snap.items()
+        if sample == "ceaseless_agent_run_duration_seconds_bucket"
+    }
+    # Cumulative: the two quick runs under 0.25 s and up; the slow one from 300 s.
+    assert buckets["0.25"] == 2
+    assert buckets["60"] == 2
+    assert buckets["300"] == 3
+    assert buckets["+Inf"] == 3
+    assert snap[_key("ceaseless_agent_run_duration_seconds_count", agent="noop")] == 3
+    assert snap[_key("ceaseless_agent_run_duration_seconds_sum", agent="noop")] >= 120
+
+
+def test_fold_moves_deltas_into_totals_and_changes_no_number(conn: psycopg.Connection) -> None:
+    make_agent(conn)
+    for _ in range(3):
+        make_jobs(conn, 2)
+        for run in claim_started(conn, limit=2).values():
+            finish(conn, run, "succeeded")
+    before = _snapshot(conn)
+    # Six finish statements of one run each: a count, a bucket and a sum each.
+    assert conn.execute("select count(*) from ceaseless.metric_deltas").fetchone() == (18,)
+
+    folded = conn.execute("select ceaseless._metrics_fold()").fetchone()
+
+    assert folded == (18,)
+    assert conn.execute("select count(*) from ceaseless.metric_deltas").fetchone() == (0,)
+    assert _snapshot(conn) == before
+    assert before[_key("ceaseless_agent_runs_total", agent="noop", outcome="succeeded")] == 6
+
+
+def _webhook(conn: psycopg.Connection, body: bytes) -> str | None:
+    """Fire the `deploys` webhook routine; the SQLSTATE of a refusal, kept as a skipped run."""
+    ts = int(datetime.now(UTC).timestamp())
+    row = conn.execute(
+        "select refused_sqlstate from ceaseless._receive_webhook('deploys', %s, %s, %s)",
+        (body, sign(_SECRET, ts, body), datetime.fromtimestamp(ts, UTC)),
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_routine_fires_and_skips_count_by_reason(conn: psycopg.Connection) -> None:
+    make_agent(conn)
+    make_routine(conn, "hook", "webhook", {"path": "deploys", "secret": _SECRET})
+    assert _webhook(conn, b"first") is None
+    conn.execute("update ceaseless.routines set cooldown_secs = 600, last_run_at = now()")
+    assert _webhook(conn, b"second") == "CE411"
+
+    snap = _snapshot(conn)
+
+    assert snap[_key("ceaseless_routine_fires_total", trigger="webhook")] == 1
+    assert snap[_key("ceaseless_routine_skips_total", trigger="webhook", reason="cooldown")] == 1
+    assert snap[_key("ceaseless_routine_runs_running")] == 1
+
+
+def test_notifications_delivered_and_failed_by_channel(conn: psycopg.Connection) -> None:
+    ids = [
+        row[0]
+        for row in conn.execute(
+            "insert into ceaseless.notifications (source_table, source_id, kind, subject) "
+            "select 'routine_runs', gen_random_uuid(), 'failure', 's' "
+            "from generate_series(1, 3) returning id"
+        ).fetchall()
+    ]
+    conn.execute(
+        "update ceaseless.notifications set status = 'delivered', delivered_at = now() "
+        "where id = any(%s)",
+        (ids[:2],),
+    )
+    conn.execute("update ceaseless.notifications set status = 'failed' where id = %s", (ids[2],))
+
+    snap = _snapshot(conn)
+
+    assert snap[_key("ceaseless_notifications_delivered_total", channel="default")] == 2
+    assert snap[_key("ceaseless_notifications_failed_total", channel="default")] == 1
+    assert snap[_key("ceaseless_notifications_pending")] == 0
+
+
+def test_user_role_transactions_count_too(conn: psycopg.Connection, login_role: Any) -> None:
+    """The triggers fire in a user role's transaction and write what it may not."""
+    make_agent(conn)
+    alice = login_role("alice")
+    who = alice.execute("select current_user").fetchone()
+    assert who is not None
+    routine = make_routine(alice, user_id=who[0])
+    alice.execute("select ceaseless.run_routine(%s)", (routine,))
+
+    assert _snapshot(conn)[_key("ceaseless_routine_fires_total", trigger="manual")] == 1
+
+
+def test_a_scrape_reads_indexes_not_history(conn: psycopg.Connection) -> None:
+    """EXPLAIN of the inlined snapshot: no Seq Scan of a big table, however much history."""
+    make_agent(conn)
+    make_agent(conn, "other")
+    _history(conn, 20_000)
+    make_jobs(conn, 50)
+    claim_started(conn, limit=5)
+    conn.execute("analyze")
+
+    plan = conn.execute(
+        "explain (format json) select * from ceaseless.metrics_snapshot()"
+    ).fetchone()
+    assert plan is not None
+    tree = nodes(plan[0][0]["Plan"])
+
+    # Inlined: the plan is the query's, not an opaque Function Scan, so the
+    # assertion below reads the statement the listener runs.
+    assert not any(n.get("Function Name") == "metrics_snapshot" for n in tree), tree[0]
+    read = {n.get("Relation Name") for n in tree if "Relation Name" in n}
+    assert {"job", "agent_run"} <= read
+    seq = {n["Relation Name"] for n in tree if n["Node Type"] == "Seq Scan"}
+    assert not seq & _BIG_TABLES, seq
