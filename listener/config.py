@@ -136,6 +136,14 @@ class ListenerConfig:
             envvar="CEASELESS_HTTP_TOKEN",
         ),
     )
+    dashboard_user: str | None = field(
+        default=None,
+        metadata=_help(
+            "Who approvals decided from the dashboard (GET / on --http) are recorded as: "
+            "decided_by is dashboard:<this name> (default: the user running the listener).",
+            envvar="CEASELESS_DASHBOARD_USER",
+        ),
+    )
     observer_max_clients: int = field(
         default=100,
         metadata=_help("Observer event streams open at once; more get 503."),

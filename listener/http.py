@@ -37,7 +37,7 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from listener import db, log, observer
+from listener import dashboard, db, log, observer
 from listener.errors import SqlState
 from listener.queries import webhooks
 
@@ -86,10 +86,13 @@ def make_app(
     limits: Limits,
     token_pattern: str,
     hub: observer.Hub | None = None,
+    dashboard_user: str | None = None,
 ) -> web.Application:
     """The aiohttp application; `token_pattern` is SQL's _webhook_token_pattern().
 
-    With `hub`, the run observer's routes too (listener/observer.py).
+    With `hub`, the run observer's routes too (listener/observer.py), and the
+    dashboard's (listener/dashboard/), which reads on the observer's pool
+    under the observer's access rule.
     """
     app = web.Application(
         client_max_size=limits.max_body,
@@ -102,6 +105,15 @@ def make_app(
     app.router.add_get("/healthz", _health)
     if hub is not None:
         observer.mount(app, hub)
+        dashboard.mount(
+            app,
+            dashboard.Dashboard(
+                hub.pool,
+                dashboard.Access(loopback=hub.limits.loopback, token=hub.limits.token),
+                user=dashboard_user or dashboard.default_user(),
+                db_deadline=hub.limits.db_deadline,
+            ),
+        )
     return app
 
 
@@ -273,6 +285,7 @@ async def serve(
     limits: Limits,
     token_pattern: str,
     observer_limits: observer.ObserverLimits,
+    dashboard_user: str | None = None,
 ) -> Ingress:
     """Serve POST /hooks/{path} and the observer on `address` (HOST:PORT) until closed.
 
@@ -304,7 +317,7 @@ async def serve(
     # the rest of the unread body before closing, 10 s by default; a client
     # announcing a body it never sends would hold the connection that long.
     runner = web.AppRunner(
-        make_app(pool, limits, token_pattern, hub),
+        make_app(pool, limits, token_pattern, hub, dashboard_user),
         access_log=None,
         # Streams end as soon as the hub closes; nothing else is long.
         shutdown_timeout=5,

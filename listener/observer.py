@@ -60,6 +60,7 @@ import psycopg_pool
 from aiohttp import web
 
 from listener import db, log
+from listener.dashboard.access import presented_token
 from listener.events import RunChanged
 from listener.queries import observer as queries
 from listener.queries.observer import Snapshot, Stream, StreamEvent
@@ -433,10 +434,11 @@ def _authorized(request: web.Request, limits: ObserverLimits) -> bool:
         return True
     if not limits.token:
         return False
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
+    # The bearer header, or the dashboard's cookie: an EventSource cannot set headers.
+    given = presented_token(request)
+    if given is None:
         return False
-    return hmac.compare_digest(given.strip().encode(), limits.token.encode())
+    return hmac.compare_digest(given.encode(), limits.token.encode())
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
