@@ -140,7 +140,7 @@ def test_every_page_loads_with_its_data_and_no_console_error(
         conn,
         title="docs gardener",
         triggers={"cron": "*/30 * * * *", "on_completion": False},
-        policy={"kind": "count", "max_iterations": 5},
+        policy={"kind": "iters", "spec": {"n": 5}},
         g=graph([node("A", "echo")]),
     )
     with _served(start_listener) as (base, listener):
