@@ -370,4 +370,4 @@ def _num(value: object) -> str:
 
 
 def _pretty(value: object) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, default=str)
+    return json.dumps(value, sort_keys=True, default=str)

@@ -19,6 +19,7 @@ import socket
 import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
@@ -27,7 +28,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
 from tests.e2e.support import ListenerProcess, wait_until
-from tests.factories import make_agent, make_job, make_routine
+from tests.factories import make_agent, make_job, make_routine, pause_lane
 from tests.sql.loops import make_loop
 from tests.sql.topology import graph, node, run_row, start_run
 
@@ -128,6 +129,8 @@ def test_every_page_loads_with_its_data_and_no_console_error(
 ) -> None:
     make_agent(conn, "claude", "command", ["cat"], max_concurrent=2, window_budget=40)
     conn.execute("update ceaseless.agents set enabled = false where name = 'claude'")
+    make_agent(conn, "opencode", "command", ["cat"], max_concurrent=3)
+    pause_lane(conn, "opencode", datetime.now(UTC) + timedelta(minutes=42), "rate limit")
     delivered = make_job(conn, "echo", prompt="Summarise yesterday's failing CI runs.")
     make_routine(
         conn,
@@ -135,6 +138,9 @@ def test_every_page_loads_with_its_data_and_no_console_error(
         "cron",
         {"schedule": "0 3 * * *", "timezone": "Europe/Berlin"},
         agent="echo",
+    )
+    make_routine(
+        conn, "weekly-deps", "cron", {"schedule": "0 9 * * 1", "timezone": "UTC"}, agent="echo"
     )
     loop = make_loop(
         conn,
@@ -153,7 +159,15 @@ def test_every_page_loads_with_its_data_and_no_console_error(
             ),
             30,
         )
-        conn.execute("select ceaseless.run_loop(%s)", (loop,))
+        # Two iterations of the loop, the second chained to the first.
+        for _ in range(2):
+            conn.execute("select ceaseless.run_loop(%s)", (loop,))
+            wait_until(
+                lambda: conn.execute(
+                    "select live_run_id is null from ceaseless.loop_status where id = %s", (loop,)
+                ).fetchone()[0],
+                30,
+            )
         run = _gated_run(conn)
         _awaiting(conn, run)
         # A routine fire refused by its guardrail: a skip with its reason.
@@ -171,10 +185,14 @@ def test_every_page_loads_with_its_data_and_no_console_error(
         pages: list[tuple[str, str, list[str]]] = [
             ("queue", "/", ["Summarise yesterday", "delivered", "waits: its lane is disabled"]),
             ("queue-filtered", "/?state=pending&lane=claude&kind=task", ["waits: its lane"]),
-            ("lanes", "/lanes", ["echo", "claude", "0 / 4"]),
-            ("routines", "/routines", ["nightly-triage", "0 3 * * *", "disabled: 1"]),
+            ("lanes", "/lanes", ["echo", "claude", "0 / 4", "rate limit"]),
+            (
+                "routines",
+                "/routines",
+                ["nightly-triage", "0 3 * * *", "disabled: 1", "weekly-deps"],
+            ),
             ("loops", "/loops", ["docs gardener", "*/30 * * * *"]),
-            ("loop", f"/loops/{loop}", ["#1", "Iteration chain"]),
+            ("loop", f"/loops/{loop}", ["#1", "#2", "Iteration chain"]),
             ("runs", "/runs", ["release 1.4", "awaiting_approval"]),
             ("run", f"/runs/{run}", ["plan", "review", "ship", "awaits approval"]),
             ("approvals", "/approvals", ["review", "Approve", "Reject"]),
