@@ -382,3 +382,19 @@ def test_a_token_is_required_when_bound_beyond_loopback(
                 re.compile(r"state-awaiting_approval"), timeout=30_000
             )
             assert console.errors == []
+
+
+def test_every_page_answers_on_an_empty_database_and_unknown_ids_are_404(
+    start_listener: Callable[..., ListenerProcess],
+) -> None:
+    with _served(start_listener) as (base, listener):
+        for path in ("/", "/lanes", "/routines", "/loops", "/runs", "/approvals"):
+            status, html = _get(base, path)
+            assert status == 200, (path, html)
+        status, html = _get(base, "/?state=nonsense&lane=nobody&kind=%3Cscript%3E")
+        assert status == 200 and "<script>" not in html.split("</head>")[1]
+        unknown = "00000000-0000-0000-0000-000000000000"
+        for path in (f"/jobs/{unknown}", f"/runs/{unknown}", f"/loops/{unknown}", "/jobs/nope"):
+            assert _get(base, path)[0] == 404, path
+        assert _get(base, "/static/nope.js")[0] == 404
+    _no_traceback(listener)
