@@ -102,7 +102,8 @@ class ListenerConfig:
         default=None,
         metadata=_help(
             "Serve HTTP on HOST:PORT, e.g. 127.0.0.1:8787: the webhook ingress (POST "
-            "/hooks/{path}) and the run observer (GET /runs/{id}/events, /loops/{id}/events)."
+            "/hooks/{path}), the run observer (GET /runs/{id}/events, /loops/{id}/events) "
+            "and the dashboard (GET /)."
         ),
     )
     max_body: int | None = field(
@@ -130,9 +131,10 @@ class ListenerConfig:
         default=None,
         repr=False,
         metadata=_help(
-            "Bearer token the run observer (GET /runs/{id}/events, /loops/{id}/events) "
-            "requires when --http binds to an address other than loopback; without one it "
-            "answers 401 there. Prefer the environment variable to the flag.",
+            "Bearer token the run observer (GET /runs/{id}/events, /loops/{id}/events) and the "
+            "dashboard (GET /, sign in at /login) require when --http binds to an address other "
+            "than loopback; without one they answer 401 there. Prefer the environment variable "
+            "to the flag.",
             envvar="CEASELESS_HTTP_TOKEN",
         ),
     )
