@@ -34,20 +34,28 @@ async def _row(conn: psycopg.AsyncConnection, query: str, params: tuple[Any, ...
     return rows[0] if rows else None
 
 
+# The queue page: job_created_idx (db/0024) walked backwards, stopping at the
+# LIMIT; the filters step over what they skip.
+JOBS_SQL = (
+    "select j.id, j.kind, j.agent, j.state, j.attempts, j.run_after, j.created_at, "
+    "       j.updated_at, left(j.prompt, 200) as prompt, left(j.last_error, 300) as last_error "
+    "from ceaseless.job j "
+    "where (%(state)s::text is null or j.state = %(state)s) "
+    "  and (%(lane)s::text is null or j.agent = %(lane)s) "
+    "  and (%(kind)s::text is null or j.kind = %(kind)s) "
+    "order by j.created_at desc limit %(limit)s"
+)
+
+
 async def jobs(
     conn: psycopg.AsyncConnection, state: str | None, lane: str | None, kind: str | None
 ) -> list[Row]:
     """The newest jobs matching every filter given (NULL: any)."""
-    return await _rows(
-        conn,
-        "select j.id, j.kind, j.agent, j.state, j.attempts, j.run_after, j.created_at, "
-        "       j.updated_at, left(j.prompt, 200) as prompt, left(j.last_error, 300) as last_error "
-        "from ceaseless.job j "
-        "where (%s::text is null or j.state = %s) and (%s::text is null or j.agent = %s) "
-        "  and (%s::text is null or j.kind = %s) "
-        "order by j.created_at desc limit %s",
-        (state, state, lane, lane, kind, kind, PAGE_ROWS),
-    )
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            JOBS_SQL, {"state": state, "lane": lane, "kind": kind, "limit": PAGE_ROWS}
+        )
+        return await cur.fetchall()
 
 
 async def live_counts(conn: psycopg.AsyncConnection) -> list[Row]:
