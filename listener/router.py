@@ -42,6 +42,8 @@ class Router:
         # hears run, node, approval and loop changes and every resubscription.
         self.on_run_changed: Callable[[RunChanged], None] | None = None
         self.on_caught_up: Callable[[], None] | None = None
+        # The forge loops (listener/forge/loop.py): a forge job's change is a label to mirror.
+        self.on_job_changed: Callable[[JobChanged], None] | None = None
 
     def route(self, event: Event) -> None:
         if isinstance(event, JobChanged):
@@ -53,6 +55,8 @@ class Router:
             ):
                 # New work, or a lane slot freed somewhere.
                 self._ledger.wake.set()
+            if self.on_job_changed is not None:
+                self.on_job_changed(event)
         elif isinstance(event, ScheduleChanged):
             if event.table == "routines":
                 self._maintenance.to_schedule.add(event.id)

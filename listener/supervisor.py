@@ -2,8 +2,9 @@
 
 Parts: the notifier (one LISTEN connection, its events routed by router.py),
 the producer (claimer, runner, recorder, leases and fence), maintenance
-(lease sweep, cron, outbox) and, when asked, the webhook ingress on a pool of
-its own.
+(lease sweep, cron, outbox), the forge lane's loops (repo polls, label mirror,
+child issues: listener/forge/loop.py) and, when asked, the webhook ingress on
+a pool of its own.
 
 Guarantees on SIGTERM / SIGINT:
 - no new claims; running agents get `shutdown_grace` seconds to end, and their
@@ -35,6 +36,7 @@ from listener.events import (
     RUN_CHANNEL,
     SCHEDULE_CHANNEL,
 )
+from listener.forge.loop import ForgeLoops
 from listener.http import Ingress, Limits, serve
 from listener.maintenance import Maintenance
 from listener.notifier import Notifier
@@ -79,7 +81,9 @@ class Listener:
         self.claimer = Claimer(config, self.db, self.registry, self.ledger, self.recorder)
         self.leases = Leases(config, self.db, self.registry, self.ledger)
         self.maintenance = Maintenance(config, self.db, self.ledger)
+        self.forge = ForgeLoops(self.db, tick=config.poll_interval)
         self.router = Router(self.db, self.registry, self.ledger, self.maintenance)
+        self.router.on_job_changed = self.forge.job_changed
         self.notifier = Notifier(
             config.url,
             f"ceaseless listen {config.worker_id}",
@@ -115,6 +119,9 @@ class Listener:
             "lease_sweep": self.maintenance.sweep_leases(),
             "cron": self.maintenance.keep_cron(),
             "outbox": self.maintenance.deliver_notifications(),
+            "forge_poll": self.forge.poll(),
+            "forge_labels": self.forge.labels(),
+            "forge_children": self.forge.children(),
         }
         tasks = {name: asyncio.create_task(part, name=name) for name, part in parts.items()}
         http = await self._start_http()

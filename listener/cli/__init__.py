@@ -6,8 +6,8 @@ rule and the value), without a traceback.
 
 This module assembles the root command from one module per command group:
 `serve` (up, listen, migrate, status at the top level), `db_commands` (db …),
-`agent`, `job`, `routine`, `loop`, `repo`, `run` (run show|cancel, approve, reject) and
-`docs`; `options` builds the listener's options from
+`agent`, `job`, `routine`, `loop`, `repo`, `run` (run show|cancel, approve, reject), `cron`
+(cron preview) and `docs`; `options` builds the listener's options from
 ListenerConfig, and `common` holds what the groups share. The entry point is
 `listener.cli:app` (and `python -m listener`).
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import typer
 
-from listener.cli import agent, db_commands, docs, job, loop, repo, routine, run, serve
+from listener.cli import agent, cron, db_commands, docs, job, loop, repo, routine, run, serve
 
 app = typer.Typer(
     help=(
@@ -40,5 +40,6 @@ app.add_typer(repo.app, name="repo")
 app.add_typer(run.app, name="run")
 app.add_typer(run.approvals)
 app.add_typer(docs.app, name="docs")
+app.add_typer(cron.app, name="cron")
 
 __all__ = ["app"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated
 
 import typer
 
@@ -65,11 +64,21 @@ def db_url() -> None:
     typer.echo(url())
 
 
-@app.command("psql")
-def db_psql(
-    args: Annotated[list[str] | None, typer.Argument(help="Extra arguments for psql.")] = None,
-) -> None:
-    """Open psql on the database (the psql shipped with the embedded server)."""
+@app.command(
+    "psql",
+    # Everything after `psql` is psql's: `ceaseless db psql -c 'select 1'` and
+    # `ceaseless db psql -Atc …` work as they would with psql itself ("--" is
+    # still accepted). Only --help stays ours.
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def db_psql(ctx: typer.Context) -> None:
+    """Open psql on the database (the psql shipped with the embedded server).
+
+    Every argument is passed to psql as given: `ceaseless db psql -c 'select 1'`,
+    `ceaseless db psql -Atc 'select count(*) from ceaseless.job'`, `ceaseless db psql -f
+    setup.sql`. psql's own help: `ceaseless db psql -- --help`.
+    """
+    args = ctx.args
     conninfo = url()
     # The embedded wheel's psql works with any server version we support, so
     # no system psql is needed either way.

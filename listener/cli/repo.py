@@ -1,4 +1,4 @@
-"""`ceaseless repo …`: track forge repositories, list and inspect them, pause and resume them.
+"""`ceaseless repo …`: track forge repositories, list and inspect them, pause, resume and poll them.
 
 A tracked repository is a GitHub or Gitea repository whose labelled issues become
 discover, plan and implement jobs (docs/forge.md). A repo is named by its id or by
@@ -8,19 +8,28 @@ Guarantees: `repo add` is one INSERT, which the database validates in full (ever
 rule names the field, the rule and the value) and completes with the column
 defaults, which are never copied here. Nothing here reads or prints a token: the
 table holds none (URLs with credentials are refused), and tokens come from the
-environment or the secrets file the forge_token_source setting names.
+environment or the secrets file the forge_token_source setting names. `repo poll`
+is the listener's poll (listener/forge/poller.py) run once, inline: the same
+calls, the same decisions (made by the database), recorded on the repo row.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from typing import Annotated
+from uuid import UUID
 
+import psycopg
 import typer
 from psycopg import sql
 
-from listener.cli.common import fail, given, insert, query, table
+from listener.cli.common import fail, given, insert, query, table, url
+from listener.database import Database
 from listener.enums import Forge
+from listener.forge.poller import PollReport, poll_repo
+from listener.queries import forge_loops
 
 app = typer.Typer(
     help=(
@@ -233,3 +242,57 @@ def repo_enable(repo: RepoArg) -> None:
 def repo_disable(repo: RepoArg) -> None:
     """Stop polling a repo; its jobs and history stay."""
     _set_enabled(repo, False)
+
+
+@app.command("poll")
+def repo_poll(
+    repo: RepoArg,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds the whole poll may take (every page, every call).")
+    ] = 60.0,
+) -> None:
+    """Poll a repo now, here, and print what each labelled issue became.
+
+    Does what the listener's poller does when the repo is due: lists the open
+    issues (If-None-Match with the last ETag, every page), lets the database
+    decide what each labelled issue becomes, and records the poll on the repo
+    (last_polled_at, last_etag or last_error; the next poll one interval from
+    now). It polls even a disabled repo or one inside its quiet window: you
+    asked. Tokens come from the forge_token_source setting, as for the listener.
+
+    Decisions: created (a new job, its id shown), live (a job for it is already
+    pending or running), done (that kind of job already ran for it), cooldown
+    (discovery ran too recently), not_admitted (neither its author nor whoever
+    added the label is in allowed_authors), no_lane (no agent for the job).
+    Exits 1 when the forge could not be polled; the error is on the repo too.
+    """
+    # The poll's log lines are the listener's; here the report below says it all.
+    logging.getLogger("ceaseless").addHandler(logging.NullHandler())
+    try:
+        report = asyncio.run(_poll_now(UUID(repo_id(repo)), timeout))
+    except psycopg.Error as exc:
+        raise fail(f"the database did not take the poll: {exc}") from None
+    name = report.repo.name
+    if report.error is not None:
+        raise fail(f"{name}: {report.error} (next poll: {report.next_poll_at})")
+    how = "not modified since the last poll, " if report.not_modified else ""
+    typer.echo(f"{name}: {how}{len(report.decisions)} labelled issue(s)")
+    if report.decisions:
+        table(
+            [(d.number, d.kind, d.decision, d.job_id or "") for d in report.decisions],
+            ["issue", "kind", "decision", "job"],
+        )
+    typer.echo(f"next poll: {report.next_poll_at}")
+
+
+async def _poll_now(repo: UUID, timeout: float) -> PollReport:
+    database = Database(url(), "ceaseless cli", deadline=15.0, size=1)
+    await database.open()
+    try:
+        found = await database.once("tracked_repo", lambda c: forge_loops.tracked_repo(c, repo))
+        if found is None:
+            raise fail(f"no tracked repo with the id {repo}")
+        source = await database.once("forge_token_source", forge_loops.token_source)
+        return await poll_repo(database, found, source, timeout=timeout)
+    finally:
+        await database.close()

@@ -10,11 +10,14 @@ guardrails it applies are the engine's own.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 from psycopg import sql
 
+from listener import cron
+from listener.cli import cron as cron_cli
 from listener.cli.common import fail, given, insert, query, table
 
 app = typer.Typer(
@@ -181,6 +184,27 @@ def routine_show(routine: RoutineArg, user: UserOpt = None) -> None:
         (routine_id,),
     )
     table(runs, ["started_at", "trigger", "status", "skip", "missed", "summary"])
+    _show_next_slots(routine_id)
+
+
+def _show_next_slots(routine_id: str) -> None:
+    """A cron routine's next five slots, computed as the listener computes next_fire_at."""
+    (trigger,) = query(
+        "select case when trigger_type = 'cron' then trigger_config end "
+        "from ceaseless.routines where id = %s",
+        (routine_id,),
+    )
+    config = trigger[0]
+    if not isinstance(config, dict):
+        return
+    zone = str(config.get("timezone") or "UTC")
+    typer.echo(f"\nnext slots ({config.get('schedule')}, {zone}):")
+    try:
+        slots = cron_cli.upcoming(str(config.get("schedule")), zone, 5, datetime.now(UTC))
+    except cron.CronError as exc:
+        typer.echo(f"  none: {exc}")
+        return
+    cron_cli.print_slots(slots, zone)
 
 
 @app.command("run")

@@ -552,23 +552,25 @@ def test_forge_kinds_are_routed_to_their_lanes(
     }
 
 
-async def create_child_issues(setup: Setup, conn: psycopg.Connection) -> list[UUID]:
-    """What the poller's child-issue loop does: create each due child, then record it."""
-    jobs: list[UUID] = []
-    due = conn.execute(
-        "select id, title, body, marker from ceaseless.child_issues_due(10, now())"
+def child_issue_jobs(conn: psycopg.Connection, plan: UUID) -> list[UUID]:
+    """The implement jobs of the plan's children, once the listener's child-issue loop
+    (listener/forge/children.py) has created every child on the forge and recorded it."""
+
+    def recorded() -> bool:
+        row = conn.execute(
+            "select count(*), count(implement_job_id) from ceaseless.forge_child_issue "
+            "where plan_job_id = %s",
+            (plan,),
+        ).fetchone()
+        return row is not None and row[0] > 0 and row[0] == row[1]
+
+    wait_until(recorded, 30, "the plan's children were not created")
+    rows = conn.execute(
+        "select implement_job_id from ceaseless.forge_child_issue where plan_job_id = %s "
+        "order by position",
+        (plan,),
     ).fetchall()
-    repo = ForgeRepo(setup.kind, setup.api_url, "acme", "widgets")
-    async with ForgeClient(repo, RUNNER_TOKEN, timeout=10) as client:
-        for child_id, title, body, marker in due:
-            created = await client.create_issue(title, f"{body}\n\n{marker}")
-            row = conn.execute(
-                "select ceaseless.record_child_issue(%s, %s, %s)",
-                (child_id, created.number, created.html_url),
-            ).fetchone()
-            assert row is not None
-            jobs.append(row[0])
-    return jobs
+    return [row[0] for row in rows]
 
 
 def test_plan_children_become_implement_jobs_on_the_opencode_lane_once_only(
@@ -599,7 +601,7 @@ def test_plan_children_become_implement_jobs_on_the_opencode_lane_once_only(
     ).fetchall()
     assert children == [("k1", "Parse the config"), ("k2", "Validate the config")]
 
-    jobs = asyncio.run(create_child_issues(setup, conn))
+    jobs = child_issue_jobs(conn, plan)
     assert len(jobs) == 2
     for job in jobs:
         row = conn.execute(
@@ -624,7 +626,7 @@ def test_plan_children_become_implement_jobs_on_the_opencode_lane_once_only(
         "select count(*) from ceaseless.forge_child_issue where plan_job_id = %s", (plan,)
     ).fetchone()
     assert count == (2,)
-    assert asyncio.run(create_child_issues(setup, conn)) == []
+    assert child_issue_jobs(conn, plan) == jobs
     implement_jobs = conn.execute(
         "select count(*) from ceaseless.job where parent_job_id = %s", (plan,)
     ).fetchone()

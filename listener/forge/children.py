@@ -1,0 +1,127 @@
+"""Child issues: the issues a plan job asked for, created on the forge by the runner's identity.
+
+`child_issues_due` lists the validated children of finished plan runs that
+have no issue yet (functions: forge_child_issue); each is created with its
+marker at the end of its body, and `record_child_issue` stores the number and
+enqueues the implement job (parent_job_id set, routed by the database). A
+failure goes to `child_issue_failed`, which says when to try again.
+
+Guarantees:
+- idempotent across crashes: from the second attempt on, the forge is first
+  searched for an issue whose body holds the child's marker
+  (`find_issue_with_marker`), so an issue created by an attempt whose answer
+  was lost is recorded, never created twice;
+- every forge call has a deadline; one child failing never stops the others;
+- no token in a log line or a recorded error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from itertools import groupby
+from typing import Any
+
+from listener import log
+from listener.database import Database
+from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, Issue
+from listener.forge.poller import utcnow
+from listener.forge.tokens import TokenSourceError, tokens_for
+from listener.queries import forge_loops as queries
+from listener.queries.forge_loops import DueChild
+
+DEFAULT_CHILD_TIMEOUT = 60.0
+
+
+def issue_body(child: DueChild) -> str:
+    """The body the child issue is created with: the plan's text, then the marker."""
+    return child.body + "\n\n" + child.marker
+
+
+async def create_children(
+    database: Database,
+    token_source: dict[str, Any],
+    limit: int,
+    *,
+    timeout: float = DEFAULT_CHILD_TIMEOUT,
+) -> int:
+    """Create up to `limit` due child issues; returns how many were recorded."""
+    due = await database.once(
+        "child_issues_due", lambda c: queries.child_issues_due(c, utcnow(), limit)
+    )
+
+    def where(child: DueChild) -> tuple[str, str, str, str]:
+        return (child.forge, child.api_url, child.owner, child.repo)
+
+    # A plan's children are created in the order the plan listed them.
+    ordered = sorted(due, key=lambda child: (where(child), str(child.plan_job_id), child.position))
+    batches = [list(rows) for _, rows in groupby(ordered, key=where)]
+    results = await asyncio.gather(
+        *(_create_in_repo(database, token_source, batch, timeout) for batch in batches)
+    )
+    return sum(results)
+
+
+async def _create_in_repo(
+    database: Database, token_source: dict[str, Any], children: list[DueChild], timeout: float
+) -> int:
+    first = children[0]
+    try:
+        tokens = tokens_for(token_source, first.forge, first.api_url)
+    except TokenSourceError as exc:
+        for child in children:
+            await _failed(database, child, f"the runner token could not be read: {exc}")
+        return 0
+    recorded = 0
+    forge = ForgeRepo(first.forge, first.api_url, first.owner, first.repo)
+    async with ForgeClient(forge, tokens.runner, timeout=timeout) as client:
+        for child in children:
+            try:
+                async with asyncio.timeout(timeout):
+                    issue, found = await _ensure_issue(client, child)
+            except ForgeError as exc:
+                await _failed(database, child, str(exc))
+                continue
+            except TimeoutError:
+                error = f"creating the issue took longer than {timeout:g} s and was given up"
+                await _failed(database, child, error)
+                continue
+            job_id = await database.once(
+                "record_child_issue",
+                lambda c, ch=child, i=issue: queries.record_child_issue(
+                    c, ch.id, i.number, i.html_url, utcnow()
+                ),
+            )
+            recorded += 1
+            log.event(
+                "forge.child_issue",
+                repo=f"{child.owner}/{child.repo}",
+                parent=child.parent_number,
+                key=child.key,
+                number=issue.number,
+                found_existing=found,
+                job=str(job_id),
+            )
+    return recorded
+
+
+async def _ensure_issue(client: ForgeClient, child: DueChild) -> tuple[Issue, bool]:
+    """The child's issue, and whether it already existed (an earlier attempt made it)."""
+    if child.attempts > 1:
+        existing = await client.find_issue_with_marker(child.marker)
+        if existing is not None:
+            return existing, True
+    return await client.create_issue(child.title, issue_body(child)), False
+
+
+async def _failed(database: Database, child: DueChild, error: str) -> None:
+    retry_at = await database.once(
+        "child_issue_failed", lambda c: queries.child_issue_failed(c, child.id, error, utcnow())
+    )
+    log.warning(
+        "forge.child_issue_failed",
+        repo=f"{child.owner}/{child.repo}",
+        parent=child.parent_number,
+        key=child.key,
+        error=error,
+        retry_at=retry_at,
+    )

@@ -1,0 +1,120 @@
+"""Label mirroring: a forge job's state shown as a label on its issue, by a separate identity.
+
+`labels_due` says which jobs' issues should now carry which label (and which
+label to take off); this module writes that to the forge with the LABEL
+token (the `label_env` identity of forge_token_source, never the runner's)
+and reports back with `labels_synced`, or `labels_sync_failed`, which sets
+when it is tried again.
+
+Guarantees:
+- labels are written, never read: nothing here looks at an issue's labels;
+- a failed sync never touches the job's state, only its sync bookkeeping,
+  and is retried when the database says;
+- `labels_synced` carries the job's updated_at as labels_due read it, so a
+  job that moved on meanwhile is still due (the database compares);
+- every change has a deadline, and one repo or job failing never stops the
+  others' changes;
+- no token in a log line or a recorded error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from itertools import groupby
+from typing import Any
+
+from listener import log
+from listener.database import Database
+from listener.forge.client import ForgeClient, ForgeError, ForgeRepo
+from listener.forge.poller import utcnow
+from listener.forge.tokens import TokenSourceError, tokens_for
+from listener.queries import forge_loops as queries
+from listener.queries.forge_loops import LabelChange
+
+DEFAULT_LABEL_TIMEOUT = 30.0
+
+
+async def sync_labels(
+    database: Database,
+    token_source: dict[str, Any],
+    limit: int,
+    *,
+    timeout: float = DEFAULT_LABEL_TIMEOUT,
+) -> int:
+    """Mirror up to `limit` due label changes; returns how many the forge took."""
+    changes = await database.once("labels_due", lambda c: queries.labels_due(c, utcnow(), limit))
+
+    def where(change: LabelChange) -> tuple[str, str, str, str]:
+        return (change.forge, change.api_url, change.owner, change.repo)
+
+    batches = [list(rows) for _, rows in groupby(sorted(changes, key=where), key=where)]
+    results = await asyncio.gather(
+        *(_sync_repo(database, token_source, batch, timeout) for batch in batches)
+    )
+    return sum(results)
+
+
+async def _sync_repo(
+    database: Database, token_source: dict[str, Any], changes: list[LabelChange], timeout: float
+) -> int:
+    first = changes[0]
+    synced = 0
+    try:
+        tokens = tokens_for(token_source, first.forge, first.api_url)
+    except TokenSourceError as exc:
+        tokens = None
+        problem = f"the label token could not be read: {exc}"
+    else:
+        # Never the runner's token instead: labels are the other identity's.
+        problem = "no label token is configured (forge_token_source: label_env or file)"
+    if tokens is None or tokens.labels is None:
+        for change in changes:
+            await _failed(database, change, problem)
+        return 0
+    forge = ForgeRepo(first.forge, first.api_url, first.owner, first.repo)
+    async with ForgeClient(forge, tokens.labels, timeout=timeout) as client:
+        for change in changes:
+            error: str | None = None
+            try:
+                async with asyncio.timeout(timeout):
+                    if change.remove_label is not None:
+                        await client.remove_label(change.number, change.remove_label)
+                    await client.add_label(change.number, change.add_label)
+            except ForgeError as exc:
+                error = str(exc)
+            except TimeoutError:
+                error = f"the label change took longer than {timeout:g} s and was given up"
+            if error is not None:
+                await _failed(database, change, error)
+                continue
+            await database.once(
+                "labels_synced",
+                lambda c, ch=change: queries.labels_synced(
+                    c, ch.job_id, ch.add_label, ch.job_updated_at, utcnow()
+                ),
+            )
+            synced += 1
+            log.event(
+                "forge.label_synced",
+                repo=f"{change.owner}/{change.repo}",
+                number=change.number,
+                job=str(change.job_id),
+                label=change.add_label,
+                removed=change.remove_label,
+            )
+    return synced
+
+
+async def _failed(database: Database, change: LabelChange, error: str) -> None:
+    retry_at = await database.once(
+        "labels_sync_failed",
+        lambda c: queries.labels_sync_failed(c, change.job_id, error, utcnow()),
+    )
+    log.warning(
+        "forge.label_sync_failed",
+        repo=f"{change.owner}/{change.repo}",
+        number=change.number,
+        job=str(change.job_id),
+        error=error,
+        retry_at=retry_at,
+    )

@@ -1,0 +1,245 @@
+"""The forge loops' calls: which repos to poll, what their issues become, labels and child issues.
+
+The SQL decides everything (functions/70_tracked_repo.sql and the forge job
+functions): which repos are due, which issue becomes which job, which labels a
+job should carry, which child issues are still to be created and when a failed
+attempt is retried. These calls only move rows and answers across.
+
+Guarantees: each call is one round trip and one transaction (autocommit
+connections); `due_repos` hands each repo to one caller only (SKIP LOCKED) and
+moves its next poll on in the same statement, so a poll that never reports
+back is retried one interval later, never twice at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+
+@dataclass(frozen=True)
+class TrackedRepo:
+    """What a poll needs of a tracked_repo row that due_repos handed out."""
+
+    id: UUID
+    forge: str
+    api_url: str
+    owner: str
+    repo: str
+    last_etag: str | None
+    discover_label: str
+    plan_label: str
+    implement_label: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.owner}/{self.repo}"
+
+    def label_of(self, kind: str) -> str | None:
+        """The label that asks for jobs of `kind` on this repo (the column, not a rule)."""
+        return {
+            "discover": self.discover_label,
+            "plan": self.plan_label,
+            "implement": self.implement_label,
+        }.get(kind)
+
+
+_REPO_COLUMNS = (
+    "id, forge, api_url, owner, repo, last_etag, discover_label, plan_label, implement_label"
+)
+
+
+class Decision(NamedTuple):
+    """A row of ingest_issues / note_labellers: what one labelled issue became."""
+
+    number: int
+    kind: str
+    decision: str
+    job_id: UUID | None
+
+
+@dataclass(frozen=True)
+class LabelChange:
+    """A row of labels_due: the label a job's issue should carry now, and the one to drop."""
+
+    job_id: UUID
+    forge: str
+    api_url: str
+    owner: str
+    repo: str
+    number: int
+    add_label: str
+    remove_label: str | None
+    job_updated_at: datetime
+
+
+@dataclass(frozen=True)
+class DueChild:
+    """A row of child_issues_due with the forge coordinates of its repo."""
+
+    id: UUID
+    plan_job_id: UUID
+    repo_id: UUID
+    parent_number: int
+    key: str
+    position: int
+    title: str
+    body: str
+    marker: str
+    attempts: int
+    forge: str
+    api_url: str
+    owner: str
+    repo: str
+
+
+async def due_repos(conn: psycopg.AsyncConnection, now: datetime, limit: int) -> list[TrackedRepo]:
+    async with conn.cursor(row_factory=class_row(TrackedRepo)) as cur:
+        await cur.execute(
+            f"select {_REPO_COLUMNS} from ceaseless.due_repos(%s, %s)",
+            (now, limit),
+        )
+        return await cur.fetchall()
+
+
+async def tracked_repo(conn: psycopg.AsyncConnection, repo_id: UUID) -> TrackedRepo | None:
+    """One tracked repo by id, due or not (`ceaseless repo poll`)."""
+    async with conn.cursor(row_factory=class_row(TrackedRepo)) as cur:
+        await cur.execute(
+            f"select {_REPO_COLUMNS} from ceaseless.tracked_repo where id = %s",
+            (repo_id,),
+        )
+        return await cur.fetchone()
+
+
+async def ingest_issues(
+    conn: psycopg.AsyncConnection,
+    repo_id: UUID,
+    issues: list[dict[str, Any]] | None,
+    now: datetime,
+) -> list[Decision]:
+    """Hand the listing to the database; None (a 304) means the cached listing stands."""
+    cur = await conn.execute(
+        "select number, kind, decision, job_id from ceaseless.ingest_issues(%s, %s, %s)",
+        (repo_id, None if issues is None else Jsonb(issues), now),
+    )
+    return [Decision(*row) for row in await cur.fetchall()]
+
+
+async def note_labellers(
+    conn: psycopg.AsyncConnection,
+    repo_id: UUID,
+    labellers: dict[str, dict[str, str]],
+    now: datetime,
+) -> list[Decision]:
+    """Who added each work label, {"42": {"ceaseless:plan": "alice"}}; same answer as ingest."""
+    cur = await conn.execute(
+        "select number, kind, decision, job_id from ceaseless.note_labellers(%s, %s, %s)",
+        (repo_id, Jsonb(labellers), now),
+    )
+    return [Decision(*row) for row in await cur.fetchall()]
+
+
+async def finish_repo_poll(
+    conn: psycopg.AsyncConnection,
+    repo_id: UUID,
+    now: datetime,
+    etag: str | None,
+    error: str | None,
+    next_poll_at: datetime | None,
+) -> datetime:
+    """Record the poll's end; returns the repo's next poll."""
+    cur = await conn.execute(
+        "select ceaseless.finish_repo_poll(%s, %s, %s, %s, %s)",
+        (repo_id, now, etag, error, next_poll_at),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return row[0]
+
+
+async def token_source(conn: psycopg.AsyncConnection) -> dict[str, Any]:
+    """The forge_token_source setting: names of variables and a file path, never a token."""
+    cur = await conn.execute(
+        "select value from ceaseless.settings where key = 'forge_token_source'"
+    )
+    row = await cur.fetchone()
+    return dict(row[0]) if row and isinstance(row[0], dict) else {}
+
+
+async def labels_due(conn: psycopg.AsyncConnection, now: datetime, limit: int) -> list[LabelChange]:
+    async with conn.cursor(row_factory=class_row(LabelChange)) as cur:
+        await cur.execute(
+            "select job_id, forge, api_url, owner, repo, number, add_label, remove_label, "
+            "job_updated_at from ceaseless.labels_due(%s, %s)",
+            (limit, now),
+        )
+        return await cur.fetchall()
+
+
+async def labels_synced(
+    conn: psycopg.AsyncConnection,
+    job_id: UUID,
+    label: str,
+    job_updated_at: datetime,
+    now: datetime,
+) -> None:
+    await conn.execute(
+        "select ceaseless.labels_synced(%s, %s, %s, %s)", (job_id, label, job_updated_at, now)
+    )
+
+
+async def labels_sync_failed(
+    conn: psycopg.AsyncConnection, job_id: UUID, error: str, now: datetime
+) -> datetime | None:
+    """Record a failed sync; returns when it is tried again."""
+    cur = await conn.execute(
+        "select ceaseless.labels_sync_failed(%s, %s, %s)", (job_id, error, now)
+    )
+    row = await cur.fetchone()
+    return row[0] if row else None
+
+
+async def child_issues_due(
+    conn: psycopg.AsyncConnection, now: datetime, limit: int
+) -> list[DueChild]:
+    async with conn.cursor(row_factory=class_row(DueChild)) as cur:
+        await cur.execute(
+            "select c.id, c.plan_job_id, c.repo_id, c.parent_number, c.key, c.position, c.title, "
+            "c.body, "
+            "c.marker, c.attempts, r.forge, r.api_url, r.owner, r.repo "
+            "from ceaseless.child_issues_due(%s, %s) c "
+            "join ceaseless.tracked_repo r on r.id = c.repo_id "
+            "order by c.plan_job_id, c.position",
+            (limit, now),
+        )
+        return await cur.fetchall()
+
+
+async def record_child_issue(
+    conn: psycopg.AsyncConnection, child_id: UUID, number: int, html_url: str, now: datetime
+) -> UUID:
+    """The issue exists on the forge; returns the implement job the database enqueued."""
+    cur = await conn.execute(
+        "select ceaseless.record_child_issue(%s, %s, %s, %s)", (child_id, number, html_url, now)
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return row[0]
+
+
+async def child_issue_failed(
+    conn: psycopg.AsyncConnection, child_id: UUID, error: str, now: datetime
+) -> datetime | None:
+    """Record a failed attempt; returns when the next one is due."""
+    cur = await conn.execute(
+        "select ceaseless.child_issue_failed(%s, %s, %s)", (child_id, error, now)
+    )
+    row = await cur.fetchone()
+    return row[0] if row else None

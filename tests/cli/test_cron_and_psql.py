@@ -1,0 +1,78 @@
+"""`ceaseless cron preview`, the next slots in `routine show`, and `db psql` taking psql's own
+arguments without `--`, run as a user types them."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+
+from tests.cli.test_commands import _run
+
+
+def test_cron_preview_skips_the_slot_a_spring_forward_removes(db_url: str) -> None:
+    result = _run(
+        db_url, "cron", "preview", "30 2 * * *", "--tz", "Europe/Berlin", "-n", "3",
+        "--after", "2026-03-28T00:00+01:00",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "2026-03-28 02:30:00 CET (Sat)   2026-03-28 01:30:00 UTC",
+        "2026-03-30 02:30:00 CEST (Mon)   2026-03-30 00:30:00 UTC",
+        "2026-03-31 02:30:00 CEST (Tue)   2026-03-31 00:30:00 UTC",
+    ]
+
+
+def test_cron_preview_reads_seconds_as_the_sixth_field(db_url: str) -> None:
+    result = _run(
+        db_url, "cron", "preview", "0 9 * * * 30", "-n", "2", "--after", "2026-12-01T00:00Z"
+    )
+    assert result.stdout.splitlines() == [
+        "2026-12-01 09:00:30 UTC (Tue)   2026-12-01 09:00:30 UTC",
+        "2026-12-02 09:00:30 UTC (Wed)   2026-12-02 09:00:30 UTC",
+    ]
+
+
+def test_cron_preview_errors_are_one_line_naming_what_is_wrong(db_url: str) -> None:
+    for args, expected in (
+        (["every day"], "error: schedule: expected 5 fields"),
+        (["@daily", "--tz", "Mars/Base"], 'unknown time zone "Mars/Base"'),
+        (["@daily", "--after", "tomorrow"], "error: --after: 'tomorrow' is not an ISO 8601"),
+        (["@daily", "--after", "2026-12-01T00:00"], "has no UTC offset"),
+    ):
+        result = _run(db_url, "cron", "preview", *args)
+        assert result.returncode == 1 and expected in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_routine_show_lists_the_next_slots(db_url: str, conn: psycopg.Connection) -> None:
+    conn.execute("insert into ceaseless.agents (name, adapter) values ('noop', 'noop')")
+    conn.execute(
+        "insert into ceaseless.routines (name, agent, trigger_type, trigger_config, action_type, "
+        "action_config) values ('nightly', 'noop', 'cron', %s, 'lightweight', %s)",
+        (
+            json.dumps({"schedule": "0 3 * * *", "timezone": "Asia/Tokyo"}),
+            json.dumps({"prompt": "check"}),
+        ),
+    )
+    result = _run(db_url, "routine", "show", "nightly")
+    assert result.returncode == 0, result.stderr
+    assert "next slots (0 3 * * *, Asia/Tokyo):" in result.stdout
+    slots = result.stdout.split("next slots")[1].splitlines()[1:]
+    assert len(slots) == 5 and all("03:00:00 JST" in s and "18:00:00 UTC" in s for s in slots)
+
+
+def test_db_psql_passes_psql_arguments_through_without_a_separator(db_url: str) -> None:
+    plain = _run(db_url, "db", "psql", "-XAtc", "select 6 * 7")
+    assert (plain.returncode, plain.stdout.strip()) == (0, "42"), plain.stderr
+    split = _run(db_url, "db", "psql", "-X", "-A", "-t", "-c", "select 'a b'")
+    assert split.stdout.strip() == "a b"
+    separated = _run(db_url, "db", "psql", "--", "-XAtc", "select 1")
+    assert separated.stdout.strip() == "1"
+    ours = _run(db_url, "db", "psql", "--help")
+    assert "Every argument is passed to psql" in ours.stdout
+
+
+def test_shell_completion_script_is_printed_as_the_readme_says(db_url: str) -> None:
+    result = _run(db_url, "--show-completion")
+    assert result.returncode == 0 and "_ceaseless_completion" in result.stdout, result.stdout[:200]
