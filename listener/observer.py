@@ -33,8 +33,10 @@ Guarantees:
   keepalive comment every `keepalive` seconds;
 - access: open when the server binds to loopback; bound anywhere else, a
   request needs `Authorization: Bearer <token>` (--http-token /
-  CEASELESS_HTTP_TOKEN, compared in constant time), else 401; with no token
-  configured the observer answers 401 to every request there. The observer
+  CEASELESS_HTTP_TOKEN, compared in constant time), or the dashboard's
+  sign-in cookie holding it (an EventSource cannot send headers), else
+  401; with no token configured the observer answers 401 to every request
+  there. The observer
   reads as the listener (row-level security does not narrow it): the token is
   the gate, so give it only to whom may see every run.
 """
