@@ -102,7 +102,8 @@ class ListenerConfig:
         default=None,
         metadata=_help(
             "Serve HTTP on HOST:PORT, e.g. 127.0.0.1:8787: the webhook ingress (POST "
-            "/hooks/{path}) and the run observer (GET /runs/{id}/events, /loops/{id}/events)."
+            "/hooks/{path}), the run observer (GET /runs/{id}/events, /loops/{id}/events) "
+            "and the dashboard (GET /)."
         ),
     )
     max_body: int | None = field(
@@ -130,10 +131,19 @@ class ListenerConfig:
         default=None,
         repr=False,
         metadata=_help(
-            "Bearer token the run observer (GET /runs/{id}/events, /loops/{id}/events) "
-            "requires when --http binds to an address other than loopback; without one it "
-            "answers 401 there. Prefer the environment variable to the flag.",
+            "Bearer token the run observer (GET /runs/{id}/events, /loops/{id}/events) and the "
+            "dashboard (GET /, sign in at /login) require when --http binds to an address other "
+            "than loopback; without one they answer 401 there. Prefer the environment variable "
+            "to the flag.",
             envvar="CEASELESS_HTTP_TOKEN",
+        ),
+    )
+    dashboard_user: str | None = field(
+        default=None,
+        metadata=_help(
+            "Who approvals decided from the dashboard (GET / on --http) are recorded as: "
+            "decided_by is dashboard:<this name> (default: the user running the listener).",
+            envvar="CEASELESS_DASHBOARD_USER",
         ),
     )
     observer_max_clients: int = field(

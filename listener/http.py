@@ -39,7 +39,7 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from listener import db, log, metrics, observer
+from listener import dashboard, db, log, metrics, observer
 from listener.errors import SqlState
 from listener.queries import webhooks
 
@@ -94,12 +94,14 @@ def make_app(
     hub: observer.Hub | None = None,
     *,
     header_names: frozenset[str],
+    dashboard_user: str | None = None,
 ) -> web.Application:
     """The aiohttp application; `token_pattern` is SQL's _webhook_token_pattern(),
     `header_names` its _webhook_header_names() (lower case).
 
-    With `hub`, the run observer's routes too (listener/observer.py); GET
-    /metrics always (listener/metrics.py).
+    With `hub`, the run observer's routes too (listener/observer.py), and the
+    dashboard's (listener/dashboard/), which reads on the observer's pool
+    under the observer's access rule; GET /metrics always (listener/metrics.py).
     """
     app = web.Application(
         client_max_size=limits.max_body,
@@ -114,6 +116,15 @@ def make_app(
     app.router.add_get("/healthz", _health)
     if hub is not None:
         observer.mount(app, hub)
+        dashboard.mount(
+            app,
+            dashboard.Dashboard(
+                hub.pool,
+                dashboard.Access(loopback=hub.limits.loopback, token=hub.limits.token),
+                user=dashboard_user or dashboard.default_user(),
+                db_deadline=hub.limits.db_deadline,
+            ),
+        )
     # GET /metrics: the observer's access rule (open on loopback only); with
     # no hub to say where the server binds, closed (401) rather than open.
     metrics.mount(
@@ -317,6 +328,7 @@ async def serve(
     token_pattern: str,
     observer_limits: observer.ObserverLimits,
     header_names: frozenset[str],
+    dashboard_user: str | None = None,
 ) -> Ingress:
     """Serve POST /hooks/{path} and the observer on `address` (HOST:PORT) until closed.
 
@@ -348,7 +360,14 @@ async def serve(
     # the rest of the unread body before closing, 10 s by default; a client
     # announcing a body it never sends would hold the connection that long.
     runner = web.AppRunner(
-        make_app(pool, limits, token_pattern, hub, header_names=header_names),
+        make_app(
+            pool,
+            limits,
+            token_pattern,
+            hub,
+            header_names=header_names,
+            dashboard_user=dashboard_user,
+        ),
         access_log=None,
         # Streams end as soon as the hub closes; nothing else is long.
         shutdown_timeout=5,

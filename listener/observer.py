@@ -33,8 +33,10 @@ Guarantees:
   keepalive comment every `keepalive` seconds;
 - access: open when the server binds to loopback; bound anywhere else, a
   request needs `Authorization: Bearer <token>` (--http-token /
-  CEASELESS_HTTP_TOKEN, compared in constant time), else 401; with no token
-  configured the observer answers 401 to every request there. The observer
+  CEASELESS_HTTP_TOKEN, compared in constant time), or the dashboard's
+  sign-in cookie holding it (an EventSource cannot send headers), else
+  401; with no token configured the observer answers 401 to every request
+  there. The observer
   reads as the listener (row-level security does not narrow it): the token is
   the gate, so give it only to whom may see every run.
 """
@@ -60,6 +62,7 @@ import psycopg_pool
 from aiohttp import web
 
 from listener import db, log
+from listener.dashboard.access import presented_token
 from listener.events import RunChanged
 from listener.queries import observer as queries
 from listener.queries.observer import Snapshot, Stream, StreamEvent
@@ -433,10 +436,11 @@ def _authorized(request: web.Request, limits: ObserverLimits) -> bool:
         return True
     if not limits.token:
         return False
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
+    # The bearer header, or the dashboard's cookie: an EventSource cannot set headers.
+    given = presented_token(request)
+    if given is None:
         return False
-    return hmac.compare_digest(given.strip().encode(), limits.token.encode())
+    return hmac.compare_digest(given.encode(), limits.token.encode())
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:

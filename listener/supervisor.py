@@ -176,6 +176,7 @@ class Listener:
                 send_timeout=self.config.observer_send_timeout,
                 token=self.config.http_token,
             ),
+            dashboard_user=self.config.dashboard_user,
         )
         self.router.on_run_changed = ingress.hub.changed
         self.router.on_caught_up = ingress.hub.caught_up

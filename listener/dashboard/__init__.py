@@ -1,0 +1,31 @@
+"""The live web dashboard at `/` on the listener's HTTP server.
+
+Server-rendered HTML (Jinja2 templates shipped in this package) and one small
+script (static/dashboard.js), no build chain. Pages: the queue (filters by
+state, lane, kind), lanes (governor_usage), routines (next fire, last status,
+skips by reason), loops and a loop's iteration chain, topology runs drawn as a
+graph whose node states update live over the run observer's SSE stream
+(GET /runs/{id}/events), pending approvals with approve / reject, and a job
+with its runs and final messages. docs/dashboard.md shows every page.
+
+Guarantees: see access.py (who may look and act: loopback, or the
+--http-token; CSRF-safe actions) and pages.py (one bounded read per page, the
+only write decide_approval, audited as `dashboard:<user>`).
+"""
+
+from __future__ import annotations
+
+import getpass
+
+from listener.dashboard.access import Access, presented_token
+from listener.dashboard.pages import ROUTE_PREFIX, Dashboard, mount
+
+__all__ = ["ROUTE_PREFIX", "Access", "Dashboard", "default_user", "mount", "presented_token"]
+
+
+def default_user() -> str:
+    """Who decides approvals from the dashboard when --dashboard-user is not given."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "operator"

@@ -1,0 +1,373 @@
+"""The dashboard's pages: server-rendered HTML from the operator views, one round trip each.
+
+Guarantees:
+- every page and action passes access.authorized first (loopback, or the
+  token), and every action access.same_origin_post (CSRF token and Origin);
+- a page is one read on the observer's pool, within the database deadline; a
+  database that does not answer gives a 503 page, never a traceback;
+- output is escaped by Jinja2's autoescape; the Content-Security-Policy allows
+  only this server's own script and style, and no framing (no clickjacking of
+  the approve button);
+- an approval is decided by decide_approval with decided_by
+  `dashboard:<user>` (--dashboard-user), so the audit row and the approval
+  name who decided from the dashboard; SQL refuses what may not be decided
+  (CE404, CE409) and the page says why.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, TypeVar
+from uuid import UUID
+
+import jinja2
+import psycopg
+import psycopg_pool
+from aiohttp import web
+
+from listener import db, log
+from listener.dashboard import access, graph, queries
+from listener.enums import JobKind, JobState
+from listener.errors import SqlState
+
+T = TypeVar("T")
+
+ROUTE_PREFIX = "dashboard."
+_HERE = Path(__file__).parent
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; "
+    "frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+# A decision's note, as the form may send it; SQL bounds it again (prompt cap).
+_NOTE_CHARS = 2000
+
+
+class Dashboard:
+    """What the pages need: the pool, the deadline, the gate, and who decides approvals."""
+
+    def __init__(
+        self,
+        pool: psycopg_pool.AsyncConnectionPool,
+        gate: access.Access,
+        *,
+        user: str,
+        db_deadline: float,
+    ) -> None:
+        self.pool = pool
+        self.gate = gate
+        self.user = user
+        self.db_deadline = db_deadline
+        self.templates = jinja2.Environment(
+            loader=jinja2.PackageLoader("listener.dashboard", "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        self.templates.filters["when"] = _when
+        self.templates.filters["num"] = _num
+        self.templates.filters["pretty"] = _pretty
+
+    async def call(self, what: str, fn: Callable[[psycopg.AsyncConnection], Awaitable[T]]) -> T:
+        return await db.call(self.pool, what, fn, self.db_deadline)
+
+    def render(
+        self, request: web.Request, name: str, status: int = 200, **context: Any
+    ) -> web.Response:
+        html = self.templates.get_template(name).render(
+            csrf=self.gate.csrf, path=request.path, user=self.user, **context
+        )
+        return web.Response(
+            text=html, status=status, content_type="text/html", headers=_SECURITY_HEADERS
+        )
+
+
+_DASHBOARD = web.AppKey("dashboard", Dashboard)
+
+
+def mount(app: web.Application, dashboard: Dashboard) -> None:
+    """Add the dashboard's routes (and its static files) to the listener's HTTP application."""
+    app[_DASHBOARD] = dashboard
+    add = app.router.add_route
+    add("GET", "/", _queue, name=ROUTE_PREFIX + "queue")
+    add("GET", "/lanes", _lanes, name=ROUTE_PREFIX + "lanes")
+    add("GET", "/routines", _routines, name=ROUTE_PREFIX + "routines")
+    add("GET", "/loops", _loops, name=ROUTE_PREFIX + "loops")
+    add("GET", "/loops/{id}", _loop, name=ROUTE_PREFIX + "loop")
+    add("GET", "/runs", _runs, name=ROUTE_PREFIX + "runs")
+    add("GET", "/runs/{id}", _run, name=ROUTE_PREFIX + "run")
+    add("GET", "/approvals", _approvals, name=ROUTE_PREFIX + "approvals")
+    add("POST", "/approvals/{id}", _decide, name=ROUTE_PREFIX + "decide")
+    add("GET", "/jobs/{id}", _job, name=ROUTE_PREFIX + "job")
+    add("GET", "/login", _login_form, name=ROUTE_PREFIX + "login")
+    add("POST", "/login", _login, name=ROUTE_PREFIX + "login_post")
+    add("GET", "/static/{name}", _static, name=ROUTE_PREFIX + "static")
+
+
+Handler = Callable[[web.Request, Dashboard], Awaitable[web.StreamResponse]]
+
+
+def _page(handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The gate and the database's failures, once for every page."""
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        dash = request.app[_DASHBOARD]
+        if not access.host_allowed(request, dash.gate):
+            return _plain(421, "this dashboard answers only to a loopback host name")
+        if not access.authorized(request, dash.gate):
+            if request.method == "GET" and "text/html" in request.headers.get("Accept", ""):
+                raise web.HTTPSeeOther("/login")
+            return _plain(401, "a token is required: Authorization: Bearer <--http-token>")
+        try:
+            return await handler(request, dash)
+        except (psycopg.OperationalError, TimeoutError, psycopg_pool.PoolTimeout) as exc:
+            log.warning("dashboard.db_error", path=request.path, error=str(exc).strip()[:200])
+            return dash.render(
+                request,
+                "error.html",
+                503,
+                title="Database unavailable",
+                message="The database did not answer in time; reload to retry.",
+            )
+
+    return serve
+
+
+def _key(request: web.Request) -> UUID:
+    try:
+        return UUID(request.match_info["id"])
+    except ValueError:
+        raise web.HTTPNotFound(text="no such id") from None
+
+
+def _choice(request: web.Request, name: str, allowed: list[str]) -> str | None:
+    value = request.query.get(name) or None
+    return value if value in allowed else None
+
+
+@_page
+async def _queue(request: web.Request, dash: Dashboard) -> web.StreamResponse:
+    async def read(conn: psycopg.AsyncConnection) -> dict[str, Any]:
+        lanes = await queries.lane_names(conn)
+        state = _choice(request, "state", [s.value for s in JobState])
+        lane = _choice(request, "lane", lanes)
+        kind = _choice(request, "kind", [k.value for k in JobKind])
+        return {
+            "lanes": lanes,
+            "states": [s.value for s in JobState],
+            "kinds": [k.value for k in JobKind],
+            "chosen": {"state": state, "lane": lane, "kind": kind},
+            "jobs": await queries.jobs(conn, state, lane, kind),
+            "counts": await queries.live_counts(conn),
+            "limit": queries.PAGE_ROWS,
+        }
+
+    return dash.render(
+        request, "queue.html", title="Queue", **await dash.call("dashboard queue", read)
+    )
+
+
+@_page
+async def _lanes(request: web.Request, dash: Dashboard) -> web.StreamResponse:
+    rows = await dash.call("dashboard lanes", queries.lanes)
+    return dash.render(request, "lanes.html", title="Lanes", lanes=rows)
+
+
+@_page
+async def _routines(request: web.Request, dash: Dashboard) -> web.StreamResponse:
+    rows = await dash.call("dashboard routines", queries.routines)
+    return dash.render(request, "routines.html", title="Routines", routines=rows)
+
+
+@_page
+async def _loops(request: web.Request, dash: Dashboard) -> web.StreamResponse:
+    rows = await dash.call("dashboard loops", queries.loops)
+    return dash.render(request, "loops.html", title="Loops", loops=rows)
+
+
+@_page
+async def _loop(request: web.Request, dash: Dashboard) -> web.StreamResponse:
+    key = _key(request)
+
+    async def read(conn: psycopg.AsyncConnection) -> tuple[Any, list[Any]]:
+        return await queries.loop(conn, key), await queries.iterations(conn, key)
+
+    row, chain = await dash.call("dashboard loop", read)
+    if row is None:
+        return _not_found(request, dash, "loop", key)
+    return dash.render(
+        request, "loop.html", title=f"Loop {row['title'] or key}", loop=row, chain=chain
+    )
+
+
+@_page
+async def _runs(request: web.Request, dash: Dashboard) -> web.StreamResponse:
+    rows = await dash.call("dashboard runs", queries.runs)
+    return dash.render(request, "runs.html", title="Topology runs", runs=rows)
+
+
+@_page
+async def _run(request: web.Request, dash: Dashboard) -> web.StreamResponse:
+    key = _key(request)
+
+    async def read(conn: psycopg.AsyncConnection) -> tuple[Any, list[Any]]:
+        return await queries.run(conn, key), await queries.run_nodes(conn, key)
+
+    row, nodes = await dash.call("dashboard run", read)
+    if row is None:
+        return _not_found(request, dash, "topology run", key)
+    return dash.render(
+        request,
+        "run.html",
+        title=f"Run {key}",
+        run=row,
+        nodes={n["node"]: n for n in nodes},
+        layout=graph.layout(row["graph"]),
+    )
+
+
+@_page
+async def _approvals(request: web.Request, dash: Dashboard) -> web.StreamResponse:
+    rows = await dash.call("dashboard approvals", queries.pending_approvals)
+    return dash.render(request, "approvals.html", title="Approvals", approvals=rows)
+
+
+@_page
+async def _decide(request: web.Request, dash: Dashboard) -> web.StreamResponse:
+    key = _key(request)
+    form = await request.post()
+    csrf = form.get("csrf")
+    if not access.same_origin_post(request, dash.gate, csrf if isinstance(csrf, str) else None):
+        log.warning("dashboard.csrf_refused", path=request.path)
+        return _plain(403, "refused: not a form of this dashboard (CSRF token or Origin)")
+    decision = form.get("decision")
+    if decision not in ("approve", "reject"):
+        return _plain(422, f"decision must be approve or reject; got {str(decision)[:40]!r}")
+    note = form.get("note")
+    note_text = note.strip()[:_NOTE_CHARS] if isinstance(note, str) and note.strip() else None
+    who = f"dashboard:{dash.user}"
+    try:
+        await dash.call(
+            "dashboard decide",
+            lambda c: queries.decide(c, key, decision == "approve", who, note_text),
+        )
+    except psycopg.Error as exc:
+        status = {SqlState.NOT_FOUND: 404, SqlState.INVALID_STATE: 409}.get(exc.sqlstate or "", 0)
+        if status == 0 and exc.sqlstate != SqlState.INVALID_ARGUMENT:
+            raise
+        message = exc.diag.message_primary or "refused"
+        log.event("dashboard.decision_refused", approval=str(key), sqlstate=exc.sqlstate)
+        if _wants_json(request):
+            return web.json_response({"error": message}, status=status or 422)
+        return dash.render(
+            request, "error.html", status or 422, title="Not decided", message=message
+        )
+    log.event("dashboard.decided", approval=str(key), decision=decision, by=who)
+    if _wants_json(request):
+        return web.json_response({"approval_id": str(key), "decision": decision, "by": who})
+    back = form.get("next")
+    target = (
+        back
+        if isinstance(back, str) and back.startswith("/") and not back.startswith("//")
+        else "/approvals"
+    )
+    raise web.HTTPSeeOther(target)
+
+
+@_page
+async def _job(request: web.Request, dash: Dashboard) -> web.StreamResponse:
+    key = _key(request)
+
+    async def read(conn: psycopg.AsyncConnection) -> tuple[Any, list[Any]]:
+        return await queries.job(conn, key), await queries.job_runs(conn, key)
+
+    row, runs = await dash.call("dashboard job", read)
+    if row is None:
+        return _not_found(request, dash, "job", key)
+    return dash.render(request, "job.html", title=f"Job {key}", job=row, runs=runs)
+
+
+async def _login_form(request: web.Request) -> web.StreamResponse:
+    dash = request.app[_DASHBOARD]
+    return dash.render(request, "login.html", title="Sign in", failed=False)
+
+
+async def _login(request: web.Request) -> web.StreamResponse:
+    """Check the token once and keep it in an HttpOnly, SameSite=Strict cookie."""
+    dash = request.app[_DASHBOARD]
+    form = await request.post()
+    given = form.get("token")
+    if not access.token_matches(given if isinstance(given, str) else None, dash.gate.token):
+        log.warning("dashboard.login_refused")
+        return dash.render(request, "login.html", 401, title="Sign in", failed=True)
+    response = web.HTTPSeeOther("/")
+    response.set_cookie(
+        access.COOKIE,
+        str(given),
+        httponly=True,
+        samesite="Strict",
+        secure=request.secure,
+        path="/",
+    )
+    raise response
+
+
+async def _static(request: web.Request) -> web.StreamResponse:
+    name = request.match_info["name"]
+    types = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+    if name not in types:
+        raise web.HTTPNotFound()
+    return web.Response(
+        body=(_HERE / "static" / name).read_bytes(),
+        content_type=types[name],
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+    )
+
+
+def _not_found(request: web.Request, dash: Dashboard, what: str, key: UUID) -> web.Response:
+    return dash.render(request, "error.html", 404, title="Not found", message=f"No {what} {key}.")
+
+
+def _wants_json(request: web.Request) -> bool:
+    return "application/json" in request.headers.get("Accept", "")
+
+
+def _plain(status: int, message: str) -> web.Response:
+    return web.Response(status=status, text=message + "\n", headers=_SECURITY_HEADERS)
+
+
+def _when(value: object) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    if isinstance(value, timedelta):
+        secs = int(value.total_seconds())
+        sign, secs = ("-" if secs < 0 else ""), abs(secs)
+        if secs >= 86400:
+            return f"{sign}{secs // 86400}d {secs % 86400 // 3600}h"
+        if secs >= 3600:
+            return f"{sign}{secs // 3600}h {secs % 3600 // 60}m"
+        if secs >= 60:
+            return f"{sign}{secs // 60}m {secs % 60}s"
+        return f"{sign}{secs}s"
+    return str(value)
+
+
+def _num(value: object) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, Decimal):
+        return f"{value.normalize():f}"
+    return str(value)
+
+
+def _pretty(value: object) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
