@@ -135,6 +135,7 @@ as $$
 #variable_conflict use_column
 declare
     v_lease interval;
+    v_owners_over text[] := '{}';
 begin
     if p_worker is null or p_worker = '' then
         raise exception 'claim_jobs: p_worker must name the claiming listener'
@@ -155,6 +156,13 @@ begin
                       where p.agent = a.name and p.paused_until > p_now)
     order by a.name
     for no key update;
+
+    -- Owners over their spend budget (owner_budgets, 96_owner_budgets.sql):
+    -- their jobs wait, in every lane. Summed only when some owner has a
+    -- budget, so a database without one reads nothing more than before.
+    if exists (select from owner_budgets) then
+        v_owners_over := _owners_over_budget(p_now);
+    end if;
 
     return query
     -- Free slots per lane: the smaller of what concurrency and the window
@@ -216,6 +224,7 @@ begin
               and j.state = 'pending'
               and j.run_after <= p_now
               and (p_kinds is null or j.kind = any (p_kinds))
+              and (cardinality(v_owners_over) = 0 or j.user_id <> all (v_owners_over))
             order by j.run_after
             limit greatest(lane.free, 0)
             for update skip locked
@@ -259,7 +268,7 @@ $$;
 comment on function claim_jobs(text, integer, text[], text[], timestamptz, integer, boolean) is
     'Claim up to p_limit due pending jobs for listener p_worker, oldest first, admitting each '
     'through its lane''s governor (max_concurrent, window_budget, window_cost_usd, '
-    'window_tokens, lane_pauses) atomically; '
+    'window_tokens, lane_pauses) and its owner''s spend budget (owner_budgets) atomically; '
     'with p_start, open their agent runs too and return run_id.';
 
 -- Extend the leases p_worker holds on p_job_ids. One row per id: held (still

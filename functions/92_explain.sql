@@ -203,6 +203,22 @@ begin
             v_job.run_after;
     end if;
 
+    -- The owner's spend budget (owner_budgets): every lane waits for it.
+    return query
+    select 'owner_budget'::text,
+           format('owner %s''s runs started in the last %s s reported %s USD and %s tokens, '
+                  'against its budget of %s USD and %s tokens', b.user_id, b.window_secs,
+                  s.cost, s.tokens, coalesce(b.window_cost_usd::text, 'no'),
+                  coalesce(b.window_tokens::text, 'no')),
+           _owner_budget_clears(b, p_now)
+    from owner_budgets b
+    cross join lateral _owner_spend(b, p_now) s
+    where b.user_id = v_job.user_id
+      and (s.cost >= b.window_cost_usd or s.tokens >= b.window_tokens);
+    if found then
+        v_held := true;
+    end if;
+
     for v_lane in select l.* from _explain_lane(v_job.agent, p_now) l loop
         v_free := v_lane.free;
         if v_lane.reason is not null then
@@ -235,8 +251,8 @@ end;
 $$;
 
 comment on function explain_job(uuid, timestamptz) is
-    'Every reason that holds a job (not_due, agent_disabled, lane_paused, lane_full, '
-    'window_budget, cost_budget, token_budget, behind_older_jobs; or claimed, running, '
+    'Every reason that holds a job (not_due, owner_budget, agent_disabled, lane_paused, '
+    'lane_full, window_budget, cost_budget, token_budget, behind_older_jobs; or claimed, running, '
     'finished), one row each with the '
     'time it clears when known; ''ready'' when nothing does. CE404 for an unknown job.';
 

@@ -180,3 +180,9 @@ alter function _tg_routine_runs_update_metrics() security definer;
 alter function _tg_topology_runs_insert_metrics() security definer;
 alter function _tg_topology_runs_update_metrics() security definer;
 alter function _tg_notifications_update_metrics() security definer;
+
+-- Owner budgets (96_owner_budgets.sql): a user reads its own budget and what its runs spent
+-- against it (owner_budget_usage is security_invoker); operators set them.
+grant select on owner_budgets, owner_budget_usage to ceaseless_user;
+grant insert, update, delete on owner_budgets to ceaseless_operator;
+grant execute on function _owner_spend(owner_budgets, timestamptz) to ceaseless_user;
