@@ -1,9 +1,11 @@
 """The dashboard in a real headless Chromium, served by a real listener.
 
-Playwright drives Debian's `chromium` (/usr/bin/chromium, installed by
-.ci/run): every page loads with its data and without a console error, an
-approval decided from a run's page lets the run finish while its nodes turn
-green over SSE with no reload, and forged posts decide nothing.
+Playwright drives a Chromium: CEASELESS_CHROMIUM when set, else the system's (Debian's
+`chromium`, which .ci/run installs, or one on PATH), else Playwright's own, downloaded once
+with `playwright install chromium` when missing (as the tests fetch GitHub's API description),
+so the README's test command needs nothing but Python. Every page loads with its data and
+without a console error, an approval decided from a run's page lets the run finish while its
+nodes turn green over SSE with no reload, and forged posts decide nothing.
 
 With CEASELESS_DASHBOARD_SCREENSHOTS=DIR the page test saves a screenshot of
 each page there (docs/dashboard/ holds the ones in the docs).
@@ -15,7 +17,10 @@ import http.client
 import json
 import os
 import re
+import shutil
 import socket
+import subprocess
+import sys
 import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,7 +37,7 @@ from tests.factories import make_agent, make_job, make_routine, pause_lane
 from tests.sql.loops import make_loop
 from tests.sql.topology import graph, node, run_row, start_run
 
-CHROMIUM = "/usr/bin/chromium"
+_SYSTEM_CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 USER = "dana"
 # A command agent that takes a moment, so a test sees nodes run.
 _AGENT = 'cat > /dev/null; sleep 0.3; printf "all done"'
@@ -44,11 +49,34 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _system_chromium() -> str | None:
+    given = os.environ.get("CEASELESS_CHROMIUM")
+    if given:
+        assert Path(given).exists(), f"CEASELESS_CHROMIUM={given} does not exist"
+        return given
+    for name in _SYSTEM_CHROMIUMS:
+        if found := shutil.which(name):
+            return found
+    return None
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install -y chromium"
+    executable = _system_chromium()
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        if executable is None and not Path(p.chromium.executable_path).exists():
+            # No system browser: Playwright's own, fetched once into its cache.
+            fetched = subprocess.run(
+                [sys.executable, "-m", "playwright", "install", "chromium"],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert fetched.returncode == 0, (
+                "no Chromium here and `playwright install chromium` failed (install Debian's "
+                f"chromium, or set CEASELESS_CHROMIUM): {fetched.stderr[-500:]}"
+            )
+        chromium = p.chromium.launch(executable_path=executable, headless=True)
         yield chromium
         chromium.close()
 
