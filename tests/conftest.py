@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -162,3 +162,35 @@ def embedded_home() -> Path | None:
 
 def database_name(url: str) -> str:
     return conninfo_to_dict(url)["dbname"]  # type: ignore[return-value]
+
+
+# Login roles that connect for real, as alice and bob would: the trust-boundary tests of
+# every area (SQL, listener, agents) act through them.
+PASSWORD = "a-test-password"
+
+
+@pytest.fixture
+def login_role(
+    conn: psycopg.Connection, db_url: str
+) -> Iterator[Callable[..., psycopg.Connection]]:
+    """Create login roles (members of the given group role); yield a connector; drop them after."""
+    created: list[str] = []
+    opened: list[psycopg.Connection] = []
+
+    def connect(name: str, group: str = "ceaseless_user") -> psycopg.Connection:
+        role = f"{name}_{uuid.uuid4().hex[:8]}"
+        conn.execute(f"create role {role} login password '{PASSWORD}' in role {group}")
+        conn.commit()
+        created.append(role)
+        user = psycopg.connect(make_conninfo(db_url, user=role, password=PASSWORD), autocommit=True)
+        opened.append(user)
+        return user
+
+    yield connect
+    for user in opened:
+        user.close()
+    conn.rollback()
+    for role in created:
+        conn.execute(f"drop owned by {role}")
+        conn.execute(f"drop role {role}")
+    conn.commit()
