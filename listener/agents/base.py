@@ -53,6 +53,9 @@ class Task:
     max_turns: int | None = None
     resume_session_id: str | None = None
     cwd: str | None = None
+    # Directories holding other jobs' own (the listener's workspace root): the
+    # sandbox shows nothing of them but `cwd`.
+    private: tuple[str, ...] = ()
     # A lightweight routine's reply budget (action_config.max_tokens).
     max_tokens: int | None = None
 

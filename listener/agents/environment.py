@@ -6,8 +6,8 @@ variables and whatever secrets its host gave it; none of that is an agent's.
 
 Guarantees: an agent's environment holds only
 - the allowlisted basics (PATH, HOME, LANG, LC_*, TERM, TMPDIR, USER) taken from
-  the listener's environment, with HOME and USER (and LOGNAME) those of the OS
-  user the agent runs as when that is another user;
+  the listener's environment, with HOME, USER and LOGNAME those of its lane's
+  user and HOME (users.py) when it has its own;
 - the variables the agent's row names in `env_passthrough`, from the listener's
   environment, except the database's (DATABASE_URL, PG*) and ceaseless' own
   (CEASELESS_*), which no list lets through;
@@ -35,7 +35,7 @@ _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 @dataclass(frozen=True)
 class Identity:
-    """The OS user an agent runs as, when it is not the listener's own."""
+    """The OS user an agent runs as and its HOME: a lane's own (users.py)."""
 
     name: str
     uid: int

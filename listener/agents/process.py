@@ -5,11 +5,14 @@ feeds stdout to the adapter's parser line by line and returns the parser's RunRe
 
 Guarantees:
 - The agent is confined as `sandbox.Isolation` says: an allowlisted environment
-  (environment.py), the bubblewrap sandbox when this host has one, an unprivileged
-  OS user when the listener is root.
+  (environment.py), the bubblewrap sandbox when this host has one, its lane's OS
+  user and HOME (users.py; never root when the listener is root). A lane whose
+  user cannot be made is a FAILED RunResult: nothing runs as root instead.
 - The agent runs under its keeper (reaper.py), a child subreaper in a session of its
-  own. When `run_agent` returns, or is cancelled, no descendant of the agent is
-  alive, not even one that called setsid() or forked twice, and the keeper is reaped.
+  own, holding the agent's processes as containment.py chose for this host. When
+  `run_agent` returns, or is cancelled, no descendant of the agent is alive, not
+  even one that called setsid(), forked twice or stopped its keeper, and the
+  keeper is reaped.
 - If the listener dies, even by SIGKILL, the kernel tells the keeper
   (PR_SET_PDEATHSIG, Linux), which kills every descendant. The signal follows the
   *thread* that spawned the keeper, i.e. the thread running the event loop.
@@ -51,6 +54,7 @@ from listener.agents.base import (
     truncate_message,
     with_stderr,
 )
+from listener.agents.containment import Containment
 from listener.agents.environment import agent_environment
 from listener.agents.sandbox import Isolation
 from listener.enums import Outcome
@@ -111,13 +115,23 @@ async def run_agent(
     isolation = isolation or Isolation.current()
     if isolation.refusal is not None:
         return RunResult(outcome=Outcome.FAILED, error=f"agent {agent.name!r}: {isolation.refusal}")
-    env = agent_environment(agent, task, identity=isolation.identity, tmpdir=isolation.tmpdir())
+    try:
+        identity = await asyncio.to_thread(isolation.identity_for, agent.name)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return RunResult(
+            outcome=Outcome.FAILED,
+            error=f"agent {agent.name!r}: its lane's OS user or HOME cannot be made: {exc}",
+        )
+    env = agent_environment(agent, task, identity=identity, tmpdir=isolation.tmpdir())
     try:
         _check_startable(argv[0], env, task.cwd)
-        launch = isolation.launch(argv, task.cwd, grace=agent.kill_grace_secs)
+        launch = isolation.launch(
+            argv, task.cwd, grace=agent.kill_grace_secs, identity=identity, private=task.private
+        )
         proc = await _spawn(launch, env, task.cwd)
     except (OSError, subprocess.SubprocessError) as exc:
         return RunResult(outcome=Outcome.FAILED, error=_spawn_error(exc, argv[0], agent, task))
+    held = isolation.containment
 
     stderr_tail = bytearray()
     io_tasks = [
@@ -126,14 +140,14 @@ async def run_agent(
         asyncio.create_task(_read_tail(proc, stderr_tail, stderr_limit)),
     ]
     try:
-        ending = await _supervise(proc, agent, cancel)
+        ending = await _supervise(proc, agent, cancel, held)
         await _finish_io(io_tasks)
     except BaseException:
         # Listener shutdown (or a bug here): the agent must not outlive this call.
         _kill_now(proc.pid)
         _cancel_all(io_tasks)
         await _reap_briefly(proc)
-        _signal_group(proc.pid, signal.SIGKILL)  # a keeper that did not answer
+        _kill_without_keeper(proc.pid, held)
         raise
     stderr_text = bytes(stderr_tail).decode("utf-8", "replace")
     result = _parse_result(parser, proc.returncode, stderr_text)
@@ -283,7 +297,10 @@ async def _read_tail(proc: asyncio.subprocess.Process, tail: bytearray, limit: i
 
 
 async def _supervise(
-    proc: asyncio.subprocess.Process, agent: AgentConfig, cancel: asyncio.Event
+    proc: asyncio.subprocess.Process,
+    agent: AgentConfig,
+    cancel: asyncio.Event,
+    held: Containment,
 ) -> Outcome | None:
     """Wait for the agent to end; None if it exited by itself, else why it was stopped."""
     exited = asyncio.ensure_future(_leader_exit(proc))
@@ -298,7 +315,7 @@ async def _supervise(
         ending = None
     else:
         ending = Outcome.CANCELLED if cancelled in done else Outcome.TIMED_OUT
-    await _stop_group(proc, lambda: _grace(agent, cancel))
+    await _stop_group(proc, lambda: _grace(agent, cancel), held)
     return ending
 
 
@@ -307,7 +324,9 @@ def _grace(agent: AgentConfig, cancel: asyncio.Event) -> float:
     return agent.kill_grace_secs if requested is None else min(requested, agent.kill_grace_secs)
 
 
-async def _stop_group(proc: asyncio.subprocess.Process, grace: Callable[[], float]) -> None:
+async def _stop_group(
+    proc: asyncio.subprocess.Process, grace: Callable[[], float], held: Containment
+) -> None:
     """SIGTERM the group, SIGKILL it after `grace()` seconds, and reap the leader.
 
     The grace is read again while waiting, so a stop request that shortens it
@@ -321,11 +340,16 @@ async def _stop_group(proc: asyncio.subprocess.Process, grace: Callable[[], floa
             proc.returncode is None or _group_alive(pgid)
         ):
             await asyncio.sleep(_POLL_SECS)
-        if proc.returncode is None:
+        while proc.returncode is None:
             _kill_now(pgid)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(_leader_exit(proc), _REAP_SECS)
-        _signal_group(pgid, signal.SIGKILL)  # a keeper that did not answer
+            if not held.needs_keeper:
+                break
+            # Only the keeper can find what it holds: it is waited for, never
+            # killed, and woken should an agent of the same user have stopped it.
+            _signal_group(pgid, signal.SIGCONT)
+        _kill_without_keeper(pgid, held)  # a keeper that did not answer
     await _leader_exit(proc)
 
 
@@ -343,6 +367,14 @@ def _kill_now(keeper: int) -> None:
     """Ask the keeper to SIGKILL every descendant of the agent, then exit (reaper.py)."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(keeper, signal.SIGUSR1)
+        os.kill(keeper, signal.SIGCONT)  # an agent running as our user may have stopped it
+
+
+def _kill_without_keeper(keeper: int, held: Containment) -> None:
+    """End a keeper that does not answer, and what it holds (its pid namespace dies
+    with it; its cgroup is killed here)."""
+    held.kill_all(keeper)
+    _signal_group(keeper, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

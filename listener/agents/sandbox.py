@@ -6,54 +6,62 @@ prompt injection must not reach the queue's database or the listener's host.
 agent's argv into the argv that process.py executes:
 
 - **Sandbox** (`bwrap`, Debian package `bubblewrap`, when on PATH and working):
-  the filesystem is read-only except the workspace (the task's cwd) and the
-  agent's HOME; /tmp is a fresh tmpfs; CEASELESS_HOME (the embedded data
-  directory and its password file) and the embedded server's socket directory
-  are empty directories; /proc shows only the sandbox's own processes (a pid
-  namespace, so the listener's environment cannot be read there either). The
-  network stays on. `--die-with-parent` and the pid namespace make the kernel
-  kill every process of the sandbox when it ends.
-- **OS user**: a listener running as root runs its agents as the unprivileged
-  system user `ceaseless-agent` (created on first use, home
-  /var/lib/ceaseless-agent), never as root.
+  the filesystem is read-only except the run's working directory (the task's
+  cwd) and its lane's HOME; the workspace root and the directory of every
+  lane's HOME are empty but for those two, so no other job's directory and no
+  other lane's HOME is there at all; /tmp is a fresh tmpfs; CEASELESS_HOME (the
+  embedded data directory and its password file) and the embedded server's
+  socket directory are empty directories; /proc shows only the sandbox's own
+  processes (a pid namespace, so no other agent's or the listener's environment
+  can be read there). The network stays on. `--die-with-parent` and the pid
+  namespace make the kernel kill every process of the sandbox when it ends.
+- **OS user** (users.py): a listener running as root runs each lane as a system
+  user of its own, with a HOME of its own, never as root; one that is not root
+  runs every lane as itself, each with a HOME of its own.
 - **Keeper** (reaper.py): always the parent of the agent, a child subreaper that
   kills every remaining descendant on timeout, cancel, the agent's own exit and
   the listener's death, including descendants that called setsid() or forked
-  twice. Without a sandbox it is what stops escapees; inside one, it is what
-  gives the agent a polite SIGTERM before the pid namespace is torn down.
+  twice, with no time limit. Without a sandbox it holds them in a pid namespace
+  or a cgroup of their own where the host allows (containment.py); inside one,
+  it is what gives the agent a polite SIGTERM before the pid namespace is torn
+  down.
 
 Settings, from the environment, each for a real deployment need:
 - CEASELESS_SANDBOX=off runs agents without bubblewrap even when it is installed
   (hosts where user namespaces are forbidden, agents that need host paths). The
   listener then warns at startup and `ceaseless status` says so, as when bwrap
   is missing.
-- CEASELESS_AGENT_USER names the OS user agents run as when the listener is
-  root (default ceaseless-agent). Naming root itself is allowed, and warned about.
+- CEASELESS_AGENT_USER pins the one OS user every lane runs as (users.py);
+  unset, each lane has its own. Naming root itself is allowed, and warned about.
+- CEASELESS_AGENT_CONTAINMENT chooses how keepers hold agents without a sandbox
+  (containment.py; default: the strongest the host allows).
 
 Guarantees: `Isolation.current()` never raises; a sandbox that cannot start on
 this host (bwrap present but refused by the kernel) counts as no sandbox, with
-the kernel's reason in `problems`.
+the kernel's reason in `problems`; `launch` never shows a run another lane's
+HOME or another job's working directory in the sandbox.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import pwd
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from listener.agents import containment
+from listener.agents.containment import Containment
 from listener.agents.environment import Identity
+from listener.agents.users import AGENT_USER_VAR, AgentUsers
 from listener.embedded import EmbeddedServer, default_home
 
-AGENT_USER = "ceaseless-agent"
-AGENT_HOME = Path("/var/lib") / AGENT_USER
 SANDBOX_VAR = "CEASELESS_SANDBOX"
-AGENT_USER_VAR = "CEASELESS_AGENT_USER"
 REAPER = Path(__file__).with_name("reaper.py")
+__all__ = ["AGENT_USER_VAR", "SANDBOX_VAR", "Identity", "Isolation"]
 # Files under an agent's HOME that hold database credentials for libpq.
 _PG_FILES = (".pgpass", ".pg_service.conf")
 
@@ -63,42 +71,48 @@ class Isolation:
     """What confines the agents this listener starts."""
 
     bwrap: str | None
-    identity: Identity | None
+    users: AgentUsers
+    containment: Containment
     hidden: tuple[str, ...] = ()
     problems: tuple[str, ...] = field(default=())
-    # Set when agents should run as another OS user and cannot: they do not
-    # run at all then, rather than silently as root.
-    refusal: str | None = None
 
     @classmethod
     def current(cls) -> Isolation:
-        """The isolation this host and its settings give (CEASELESS_SANDBOX, _AGENT_USER)."""
-        problems: list[str] = []
-        identity = None
-        refusal = None
-        if os.geteuid() == 0:
-            name = os.environ.get(AGENT_USER_VAR) or AGENT_USER
-            try:
-                identity = agent_identity(name)
-            except (OSError, KeyError, subprocess.SubprocessError) as exc:
-                refusal = (
-                    f"agents must not run as root, and the OS user {name!r} they run as is "
-                    f"unusable ({exc!r}); create it, or name another with {AGENT_USER_VAR}"
-                )
-                problems.append(refusal)
-            if identity is not None and identity.uid == 0:
-                identity = None
-                problems.append(f"agents run as root ({AGENT_USER_VAR}={name})")
+        """The isolation this host and its settings give (CEASELESS_SANDBOX, _AGENT_USER, …)."""
+        users = AgentUsers.current()
+        problems = list(users.problems)
         bwrap = None
         if os.environ.get(SANDBOX_VAR, "auto").lower() in ("off", "none", "0", "false"):
             problems.append(f"the sandbox is turned off ({SANDBOX_VAR}=off)")
         elif (found := shutil.which("bwrap")) is None:
             problems.append("bubblewrap (bwrap) is not installed")
-        elif (broken := _bwrap_refusal(found, identity)) is not None:
+        elif (broken := _bwrap_refusal(found, users.probe_uid())) is not None:
             problems.append(f"bubblewrap cannot start a sandbox here: {broken}")
         else:
             bwrap = found
-        return cls(bwrap, identity, _hidden_paths(), tuple(problems), refusal)
+        if bwrap is None:
+            problems += users.problems_without_sandbox()
+        held = containment.choose(sandboxed=bwrap is not None)
+        if held.problem is not None:
+            problems.append(held.problem)
+        return cls(bwrap, users, held, _hidden_paths(), tuple(dict.fromkeys(problems)))
+
+    @property
+    def refusal(self) -> str | None:
+        """Why agents may not run at all here (an OS user that cannot be used), or None."""
+        return self.users.refusal
+
+    @property
+    def identity(self) -> Identity | None:
+        """The one OS user every lane runs as when pinned; None otherwise (see identity_for)."""
+        return self.users.pinned
+
+    def identity_for(self, lane: str) -> Identity | None:
+        """The OS user and HOME lane `lane` runs as (None: the listener's own), made on first use.
+
+        Raises OSError or subprocess.SubprocessError when they cannot be made.
+        """
+        return self.users.for_lane(lane)
 
     @property
     def sandboxed(self) -> bool:
@@ -118,13 +132,33 @@ class Isolation:
         return text
 
     def workspace_problem(self, workdir: str | None) -> str | None:
-        """Why the agents' OS user cannot write the workspace, or None (checked as that user)."""
+        """Why agents' OS users cannot reach their directories in the workspace root, or None.
+
+        The listener makes each job's directory itself; its agent needs only to
+        pass through the root to it. Per-lane users are checked by the modes
+        (any user must be able to search every directory on the way); a pinned
+        one by trying as that user.
+        """
+        path = os.path.realpath(workdir or os.getcwd())
+        if self.users.mode == "per_lane":
+            for directory in [path, *(str(p) for p in Path(path).parents)]:
+                try:
+                    mode = os.stat(directory).st_mode
+                except OSError as exc:
+                    return f"the workspace root {path} is unusable: {exc}"
+                if not mode & stat.S_IXOTH:
+                    return (
+                        f"each lane's agent runs as an OS user of its own, and cannot pass "
+                        f"through {directory} (not searchable by others) to reach its job's "
+                        f"directory under the workspace root {path}; allow it "
+                        f"(chmod o+x {directory}) or choose another root with --workdir"
+                    )
+            return None
         if self.identity is None:
             return None
-        path = os.path.realpath(workdir or os.getcwd())
         try:
             done = subprocess.run(
-                ["test", "-w", path, "-a", "-x", path],
+                ["test", "-x", path],
                 user=self.identity.uid,
                 group=self.identity.gid,
                 extra_groups=[],
@@ -136,14 +170,24 @@ class Isolation:
         if done.returncode == 0:
             return None
         return (
-            f"agents run as the OS user {self.identity.name!r}, who cannot write the workspace "
-            f"{path}; give it the directory (chown -R {self.identity.name} {path}) or choose "
-            "another with --workdir"
+            f"agents run as the OS user {self.identity.name!r}, who cannot pass through the "
+            f"workspace root {path} to its jobs' directories; allow it (chmod o+x {path}, and "
+            "the directories above) or choose another root with --workdir"
         )
 
-    def launch(self, argv: list[str], cwd: str | None, *, grace: float) -> list[str]:
+    def launch(
+        self,
+        argv: list[str],
+        cwd: str | None,
+        *,
+        grace: float,
+        identity: Identity | None = None,
+        private: tuple[str, ...] = (),
+    ) -> list[str]:
         """The argv to execute for `argv`: the keeper, and the sandbox when there is one.
 
+        `identity` is the run's lane user (identity_for); `private` names
+        directories (the workspace root) of which the sandbox shows only `cwd`.
         Raises PermissionError when agents may not run at all (`refusal`).
         """
         if self.refusal is not None:
@@ -157,35 +201,54 @@ class Isolation:
             str(os.getpid()),
             "--grace",
             str(grace),
+            *self.containment.keeper_args(),
         ]
-        if self.identity is not None:
-            keeper += ["--uid", str(self.identity.uid), "--gid", str(self.identity.gid)]
+        if identity is not None and identity.uid != os.geteuid():
+            keeper += ["--uid", str(identity.uid), "--gid", str(identity.gid)]
         if self.bwrap is None:
             return [*keeper, "--", *argv]
-        return [*keeper, "--spare-child", "--", *self._bwrap_argv(argv, cwd), "--", *argv]
+        sandbox = self._bwrap_argv(argv, cwd, identity, private)
+        return [*keeper, "--spare-child", "--", *sandbox, "--", *argv]
 
     def tmpdir(self) -> str | None:
         """TMPDIR inside the sandbox (a fresh /tmp), or None to keep the listener's."""
         return "/tmp" if self.sandboxed else None
 
-    def _bwrap_argv(self, argv: list[str], cwd: str | None) -> list[str]:
+    def _bwrap_argv(
+        self,
+        argv: list[str],
+        cwd: str | None,
+        identity: Identity | None = None,
+        private: tuple[str, ...] = (),
+    ) -> list[str]:
         assert self.bwrap is not None
         args = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         args += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
-        # The fresh /tmp would hide an executable (or a script its argv names)
-        # that lives there: those stay visible, read-only.
+        workspace = os.path.realpath(cwd or os.getcwd())
+        home = identity.home if identity else os.path.expanduser("~")
+        # Other jobs' directories and other lanes' HOMEs are not there at all:
+        # what holds this run's own directory is emptied before it is bound
+        # back, the rest after, so that the bind cannot uncover them.
+        emptied = [p for p in (*private, self.users.homes) if p and os.path.isdir(p) and p != "/"]
+        around = [p for p in emptied if _contains(p, workspace)]
+        for path in around:
+            args += ["--tmpfs", path]
+        if workspace != "/":
+            args += ["--bind", workspace, workspace]
+        for path in emptied:
+            if path not in around:
+                args += ["--tmpfs", path]
+        # The fresh /tmp (or an emptied directory) would hide an executable (or a
+        # script its argv names) that lives there: those stay visible, read-only.
+        covered = tuple(os.path.join(p, "") for p in ("/tmp", "/var/tmp", *emptied))
         for arg in argv:
-            if arg.startswith(("/tmp/", "/var/tmp/")) and os.path.exists(arg):
+            if arg.startswith(covered) and os.path.exists(arg):
                 args += ["--ro-bind", arg, arg]
-        home = self.identity.home if self.identity else os.path.expanduser("~")
         if os.path.isdir(home) and home != "/":
             args += ["--bind", home, home]
             for name in _PG_FILES:
                 if os.path.lexists(os.path.join(home, name)):
                     args += ["--ro-bind", "/dev/null", os.path.join(home, name)]
-        workspace = os.path.realpath(cwd or os.getcwd())
-        if workspace != "/":
-            args += ["--bind", workspace, workspace]
         # Last, so that no bind above (a HOME that holds CEASELESS_HOME, as a
         # non-root user's default does) uncovers them again. /tmp is fresh already.
         for path in self.hidden:
@@ -196,29 +259,8 @@ class Isolation:
         return args
 
 
-def agent_identity(name: str) -> Identity:
-    """The OS user `name`, created as a system user with its own home if missing (as root)."""
-    try:
-        user = pwd.getpwnam(name)
-    except KeyError:
-        if name != AGENT_USER:
-            raise
-        subprocess.run(
-            [
-                "useradd",
-                "--system",
-                "--create-home",
-                "--home-dir",
-                str(AGENT_HOME),
-                "--shell",
-                "/usr/sbin/nologin",
-                name,
-            ],
-            check=True,
-            capture_output=True,
-        )
-        user = pwd.getpwnam(name)
-    return Identity(name=user.pw_name, uid=user.pw_uid, gid=user.pw_gid, home=user.pw_dir)
+def _contains(outer: str, inner: str) -> bool:
+    return inner == outer or inner.startswith(os.path.join(outer, ""))
 
 
 def _hidden_paths() -> tuple[str, ...]:
@@ -235,8 +277,14 @@ def _hidden_paths() -> tuple[str, ...]:
 
 
 @functools.cache
-def _bwrap_refusal_cached(bwrap: str, uid: int | None, gid: int | None) -> str | None:
-    user = {} if uid is None else {"user": uid, "group": gid, "extra_groups": []}
+def _bwrap_refusal(bwrap: str, user_group: tuple[int, int] | None) -> str | None:
+    """Why bwrap cannot sandbox here (e.g. user namespaces forbidden), or None.
+
+    Tried as the user agents run as (one like the lanes' own, in per_lane mode).
+    """
+    user = {}
+    if user_group is not None and user_group[0] != os.geteuid():
+        user = {"user": user_group[0], "group": user_group[1], "extra_groups": []}
     try:
         done = subprocess.run(
             [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--die-with-parent", "true"],
@@ -251,10 +299,3 @@ def _bwrap_refusal_cached(bwrap: str, uid: int | None, gid: int | None) -> str |
     if done.returncode != 0:
         return (done.stderr.strip() or f"exit status {done.returncode}")[:200]
     return None
-
-
-def _bwrap_refusal(bwrap: str, identity: Identity | None) -> str | None:
-    """Why bwrap cannot sandbox here (e.g. user namespaces forbidden), or None."""
-    uid = identity.uid if identity else None
-    gid = identity.gid if identity else None
-    return _bwrap_refusal_cached(bwrap, uid, gid)

@@ -40,11 +40,17 @@ def _announce_isolation(workdir: str | None) -> None:
     if (warning := isolation.warning()) is not None:
         log.warning("agents.not_isolated", problem=warning)
     if (problem := isolation.workspace_problem(workdir)) is not None:
-        log.warning("agents.workspace_not_writable", problem=problem)
+        log.warning("agents.workspace_unreachable", problem=problem)
+    users = {
+        "per_lane": "an OS user per lane",
+        "own": "the listener's own, a HOME per lane",
+        "pinned": isolation.identity.name if isolation.identity else "the listener's own",
+    }
     log.event(
         "agents.isolation",
         sandbox="bwrap" if isolation.sandboxed else "none",
-        user=isolation.identity.name if isolation.identity else "the listener's own",
+        user=users[isolation.users.mode],
+        containment=isolation.containment.mode,
     )
 
 

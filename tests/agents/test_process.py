@@ -190,10 +190,14 @@ def test_task_cancellation_kills_the_group_then_propagates(tmp_path):
 
 def test_processes_left_behind_after_a_normal_exit_are_stopped(tmp_path):
     # The background sleeper also holds stdout open: the run must not wait for it.
+    # Its pid as the host sees it (the keeper may run agents in a pid namespace):
+    # the children of this process in /proc, which is the host's.
     code = (
-        "import subprocess, sys, pathlib;"
+        "import os, subprocess, sys, pathlib;"
         "p = subprocess.Popen(['sleep', '300']);"
-        f"pathlib.Path({str(tmp_path / 'pids')!r}).write_text(str(p.pid));"
+        "me = os.readlink('/proc/self');"
+        "host = open(f'/proc/{me}/task/{me}/children').read().split()[0];"
+        f"pathlib.Path({str(tmp_path / 'pids')!r}).write_text(host);"
         "print('left a sleeper behind')"
     )
     started = time.monotonic()
