@@ -16,13 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# Under the workspace root: the directory holding each job's own working
+# directory (listener/producer/workdirs.py), which no context path may reach.
+JOB_DIRECTORIES = ".ceaseless-jobs"
+
 
 class ConfigError(ValueError):
     """A listener option that cannot be used; the message says what to pass instead."""
 
 
 def workspace_root(workdir: str | None) -> Path:
-    """The directory agents run in and context_paths are read from, resolved (symlinks too).
+    """The directory agents' job directories live in and context_paths are read from, resolved
+    (symlinks too).
 
     Refuses `/`: context_paths are relative to the root, so with `/` a routine
     naming `etc/shadow` would have the listener paste that file into a prompt. The
@@ -33,9 +38,10 @@ def workspace_root(workdir: str | None) -> Path:
     if root == Path(root.anchor):
         given = "--workdir " + repr(workdir) if workdir is not None else "the current directory"
         raise ConfigError(
-            f"the workspace root is {given}, which resolves to {root}: agents would run there "
-            "and routines could read any file through context_paths; pass --workdir with a "
-            "directory of its own, e.g. --workdir /var/lib/ceaseless/workspace"
+            f"the workspace root is {given}, which resolves to {root}: agents' working "
+            "directories would be made there and routines could read any file through "
+            "context_paths; pass --workdir with a directory of its own, e.g. --workdir "
+            "/var/lib/ceaseless/workspace"
         )
     return root
 
@@ -94,8 +100,8 @@ class ListenerConfig:
     workdir: str | None = field(
         default=None,
         metadata=_help(
-            "Workspace root: agents run here and routine context_paths are read from here "
-            "(default: the current directory)."
+            "Workspace root: each job's agent runs in a directory of its own under it, and "
+            "routine context_paths are read from it (default: the current directory)."
         ),
     )
     http: str | None = field(

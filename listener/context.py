@@ -6,8 +6,9 @@ them. This module reads them relative to the workspace root and joins
 `prompt + files + payload.prompt_tail`.
 
 Guarantees: a path never escapes the workspace root (absolute paths, `..` and
-symlinks included, also one swapped in while the file is opened), and nothing is
-read when the root is `/`; a
+symlinks included, also one swapped in while the file is opened), never reaches
+a job's working directory under it (another user's, or another lane's, files),
+and nothing is read when the root is `/`; a
 missing or unreadable file is skipped and noted in the prompt, never an error;
 each file is bounded, so one large file cannot blow up a prompt.
 """
@@ -19,7 +20,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from listener.config import JOB_DIRECTORIES
+
 FILE_LIMIT = 256 << 10
+_JOBS_SKIPPED = "a job's working directory; context files are the workspace root's own"
 
 
 def compose_prompt(prompt: str, payload: dict[str, Any], workspace_root: Path) -> str:
@@ -42,6 +46,8 @@ def _file_section(relative: str, root: Path) -> str:
     target = (base / relative).resolve()
     if not target.is_relative_to(base):
         return f"### {relative}\n(skipped: outside the workspace)"
+    if target.is_relative_to(base / JOB_DIRECTORIES):
+        return f"### {relative}\n(skipped: {_JOBS_SKIPPED})"
     try:
         # Non-blocking: agents write the workspace, and a FIFO named like a
         # context file would otherwise hold the open (and the event loop) until
@@ -53,6 +59,8 @@ def _file_section(relative: str, root: Path) -> str:
             # between the check above and the open: what was opened counts.
             if not _opened_inside(handle.fileno(), base):
                 return f"### {relative}\n(skipped: outside the workspace)"
+            if _opened_inside(handle.fileno(), base / JOB_DIRECTORIES, unknown=False):
+                return f"### {relative}\n(skipped: {_JOBS_SKIPPED})"
             data = handle.read(FILE_LIMIT + 1)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return f"### {relative}\n(missing: no such file in the workspace)"
@@ -64,10 +72,10 @@ def _file_section(relative: str, root: Path) -> str:
     return f"### {relative}\n{text}"
 
 
-def _opened_inside(fd: int, base: Path) -> bool:
-    """Whether the open file `fd` lies under `base` (True where /proc cannot tell)."""
+def _opened_inside(fd: int, base: Path, *, unknown: bool = True) -> bool:
+    """Whether the open file `fd` lies under `base` (`unknown` where /proc cannot tell)."""
     try:
         opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
     except OSError:
-        return True
+        return unknown
     return opened.is_relative_to(base)

@@ -1,10 +1,10 @@
 """The supervisor: starts a listener's parts, and stops them in order.
 
 Parts: the notifier (one LISTEN connection, its events routed by router.py),
-the producer (claimer, runner, recorder, leases and fence), maintenance
-(lease sweep, cron, outbox), the forge lane's loops (repo polls, label mirror,
-child issues: listener/forge/loop.py) and, when asked, the webhook ingress on
-a pool of its own.
+the producer (claimer, runner, recorder, leases and fence, and the sweep of
+jobs' working directories), maintenance (lease sweep, cron, outbox), the forge
+lane's loops (repo polls, label mirror, child issues: listener/forge/loop.py)
+and, when asked, the webhook ingress on a pool of its own.
 
 Guarantees on SIGTERM / SIGINT:
 - no new claims; running agents get `shutdown_grace` seconds to end, and their
@@ -27,7 +27,7 @@ import signal
 import psycopg
 
 from listener import log
-from listener.config import ListenerConfig
+from listener.config import ListenerConfig, workspace_root
 from listener.database import Database
 from listener.events import (
     CONFIG_CHANNEL,
@@ -45,6 +45,7 @@ from listener.producer.claimer import Claimer
 from listener.producer.leases import Leases
 from listener.producer.ledger import Ledger, StopReason
 from listener.producer.recorder import Recorder
+from listener.producer.workdirs import JobDirectories
 from listener.queries import jobs, webhooks
 from listener.queries.registry import setting_int
 from listener.registry import Registry
@@ -77,8 +78,13 @@ class Listener:
         self.db = Database(config.url, name, deadline=config.db_deadline)
         self.registry = Registry(config.lease_secs)
         self.ledger = Ledger()
-        self.recorder = Recorder(self.db, config.worker_id, self.ledger)
-        self.claimer = Claimer(config, self.db, self.registry, self.ledger, self.recorder)
+        self.directories = JobDirectories(workspace_root(config.workdir), self.db, self.ledger)
+        self.recorder = Recorder(
+            self.db, config.worker_id, self.ledger, on_recorded=self.directories.recorded
+        )
+        self.claimer = Claimer(
+            config, self.db, self.registry, self.ledger, self.recorder, self.directories
+        )
         self.leases = Leases(config, self.db, self.registry, self.ledger)
         self.maintenance = Maintenance(config, self.db, self.ledger)
         # At least half a second: repos are due by the second, and labels and
@@ -117,6 +123,7 @@ class Listener:
             "notifier": self.notifier.run(),
             "claimer": self.claimer.run(),
             "recorder": self.recorder.run(),
+            "job_directories": self.directories.sweep(),
             "heartbeat": self.leases.heartbeat(),
             "fence": self.leases.fence(),
             "lease_sweep": self.maintenance.sweep_leases(),

@@ -25,6 +25,7 @@ from listener.enums import Adapter
 from listener.producer.ledger import Held, Ledger
 from listener.producer.recorder import Recorder
 from listener.producer.runner import run_held
+from listener.producer.workdirs import JobDirectories
 from listener.queries import jobs
 from listener.queries.jobs import ClaimedJob, FinishedRun
 from listener.registry import Registry
@@ -38,12 +39,14 @@ class Claimer:
         registry: Registry,
         ledger: Ledger,
         recorder: Recorder,
+        directories: JobDirectories,
     ) -> None:
         self._config = config
         self._db = database
         self._registry = registry
         self._ledger = ledger
         self._recorder = recorder
+        self._directories = directories
         self.accepting = True
 
     def _free_slots(self) -> int:
@@ -105,7 +108,7 @@ class Claimer:
                 run_held(
                     held,
                     agent,
-                    workdir=self._config.workdir,
+                    directories=self._directories,
                     database=self._db,
                     ledger=self._ledger,
                     recorder=self._recorder,

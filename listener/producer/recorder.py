@@ -16,6 +16,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 from uuid import UUID
 
 import psycopg
@@ -30,10 +31,19 @@ _BATCH = 2000
 
 
 class Recorder:
-    def __init__(self, database: Database, worker: str, ledger: Ledger) -> None:
+    def __init__(
+        self,
+        database: Database,
+        worker: str,
+        ledger: Ledger,
+        *,
+        on_recorded: Callable[[Iterable[UUID]], None] | None = None,
+    ) -> None:
         self._db = database
         self._worker = worker
         self._ledger = ledger
+        # Told the jobs of each batch finish_runs answered (their directories may go).
+        self._on_recorded = on_recorded
         self._sessions: dict[UUID, str] = {}
         self._wake = asyncio.Event()
 
@@ -79,6 +89,8 @@ class Recorder:
                 give_up_at=give_up_at,
             )
             self._settle(batch, answers)
+            if self._on_recorded is not None:
+                self._on_recorded(finished.job_id for finished in batch)
             self._ledger.wake.set()
 
     def _settle(self, batch: list[FinishedRun], answers: list[jobs.Finished]) -> None:

@@ -1,6 +1,9 @@
 """The runner: one claimed job's agent, from spawn to a result for the recorder.
 
-Guarantees: the job leaves the ledger's `running` only once its agent has
+Guarantees: a task agent runs in its job's own directory under the workspace
+root (workdirs.py), never in the root itself, and a forge agent in its
+checkout, handed to its lane's OS user first; the sandbox shows it nothing else
+of the root. The job leaves the ledger's `running` only once its agent has
 exited and been reaped (run_agent's guarantee); the result it hands on says
 why the listener stopped the agent, if it did — cancelled, or lease_expired
 when the lease could not be renewed; an agent released at shutdown yields no
@@ -10,18 +13,21 @@ a run left open.
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
 from pathlib import Path
 
 from listener import log
 from listener.agents import adapter_for, run_agent
 from listener.agents.base import AgentConfig, RunResult, Task
-from listener.config import workspace_root
+from listener.agents.sandbox import Isolation
 from listener.context import compose_prompt
 from listener.database import Database
 from listener.enums import Outcome
 from listener.forge.run import FORGE_KINDS, run_forge_job
 from listener.producer.ledger import Held, Ledger, StopReason
 from listener.producer.recorder import Recorder
+from listener.producer.workdirs import JobDirectories, give_to
 from listener.queries.jobs import FinishedRun
 
 
@@ -29,12 +35,13 @@ async def run_held(
     held: Held,
     agent: AgentConfig,
     *,
-    workdir: str | None,
+    directories: JobDirectories,
     database: Database,
     ledger: Ledger,
     recorder: Recorder,
 ) -> None:
     job = held.job
+    isolation = Isolation.current()
 
     async def invoke(prompt: str, cwd: str | None) -> RunResult:
         task = Task(
@@ -44,6 +51,7 @@ async def run_held(
             max_turns=job.max_turns,
             resume_session_id=job.resume_session_id,
             cwd=cwd,
+            private=(str(directories.root),),
             max_tokens=job.payload.get("max_tokens"),
         )
         return await run_agent(
@@ -52,21 +60,36 @@ async def run_held(
             task,
             cancel=held.stop,
             on_session=lambda session: recorder.note_session(held.run_id, session),
+            isolation=isolation,
         )
+
+    async def invoke_in_checkout(prompt: str, cwd: str | None) -> RunResult:
+        if cwd is not None:
+            identity = await asyncio.to_thread(isolation.identity_for, agent.name)
+            await asyncio.to_thread(give_to, Path(cwd), identity)
+        return await invoke(prompt, cwd)
 
     try:
         if job.kind in FORGE_KINDS:
             result = await run_forge_job(
                 job,
                 held.run_id,
-                root=workspace_root(workdir),
+                root=directories.root,
                 database=database,
                 stop=held.stop,
-                invoke=invoke,
+                invoke=invoke_in_checkout,
             )
         else:
-            prompt = compose_prompt(job.prompt, job.payload, Path(workdir or "."))
-            result = await invoke(prompt, workdir)
+            prompt = compose_prompt(job.prompt, job.payload, directories.root)
+            try:
+                cwd = await directories.prepare(job.id, agent.name, isolation)
+            except (OSError, subprocess.SubprocessError) as exc:
+                result = RunResult(
+                    outcome=Outcome.FAILED,
+                    error=f"agent {agent.name!r}: the job's working directory is unusable: {exc}",
+                )
+            else:
+                result = await invoke(prompt, str(cwd))
     except Exception as exc:  # an adapter bug must not strand the run
         result = RunResult(outcome=Outcome.FAILED, error=f"listener error: {exc!r}")
     finally:

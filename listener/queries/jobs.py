@@ -157,3 +157,9 @@ async def held_jobs(conn: psycopg.AsyncConnection, worker: str) -> list[UUID]:
         (worker,),
     )
     return [row[0] for row in await cur.fetchall()]
+
+
+async def ended_jobs(conn: psycopg.AsyncConnection, job_ids: list[UUID]) -> list[UUID]:
+    """Of these jobs, those that will not run again (their working directories may go)."""
+    cur = await conn.execute("select ceaseless.ended_jobs(%s)", (job_ids,))
+    return [row[0] for row in await cur.fetchall()]

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from listener.agents.containment import CONTAINMENT_VAR
 from listener.agents.sandbox import AGENT_USER_VAR, SANDBOX_VAR, Isolation
+from listener.config import JOB_DIRECTORIES
 
 from .support import FAKES
 
@@ -25,10 +27,12 @@ MODES = ["sandbox", "no_sandbox"]
 def isolate(monkeypatch: pytest.MonkeyPatch, mode: str) -> Isolation:
     """Set this process's environment (which a listener subprocess inherits) for `mode`.
 
-    Both modes run agents as the default unprivileged user when the tests run as
-    root; "no_sandbox" is a host without bubblewrap, where only the keeper is left.
+    Both modes run each lane as an unprivileged user of its own when the tests run
+    as root; "no_sandbox" is a host without bubblewrap, where only the keeper (and
+    how this host lets it hold processes) is left.
     """
     monkeypatch.delenv(AGENT_USER_VAR, raising=False)
+    monkeypatch.delenv(CONTAINMENT_VAR, raising=False)
     if mode == "sandbox":
         monkeypatch.delenv(SANDBOX_VAR, raising=False)
     else:
@@ -48,6 +52,11 @@ def workspace() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def job_directory(root: Path, job_id: object) -> Path:
+    """The working directory a listener with this workspace root gives a job."""
+    return root / JOB_DIRECTORIES / str(job_id)
 
 
 def new_token() -> str:

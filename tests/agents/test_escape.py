@@ -28,6 +28,7 @@ from .isolation import (
     escapees_started,
     escaper_env,
     isolate,
+    job_directory,
     new_token,
     processes_with,
     workspace,
@@ -102,11 +103,12 @@ def test_escapees_die_when_the_listener_is_killed(
     isolate(monkeypatch, mode)  # the listener inherits this process's environment
     token = new_token()
     with workspace() as ws:
-        make_agent(conn, "escaper", "command", [FAKE_ESCAPER], env=escaper_env(ws, token))
+        # The escapees mark their start in the job's own directory, their cwd.
+        make_agent(conn, "escaper", "command", [FAKE_ESCAPER], env=escaper_env(Path("."), token))
         listener = ListenerProcess(db_url, "--poll-interval", "60", "--workdir", str(ws)).ready()
         try:
-            make_job(conn, agent="escaper")
-            wait_until(lambda: escapees_started(ws), 20, lambda: f"no escapees: {listener.lines}")
+            own = job_directory(ws, make_job(conn, agent="escaper"))
+            wait_until(lambda: escapees_started(own), 20, lambda: f"no escapees: {listener.lines}")
             assert processes_with(token), "the escapees should be running"
             listener.proc.send_signal(signal.SIGKILL)
             listener.proc.wait(10)

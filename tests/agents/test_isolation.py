@@ -95,19 +95,22 @@ def test_an_agent_cannot_reach_the_embedded_database_nor_see_the_listeners_secre
     monkeypatch.setenv(SECRET_NAME, SECRET)
     monkeypatch.setenv("AGENT_PROXY_SETTING", "passed-through")
     # A ~/.pgpass holding the password in the HOME the sandbox shares with the agent
-    # (never root's own). Without a sandbox the agent's HOME is its OS user's own.
+    # (its lane's, never root's own). Without a sandbox the agent's HOME is its lane's own.
     pgpass = None
-    if isolation.sandboxed and isolation.identity is not None:
-        pgpass = Path(isolation.identity.home) / ".pgpass"
-    if pgpass is not None and not pgpass.exists():
+    lane_user = isolation.identity_for(f"intruder-{mode}")
+    if isolation.sandboxed and lane_user is not None:
+        pgpass = Path(lane_user.home) / ".pgpass"
+    if pgpass is not None and lane_user is not None and not pgpass.exists():
         pgpass.write_text(f"*:*:*:postgres:{password}\n")
         pgpass.chmod(0o600)
-        os.chown(pgpass, isolation.identity.uid, isolation.identity.gid)
+        os.chown(pgpass, lane_user.uid, lane_user.gid)
     else:
         pgpass = None
+    # The report goes to the lane's HOME, which outlives the job (its working
+    # directory goes once the job is delivered) and which the sandbox shows it.
+    report_file = Path(lane_user.home if lane_user else tempfile.mkdtemp()) / "intruder.json"
     try:
         with workspace() as ws, psycopg.connect(url, autocommit=True) as conn:
-            report_file = ws / "report.json"
             make_agent(
                 conn,
                 f"intruder-{mode}",
@@ -136,10 +139,12 @@ def test_an_agent_cannot_reach_the_embedded_database_nor_see_the_listeners_secre
                 )
             finally:
                 listener.stop(timeout=20)
-            report = json.loads(report_file.read_text())
     finally:
         if pgpass is not None:
             pgpass.unlink()
+        report = json.loads(report_file.read_text()) if report_file.exists() else None
+        report_file.unlink(missing_ok=True)
+    assert report is not None, "the intruder wrote no report"
 
     environment = report["environment"]
     assert SECRET_NAME not in environment
@@ -259,6 +264,7 @@ def test_the_adapters_work_inside_the_sandbox(
 ) -> None:
     isolation = isolate(monkeypatch, "sandbox")
     code = "import os; open('written-by-the-agent', 'w').write(str(os.getuid()))"
+    writer = agent(Adapter.COMMAND, ["python3", "-c", code])
     with workspace() as ws:
         result = asyncio.run(
             run_agent(
@@ -275,14 +281,15 @@ def test_the_adapters_work_inside_the_sandbox(
         wrote = asyncio.run(
             run_agent(
                 adapter_for(Adapter.COMMAND),
-                agent(Adapter.COMMAND, ["python3", "-c", code]),
+                writer,
                 task(cwd=str(ws)),
                 cancel=asyncio.Event(),
                 isolation=isolation,
             )
         )
         assert wrote.outcome == Outcome.SUCCEEDED, wrote.error
-        uid = isolation.identity.uid if isolation.identity else os.geteuid()
+        lane_user = isolation.identity_for(writer.name)
+        uid = lane_user.uid if lane_user else os.geteuid()
         assert (ws / "written-by-the-agent").read_text() == str(uid)
         assert (ws / "written-by-the-agent").stat().st_uid == uid
 
@@ -326,7 +333,7 @@ def test_the_sandbox_hides_ceaseless_home_and_keeps_the_rest_read_only(
         shutil.rmtree(home, ignore_errors=True)
 
 
-def test_a_workspace_the_agents_user_cannot_write_is_named_at_startup(
+def test_a_workspace_the_agents_users_cannot_reach_is_named_at_startup(
     monkeypatch: pytest.MonkeyPatch, db_url: str, tmp_path: Path
 ) -> None:
     if os.geteuid() != 0:
@@ -336,12 +343,12 @@ def test_a_workspace_the_agents_user_cannot_write_is_named_at_startup(
     private.mkdir(mode=0o700)
     listener = ListenerProcess(db_url, "--poll-interval", "60", "--workdir", str(private)).ready()
     listener.stop(timeout=10)
-    [warning] = listener.events("agents.workspace_not_writable")
-    assert str(private) in warning["problem"] and "ceaseless-agent" in warning["problem"]
+    [warning] = listener.events("agents.workspace_unreachable")
+    assert str(private) in warning["problem"] and "OS user of its own" in warning["problem"]
     with workspace() as ws:
         listener = ListenerProcess(db_url, "--poll-interval", "60", "--workdir", str(ws)).ready()
         listener.stop(timeout=10)
-    assert not listener.events("agents.workspace_not_writable")
+    assert not listener.events("agents.workspace_unreachable")
 
 
 @pytest.mark.parametrize("sandbox", ["auto", "off"])

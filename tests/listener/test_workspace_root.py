@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from listener.cli import app
-from listener.config import ConfigError, ListenerConfig, workspace_root
+from listener.config import JOB_DIRECTORIES, ConfigError, ListenerConfig, workspace_root
 from listener.context import compose_prompt
 
 URL = "postgresql://nobody@127.0.0.1:1/nothing"
@@ -104,3 +104,21 @@ def test_a_fifo_in_the_workspace_does_not_block_the_read(workspace: Path) -> Non
         reader.join()
         pytest.fail("reading a FIFO blocked")
     assert "(skipped: not a regular file)" in result[0]
+
+
+def test_context_paths_cannot_read_a_jobs_working_directory(workspace: Path) -> None:
+    # Jobs' directories live under the root: another user's job must not have
+    # its files pasted into a routine's prompt, by name or through a symlink.
+    other = workspace / JOB_DIRECTORIES / "0b1c2d3e-0000-4000-8000-000000000000"
+    other.mkdir(parents=True)
+    (other / "work.txt").write_text("another job's work")
+    (workspace / "into-a-job").symlink_to(other)
+    prompt = _prompt(
+        workspace,
+        f"{JOB_DIRECTORIES}/{other.name}/work.txt",
+        "into-a-job/work.txt",
+        "notes.md",
+    )
+    assert "another job's work" not in prompt
+    assert prompt.count("(skipped: a job's working directory") == 2
+    assert "notes" in prompt
