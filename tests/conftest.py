@@ -35,10 +35,11 @@ _HOME_VAR = "CEASELESS_TEST_HOME"
 
 FAKES = Path(__file__).parent / "fakes"
 
-# Agents in most tests run as the test process's own OS user and without the
-# bubblewrap sandbox: they write pid files into pytest's private temporary
-# directories and report pids as the host sees them. The isolation tests
-# (tests/agents/test_isolation.py, test_escape.py) turn both on explicitly.
+# Agents in most tests run as the test process's own OS user (one pinned user
+# for every lane) and without the bubblewrap sandbox: they write pid files into
+# pytest's private temporary directories and report pids as the host sees them.
+# The isolation tests (tests/agents/test_isolation.py, test_escape.py,
+# test_lanes_apart.py) turn the sandbox and the lanes' own users on explicitly.
 os.environ.setdefault("CEASELESS_SANDBOX", "off")
 os.environ.setdefault("CEASELESS_AGENT_USER", pwd.getpwuid(os.geteuid()).pw_name)
 

@@ -64,7 +64,8 @@ async def run_held(
         )
 
     async def invoke_in_checkout(prompt: str, cwd: str | None) -> RunResult:
-        if cwd is not None:
+        # A pinned user was given the checkout by the forge run already.
+        if cwd is not None and isolation.users.mode == "per_lane":
             identity = await asyncio.to_thread(isolation.identity_for, agent.name)
             await asyncio.to_thread(give_to, Path(cwd), identity)
         return await invoke(prompt, cwd)

@@ -13,8 +13,10 @@ import asyncio
 import dataclasses
 import json
 import os
+import stat
 import subprocess
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ from listener.agents.sandbox import SANDBOX_VAR, Isolation
 from listener.agents.users import lane_user_name
 from listener.config import JOB_DIRECTORIES
 from listener.enums import Adapter, Outcome
+from listener.producer.ledger import Ledger
+from listener.producer.workdirs import JobDirectories, give_to
 from tests.e2e.support import ROOT, ListenerProcess, wait_until
 from tests.factories import make_agent, make_job
 
@@ -396,3 +400,42 @@ def test_lane_users_need_only_to_pass_through_the_workspace_root(
     with workspace() as ws:
         ws.chmod(0o711)  # passable, neither listable nor writable: enough
         assert isolation.workspace_problem(str(ws)) is None
+
+
+@needs_root
+def test_a_checkout_is_handed_to_its_lanes_user_whole_without_following_symlinks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Forge checkouts are made by the listener; the lane's agent must own them.
+    isolation = isolate(monkeypatch, "no_sandbox")
+    lane_user = isolation.identity_for("lane-x")
+    assert lane_user is not None
+    outside = tmp_path / "outside"
+    outside.write_text("the listener's own")
+    checkout = tmp_path / "checkout"
+    (checkout / "src" / "deep").mkdir(parents=True)
+    (checkout / "src" / "deep" / "file.py").write_text("x = 1\n")
+    (checkout / "link").symlink_to(outside)
+    give_to(checkout, lane_user)
+    for path in [checkout, *checkout.rglob("*")]:
+        assert path.lstat().st_uid == lane_user.uid, path
+    assert outside.stat().st_uid == 0, "a symlink in a checkout must not hand over its target"
+
+
+@needs_root
+def test_a_jobs_directory_is_kept_for_its_lane_and_emptied_for_another(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    isolation = isolate(monkeypatch, "no_sandbox")
+    directories = JobDirectories(tmp_path, None, Ledger())  # type: ignore[arg-type]
+    job = uuid.uuid4()
+    path = asyncio.run(directories.prepare(job, "lane-x", isolation))
+    (path / "left.txt").write_text("lane x's work")
+    assert asyncio.run(directories.prepare(job, "lane-x", isolation)) == path
+    assert (path / "left.txt").exists(), "the same lane's next attempt finds its files"
+    assert asyncio.run(directories.prepare(job, "lane-y", isolation)) == path
+    assert not (path / "left.txt").exists(), "another lane never finds them"
+    lane_y = isolation.identity_for("lane-y")
+    assert lane_y is not None and path.stat().st_uid == lane_y.uid
+    assert stat.S_IMODE(path.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o711 and path.parent.stat().st_uid == 0
