@@ -147,7 +147,7 @@ async def run_agent(
         _kill_now(proc.pid)
         _cancel_all(io_tasks)
         await _reap_briefly(proc)
-        _kill_without_keeper(proc.pid, held)
+        _kill_without_keeper(proc, held)
         raise
     stderr_text = bytes(stderr_tail).decode("utf-8", "replace")
     result = _parse_result(parser, proc.returncode, stderr_text)
@@ -349,7 +349,7 @@ async def _stop_group(
             # Only the keeper can find what it holds: it is waited for, never
             # killed, and woken should an agent of the same user have stopped it.
             _signal_group(pgid, signal.SIGCONT)
-        _kill_without_keeper(pgid, held)  # a keeper that did not answer
+        _kill_without_keeper(proc, held)
     await _leader_exit(proc)
 
 
@@ -370,11 +370,13 @@ def _kill_now(keeper: int) -> None:
         os.kill(keeper, signal.SIGCONT)  # an agent running as our user may have stopped it
 
 
-def _kill_without_keeper(keeper: int, held: Containment) -> None:
-    """End a keeper that does not answer, and what it holds (its pid namespace dies
-    with it; its cgroup is killed here)."""
-    held.kill_all(keeper)
-    _signal_group(keeper, signal.SIGKILL)
+def _kill_without_keeper(keeper: asyncio.subprocess.Process, held: Containment) -> None:
+    """End a keeper that did not answer, and what it holds (its pid namespace dies
+    with it; its cgroup is killed here). Only while it is unreaped: then its pid,
+    and the cgroup named after it, cannot be another run's."""
+    if keeper.returncode is None:
+        held.kill_all(keeper.pid)
+        _signal_group(keeper.pid, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -181,12 +181,13 @@ class Isolation:
         cwd: str | None,
         *,
         grace: float,
-        identity: Identity | None = None,
+        identity: Identity | None,
         private: tuple[str, ...] = (),
     ) -> list[str]:
         """The argv to execute for `argv`: the keeper, and the sandbox when there is one.
 
-        `identity` is the run's lane user (identity_for); `private` names
+        `identity` is the run's lane user (identity_for; required, so that no
+        caller runs an agent as the listener's user by leaving it out); `private` names
         directories (the workspace root) of which the sandbox shows only `cwd`.
         Raises PermissionError when agents may not run at all (`refusal`).
         """
@@ -229,7 +230,8 @@ class Isolation:
         # Other jobs' directories and other lanes' HOMEs are not there at all:
         # what holds this run's own directory is emptied before it is bound
         # back, the rest after, so that the bind cannot uncover them.
-        emptied = [p for p in (*private, self.users.homes) if p and os.path.isdir(p) and p != "/"]
+        candidates = (os.path.realpath(p) for p in (*private, self.users.homes) if p)
+        emptied = [p for p in candidates if os.path.isdir(p) and p != "/"]
         around = [p for p in emptied if _contains(p, workspace)]
         for path in around:
             args += ["--tmpfs", path]
