@@ -58,6 +58,7 @@ grant execute on function
     cancel_job(uuid, timestamptz),
     retry_job(uuid, timestamptz),
     _input_cap(text),
+    _json_too_deep(jsonb),
     _is_blank(text),
     _acts_for(text),
     _actor()

@@ -6,7 +6,9 @@ or, failing that, every poll interval, so a lost NOTIFY never strands work.
 Guarantees: an agent runs only for a job this listener claimed and whose run
 the same statement opened (claim_jobs with p_start); each claimed job's local
 lease is counted from just before the claim was sent, so it never outlasts
-the database's; no more agents run at once than the configured concurrency.
+the database's; no more agents run at once than the configured concurrency;
+a claimed job whose payload cannot be decoded fails alone, with the reason,
+and its agent never starts.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import psycopg
 
 from listener import log, metrics
 from listener.agents import run_noop
+from listener.agents.base import RunResult
 from listener.agents.process import StopRequest
 from listener.backoff import wait_for
 from listener.config import ListenerConfig
 from listener.database import Database
-from listener.enums import Adapter
+from listener.db import UndecodableJSON
+from listener.enums import Adapter, Outcome
 from listener.producer.ledger import Held, Ledger
 from listener.producer.recorder import Recorder
 from listener.producer.runner import run_held
@@ -96,6 +100,14 @@ class Claimer:
             agent = self._registry.agents[job.agent]
             # Fields are formatted only if the line is written.
             log.debug("job.started", job=job.id, run=job.run_id, agent=agent.name)
+            if isinstance(job.payload, UndecodableJSON):
+                log.warning("job.undecodable_payload", job=job.id, run=job.run_id)
+                failed = RunResult(
+                    outcome=Outcome.FAILED,
+                    error=f"job.payload is {job.payload}; the agent was not started",
+                )
+                self._recorder.record(FinishedRun(job.run_id, job.id, failed))
+                continue
             if agent.adapter is Adapter.NOOP:
                 self._recorder.record(FinishedRun(job.run_id, job.id, run_noop()))
                 continue
