@@ -17,9 +17,10 @@ Two sources, one page:
 Guarantees: a scrape is one round trip on the ingress's pool, bounded by its
 deadline; when the database does not answer the page still serves the local
 series, with ceaseless_database_up 0, so a scrape never fails because the
-database is down (that is what the alert should say). Access follows the
-observer's rule (listener/observer.py): open on loopback, a bearer token
-elsewhere.
+database is down (that is what the alert should say). Access is the
+listener's one rule (listener/access.py): the token on every address (a
+scraper sends `Authorization: Bearer <token>`), and a loopback Host on a
+loopback bind.
 """
 
 from __future__ import annotations
@@ -33,18 +34,17 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from listener import counters, db, log, observer
+from listener import counters, db, log
 from listener.queries import metrics as queries
 from listener.queries.metrics import Sample
 
 
 @dataclass(frozen=True)
 class _Scrape:
-    """What the handler needs: the pool it reads from, its deadline and the access rule."""
+    """What the handler needs: the pool it reads from and its deadline."""
 
     pool: psycopg_pool.AsyncConnectionPool
     deadline: float
-    access: observer.ObserverLimits
 
 
 _SCRAPE = web.AppKey("metrics", _Scrape)
@@ -56,10 +56,9 @@ def mount(
     app: web.Application,
     pool: psycopg_pool.AsyncConnectionPool,
     deadline: float,
-    access: observer.ObserverLimits,
 ) -> None:
-    """Add GET /metrics to the listener's HTTP application."""
-    app[_SCRAPE] = _Scrape(pool, deadline, access)
+    """Add GET /metrics to the listener's HTTP application (an OPERATOR route)."""
+    app[_SCRAPE] = _Scrape(pool, deadline)
     app.router.add_get("/metrics", _serve, name="metrics")
 
 
@@ -79,11 +78,6 @@ async def count_webhook_responses(request: web.Request, handler: Handler) -> web
 
 async def _serve(request: web.Request) -> web.Response:
     scrape = request.app[_SCRAPE]
-    if not observer._authorized(request, scrape.access):
-        return web.json_response(
-            {"error": "a bearer token is required: Authorization: Bearer <--http-token>"},
-            status=401,
-        )
     samples: list[Sample] = []
     try:
         samples = await db.call(scrape.pool, "metrics_snapshot", queries.snapshot, scrape.deadline)
