@@ -24,6 +24,10 @@ Guarantees at start:
   process exits 1 at once, with nothing started that would outlive it;
 - every step that waits for the database races SIGTERM: a listener that
   cannot reach its database stops when told to;
+- the listener reports its agents' isolation and how its own database
+  connection authenticated (listener_reports, read by listener_status and
+  `ceaseless status`), and warns at start (`db.no_password`) when that
+  connection used no password; the row is removed at a clean stop;
 - `listener.stopped` is logged once, with the exit status the process exits with.
 """
 
@@ -57,7 +61,7 @@ from listener.producer.claimer import Claimer
 from listener.producer.leases import Leases
 from listener.producer.ledger import Ledger, StopReason
 from listener.producer.recorder import Recorder
-from listener.queries import jobs, webhooks
+from listener.queries import jobs, listener_reports, webhooks
 from listener.queries.registry import setting_int
 from listener.registry import Registry
 from listener.router import Router
@@ -92,6 +96,7 @@ def run(config: ListenerConfig) -> int:
 class Listener:
     def __init__(self, config: ListenerConfig) -> None:
         self.config = config
+        self._reported = False
         name = f"ceaseless listener {config.worker_id}"
         self.db = Database(config.url, name, deadline=config.db_deadline)
         self.registry = Registry(config.lease_secs)
@@ -141,18 +146,21 @@ class Listener:
                 bound.sock.close()
 
     async def _serve(self, stop: asyncio.Event, bound: Bound | None) -> int:
-        _announce_isolation(self.config.workdir)
+        isolation = _announce_isolation(self.config.workdir)
         await self.db.open()
         stopped = asyncio.create_task(stop.wait())
         try:
             await self._until_stopped(stopped, self.db.retry("load", self.registry.reload))
+            await self._report(stopped, isolation)
             http = await self._start_http(stopped, bound)
         except _Stopped:
+            await self._withdraw()
             await self.db.close()
             return self._stopped(0)
         except Exception as exc:
             log.event("listener.start_failed", logging.ERROR, error=repr(exc))
             stopped.cancel()
+            await self._withdraw()
             await self.db.close()
             return self._stopped(EXIT_START_FAILED)
         parts = {
@@ -202,6 +210,42 @@ class Listener:
             await asyncio.gather(task, return_exceptions=True)
             raise _Stopped()
         return task.result()
+
+    async def _report(self, stopped: asyncio.Task[bool], isolation: Isolation) -> None:
+        """Record how agents are confined and how this listener reached the database.
+
+        `ceaseless status` reads the row; the database words the warning
+        (_db_auth_warning), so the log and status say the same.
+        """
+        auth = await self._until_stopped(
+            stopped, self.db.retry("db auth", listener_reports.db_auth)
+        )
+        report = listener_reports.Report(
+            worker=self.config.worker_id,
+            sandbox="bwrap" if isolation.sandboxed else "none",
+            agent_user=isolation.identity.name if isolation.identity else None,
+            isolation_warning=isolation.warning(),
+            db_auth=auth,
+            http=self.config.http,
+        )
+        warning = await self._until_stopped(
+            stopped, self.db.retry("listener report", lambda c: listener_reports.report(c, report))
+        )
+        self._reported = True
+        if warning is not None:
+            log.warning("db.no_password", auth=auth, problem=warning)
+
+    async def _withdraw(self) -> None:
+        if not self._reported:
+            return
+        try:
+            await self.db.once(
+                "withdraw listener report",
+                lambda c: listener_reports.withdraw(c, self.config.worker_id),
+                deadline=min(self.db.deadline, 5.0),
+            )
+        except psycopg.Error as exc:
+            log.warning("listener.report_not_withdrawn", error=str(exc).strip()[:200])
 
     async def _start_http(self, stopped: asyncio.Task[bool], bound: Bound | None) -> Ingress | None:
         if bound is None:
@@ -266,6 +310,7 @@ class Listener:
             task.cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)
         await self.router.close()
+        await self._withdraw()
         await self.db.close()
         if unrecorded:
             log.warning(

@@ -85,7 +85,12 @@ def migrate_command(
 
 @app.command()
 def status() -> None:
-    """Queue summary: jobs by state, and each agent lane's governor usage."""
+    """Queue summary: jobs by state, each agent lane's governor usage, and the running listeners.
+
+    What a listener says of itself (its agents' sandbox, how it reached the
+    database) is what that listener reported (listener_status), not a guess
+    from this command's own environment.
+    """
     rows = query("select state, count(*) from ceaseless.job group by state order by state")
     table(rows, ["state", "jobs"])
     typer.echo("")
@@ -108,10 +113,25 @@ def status() -> None:
             "paused_until",
         ],
     )
-    from listener.agents.sandbox import Isolation
-
-    if (warning := Isolation.current().warning()) is not None:
-        typer.secho(f"\nwarning: {warning}", fg=typer.colors.YELLOW)
+    typer.echo("")
+    listeners = query(
+        "select worker, listening, held, running, coalesce(sandbox, '?'), "
+        "coalesce(agent_user, case when sandbox is null then '?' else '(its own)' end), "
+        "coalesce(db_auth, '?'), coalesce(http, ''), coalesce(warnings, '{}') "
+        "from ceaseless.listener_status order by worker"
+    )
+    table(
+        [row[:-1] for row in listeners],
+        ["listener", "listening", "held", "running", "sandbox", "agent_user", "db_auth", "http"],
+    )
+    if not any(row[1] for row in listeners):
+        typer.secho(
+            "\nno listener is running: `ceaseless listen` (or `ceaseless up`) starts one",
+            fg=typer.colors.YELLOW,
+        )
+    for row in listeners:
+        for warning in row[-1]:  # type: ignore[union-attr]
+            typer.secho(f"\nwarning: listener {row[0]}: {warning}", fg=typer.colors.YELLOW)
     stuck = query("select count(*) from ceaseless.stuck_jobs")
     if stuck and stuck[0][0]:
         typer.secho(

@@ -1,4 +1,4 @@
-"""`ceaseless listen` as a process: how it starts and how it ends.
+"""`ceaseless listen` as a process: how it starts, how it ends, and what it tells `status`.
 
 Real listener processes (tests/e2e/support.py), and the CLI run as a subprocess
 with an environment of its own, as an operator's shell would be.
@@ -90,6 +90,54 @@ def test_a_crashed_part_logs_the_exit_status_the_process_exits_with(
         assert status == 1
         assert [e["part"] for e in listener.events("listener.part_crashed")] == ["claimer"]
         assert [e["exit_status"] for e in listener.events("listener.stopped")] == [1]
+
+
+def test_status_shows_the_running_listeners_sandbox_and_db_auth_not_its_own(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    # The listener runs without a sandbox (CEASELESS_SANDBOX=off, as every test's
+    # listener does); the operator's shell has no such setting.
+    with _listener(db_url, worker_id="reporting-1") as listener:
+        listener.ready()
+        reported = conn.execute(
+            "select sandbox, db_auth from ceaseless.listener_reports where worker = 'reporting-1'"
+        ).fetchone()
+        assert reported is not None and reported[0] == "none"
+        env = {k: v for k, v in os.environ.items() if k != "CEASELESS_SANDBOX"}
+        shown = subprocess.run(
+            [sys.executable, "-m", "listener", "status"],
+            capture_output=True,
+            text=True,
+            env={**env, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT), "COLUMNS": "300"},
+            timeout=60,
+        )
+        assert shown.returncode == 0, shown.stderr
+        row = next(line for line in shown.stdout.splitlines() if line.startswith("reporting-1"))
+        assert row.split()[:2] == ["reporting-1", "True"]
+        assert " none " in f" {row} " and f" {reported[1]} " in f" {row} "
+        assert "warning: listener reporting-1: agents are not fully isolated" in shown.stdout
+        assert "the sandbox is turned off (CEASELESS_SANDBOX=off)" in shown.stdout
+        # The database's word on the connection, in the log and in status alike.
+        no_password = listener.events("db.no_password")
+        if reported[1] in ("trust", "unknown"):
+            assert no_password and no_password[0]["problem"] in shown.stdout
+            assert "used no password" in shown.stdout
+        else:
+            assert not no_password and "used no password" not in shown.stdout
+    # Stopped: its report is gone, and status says no listener runs.
+    assert conn.execute("select count(*) from ceaseless.listener_reports").fetchone() == (0,)
+    shown = _cli(db_url, "status")
+    assert "no listener is running" in shown.stdout
+
+
+def test_a_listener_without_a_password_is_told_so_by_the_database(conn: psycopg.Connection) -> None:
+    warning = conn.execute("select ceaseless._db_auth_warning('trust')").fetchone()[0]
+    assert "used no password (trust authentication)" in warning
+    assert "scram-sha-256" in warning
+    unknown = conn.execute("select ceaseless._db_auth_warning('unknown')").fetchone()[0]
+    assert "used no password" in unknown and "before 16" in unknown
+    for fine in ("password", "peer", "cert"):
+        assert conn.execute("select ceaseless._db_auth_warning(%s)", (fine,)).fetchone() == (None,)
 
 
 def test_dashboard_prints_the_sign_in_url_that_signs_a_browser_in(db_url: str) -> None:
