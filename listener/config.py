@@ -131,10 +131,10 @@ class ListenerConfig:
         default=None,
         repr=False,
         metadata=_help(
-            "Bearer token the run observer (GET /runs/{id}/events, /loops/{id}/events) and the "
-            "dashboard (GET /, sign in at /login) require when --http binds to an address other "
-            "than loopback; without one they answer 401 there. Prefer the environment variable "
-            "to the flag.",
+            "Token the dashboard (GET /, sign in at /login), the run observer (GET "
+            "/runs/{id}/events, /loops/{id}/events) and GET /metrics require on every address, "
+            "loopback included (default: a new one made at each start; `ceaseless dashboard` "
+            "prints its sign-in URL). Prefer the environment variable to the flag.",
             envvar="CEASELESS_HTTP_TOKEN",
         ),
     )

@@ -17,7 +17,7 @@ import asyncio
 
 import psycopg
 
-from listener import log, metrics
+from listener import counters, log
 from listener.agents import run_noop
 from listener.agents.base import RunResult
 from listener.agents.process import StopRequest
@@ -65,7 +65,7 @@ class Claimer:
                     break
                 async with ledger.claiming:
                     claimed, sent_at = await self._claim(limit)
-                    metrics.CLAIM_LAG.claimed(len(claimed))
+                    counters.CLAIM_LAG.claimed(len(claimed))
                     if claimed:
                         await self._start(claimed, sent_at + self._registry.lease_secs)
                 if len(claimed) < limit:
