@@ -14,6 +14,8 @@ function that runs its agent; this module wraps that call:
    setting forge_keep_failed_workspaces is true.
 
 Guarantees:
+- a token goes only to the origins its source is bound to (tokens.py): the
+  API's for the REST calls, the clone URL's for git;
 - a preparation that fails (the database, the forge or git unreachable, a
   token source unusable, a payload without its forge fields) is a failed run
   with the reason, retried per the job's policy; the agent does not start;
@@ -71,14 +73,15 @@ class Stopped(Exception):
 
 @dataclass(frozen=True)
 class _Target:
-    """Where a forge run works: the repo, its issue, the branches, the token and the policy."""
+    """Where a forge run works: the repo, its issue, the branches, the tokens and the policy."""
 
     repo: ForgeRepo
     number: int
     clone_url: str
     default_branch: str
     branch: str
-    token: str | None
+    token: str | None  # for the API (repo.api_url)
+    git_token: str | None  # for git (clone_url)
     keep_failed: bool
 
 
@@ -161,7 +164,10 @@ def _target_of(job: ClaimedJob, context: ForgeRunContext, spec: dict[str, Any]) 
         what = ", ".join(f"payload.forge.{name}" for name in missing) or "its issue reference"
         raise PreparationFailed(f"the job lacks {what}")
     try:
-        tokens = tokens_for(context.token_source, context.forge, spec["api_url"])
+        api = tokens_for(context.token_source, context.forge, spec["api_url"])
+        git = tokens_for(
+            context.token_source, context.forge, spec["api_url"], url=spec["clone_url"]
+        )
     except TokenSourceError as exc:
         raise PreparationFailed(f"the forge token source is unusable: {exc}") from None
     return _Target(
@@ -170,7 +176,8 @@ def _target_of(job: ClaimedJob, context: ForgeRunContext, spec: dict[str, Any]) 
         clone_url=spec["clone_url"],
         default_branch=spec["default_branch"],
         branch=spec.get("branch") or branch_for(job.id),
-        token=tokens.runner,
+        token=api.runner,
+        git_token=git.runner,
         keep_failed=context.keep_failed_workspaces,
     )
 
@@ -185,7 +192,7 @@ async def _prepare(job: ClaimedJob, target: _Target, workspace: Path) -> str:
             default_branch=target.default_branch,
             branch=target.branch,
             directory=workspace,
-            token=target.token,
+            token=target.git_token,
         )
     except (ForgeError, CheckoutError) as exc:
         raise PreparationFailed(str(exc)) from None

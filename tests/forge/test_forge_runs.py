@@ -9,6 +9,7 @@ and open pull requests.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import socket
@@ -30,7 +31,9 @@ from listener.forge.prompt import CHILDREN_BLOCK, NEEDS_HUMAN_BLOCK, Assignment,
 from tests.e2e.conftest import start_listener  # noqa: F401  (the listener fixture)
 from tests.e2e.support import FAKES, ListenerProcess, wait_until
 from tests.factories import make_agent, make_job
+from tests.fakes.capture import CaptureServer
 from tests.fakes.forge import FakeForge
+from tests.forge.loops_support import bind_tokens
 from tests.forge.test_checkout import make_bare_repo, run_git
 
 RUNNER_TOKEN = "tok-runner"  # the fake forge's ceaseless-bot
@@ -42,10 +45,15 @@ class Setup:
     repo_id: UUID
     bare: Path
     workdir: Path
+    forge_root: Path
     log: Path
     forge: FakeForge
     kind: str  # github | gitea
     api_url: str
+
+    def dirs(self) -> tuple[str, ...]:
+        """The listener's workspace root."""
+        return ("--workdir", str(self.workdir))
 
     def runs(self) -> list[dict[str, Any]]:
         """What the fake agent saw, one record per run."""
@@ -102,12 +110,23 @@ def setup(
     assert row is not None
     workdir = tmp_path / "workspace"
     workdir.mkdir()
-    # The listener inherits the test's environment: its runner token is here.
+    # The listener inherits the test's environment: its runner token is here, bound to the
+    # fake forge's origin (not GitHub's canonical host, so the setting must name it).
     monkeypatch.setenv("CEASELESS_GITHUB_TOKEN", RUNNER_TOKEN)
     monkeypatch.setenv("CEASELESS_GITEA_TOKEN", RUNNER_TOKEN)
+    bind_tokens(conn, fake_forge.url)
     # Retries come back quickly.
     conn.execute("update ceaseless.settings set value = '1' where key = 'retry_base_secs'")
-    return Setup(row[0], bare, workdir, tmp_path / "agent.jsonl", fake_forge, kind, api_url)
+    return Setup(
+        row[0],
+        bare,
+        workdir,
+        workdir / "forge",
+        tmp_path / "agent.jsonl",
+        fake_forge,
+        kind,
+        api_url,
+    )
 
 
 def forge_job(
@@ -132,12 +151,18 @@ def forge_job(
         parent_job_id=parent,
         run_after="infinity",
     )
+    # What the intake copies from the tracked repo row (_forge_job_payload).
+    row = conn.execute(
+        "select api_url, clone_url, default_branch from ceaseless.tracked_repo where id = %s",
+        (setup.repo_id,),
+    ).fetchone()
+    assert row is not None
     payload = {
         "forge": {
             "repo_id": str(setup.repo_id),
-            "api_url": setup.api_url,
-            "clone_url": str(setup.bare),
-            "default_branch": "main",
+            "api_url": row[0],
+            "clone_url": row[1],
+            "default_branch": row[2],
             "branch": f"ceaseless/{job}",
             "title": "whatever",
             "html_url": f"https://github.com/acme/widgets/issues/{number}",
@@ -176,7 +201,7 @@ def uses_runner_token(authorization: str | None) -> bool:
 
 
 def workspaces(setup: Setup) -> list[Path]:
-    return sorted(p for p in (setup.workdir / "forge").glob("*/*") if p.is_dir())
+    return sorted(p for p in setup.forge_root.glob("*/*") if p.is_dir())
 
 
 def test_implement_agent_runs_in_a_fresh_checkout_and_its_pull_request_delivers_the_job(
@@ -196,7 +221,7 @@ def test_implement_agent_runs_in_a_fresh_checkout_and_its_pull_request_delivers_
     )
     lanes(conn, setup, "implement")
     job = forge_job(conn, setup, "implement", issue.number)
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, job) == "delivered"
 
@@ -205,7 +230,7 @@ def test_implement_agent_runs_in_a_fresh_checkout_and_its_pull_request_delivers_
     # A fresh checkout of main, on the job's branch, inside the listener's workspace.
     assert seen["branch"] == branch
     assert seen["head"] == run_git("rev-parse", "main", cwd=setup.bare)
-    assert Path(seen["cwd"]).parent.parent == setup.workdir / "forge"
+    assert Path(seen["cwd"]).parent.parent == setup.forge_root
     assert Path(seen["cwd"]).parent.name == str(job)
     assert "README.md" in seen["files"]
     # The prompt: the job's prompt, the issue's title, body and comments, the branch.
@@ -253,7 +278,7 @@ def test_failed_run_keeps_its_workspace_when_configured_and_removes_it_otherwise
     conn.execute(
         "update ceaseless.agents set max_attempts = 1 where name in ('claude_code', 'opencode')"
     )
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     removed = forge_job(conn, setup, "discover", issue.number)
     assert wait_finished(conn, removed) == "failed"
@@ -282,7 +307,7 @@ def test_a_forge_that_cannot_be_reached_fails_the_run_before_the_agent_starts(
     lanes(conn, setup, "done")
     repo.fail = True
     job = forge_job(conn, setup, "plan", issue.number)
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, job) == "failed"
     runs = runs_of(conn, job)
@@ -304,13 +329,12 @@ def test_a_clone_that_fails_is_a_failed_run_with_the_reason(
     repo = fake_forge.repo("acme", "widgets")
     issue = fake_forge.add_issue(repo, "Anything", "x", labels=["ceaseless:plan"], user="alice")
     lanes(conn, setup, "done")
-    job = forge_job(conn, setup, "plan", issue.number)
     conn.execute(
-        "update ceaseless.job set payload = jsonb_set(payload, '{forge,default_branch}', "
-        "'\"trunk\"') where id = %s",
-        (job,),
+        "update ceaseless.tracked_repo set default_branch = 'trunk' where id = %s",
+        (setup.repo_id,),
     )
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    job = forge_job(conn, setup, "plan", issue.number)
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, job) == "failed"
     run = runs_of(conn, job)[-1]
@@ -330,7 +354,7 @@ def test_a_gitea_pull_request_is_looked_up_by_base_and_head(
     issue = fake_forge.add_issue(repo, "Port it", "to Gitea", labels=["impl"], user="alice")
     lanes(conn, setup, "implement")
     job = forge_job(conn, setup, "implement", issue.number)
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, job) == "delivered"
     branch = f"ceaseless/{job}"
@@ -361,14 +385,13 @@ def test_a_cancel_during_the_clone_stops_git_at_once(
     silent.listen(1)
     silent.settimeout(20)
     try:
-        job = forge_job(conn, setup, "plan", issue.number)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/slow.git"
         conn.execute(
-            "update ceaseless.job set payload = jsonb_set(payload, '{forge,clone_url}', %s) "
-            "where id = %s",
-            (json.dumps(url), job),
+            "update ceaseless.tracked_repo set clone_url = %s where id = %s",
+            (url, setup.repo_id),
         )
-        start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+        job = forge_job(conn, setup, "plan", issue.number)
+        start_listener(*setup.dirs(), "--poll-interval", "1")
         connection, _ = silent.accept()  # git is cloning
         started = time.monotonic()
         conn.execute("select ceaseless.cancel_job(%s)", (job,))
@@ -479,7 +502,7 @@ def test_an_implement_run_without_a_pull_request_fails_with_the_reason_and_is_re
     # The agent pushes, opens nothing, and claims a pull request in its reply.
     lanes(conn, setup, "push_only")
     job = forge_job(conn, setup, "implement", issue.number)
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, job) == "failed"
     runs = runs_of(conn, job)
@@ -507,7 +530,7 @@ def test_a_needs_human_block_blocks_the_job_with_the_reason_and_a_notification(
     )
     lanes(conn, setup, "needs_human", FAKE_FORGE_AGENT_REASON="Postgres or SQLite?")
     job = forge_job(conn, setup, "implement", issue.number)
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, job) == "blocked"
     (run,) = runs_of(conn, job)
@@ -590,7 +613,7 @@ def test_plan_children_become_implement_jobs_on_the_opencode_lane_once_only(
     lanes(conn, setup, "children", opencode_mode="implement")
     ((kind, decision, plan),) = ingest(conn, setup, [plan_issue]).values()
     assert (kind, decision) == ("plan", "created")
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, plan) == "delivered"
     (seen,) = setup.runs()
@@ -632,3 +655,44 @@ def test_plan_children_become_implement_jobs_on_the_opencode_lane_once_only(
     ).fetchone()
     assert implement_jobs == (2,)
     assert len(repo.issues) == issues_before
+
+
+@pytest.mark.parametrize("bound", [True, False], ids=["bound", "unbound"])
+def test_git_gets_the_runner_token_only_for_a_clone_url_on_an_origin_it_is_bound_to(
+    conn: psycopg.Connection,
+    setup: Setup,
+    fake_forge: FakeForge,
+    start_listener: Callable[..., ListenerProcess],  # noqa: F811
+    bound: bool,
+) -> None:
+    """The API is the fake forge (bound); the clone URL a capture server, bound or not."""
+    repo = fake_forge.repo("acme", "widgets")
+    issue = fake_forge.add_issue(repo, "Anything", "x", labels=["ceaseless:plan"], user="alice")
+    lanes(conn, setup, "done")
+    conn.execute(
+        "update ceaseless.agents set max_attempts = 1 where name in ('claude_code', 'opencode')"
+    )
+    capture = CaptureServer().start()
+    try:
+        conn.execute(
+            "update ceaseless.tracked_repo set clone_url = %s where id = %s",
+            (f"{capture.url}/acme/widgets.git", setup.repo_id),
+        )
+        if bound:
+            bind_tokens(conn, fake_forge.url, capture.url)
+        job = forge_job(conn, setup, "plan", issue.number)
+        start_listener(*setup.dirs(), "--poll-interval", "1")
+        assert wait_finished(conn, job) == "failed"
+    finally:
+        capture.stop()
+
+    # The issue was read with the token either way: the API's origin is bound.
+    reads = fake_forge.requests_to("GET", f"/issues/{issue.number}/comments")
+    assert reads and all(uses_runner_token(r.authorization) for r in reads)
+    fetches = [r for r in capture.requests if "/info/refs" in r.path]
+    assert fetches
+    basic = base64.b64encode(f"x-access-token:{RUNNER_TOKEN}".encode()).decode()
+    expected = f"Basic {basic}" if bound else None
+    assert {r.authorization for r in fetches} == {expected}
+    (run,) = runs_of(conn, job)
+    assert "clone of main" in run["error"] and RUNNER_TOKEN not in run["error"]
