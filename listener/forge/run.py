@@ -3,7 +3,8 @@
 The runner (listener/producer/runner.py) hands a claimed forge job here with a
 function that runs its agent; this module wraps that call:
 
-1. reads the job's issue reference and the forge settings (one query);
+1. reads the job's issue reference, its tracked repo and the forge settings
+   (one query);
 2. fetches the issue and its comments with the runner's token, and clones the
    repo's default branch into a fresh per-run workspace on the branch
    `ceaseless/<job id>` (checkout.py);
@@ -14,11 +15,16 @@ function that runs its agent; this module wraps that call:
    setting forge_keep_failed_workspaces is true.
 
 Guarantees:
+- the API URL, the clone URL and the default branch are the tracked repo's
+  the job came from (the one of its owner's that it names by forge, owner and
+  repo), never the job's payload; a job that names no such repo fails with
+  the reason and nothing is fetched, cloned or sent anywhere; the branch is
+  always `ceaseless/<job id>`;
 - a token goes only to the origins its source is bound to (tokens.py): the
   API's for the REST calls, the clone URL's for git;
 - a preparation that fails (the database, the forge or git unreachable, a
-  token source unusable, a payload without its forge fields) is a failed run
-  with the reason, retried per the job's policy; the agent does not start;
+  token source unusable, no tracked repo) is a failed run with the reason,
+  retried per the job's policy; the agent does not start;
 - a stop (cancel, lease lost, shutdown) during preparation ends it at once,
   git included, and the agent never starts;
 - the workspace is `<workspace root>/forge/<job id>/<run id>`: a retry never
@@ -36,7 +42,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 from uuid import UUID
 
 import psycopg
@@ -148,34 +154,33 @@ async def _target(job: ClaimedJob, database: Database) -> _Target:
         )
     except psycopg.OperationalError as exc:
         raise PreparationFailed(f"the database could not be read: {exc}") from None
-    spec: Any = job.payload.get("forge")
-    if context is None or not isinstance(spec, dict):
-        raise PreparationFailed("the job has no forge payload (payload.forge)")
-    return _target_of(job, context, spec)
+    if context is None:
+        raise PreparationFailed("the job is gone")
+    return _target_of(job, context)
 
 
-def _target_of(job: ClaimedJob, context: ForgeRunContext, spec: dict[str, Any]) -> _Target:
-    missing = [
-        name
-        for name in ("api_url", "clone_url", "default_branch")
-        if not isinstance(spec.get(name), str) or not spec[name]
-    ]
-    if missing or None in (context.forge, context.owner, context.repo, context.number):
-        what = ", ".join(f"payload.forge.{name}" for name in missing) or "its issue reference"
-        raise PreparationFailed(f"the job lacks {what}")
-    try:
-        api = tokens_for(context.token_source, context.forge, spec["api_url"])
-        git = tokens_for(
-            context.token_source, context.forge, spec["api_url"], url=spec["clone_url"]
+def _target_of(job: ClaimedJob, context: ForgeRunContext) -> _Target:
+    forge, owner, name, number = context.forge, context.owner, context.repo, context.number
+    if forge is None or owner is None or name is None or number is None:
+        raise PreparationFailed("the job names no issue (job.forge, owner, repo and number)")
+    api_url, clone_url, branch = context.api_url, context.clone_url, context.default_branch
+    if context.repo_id is None or api_url is None or clone_url is None or branch is None:
+        raise PreparationFailed(
+            f"the job names {forge} {owner}/{name}, which is not a tracked repo of its owner "
+            f"{context.user_id}: a forge job runs only against the tracked repo it came from "
+            "(ceaseless.tracked_repo), never against URLs of its payload"
         )
+    try:
+        api = tokens_for(context.token_source, forge, api_url)
+        git = tokens_for(context.token_source, forge, api_url, url=clone_url)
     except TokenSourceError as exc:
         raise PreparationFailed(f"the forge token source is unusable: {exc}") from None
     return _Target(
-        repo=ForgeRepo(context.forge, spec["api_url"], context.owner, context.repo),
-        number=int(context.number),
-        clone_url=spec["clone_url"],
-        default_branch=spec["default_branch"],
-        branch=spec.get("branch") or branch_for(job.id),
+        repo=ForgeRepo(forge, api_url, owner, name),
+        number=number,
+        clone_url=clone_url,
+        default_branch=branch,
+        branch=branch_for(job.id),
         token=api.runner,
         git_token=git.runner,
         keep_failed=context.keep_failed_workspaces,

@@ -4,8 +4,8 @@ runs each as an implement job on the opencode lane in a real git checkout, each 
 the bare repository and opens a pull request, the forge's pull requests deliver the jobs, and the
 labels on every issue follow the jobs, written by the label identity only.
 
-And the listener's tokens go to no one else: not to a tracked repo whose API or clone URL is on a
-host the token is not bound to."""
+And the listener's tokens go to no one else: not to URLs a job's payload names, and not to a
+tracked repo whose API or clone URL is on a host the token is not bound to."""
 
 from __future__ import annotations
 
@@ -191,6 +191,75 @@ def errors_of(conn: psycopg.Connection, where: str, *args: object) -> list[str]:
         args,
     ).fetchall()
     return [row[0] for row in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tracked_by_another_owner", [False, True])
+def test_a_job_whose_payload_points_at_a_capture_server_sends_it_nothing(
+    conn: psycopg.Connection,
+    fake_forge: FakeForge,
+    capture: CaptureServer,
+    login_role: Callable[..., psycopg.Connection],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    start_listener: Callable[..., ListenerProcess],
+    tracked_by_another_owner: bool,
+) -> None:
+    """The review's attack: alice's implement job on victim-org/private-repo, its payload naming a
+    capture server as the API and clone URL. The runner takes URLs from the tracked repo the job
+    came from; alice has none by that name, so the run fails with the reason, and neither the
+    capture server nor the victim's real forge hears from the listener."""
+    alice = login_role("alice").info.user
+    monkeypatch.setenv("CEASELESS_GITHUB_TOKEN", RUNNER_TOKEN)
+    bind_tokens(conn, fake_forge.url)  # a token live on the real forge
+    log = tmp_path / "agent.jsonl"
+    make_agent(
+        conn,
+        "a",
+        "claude_code",
+        [str(FAKES / "fake_forge_agent")],
+        env={"FAKE_FORGE_AGENT_MODE": "implement", "FAKE_FORGE_AGENT_LOG": str(log)},
+        max_attempts=1,
+    )
+    if tracked_by_another_owner:
+        # The operator tracks the victim's repo on the real forge; alice's job names it too.
+        victim = fake_forge.add_repo("victim-org", "private-repo")
+        fake_forge.add_issue(victim, "Secret plans", "x", labels=["ceaseless:plan"], user="boss")
+        conn.execute(
+            "insert into ceaseless.tracked_repo (forge, owner, repo, api_url, clone_url, "
+            "default_branch, interval_seconds, allowed_authors, enabled) "
+            "values ('github', 'victim-org', 'private-repo', %s, %s, 'main', 300, '{boss}', "
+            "false)",
+            (fake_forge.url, str(make_bare_repo(tmp_path))),
+        )
+    payload = {
+        "forge": {
+            "api_url": capture.url,
+            "clone_url": f"{capture.url}/victim-org/private-repo.git",
+            "default_branch": "main",
+        }
+    }
+    # As the table owner with alice as the job's owner: the intake is what makes forge jobs (a
+    # user's INSERT of one is refused in SQL), and the runner must not trust the row either way.
+    conn.execute(
+        "insert into ceaseless.job (kind, agent, prompt, forge, owner, repo, number, payload, "
+        "user_id) values ('implement', 'a', 'x', 'github', 'victim-org', 'private-repo', 1, "
+        "%s, %s)",
+        (json.dumps(payload), alice),
+    )
+    workdir = tmp_path / "workspace"
+    workdir.mkdir()
+    start_listener("--workdir", str(workdir))
+
+    wait_until(finished(conn, "agent = 'a'"), 30, "alice's job did not finish")
+    assert capture.requests == []
+    assert not [r for r in fake_forge.requests if "victim-org" in r.path]
+    (error,) = errors_of(conn, "j.agent = 'a'")
+    assert (
+        f"the job names github victim-org/private-repo, which is not a tracked repo of its "
+        f"owner {alice}"
+    ) in error
+    assert not log.exists()  # the agent never started
 
 
 @pytest.mark.slow
