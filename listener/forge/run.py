@@ -23,13 +23,14 @@ Guarantees:
 - a token goes only to the origins its source is bound to (tokens.py): the
   API's for the REST calls, the clone URL's for git;
 - a preparation that fails (the database, the forge or git unreachable, a
-  token source unusable, no tracked repo) is a failed run with the reason,
-  retried per the job's policy; the agent does not start;
+  token source or the forge root unusable, no tracked repo) is a failed run
+  with the reason, retried per the job's policy; the agent does not start;
 - a stop (cancel, lease lost, shutdown) during preparation ends it at once,
   git included, and the agent never starts;
-- the workspace is `<workspace root>/forge/<job id>/<run id>`: a retry never
-  reuses a checkout a failed attempt left, and every path of this function
-  removes the workspace unless it keeps it on purpose (logged with its path);
+- the workspace is `<forge root>/<job id>/<run id>` (workspace.py), outside
+  the task workspace root: a retry never reuses a checkout a failed attempt
+  left, and every path of this function removes the workspace unless it keeps
+  it on purpose (logged with its path);
 - no token reaches a log line or a run's error: the client and checkout scrub
   their messages, and nothing here formats a token.
 """
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +49,7 @@ import psycopg
 
 from listener import log
 from listener.agents.base import RunResult
+from listener.agents.environment import Identity
 from listener.agents.sandbox import Isolation
 from listener.database import Database
 from listener.enums import Outcome
@@ -57,6 +58,7 @@ from listener.forge.checkout import CheckoutError, branch_for, prepare_checkout,
 from listener.forge.client import ForgeClient, ForgeError, ForgeRepo
 from listener.forge.prompt import Assignment, compose, fetch_issue
 from listener.forge.tokens import TokenSourceError, tokens_for
+from listener.forge.workspace import ForgeRootError, hand_over, job_directory
 from listener.queries.forge_runs import ForgeRunContext, forge_run_context
 from listener.queries.jobs import ClaimedJob
 
@@ -100,14 +102,19 @@ async def run_forge_job(
     stop: asyncio.Event,
     invoke: Invoke,
 ) -> RunResult:
-    """The run's result, with the pull request the forge reports for an implement run."""
-    workspace = root / "forge" / str(job.id) / str(run_id)
+    """The run's result, with the pull request the forge reports for an implement run.
+
+    `root` is the forge root (--forge-root), where the run's checkout is made.
+    """
+    workspace: Path | None = None
     keep = False
     result: RunResult | None = None
     try:
         target = await _target(job, database)
         keep = target.keep_failed
-        prompt = await _until_stopped(stop, _prepare(job, target, workspace))
+        identity = Isolation.current().identity
+        workspace = await _workspace(root, job, run_id, identity)
+        prompt = await _until_stopped(stop, _prepare(job, target, workspace, identity))
         result = await _deliver(job, target, await invoke(prompt, str(workspace)))
     except PreparationFailed as exc:
         log.warning("forge.prepare_failed", job=str(job.id), run=str(run_id), error=str(exc))
@@ -116,10 +123,18 @@ async def run_forge_job(
         result = RunResult(outcome=Outcome.CANCELLED, error="stopped before the agent started")
     finally:
         # Also when the agent's call raised (an adapter bug): no checkout is left behind
-        # unless it is kept on purpose.
+        # unless it is kept on purpose. None: the forge root was refused, nothing was made.
         failed = result is None or not _succeeded(job.kind, result)
-        await _clean_up(workspace, job, run_id, keep=keep and failed)
+        if workspace is not None:
+            await _clean_up(workspace, job, run_id, keep=keep and failed)
     return result
+
+
+async def _workspace(root: Path, job: ClaimedJob, run_id: UUID, identity: Identity | None) -> Path:
+    try:
+        return await asyncio.to_thread(job_directory, root, job.id, identity) / str(run_id)
+    except ForgeRootError as exc:
+        raise PreparationFailed(str(exc)) from None
 
 
 async def _deliver(job: ClaimedJob, target: _Target, result: RunResult) -> RunResult:
@@ -187,7 +202,9 @@ def _target_of(job: ClaimedJob, context: ForgeRunContext) -> _Target:
     )
 
 
-async def _prepare(job: ClaimedJob, target: _Target, workspace: Path) -> str:
+async def _prepare(
+    job: ClaimedJob, target: _Target, workspace: Path, identity: Identity | None
+) -> str:
     """Fetch the issue, make the checkout, and return the agent's prompt."""
     try:
         async with ForgeClient(target.repo, target.token, timeout=FORGE_TIMEOUT) as client:
@@ -201,7 +218,7 @@ async def _prepare(job: ClaimedJob, target: _Target, workspace: Path) -> str:
         )
     except (ForgeError, CheckoutError) as exc:
         raise PreparationFailed(str(exc)) from None
-    await asyncio.to_thread(_give_to_agent_user, workspace)
+    await asyncio.to_thread(hand_over, workspace, identity)
     assignment = Assignment(
         kind=job.kind,
         job_prompt=job.prompt,
@@ -227,16 +244,6 @@ async def _until_stopped(stop: asyncio.Event, work: Awaitable[T]) -> T:
     if not task.done() or task.cancelled():
         raise Stopped
     return task.result()
-
-
-def _give_to_agent_user(workspace: Path) -> None:
-    """Hand the checkout to the OS user agents run as, when that is not the listener's."""
-    identity = Isolation.current().identity
-    if identity is None:
-        return
-    for directory, dirs, files in os.walk(workspace):
-        for name in (directory, *(os.path.join(directory, n) for n in dirs + files)):
-            os.lchown(name, identity.uid, identity.gid)
 
 
 async def _clean_up(workspace: Path, job: ClaimedJob, run_id: UUID, *, keep: bool) -> None:

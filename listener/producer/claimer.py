@@ -19,7 +19,7 @@ from listener import log, metrics
 from listener.agents import run_noop
 from listener.agents.process import StopRequest
 from listener.backoff import wait_for
-from listener.config import ListenerConfig
+from listener.config import ListenerConfig, forge_root, workspace_root
 from listener.database import Database
 from listener.enums import Adapter
 from listener.producer.ledger import Held, Ledger
@@ -44,6 +44,8 @@ class Claimer:
         self._registry = registry
         self._ledger = ledger
         self._recorder = recorder
+        # Checked when the config was made; resolved once here.
+        self._forge_root = forge_root(config.forge_root, workspace_root(config.workdir))
         self.accepting = True
 
     def _free_slots(self) -> int:
@@ -106,6 +108,7 @@ class Claimer:
                     held,
                     agent,
                     workdir=self._config.workdir,
+                    forge_root=self._forge_root,
                     database=self._db,
                     ledger=self._ledger,
                     recorder=self._recorder,

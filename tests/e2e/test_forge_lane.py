@@ -82,7 +82,10 @@ def test_a_labelled_issue_goes_from_plan_to_two_delivered_pull_requests(
     bind_tokens(conn, fake_forge.url)
     workdir = tmp_path / "workspace"
     workdir.mkdir()
-    start_listener("--workdir", str(workdir), "--poll-interval", "1")
+    forge_root = tmp_path / "forge-root"
+    start_listener(
+        "--workdir", str(workdir), "--forge-root", str(forge_root), "--poll-interval", "1"
+    )
 
     def states() -> list[tuple[int, str, str, str]]:
         return conn.execute(
@@ -249,7 +252,7 @@ def test_a_job_whose_payload_points_at_a_capture_server_sends_it_nothing(
     )
     workdir = tmp_path / "workspace"
     workdir.mkdir()
-    start_listener("--workdir", str(workdir))
+    start_listener("--workdir", str(workdir), "--forge-root", str(tmp_path / "forge-root"))
 
     wait_until(finished(conn, "agent = 'a'"), 30, "alice's job did not finish")
     assert capture.requests == []
@@ -305,7 +308,14 @@ def test_a_tracked_repo_on_another_host_gets_no_token_from_the_whole_forge_varia
         )
         workdir = tmp_path / "workspace"
         workdir.mkdir()
-        start_listener("--workdir", str(workdir), "--poll-interval", "1")
+        start_listener(
+            "--workdir",
+            str(workdir),
+            "--forge-root",
+            str(tmp_path / "forge-root"),
+            "--poll-interval",
+            "1",
+        )
 
         wait_until(
             finished(conn, "user_id = %s and number = %s", alice, issue.number),

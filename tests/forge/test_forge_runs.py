@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import re
+import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -52,8 +54,8 @@ class Setup:
     api_url: str
 
     def dirs(self) -> tuple[str, ...]:
-        """The listener's workspace root."""
-        return ("--workdir", str(self.workdir))
+        """The listener's task workspace root and forge root."""
+        return ("--workdir", str(self.workdir), "--forge-root", str(self.forge_root))
 
     def runs(self) -> list[dict[str, Any]]:
         """What the fake agent saw, one record per run."""
@@ -121,7 +123,7 @@ def setup(
         row[0],
         bare,
         workdir,
-        workdir / "forge",
+        tmp_path / "forge-root",
         tmp_path / "agent.jsonl",
         fake_forge,
         kind,
@@ -227,7 +229,7 @@ def test_implement_agent_runs_in_a_fresh_checkout_and_its_pull_request_delivers_
 
     (seen,) = setup.runs()
     branch = f"ceaseless/{job}"
-    # A fresh checkout of main, on the job's branch, inside the listener's workspace.
+    # A fresh checkout of main, on the job's branch, under the forge root.
     assert seen["branch"] == branch
     assert seen["head"] == run_git("rev-parse", "main", cwd=setup.bare)
     assert Path(seen["cwd"]).parent.parent == setup.forge_root
@@ -696,3 +698,70 @@ def test_git_gets_the_runner_token_only_for_a_clone_url_on_an_origin_it_is_bound
     assert {r.authorization for r in fetches} == {expected}
     (run,) = runs_of(conn, job)
     assert "clone of main" in run["error"] and RUNNER_TOKEN not in run["error"]
+
+
+def snoop(conn: psycopg.Connection, *paths: Path) -> dict[str, Any]:
+    """Run a task job whose agent reports what its working directory holds and what it reaches."""
+    conn.execute("delete from ceaseless.agents where name = 'snoop'")
+    make_agent(
+        conn,
+        "snoop",
+        "command",
+        [str(FAKES / "fake_snoop")],
+        env={"FAKE_SNOOP_PATHS": os.pathsep.join(map(str, paths))},
+        max_attempts=1,
+    )
+    job = make_job(conn, agent="snoop", prompt="Anything lying around?")
+    assert wait_finished(conn, job) == "delivered"
+    (run,) = runs_of(conn, job)
+    return json.loads(run["final_message"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["off", "auto"], ids=["no-sandbox", "bwrap"])
+def test_a_task_agents_working_directory_neither_holds_nor_reaches_the_forge_checkouts(
+    conn: psycopg.Connection,
+    setup: Setup,
+    fake_forge: FakeForge,
+    monkeypatch: pytest.MonkeyPatch,
+    start_listener: Callable[..., ListenerProcess],  # noqa: F811
+    sandbox: str,
+) -> None:
+    """A forge checkout kept after a failed run, and a task agent run afterwards: the checkout is
+    under the forge root, outside the task workspace root; in the sandbox the task agent cannot
+    see the forge root at all, while a forge agent there still works in its own checkout."""
+    if sandbox == "auto" and shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap (bwrap) is required for the sandboxed case")
+    monkeypatch.setenv("CEASELESS_SANDBOX", sandbox)
+    repo = fake_forge.repo("acme", "widgets")
+    issue = fake_forge.add_issue(repo, "Break", "x", labels=["ceaseless:discover"], user="alice")
+    # The forge agent logs into its own working directory: in the sandbox, that is all of
+    # tmp_path it can write.
+    lanes(conn, setup, "fail", FAKE_FORGE_AGENT_LOG="seen.jsonl")
+    conn.execute(
+        "update ceaseless.agents set max_attempts = 1 where name in ('claude_code', 'opencode')"
+    )
+    conn.execute(
+        "insert into ceaseless.settings (key, value) values "
+        "('forge_keep_failed_workspaces', 'true') "
+        "on conflict (key) do update set value = excluded.value"
+    )
+    start_listener(*setup.dirs(), "--poll-interval", "1")
+    kept_job = forge_job(conn, setup, "discover", issue.number)
+    assert wait_finished(conn, kept_job) == "failed"
+    (checkout,) = workspaces(setup)
+    assert not checkout.is_relative_to(setup.workdir)
+    # The forge agent worked in its checkout, on its branch, and failed as told.
+    (seen,) = [json.loads(line) for line in (checkout / "seen.jsonl").read_text().splitlines()]
+    assert seen["cwd"] == str(checkout) and "README.md" in seen["files"]
+    assert seen["branch"] == f"ceaseless/{kept_job}"
+    assert "simulated failure" in runs_of(conn, kept_job)[0]["error"]
+
+    report = snoop(conn, checkout, setup.forge_root)
+
+    assert report["cwd"] == str(setup.workdir)
+    checkout_files = [p for p in report["found"] if Path(p).name in ("README.md", ".git")]
+    assert checkout_files == [], report["found"]
+    if sandbox == "auto":
+        # Not even by its absolute path: the sandbox's /tmp and /var/tmp are fresh ones.
+        assert report["reached"] == {str(checkout): False, str(setup.forge_root): False}
