@@ -22,7 +22,7 @@ from listener.agents import run_noop
 from listener.agents.base import RunResult
 from listener.agents.process import StopRequest
 from listener.backoff import wait_for
-from listener.config import ListenerConfig
+from listener.config import ListenerConfig, forge_root, workspace_root
 from listener.database import Database
 from listener.db import UndecodableJSON
 from listener.enums import Adapter, Outcome
@@ -48,6 +48,8 @@ class Claimer:
         self._registry = registry
         self._ledger = ledger
         self._recorder = recorder
+        # Checked when the config was made; resolved once here.
+        self._forge_root = forge_root(config.forge_root, workspace_root(config.workdir))
         self.accepting = True
 
     def _free_slots(self) -> int:
@@ -118,6 +120,7 @@ class Claimer:
                     held,
                     agent,
                     workdir=self._config.workdir,
+                    forge_root=self._forge_root,
                     database=self._db,
                     ledger=self._ledger,
                     recorder=self._recorder,

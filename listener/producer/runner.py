@@ -15,7 +15,6 @@ from pathlib import Path
 from listener import log
 from listener.agents import adapter_for, run_agent
 from listener.agents.base import AgentConfig, RunResult, Task
-from listener.config import workspace_root
 from listener.context import compose_prompt
 from listener.database import Database
 from listener.enums import Outcome
@@ -30,6 +29,7 @@ async def run_held(
     agent: AgentConfig,
     *,
     workdir: str | None,
+    forge_root: Path,
     database: Database,
     ledger: Ledger,
     recorder: Recorder,
@@ -59,7 +59,7 @@ async def run_held(
             result = await run_forge_job(
                 job,
                 held.run_id,
-                root=workspace_root(workdir),
+                root=forge_root,
                 database=database,
                 stop=held.stop,
                 invoke=invoke,
