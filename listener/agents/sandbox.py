@@ -8,8 +8,9 @@ agent's argv into the argv that process.py executes:
 - **Sandbox** (`bwrap`, Debian package `bubblewrap`, when on PATH and working):
   the filesystem is read-only except the workspace (the task's cwd) and the
   agent's HOME; /tmp is a fresh tmpfs; CEASELESS_HOME (the embedded data
-  directory and its password file) and the embedded server's socket directory
-  are empty directories; /proc shows only the sandbox's own processes (a pid
+  directory and its password file), the embedded server's socket directory and
+  PostgreSQL's (/run/postgresql, and those DATABASE_URL and PGHOST name) are
+  empty directories; /proc shows only the sandbox's own processes (a pid
   namespace, so the listener's environment cannot be read there either). The
   network stays on. `--die-with-parent` and the pid namespace make the kernel
   kill every process of the sandbox when it ends.
@@ -37,6 +38,7 @@ the kernel's reason in `problems`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pwd
@@ -45,6 +47,9 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from listener.agents.environment import Identity
 from listener.embedded import EmbeddedServer, default_home
@@ -56,6 +61,8 @@ AGENT_USER_VAR = "CEASELESS_AGENT_USER"
 REAPER = Path(__file__).with_name("reaper.py")
 # Files under an agent's HOME that hold database credentials for libpq.
 _PG_FILES = (".pgpass", ".pg_service.conf")
+# Where Debian's (and most distributions') PostgreSQL puts its sockets.
+_PG_SOCKET_DIRS = ("/run/postgresql", "/var/run/postgresql")
 
 
 @dataclass(frozen=True)
@@ -187,9 +194,11 @@ class Isolation:
         if workspace != "/":
             args += ["--bind", workspace, workspace]
         # Last, so that no bind above (a HOME that holds CEASELESS_HOME, as a
-        # non-root user's default does) uncovers them again. /tmp is fresh already.
+        # non-root user's default does) uncovers them again. /tmp is fresh
+        # already; a directory holding the workspace or HOME stays.
+        kept = (workspace, os.path.realpath(home))
         for path in self.hidden:
-            if os.path.isdir(path) and not path.startswith("/tmp/"):
+            if os.path.isdir(path) and _hideable(path, kept):
                 args += ["--tmpfs", path]
         args += ["--chdir", workspace]
         args += ["--unshare-pid", "--unshare-ipc", "--die-with-parent"]
@@ -222,7 +231,7 @@ def agent_identity(name: str) -> Identity:
 
 
 def _hidden_paths() -> tuple[str, ...]:
-    """CEASELESS_HOME and the embedded server's socket directory, when they exist."""
+    """CEASELESS_HOME, the embedded server's socket directory and PostgreSQL's, when they exist."""
     home = default_home()
     paths = [str(home)]
     try:
@@ -231,7 +240,32 @@ def _hidden_paths() -> tuple[str, ...]:
         socket_dir = None
     if socket_dir is not None:
         paths.append(str(socket_dir))
-    return tuple(dict.fromkeys(paths))
+    paths += _database_socket_dirs()
+    return tuple(dict.fromkeys(os.path.realpath(p) for p in paths))
+
+
+def _database_socket_dirs() -> list[str]:
+    """Where a libpq client finds a PostgreSQL's unix sockets: the distribution's directory,
+    and those the listener's DATABASE_URL and PGHOST name.
+
+    A socket is not a network address: the network namespace does not close it,
+    and a server with `local … trust` answers anyone who reaches it.
+    """
+    hosts: list[str] = []
+    if url := os.environ.get("DATABASE_URL"):
+        # A URL libpq cannot read reaches no socket through it either.
+        with contextlib.suppress(psycopg.ProgrammingError):
+            hosts += str(conninfo_to_dict(url).get("host") or "").split(",")
+    hosts += os.environ.get("PGHOST", "").split(",")
+    return [*_PG_SOCKET_DIRS, *(h.strip() for h in hosts if h.strip().startswith("/"))]
+
+
+def _hideable(path: str, kept: tuple[str, ...]) -> bool:
+    """Whether an empty tmpfs may cover `path`: not / or /tmp (fresh already), nor a
+    directory holding one of `kept`."""
+    if path in ("/", "/tmp", "/var/tmp") or path.startswith(("/tmp/", "/var/tmp/")):
+        return False
+    return not any(k == path or k.startswith(path.rstrip("/") + "/") for k in kept)
 
 
 @functools.cache
