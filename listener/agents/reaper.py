@@ -4,7 +4,8 @@ process.py starts this file (standard library only, run with `python -I`) in pla
 of the agent; it becomes a child subreaper (PR_SET_CHILD_SUBREAPER), starts the agent
 (or the bubblewrap sandbox around it) in a process group of its own, and waits.
 
-    python -I reaper.py --parent PID --grace SECS [--uid UID --gid GID] [--spare-child] -- ARGV…
+    python -I reaper.py --parent PID --grace SECS [--uid UID --gid GID] [--spare-child]
+        [--egress-open | --egress-allow ENTRY…] [--egress-hosts FILE] -- ARGV…
 
 Why a process of its own: an agent that calls setsid() or forks twice leaves its
 process group and, once its parent exits, is reparented. To a subreaper it comes
@@ -19,6 +20,11 @@ Signals (the protocol process.py speaks):
 - The listener's death arrives as SIGUSR1 too (PR_SET_PDEATHSIG), so a listener
   killed with SIGKILL still leaves nothing behind.
 
+Egress (network.py): with --egress-open or --egress-allow, the child starts in a
+network namespace of its own whose only way out is the egress proxy this process
+serves (egress.py), on 127.0.0.1:3128 inside it; if that namespace cannot be
+made, the child is never executed.
+
 Guarantees: this process exits only once no descendant is left alive; when the
 agent exits by itself, what it left behind gets SIGTERM, then SIGKILL after
 --grace seconds. Its exit mirrors the agent's: the same status, or death by the
@@ -30,11 +36,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from types import ModuleType
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -125,8 +135,12 @@ def _exit_like(wait_status: int | None) -> None:
     os._exit(os.waitstatus_to_exitcode(wait_status))
 
 
-def _start_child(args: argparse.Namespace) -> subprocess.Popen[bytes]:
+def _start_child(
+    args: argparse.Namespace, egress: ModuleType | None, channel: socket.socket | None
+) -> subprocess.Popen[bytes]:
     def preexec() -> None:
+        if egress is not None and channel is not None:
+            egress.open_namespace(channel)  # raises rather than exec on the host's network
         # The agent dies with us if we are ever killed ourselves (SIGKILL as a last resort).
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -144,6 +158,25 @@ def _start_child(args: argparse.Namespace) -> subprocess.Popen[bytes]:
     return child
 
 
+def _load_egress() -> ModuleType:
+    """egress.py, beside this file: run with -I, the keeper has no package path to import from."""
+    spec = importlib.util.spec_from_file_location(
+        "ceaseless_egress", os.path.join(os.path.dirname(os.path.abspath(__file__)), "egress.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _egress_proxy(args: argparse.Namespace, egress: ModuleType) -> Any:
+    """The run's proxy (policy and resolver), before anything starts: a bad one stops the run."""
+    policy = egress.Policy.parse(["open"] if args.egress_open else args.egress_allow)
+    hosts = egress.load_hosts(args.egress_hosts) if args.egress_hosts else None
+    return egress.Proxy(policy, egress.Resolver(hosts), egress.stderr_report)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="reaper")
     parser.add_argument("--parent", type=int, required=True)
@@ -151,10 +184,21 @@ def main() -> None:
     parser.add_argument("--uid", type=int)
     parser.add_argument("--gid", type=int)
     parser.add_argument("--spare-child", action="store_true")
+    parser.add_argument("--egress-open", action="store_true")
+    parser.add_argument("--egress-allow", action="append", default=[])
+    parser.add_argument("--egress-hosts")
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     if args.argv[:1] == ["--"]:
         args.argv = args.argv[1:]
+    egress = proxy = None
+    if args.egress_open or args.egress_allow:
+        try:
+            egress = _load_egress()
+            proxy = _egress_proxy(args, egress)
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"ceaseless: cannot set up the agent's egress: {exc}\n")
+            os._exit(CANNOT_EXECUTE)
 
     for sig in (signal.SIGTERM, signal.SIGUSR1):
         signal.signal(sig, _note)
@@ -163,11 +207,28 @@ def main() -> None:
     if os.getppid() != args.parent:  # the listener died before the death signal was armed
         os._exit(CANNOT_EXECUTE)
     me = os.getpid()
+    ours, theirs = socket.socketpair() if egress is not None else (None, None)
     try:
-        popen = _start_child(args)
-    except OSError as exc:
-        sys.stderr.write(f"ceaseless: cannot start {args.argv[0]!r}: {exc}\n")
+        popen = _start_child(args, egress, theirs)
+    except (OSError, subprocess.SubprocessError) as exc:
+        reason: BaseException = exc
+        if egress is not None and ours is not None and theirs is not None:
+            theirs.close()
+            try:
+                egress.receive_listening(ours)  # the child's own reason, when it sent one
+            except OSError as sent:
+                reason = sent
+        sys.stderr.write(f"ceaseless: cannot start {args.argv[0]!r}: {reason}\n")
         os._exit(CANNOT_EXECUTE)
+    if egress is not None and ours is not None and theirs is not None:
+        theirs.close()
+        try:
+            proxy.serve(egress.receive_listening(ours))
+        except OSError as exc:
+            sys.stderr.write(f"ceaseless: {exc}\n")
+            popen.kill()
+            _kill_everything(me, popen.pid, [])
+            os._exit(CANNOT_EXECUTE)
 
     child = popen.pid
     status: list[int] = []

@@ -11,9 +11,13 @@ agent's argv into the argv that process.py executes:
   directory and its password file), the embedded server's socket directory and
   PostgreSQL's (/run/postgresql, and those DATABASE_URL and PGHOST name) are
   empty directories; /proc shows only the sandbox's own processes (a pid
-  namespace, so the listener's environment cannot be read there either). The
-  network stays on. `--die-with-parent` and the pid namespace make the kernel
-  kill every process of the sandbox when it ends.
+  namespace, so the listener's environment cannot be read there either).
+  `--die-with-parent` and the pid namespace make the kernel kill every process
+  of the sandbox when it ends.
+- **Network** (network.py): a namespace of the agent's own, with its own
+  loopback and, unless `agents.egress` is `{none}`, its run's egress proxy as
+  the only way out. Never the host's loopback, so never the listener's HTTP
+  server or a trust-auth PostgreSQL on 127.0.0.1.
 - **OS user**: a listener running as root runs its agents as the unprivileged
   system user `ceaseless-agent` (created on first use, home
   /var/lib/ceaseless-agent), never as root.
@@ -33,7 +37,9 @@ Settings, from the environment, each for a real deployment need:
 
 Guarantees: `Isolation.current()` never raises; a sandbox that cannot start on
 this host (bwrap present but refused by the kernel) counts as no sandbox, with
-the kernel's reason in `problems`.
+the kernel's reason in `problems`; a sandbox whose network namespace cannot be
+made (tried once, the way runs make it) runs agents on the host's network, said
+in `problems` too.
 """
 
 from __future__ import annotations
@@ -45,12 +51,14 @@ import pwd
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from listener.agents import network
 from listener.agents.environment import Identity
 from listener.embedded import EmbeddedServer, default_home
 
@@ -76,6 +84,9 @@ class Isolation:
     # Set when agents should run as another OS user and cannot: they do not
     # run at all then, rather than silently as root.
     refusal: str | None = None
+    # Whether a sandboxed agent gets a network namespace of its own (network.py);
+    # False only where trying one failed on this host.
+    own_network: bool = True
 
     @classmethod
     def current(cls) -> Isolation:
@@ -105,7 +116,14 @@ class Isolation:
             problems.append(f"bubblewrap cannot start a sandbox here: {broken}")
         else:
             bwrap = found
-        return cls(bwrap, identity, _hidden_paths(), tuple(problems), refusal)
+        own_network = True
+        if bwrap is not None and (broken := _network_refusal(bwrap, identity)) is not None:
+            own_network = False
+            problems.append(
+                f"agents share the host's network, loopback services included, because a "
+                f"network namespace of their own cannot be made here: {broken}"
+            )
+        return cls(bwrap, identity, _hidden_paths(), tuple(problems), refusal, own_network)
 
     @property
     def sandboxed(self) -> bool:
@@ -118,9 +136,10 @@ class Isolation:
         text = "agents are not fully isolated: " + "; ".join(self.problems)
         if not self.sandboxed:
             text += (
-                ". Without a sandbox an agent can read whatever its OS user can, and a prompt "
-                "injection may reach the database; install bubblewrap (Debian: apt-get install "
-                "bubblewrap)"
+                ". Without a sandbox an agent can read whatever its OS user can, shares the "
+                "host's network (the listener's HTTP server and any trust-auth PostgreSQL on "
+                "127.0.0.1 included; agents.egress is not enforced), and a prompt injection may "
+                "reach the database; install bubblewrap (Debian: apt-get install bubblewrap)"
             )
         return text
 
@@ -148,9 +167,17 @@ class Isolation:
             "another with --workdir"
         )
 
-    def launch(self, argv: list[str], cwd: str | None, *, grace: float) -> list[str]:
+    def launch(
+        self,
+        argv: list[str],
+        cwd: str | None,
+        *,
+        grace: float,
+        egress: Sequence[str] = network.NO_EGRESS,
+    ) -> list[str]:
         """The argv to execute for `argv`: the keeper, and the sandbox when there is one.
 
+        `egress` is the agent's agents.egress; without a sandbox it has no effect.
         Raises PermissionError when agents may not run at all (`refusal`).
         """
         if self.refusal is not None:
@@ -169,7 +196,11 @@ class Isolation:
             keeper += ["--uid", str(self.identity.uid), "--gid", str(self.identity.gid)]
         if self.bwrap is None:
             return [*keeper, "--", *argv]
-        return [*keeper, "--spare-child", "--", *self._bwrap_argv(argv, cwd), "--", *argv]
+        bwrap = self._bwrap_argv(argv, cwd)
+        if self.own_network:
+            keeper += network.keeper_args(egress)
+            bwrap += network.bwrap_args(egress)
+        return [*keeper, "--spare-child", "--", *bwrap, "--", *argv]
 
     def tmpdir(self) -> str | None:
         """TMPDIR inside the sandbox (a fresh /tmp), or None to keep the listener's."""
@@ -285,6 +316,39 @@ def _bwrap_refusal_cached(bwrap: str, uid: int | None, gid: int | None) -> str |
     if done.returncode != 0:
         return (done.stderr.strip() or f"exit status {done.returncode}")[:200]
     return None
+
+
+@functools.cache
+def _network_refusal_cached(bwrap: str, uid: int | None, gid: int | None) -> str | None:
+    keeper = [sys.executable, "-I", "-S", str(REAPER), "--parent", str(os.getpid())]
+    keeper += ["--grace", "1"]
+    user = [] if uid is None else ["--uid", str(uid), "--gid", str(gid)]
+    sandbox = [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--die-with-parent", "true"]
+    try:
+        done = subprocess.run(
+            [*keeper, *user, "--egress-allow", "probe.invalid", "--spare-child", "--", *sandbox],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            cwd="/",
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    if done.returncode != 0:
+        return (done.stderr.strip() or f"exit status {done.returncode}")[:300]
+    return None
+
+
+def _network_refusal(bwrap: str, identity: Identity | None) -> str | None:
+    """Why an agent cannot get a network namespace of its own here, or None.
+
+    Tried once per process, the way runs make it: the keeper with a proxy policy,
+    and the sandbox inside.
+    """
+    uid = identity.uid if identity else None
+    gid = identity.gid if identity else None
+    return _network_refusal_cached(bwrap, uid, gid)
 
 
 def _bwrap_refusal(bwrap: str, identity: Identity | None) -> str | None:
