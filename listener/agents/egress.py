@@ -43,8 +43,8 @@ import stat
 import struct
 import sys
 import threading
+from collections import namedtuple
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 PROXY_PORT = 3128
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
@@ -88,14 +88,15 @@ def proxy_environment() -> dict[str, str]:
 # -- the policy -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One allowlist entry: a name (or `*.` and a domain), or an IP literal, and one port."""
+# Records are named tuples, not dataclasses: every keeper with a proxy imports
+# this module, and dataclasses (with inspect) costs it about ten milliseconds.
 
-    name: str | None
-    wildcard: bool
-    address: Address | None
-    port: int
+
+class Entry(namedtuple("Entry", "name wildcard address port")):
+    """One allowlist entry: a name (`name`, str, with `wildcard` for `*.` and a domain) or
+    an IP literal (`address`), and one `port`."""
+
+    __slots__ = ()
 
     def matches(self, host: str | Address, port: int) -> bool:
         if port != self.port:
@@ -152,12 +153,10 @@ def _port(text: str, port_text: str | None) -> int:
     return int(port_text)
 
 
-@dataclass(frozen=True)
-class Policy:
-    """Where one agent's connections may go: `open` (public addresses) or its entries."""
+class Policy(namedtuple("Policy", "open entries")):
+    """Where one agent's connections may go: `open` (public addresses), or its `entries`."""
 
-    open: bool
-    entries: tuple[Entry, ...]
+    __slots__ = ()
 
     @classmethod
     def parse(cls, values: Sequence[str]) -> Policy:
@@ -256,13 +255,10 @@ def host_local(address: Address) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The addresses to try, in order, or why not (and the HTTP status saying so)."""
+class Verdict(namedtuple("Verdict", "addresses refusal status", defaults=((), None, 403))):
+    """The `addresses` to try, in order, or why not (`refusal`, and the HTTP `status` saying so)."""
 
-    addresses: tuple[Address, ...] = ()
-    refusal: str | None = None
-    status: int = 403
+    __slots__ = ()
 
 
 def decide(
@@ -373,6 +369,45 @@ def receive_listening(channel: socket.socket) -> socket.socket:
     return socket.socket(fileno=fds[0])
 
 
+# -- the keeper's side ---------------------------------------------------------------
+
+
+class KeeperNetwork:
+    """One run's network as its keeper makes it: the policy, read before anything starts
+    (a bad one stops the run), the channel over which the keeper's child hands over the
+    namespace's socket, and the proxy that serves it.
+
+    The keeper calls `enter` in its child between fork and exec, then `serve` once the
+    child started, or `reason` if it did not.
+    """
+
+    def __init__(
+        self,
+        values: Sequence[str],
+        hosts: str | None,
+        report: Callable[[str], None] | None = None,
+    ) -> None:
+        resolver = Resolver(load_hosts(hosts) if hosts else None)
+        self._proxy = Proxy(Policy.parse(values), resolver, report or stderr_report)
+        self._ours, self._theirs = socket.socketpair()
+
+    def enter(self) -> None:
+        open_namespace(self._theirs)
+
+    def serve(self) -> None:
+        self._theirs.close()
+        self._proxy.serve(receive_listening(self._ours))
+
+    def reason(self, failure: BaseException) -> BaseException:
+        """Why the child did not start: its own reason when it sent one, else `failure`."""
+        self._theirs.close()
+        try:
+            receive_listening(self._ours)
+        except OSError as sent:
+            return sent
+        return failure
+
+
 # -- the proxy ----------------------------------------------------------------------
 
 
@@ -465,14 +500,10 @@ class Proxy:
             self._report("ceaseless: more egress refusals; not reported")
 
 
-@dataclass(frozen=True)
-class _Request:
-    method: str
-    host: str
-    port: int
-    version: str
-    path: str
-    headers: tuple[str, ...]
+class _Request(namedtuple("_Request", "method host port version path headers")):
+    """One request head: what is asked for (`host`, `port`), and what to pass on."""
+
+    __slots__ = ()
 
     @property
     def where(self) -> str:

@@ -36,15 +36,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from types import ModuleType
-from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -135,12 +132,11 @@ def _exit_like(wait_status: int | None) -> None:
     os._exit(os.waitstatus_to_exitcode(wait_status))
 
 
-def _start_child(
-    args: argparse.Namespace, egress: ModuleType | None, channel: socket.socket | None
-) -> subprocess.Popen[bytes]:
+def _start_child(args: argparse.Namespace, network: object | None) -> subprocess.Popen[bytes]:
     def preexec() -> None:
-        if egress is not None and channel is not None:
-            egress.open_namespace(channel)  # raises rather than exec on the host's network
+        if network is not None:
+            # Raises, so that the agent is never executed on the host's network.
+            network.enter()  # type: ignore[attr-defined]
         # The agent dies with us if we are ever killed ourselves (SIGKILL as a last resort).
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -160,21 +156,15 @@ def _start_child(
 
 def _load_egress() -> ModuleType:
     """egress.py, beside this file: run with -I, the keeper has no package path to import from."""
+    import importlib.util  # here: only a keeper that serves a proxy pays for it
+
     spec = importlib.util.spec_from_file_location(
         "ceaseless_egress", os.path.join(os.path.dirname(os.path.abspath(__file__)), "egress.py")
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
-
-
-def _egress_proxy(args: argparse.Namespace, egress: ModuleType) -> Any:
-    """The run's proxy (policy and resolver), before anything starts: a bad one stops the run."""
-    policy = egress.Policy.parse(["open"] if args.egress_open else args.egress_allow)
-    hosts = egress.load_hosts(args.egress_hosts) if args.egress_hosts else None
-    return egress.Proxy(policy, egress.Resolver(hosts), egress.stderr_report)
 
 
 def main() -> None:
@@ -191,11 +181,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.argv[:1] == ["--"]:
         args.argv = args.argv[1:]
-    egress = proxy = None
+    network = None
     if args.egress_open or args.egress_allow:
+        values = ["open"] if args.egress_open else args.egress_allow
         try:
-            egress = _load_egress()
-            proxy = _egress_proxy(args, egress)
+            network = _load_egress().KeeperNetwork(values, args.egress_hosts)
         except (OSError, ValueError) as exc:
             sys.stderr.write(f"ceaseless: cannot set up the agent's egress: {exc}\n")
             os._exit(CANNOT_EXECUTE)
@@ -207,23 +197,15 @@ def main() -> None:
     if os.getppid() != args.parent:  # the listener died before the death signal was armed
         os._exit(CANNOT_EXECUTE)
     me = os.getpid()
-    ours, theirs = socket.socketpair() if egress is not None else (None, None)
     try:
-        popen = _start_child(args, egress, theirs)
+        popen = _start_child(args, network)
     except (OSError, subprocess.SubprocessError) as exc:
-        reason: BaseException = exc
-        if egress is not None and ours is not None and theirs is not None:
-            theirs.close()
-            try:
-                egress.receive_listening(ours)  # the child's own reason, when it sent one
-            except OSError as sent:
-                reason = sent
+        reason = exc if network is None else network.reason(exc)  # type: ignore[attr-defined]
         sys.stderr.write(f"ceaseless: cannot start {args.argv[0]!r}: {reason}\n")
         os._exit(CANNOT_EXECUTE)
-    if egress is not None and ours is not None and theirs is not None:
-        theirs.close()
+    if network is not None:
         try:
-            proxy.serve(egress.receive_listening(ours))
+            network.serve()  # type: ignore[attr-defined]
         except OSError as exc:
             sys.stderr.write(f"ceaseless: {exc}\n")
             popen.kill()
