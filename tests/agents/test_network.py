@@ -222,6 +222,40 @@ def test_an_agent_without_egress_has_its_own_loopback_and_nothing_else(
     assert result.final_message == "ConnectionRefusedError ConnectionRefusedError connected None"
 
 
+def test_an_agent_run_as_root_gets_a_network_of_its_own_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("agents run as root only under a root listener")
+    isolate(monkeypatch, "sandbox")
+    monkeypatch.setenv("CEASELESS_AGENT_USER", "root")  # warned about, and still confined
+    isolation = Isolation.current()
+    assert isolation.identity is None and isolation.own_network
+    host_side = socket.socket()
+    host_side.bind(("127.0.0.1", 0))
+    host_side.listen(4)
+    port = host_side.getsockname()[1]
+    code = (
+        "import os, socket\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=5).close()\n"
+        "    direct = 'connected'\n"
+        "except OSError as exc:\n"
+        "    direct = type(exc).__name__\n"
+        "conn = socket.create_connection(('127.0.0.1', 3128), timeout=10)\n"
+        f"conn.sendall(b'CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n')\n"
+        "print(os.getuid(), direct, conn.recv(100).split(b'\\r\\n')[0].decode())\n"
+    )
+    try:
+        with workspace() as ws:
+            result = _run(_python(code, egress=(f"127.0.0.1:{port}",)), ws, isolation)
+    finally:
+        host_side.close()
+    assert result.outcome == Outcome.SUCCEEDED, result.error
+    # Only through the proxy, and only because the lane names that address and port.
+    assert result.final_message == "0 ConnectionRefusedError HTTP/1.1 200 Connection established"
+
+
 def test_a_refused_destination_is_named_in_the_runs_error(monkeypatch: pytest.MonkeyPatch) -> None:
     isolation = isolate(monkeypatch, "sandbox")
     code = (
