@@ -369,6 +369,7 @@ def _announce_isolation(workdir: str | None) -> Isolation:
     log.event(
         "agents.isolation",
         sandbox="bwrap" if isolation.sandboxed else "none",
+        network="own namespace" if isolation.sandboxed and isolation.own_network else "host",
         user=isolation.identity.name if isolation.identity else "the listener's own",
     )
     return isolation

@@ -41,6 +41,10 @@ class AgentConfig:
     # The one default here: an empty list is what the column defaults to, and it
     # is the safe reading of an AgentConfig built without one.
     env_passthrough: tuple[str, ...] = ()
+    # Where the agent may connect (agents.egress): {none}, {open} or host[:port]
+    # entries (network.py). Built without one, an agent has no network: the safe
+    # reading again, not the column's default.
+    egress: tuple[str, ...] = ("none",)
 
 
 @dataclass(frozen=True)

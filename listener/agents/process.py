@@ -116,7 +116,7 @@ async def run_agent(
     env = agent_environment(agent, task, identity=isolation.identity, tmpdir=isolation.tmpdir())
     try:
         _check_startable(argv[0], env, task.cwd)
-        launch = isolation.launch(argv, task.cwd, grace=agent.kill_grace_secs)
+        launch = isolation.launch(argv, task.cwd, grace=agent.kill_grace_secs, egress=agent.egress)
         proc = await _spawn(launch, env, task.cwd)
     except (OSError, subprocess.SubprocessError) as exc:
         return RunResult(outcome=Outcome.FAILED, error=_spawn_error(exc, argv[0], agent, task))

@@ -4,7 +4,8 @@ process.py starts this file (standard library only, run with `python -I`) in pla
 of the agent; it becomes a child subreaper (PR_SET_CHILD_SUBREAPER), starts the agent
 (or the bubblewrap sandbox around it) in a process group of its own, and waits.
 
-    python -I reaper.py --parent PID --grace SECS [--uid UID --gid GID] [--spare-child] -- ARGV…
+    python -I reaper.py --parent PID --grace SECS [--uid UID --gid GID] [--spare-child]
+        [--egress-open | --egress-allow ENTRY…] [--egress-hosts FILE] -- ARGV…
 
 Why a process of its own: an agent that calls setsid() or forks twice leaves its
 process group and, once its parent exits, is reparented. To a subreaper it comes
@@ -18,6 +19,11 @@ Signals (the protocol process.py speaks):
 - SIGUSR1: SIGKILL every descendant now, reap them, exit.
 - The listener's death arrives as SIGUSR1 too (PR_SET_PDEATHSIG), so a listener
   killed with SIGKILL still leaves nothing behind.
+
+Egress (network.py): with --egress-open or --egress-allow, the child starts in a
+network namespace of its own whose only way out is the egress proxy this process
+serves (egress.py), on 127.0.0.1:3128 inside it; if that namespace cannot be
+made, the child is never executed.
 
 Guarantees: this process exits only once no descendant is left alive; when the
 agent exits by itself, what it left behind gets SIGTERM, then SIGKILL after
@@ -35,6 +41,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import ModuleType
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -125,8 +132,11 @@ def _exit_like(wait_status: int | None) -> None:
     os._exit(os.waitstatus_to_exitcode(wait_status))
 
 
-def _start_child(args: argparse.Namespace) -> subprocess.Popen[bytes]:
+def _start_child(args: argparse.Namespace, network: object | None) -> subprocess.Popen[bytes]:
     def preexec() -> None:
+        if network is not None:
+            # Raises, so that the agent is never executed on the host's network.
+            network.enter()  # type: ignore[attr-defined]
         # The agent dies with us if we are ever killed ourselves (SIGKILL as a last resort).
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -144,6 +154,19 @@ def _start_child(args: argparse.Namespace) -> subprocess.Popen[bytes]:
     return child
 
 
+def _load_egress() -> ModuleType:
+    """egress.py, beside this file: run with -I, the keeper has no package path to import from."""
+    import importlib.util  # here: only a keeper that serves a proxy pays for it
+
+    spec = importlib.util.spec_from_file_location(
+        "ceaseless_egress", os.path.join(os.path.dirname(os.path.abspath(__file__)), "egress.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="reaper")
     parser.add_argument("--parent", type=int, required=True)
@@ -151,10 +174,21 @@ def main() -> None:
     parser.add_argument("--uid", type=int)
     parser.add_argument("--gid", type=int)
     parser.add_argument("--spare-child", action="store_true")
+    parser.add_argument("--egress-open", action="store_true")
+    parser.add_argument("--egress-allow", action="append", default=[])
+    parser.add_argument("--egress-hosts")
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     if args.argv[:1] == ["--"]:
         args.argv = args.argv[1:]
+    network = None
+    if args.egress_open or args.egress_allow:
+        values = ["open"] if args.egress_open else args.egress_allow
+        try:
+            network = _load_egress().KeeperNetwork(values, args.egress_hosts)
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"ceaseless: cannot set up the agent's egress: {exc}\n")
+            os._exit(CANNOT_EXECUTE)
 
     for sig in (signal.SIGTERM, signal.SIGUSR1):
         signal.signal(sig, _note)
@@ -164,10 +198,19 @@ def main() -> None:
         os._exit(CANNOT_EXECUTE)
     me = os.getpid()
     try:
-        popen = _start_child(args)
-    except OSError as exc:
-        sys.stderr.write(f"ceaseless: cannot start {args.argv[0]!r}: {exc}\n")
+        popen = _start_child(args, network)
+    except (OSError, subprocess.SubprocessError) as exc:
+        reason = exc if network is None else network.reason(exc)  # type: ignore[attr-defined]
+        sys.stderr.write(f"ceaseless: cannot start {args.argv[0]!r}: {reason}\n")
         os._exit(CANNOT_EXECUTE)
+    if network is not None:
+        try:
+            network.serve()  # type: ignore[attr-defined]
+        except OSError as exc:
+            sys.stderr.write(f"ceaseless: {exc}\n")
+            popen.kill()
+            _kill_everything(me, popen.pid, [])
+            os._exit(CANNOT_EXECUTE)
 
     child = popen.pid
     status: list[int] = []

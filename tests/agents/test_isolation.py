@@ -329,6 +329,38 @@ def test_the_sandbox_hides_ceaseless_home_and_keeps_the_rest_read_only(
         shutil.rmtree(home, ignore_errors=True)
 
 
+def test_postgresqls_socket_directories_are_empty_inside_the_sandbox(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A trust-auth server answers whoever reaches its socket: the network
+    # namespace does not close a unix socket, hiding its directory does.
+    named = Path(tempfile.mkdtemp(prefix="ceaseless-pgsock-", dir="/var/lib"))
+    try:
+        (named / ".s.PGSQL.5432").write_text("")
+        named.chmod(0o755)
+        monkeypatch.setenv("DATABASE_URL", f"postgresql://postgres@/x?host={named}")
+        monkeypatch.setenv("PGHOST", f"{named},/nowhere")
+        isolation = isolate(monkeypatch, "sandbox")
+        code = (
+            "import os\n"
+            f"print([sorted(os.listdir(d)) for d in ('/run/postgresql', {str(named)!r})])\n"
+        )
+        with workspace() as ws:
+            result = asyncio.run(
+                run_agent(
+                    adapter_for(Adapter.COMMAND),
+                    agent(Adapter.COMMAND, ["python3", "-c", code]),
+                    task(cwd=str(ws)),
+                    cancel=asyncio.Event(),
+                    isolation=isolation,
+                )
+            )
+    finally:
+        shutil.rmtree(named, ignore_errors=True)
+    assert result.outcome == Outcome.SUCCEEDED, result.error
+    assert result.final_message == "[[], []]"
+
+
 def test_a_workspace_the_agents_user_cannot_write_is_named_at_startup(
     monkeypatch: pytest.MonkeyPatch, db_url: str, tmp_path: Path
 ) -> None:
