@@ -165,14 +165,21 @@ as $$
         -- (each at most an agent's 64 KiB reply), which a loop carries into
         -- its next iteration.
         when 'run_final_message' then 1000000
+        -- Levels of nesting of a JSON column written from outside
+        -- (functions/32_bounded_json.sql): the listener decodes these
+        -- documents, and a decoder recurses once per level, so a small
+        -- document nested thousands deep would stop every part that reads it.
+        -- Real configurations and payloads nest a dozen levels at most.
+        when 'json_depth' then 64
     end;
 $$;
 
 comment on function _input_cap(text) is
     'The cap on a kind of untrusted text (pattern, schedule, schedule_items, prompt, event_content, '
     'event_payload, '
-    'job_prompt, job_payload, graph_nodes, graph_edges, run_final_message): characters, or items for schedule_items, '
-    'graph_nodes and graph_edges; NULL for an unknown name.';
+    'job_prompt, job_payload, graph_nodes, graph_edges, run_final_message, json_depth): characters, '
+    'items for schedule_items, graph_nodes and graph_edges, levels for json_depth; NULL for an '
+    'unknown name.';
 
 -- Refuse (CE422) a text longer than its cap, naming where it was found, the
 -- cap and its length, and showing only its first 40 characters: the value is

@@ -1,12 +1,16 @@
--- Settings: the numeric ones are checked when they are written.
+-- Settings: the numeric ones and forge_token_source are checked when they are
+-- written.
 --
 -- Called by: PostgreSQL, before an INSERT or UPDATE of a settings row.
 -- Guarantees: a numeric setting the SQL functions read (_setting_int) holds an
 -- integer within its range, or the write fails with CE422 naming the key, the
 -- range and the value. Without it, `lease_secs = 'soon'` was stored and every
 -- claim then failed with a cast error, and `rate_limit_max_wait_secs = -1`
--- made every reported reset a moment in the past. Keys this file does not
--- know (an operator's note, a later version's setting) are stored as given.
+-- made every reported reset a moment in the past. forge_token_source has the
+-- shape listener/forge/tokens.py reads, or the write fails with CE422 naming
+-- the key and the rule, never the value (a token pasted into it by mistake
+-- must not be echoed). Keys this file does not know (an operator's note, a
+-- later version's setting) are stored as given.
 
 set local search_path = ceaseless, pg_catalog, public;
 
@@ -45,6 +49,73 @@ comment on function _setting_range(text) is
     'webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, '
     'loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children); NULL for any other key.';
 
+-- What is wrong with a forge_token_source value, or NULL. The shape:
+-- {"env": {forge: variable}, "label_env": {forge: variable}, "file": path,
+--  "hosts": {forge: [origin, …]}}, every key optional. hosts binds the
+-- whole-forge tokens (env, label_env, the secrets file's forge entry) to the
+-- origins named: a token goes to no other (docs/forge.md, "Tokens").
+create or replace function _forge_token_source_problem(p_value jsonb)
+returns text
+language sql immutable
+set search_path = pg_catalog, ceaseless
+as $$
+    select coalesce(
+        case when jsonb_typeof(p_value) <> 'object' then ': must be a JSON object' end,
+        (select ': the only keys are env, label_env, file and hosts'
+         from jsonb_object_keys(p_value) k
+         where k not in ('env', 'label_env', 'file', 'hosts') limit 1),
+        (select format('.%s: must be an object {forge: variable name} or null', s)
+         from unnest(array['env', 'label_env']) s
+         where jsonb_typeof(p_value -> s) not in ('object', 'null') limit 1),
+        (select case when e.key not in ('github', 'gitea')
+                         then format('.%s: the keys must be github or gitea', s)
+                     else format('.%s.%s: must name an environment variable (letters, digits '
+                                 'and _, not starting with a digit) or be null', s, e.key) end
+         from unnest(array['env', 'label_env']) s
+         cross join lateral jsonb_each(
+             case jsonb_typeof(p_value -> s) when 'object' then p_value -> s else '{}' end) e
+         where e.key not in ('github', 'gitea')
+            or (jsonb_typeof(e.value) <> 'null'
+                and (jsonb_typeof(e.value) <> 'string'
+                     or (e.value #>> '{}') !~ '^[A-Za-z_][A-Za-z0-9_]{0,127}$'))
+         limit 1),
+        case when jsonb_typeof(p_value -> 'file') not in ('string', 'null')
+                  or (p_value ->> 'file') !~ '^/'
+                  or char_length(p_value ->> 'file') > 4096
+             then '.file: must be an absolute path or null' end,
+        case when jsonb_typeof(p_value -> 'hosts') not in ('object', 'null')
+             then '.hosts: must be an object {forge: [origin, …]} or null' end,
+        (select case when e.key not in ('github', 'gitea')
+                         then '.hosts: the keys must be github or gitea'
+                     else format('.hosts.%s: must be a list of at most 20 origins, or null',
+                                 e.key) end
+         from jsonb_each(case jsonb_typeof(p_value -> 'hosts')
+                             when 'object' then p_value -> 'hosts' else '{}' end) e
+         where e.key not in ('github', 'gitea')
+            or jsonb_typeof(e.value) not in ('array', 'null')
+            or (jsonb_typeof(e.value) = 'array' and jsonb_array_length(e.value) > 20)
+         limit 1),
+        -- An origin is scheme, host and port only: a path or a user would
+        -- suggest a narrower binding than the one the listener enforces.
+        (select format('.hosts.%s[%s]: must be an origin scheme://host[:port] (http or https, '
+                       'no path, no user), such as https://gitea.example.com', e.key, o.n - 1)
+         from jsonb_each(case jsonb_typeof(p_value -> 'hosts')
+                             when 'object' then p_value -> 'hosts' else '{}' end) e
+         cross join lateral jsonb_array_elements(
+             case jsonb_typeof(e.value) when 'array' then e.value else '[]' end)
+             with ordinality o(origin, n)
+         where jsonb_typeof(o.origin) <> 'string'
+            or (o.origin #>> '{}')
+               !~* '^https?://([a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*|\[[0-9a-f:.]+\])(:[0-9]{1,5})?/?$'
+            or coalesce(substring(o.origin #>> '{}' from ':([0-9]{1,5})/?$')::integer, 1)
+               not between 1 and 65535
+         limit 1));
+$$;
+
+comment on function _forge_token_source_problem(jsonb) is
+    'What is wrong with a forge_token_source value ({env, label_env: {forge: variable}, file: '
+    'absolute path, hosts: {forge: [origin]}}), or NULL; never quotes the value.';
+
 create or replace function _tg_settings_validate()
 returns trigger
 language plpgsql
@@ -54,7 +125,16 @@ declare
     v_range constant int8range := _setting_range(new.key);
     v_text text;
     v_value bigint;
+    v_problem text;
 begin
+    if new.key = 'forge_token_source' then
+        v_problem := _forge_token_source_problem(new.value);
+        if v_problem is not null then
+            raise exception 'settings.forge_token_source%', v_problem
+                using errcode = 'CE422', table = 'settings', column = 'value';
+        end if;
+        return new;
+    end if;
     if v_range is null then
         return new;
     end if;
@@ -76,7 +156,8 @@ $$;
 
 comment on function _tg_settings_validate() is
     'Before INSERT/UPDATE on settings: a numeric setting must be an integer within its range '
-    '(_setting_range); CE422 names the key, the range and the value.';
+    '(_setting_range), forge_token_source must have its shape (_forge_token_source_problem); '
+    'CE422 names the key, the rule and (numeric settings) the value.';
 
 create or replace trigger settings_validate
     before insert or update on settings

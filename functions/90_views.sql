@@ -180,11 +180,42 @@ comment on view routine_status is
     'One row per routine: trigger, schedule, next fire, last status, consecutive failures, '
     'runs and skips in the last 24 hours, and runs running now.';
 
+-- The warning a listener's database authentication calls for (listener_reports.db_auth), or
+-- NULL: without a password (trust), any process that reaches the database's socket or
+-- 127.0.0.1 connects as the listener's role. The listener logs it at start and
+-- listener_status shows it, in these words.
+create or replace function _db_auth_warning(p_db_auth text)
+returns text
+language sql
+immutable
+set search_path = pg_catalog
+as $$
+    select case p_db_auth
+        when 'trust' then
+            'the listener''s database connection used no password (trust authentication): any '
+            'process that reaches the database''s socket or 127.0.0.1, an agent included, '
+            'connects as its role; require scram-sha-256 in pg_hba.conf and give the listener a '
+            'password (PGPASSFILE)'
+        when 'unknown' then
+            'the listener''s database connection used no password (trust, or peer, ident or '
+            'cert: PostgreSQL before 16 cannot say which); under trust any process that reaches '
+            'the database''s socket or 127.0.0.1, an agent included, connects as its role; '
+            'require scram-sha-256 in pg_hba.conf and give the listener a password (PGPASSFILE)'
+    end
+$$;
+
+comment on function _db_auth_warning(text) is
+    'The warning a listener''s database authentication (listener_reports.db_auth) calls for: '
+    'trust, or no password on a server that cannot say why; NULL otherwise.';
+
 -- One row per listener that holds work, is connected, or had results refused
 -- in the last day: how much it holds, how close its nearest lease is to ending
 -- (negative: a lease passed and waits for a sweep, the listener stopped
--- renewing), and how many of its results were refused (late_results: it was
--- cut off long enough for another listener to take its jobs over).
+-- renewing), how many of its results were refused (late_results: it was
+-- cut off long enough for another listener to take its jobs over), and what
+-- it reported about itself at start (listener_reports): its agents' sandbox,
+-- how its database connection authenticated, and a warning for each of them
+-- that leaves the host open to its agents.
 create or replace view listener_status as
 with held as (
     -- job_claim_expiry_idx: partial on live jobs, so this reads only what is held.
@@ -222,13 +253,25 @@ select w.worker,
        coalesce(h.running, 0) as running,
        h.next_lease_ends_in,
        coalesce(r.late, 0) as late_results_24h,
-       c.worker is not null as listening
+       c.worker is not null as listening,
+       rep.sandbox,
+       rep.agent_user,
+       rep.db_auth,
+       rep.http,
+       -- The rule for what to warn of, once, for `ceaseless status` and psql alike.
+       array_remove(array[
+           rep.isolation_warning,
+           _db_auth_warning(rep.db_auth)
+       ], null) as warnings
 from workers w
 left join held h on h.worker = w.worker
 left join connected c on c.worker = w.worker
-left join refused r on r.worker = w.worker;
+left join refused r on r.worker = w.worker
+left join listener_reports rep on rep.worker = w.worker;
 
 comment on view listener_status is
     'One row per listener holding work, listening, or with results refused in 24 h: jobs held '
     'and running, time until its nearest lease ends (negative: it stopped renewing), refused '
-    'results, connected.';
+    'results, connected, and what it reported at start: its agents'' sandbox and OS user, how its '
+    'database connection authenticated, its HTTP address, and warnings (agents not isolated, no '
+    'database password).';

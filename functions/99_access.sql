@@ -58,6 +58,7 @@ grant execute on function
     cancel_job(uuid, timestamptz),
     retry_job(uuid, timestamptz),
     _input_cap(text),
+    _json_too_deep(jsonb),
     _is_blank(text),
     _acts_for(text),
     _actor()
@@ -167,6 +168,9 @@ alter function _tg_default_agent() security definer;
 alter function _tg_graph_default_agent() security definer;
 -- The spend budgets of a lane (db/0022), beside its other governor columns.
 grant select (window_cost_usd, window_tokens) on agents to ceaseless_user;
+-- Where a lane's agents may connect (db/0027): what a user's prompt can make
+-- them reach is the user's business too, and it holds no secret.
+grant select (egress) on agents to ceaseless_user;
 
 -- Metrics (94_metrics.sql): the counting triggers fire in whatever
 -- transaction changed the row, a user role's too (an event that fires a

@@ -46,6 +46,49 @@ def workspace_root(workdir: str | None) -> Path:
     return root
 
 
+def default_forge_root() -> Path:
+    """/var/tmp/ceaseless-forge-<uid>: a place every agent's sandbox replaces with an empty one.
+
+    The sandbox gives each agent a fresh /tmp and /var/tmp and binds back only
+    the agent's own working directory, so a forge agent sees its checkout and
+    no other, and a task agent sees none. /var/tmp rather than /tmp: a clone
+    can be large, and /tmp is often memory.
+    """
+    return Path("/var/tmp") / f"ceaseless-forge-{os.geteuid()}"
+
+
+def forge_root(option: str | None, workspace: Path) -> Path:
+    """The directory forge checkouts live in, resolved: `option`, else default_forge_root().
+
+    Refuses a root inside the workspace root or holding it (every task agent
+    works in the workspace root, so it would see every checkout), and one
+    inside CEASELESS_HOME (hidden from every agent, so a forge agent would find
+    its checkout empty).
+    """
+    from listener.embedded import default_home
+
+    root = Path(option).resolve() if option is not None else default_forge_root()
+    given = f"--forge-root {option!r}" if option is not None else "the default forge root"
+    if root == Path(root.anchor):
+        raise ConfigError(
+            f"{given} resolves to {root}; pass --forge-root with a directory of its own"
+        )
+    if root.is_relative_to(workspace) or workspace.is_relative_to(root):
+        raise ConfigError(
+            f"{given} ({root}) and the workspace root ({workspace}) overlap: task agents work "
+            "in the workspace root and would see the forge checkouts; pass --forge-root with a "
+            f"directory outside it, e.g. --forge-root {default_forge_root()}"
+        )
+    home = default_home()
+    if root.is_relative_to(home):
+        raise ConfigError(
+            f"{given} ({root}) is inside CEASELESS_HOME ({home}), which agents never see, so a "
+            f"forge agent would find its checkout empty; pass e.g. --forge-root "
+            f"{default_forge_root()}"
+        )
+    return root
+
+
 def default_worker_id() -> str:
     """host:pid:random — unique per process, and readable in claimed_by."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -104,6 +147,13 @@ class ListenerConfig:
             "routine context_paths are read from it (default: the current directory)."
         ),
     )
+    forge_root: str | None = field(
+        default=None,
+        metadata=_help(
+            "Where forge jobs' checkouts live, one directory per run (default "
+            "/var/tmp/ceaseless-forge-<uid>); never inside --workdir, which task agents see.",
+        ),
+    )
     http: str | None = field(
         default=None,
         metadata=_help(
@@ -137,10 +187,10 @@ class ListenerConfig:
         default=None,
         repr=False,
         metadata=_help(
-            "Bearer token the run observer (GET /runs/{id}/events, /loops/{id}/events) and the "
-            "dashboard (GET /, sign in at /login) require when --http binds to an address other "
-            "than loopback; without one they answer 401 there. Prefer the environment variable "
-            "to the flag.",
+            "Token the dashboard (GET /, sign in at /login), the run observer (GET "
+            "/runs/{id}/events, /loops/{id}/events) and GET /metrics require on every address, "
+            "loopback included (default: a new one made at each start; `ceaseless dashboard` "
+            "prints its sign-in URL). Prefer the environment variable to the flag.",
             envvar="CEASELESS_HTTP_TOKEN",
         ),
     )
@@ -184,4 +234,4 @@ class ListenerConfig:
     def __post_init__(self) -> None:
         # At startup, not at the first routine run: a listener that cannot
         # run agents safely says so before it claims anything.
-        workspace_root(self.workdir)
+        forge_root(self.forge_root, workspace_root(self.workdir))

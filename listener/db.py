@@ -14,6 +14,9 @@ Guarantees:
 - the listener's connections also carry server-side deadlines
   (statement_timeout, idle_in_transaction_session_timeout), so a backend whose
   client was cut off stops working and lets go of its locks by itself;
+- decoding a JSON or jsonb value never raises: a document nested deeper than
+  Python's decoder can recurse arrives as an `UndecodableJSON` in its place,
+  so one bad row fails alone instead of stopping the part that read it;
 - `bounded` gives any call on a connection a deadline on the client side
   too, for the failure no timer in the kernel sees: a peer that acknowledges
   every byte and answers none (a hung server, a frozen middlebox). Past the
@@ -25,13 +28,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from listener import log
@@ -64,6 +70,35 @@ class DeadlineExceeded(psycopg.OperationalError):
     An OperationalError, so every caller that copes with a lost connection
     copes with a hung one the same way.
     """
+
+
+@dataclass(frozen=True)
+class UndecodableJSON:
+    """Stands in for a JSON value that Python cannot decode: nested deeper than its recursion.
+
+    The database refuses such documents in every column written from outside
+    (functions/32_bounded_json.sql); one stored before that rule, or written
+    around it, must still cost only its own row.
+    """
+
+    characters: int
+
+    def __str__(self) -> str:
+        return f"a JSON document of {self.characters} characters, nested too deeply to decode"
+
+
+def decode_json(data: bytes | bytearray | memoryview | str) -> Any:
+    """The decoded value, or an UndecodableJSON in its place; never raises RecursionError."""
+    if isinstance(data, memoryview):
+        data = bytes(data)
+    try:
+        return json.loads(data)
+    except RecursionError:
+        return UndecodableJSON(len(data))
+
+
+def _decode_json_safely(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    set_json_loads(decode_json, conn)
 
 
 def uses_embedded() -> bool:
@@ -109,15 +144,19 @@ def connection_kwargs(
 
 
 def connect(url: str, *, application_name: str = "ceaseless") -> psycopg.Connection:
-    return psycopg.connect(url, **connection_kwargs(application_name))
+    conn = psycopg.connect(url, **connection_kwargs(application_name))
+    _decode_json_safely(conn)
+    return conn
 
 
 async def connect_async(
     url: str, *, application_name: str = "ceaseless", server_deadline: float | None = None
 ) -> psycopg.AsyncConnection:
-    return await psycopg.AsyncConnection.connect(
+    conn = await psycopg.AsyncConnection.connect(
         url, **connection_kwargs(application_name, server_deadline=server_deadline, url=url)
     )
+    _decode_json_safely(conn)
+    return conn
 
 
 def sever(conn: psycopg.AsyncConnection) -> None:
@@ -186,11 +225,15 @@ def pool(url: str, *, application_name: str, size: int, deadline: float) -> Asyn
         # idle one (possibly frozen too) is waiting behind it: a short one.
         await bounded(conn, conn.execute(""), min(deadline, _CHECK_DEADLINE_SECS), "pool check")
 
+    async def configure(conn: psycopg.AsyncConnection) -> None:
+        _decode_json_safely(conn)
+
     return AsyncConnectionPool(
         url,
         min_size=1,
         max_size=size,
         kwargs=connection_kwargs(application_name, server_deadline=deadline, url=url),
+        configure=configure,
         check=check,
         reconnect_timeout=0,
         timeout=deadline,

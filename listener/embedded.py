@@ -199,9 +199,16 @@ class EmbeddedServer:
                 self._initdb(bin_dir)
             upgrade = self._trusts()
             socket_dir = self._socket_dir()
+            # The API is SQL with literals (psql), so a failed statement's text,
+            # and the DETAIL and CONTEXT of its error (a JSON typo quotes the
+            # document), hold whatever it carried: agents' API keys, webhook
+            # secrets. The log keeps the error's message only; the client still
+            # gets the whole error. Both settings are superuser-only, so no
+            # session can turn them back on.
             options = (
                 f"-c listen_addresses='' -k {socket_dir} -c unix_socket_permissions=0700 "
-                "-c max_connections=300 -c shared_buffers=128MB"
+                "-c max_connections=300 -c shared_buffers=128MB "
+                "-c log_min_error_statement=panic -c log_error_verbosity=terse"
             )
             self._run(
                 [

@@ -3,6 +3,12 @@
 The database sends small JSON documents of ids and states (functions/30_notify_audit.sql);
 this module turns them into dataclasses so the daemon routes each kind to exactly
 one handler and never digs through raw dicts.
+
+Guarantees: `parse` never raises. Any role that can connect can NOTIFY any
+channel with any text, so a payload that is not what our functions send (not
+JSON, nested too deep, a field of the wrong type) is an `Unknown` event, which
+no handler acts on: a forged message costs its sender one ignored event, never
+a part of the listener.
 """
 
 from __future__ import annotations
@@ -75,34 +81,58 @@ Event = JobChanged | ConfigChanged | ScheduleChanged | NotificationQueued | RunC
 def parse(channel: str, payload: str) -> Event:
     try:
         data = json.loads(payload)
-    except ValueError:
+        if not isinstance(data, dict):
+            return Unknown(channel, payload)
+        return _parse(channel, data) or Unknown(channel, payload)
+    except (ValueError, TypeError, RecursionError):
         return Unknown(channel, payload)
+
+
+def _text(data: dict, key: str, default: str | None = None) -> str | None:
+    """A string field (or the default when absent); TypeError for any other JSON type."""
+    value = data.get(key, default)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{key} is not a string")
+    return value
+
+
+def _uuid(data: dict, key: str) -> UUID | None:
+    value = _text(data, key)
+    return UUID(value) if value else None
+
+
+def _count(data: dict) -> int:
+    value = data.get("count", 1)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError("count is not an integer")
+    return value
+
+
+def _parse(channel: str, data: dict) -> Event | None:
     if channel == JOB_CHANNEL:
-        raw_id = data.get("id")
         return JobChanged(
-            id=UUID(raw_id) if raw_id else None,
-            count=int(data.get("count", 1)),
-            kind=data.get("kind"),
-            agent=data.get("agent"),
-            state=data.get("state", ""),
-            old_state=data.get("old_state"),
+            id=_uuid(data, "id"),
+            count=_count(data),
+            kind=_text(data, "kind"),
+            agent=_text(data, "agent"),
+            state=_text(data, "state", "") or "",
+            old_state=_text(data, "old_state"),
         )
     if channel == CONFIG_CHANNEL:
-        return ConfigChanged(table=data.get("table", ""))
-    if channel == SCHEDULE_CHANNEL and data.get("id"):
-        return ScheduleChanged(table=data.get("table", ""), id=UUID(data["id"]))
+        return ConfigChanged(table=_text(data, "table", "") or "")
+    if channel == SCHEDULE_CHANNEL and (key := _uuid(data, "id")):
+        return ScheduleChanged(table=_text(data, "table", "") or "", id=key)
     if channel == NOTIFICATION_CHANNEL:
-        return NotificationQueued(count=int(data.get("count", 1)))
-    if channel == RUN_CHANNEL and data.get("id"):
-        return _run_changed(data)
-    return Unknown(channel, payload)
+        return NotificationQueued(count=_count(data))
+    if channel == RUN_CHANNEL and (key := _uuid(data, "id")):
+        return _run_changed(data, key)
+    return None
 
 
-def _run_changed(data: dict) -> RunChanged:
-    table = data.get("table", "")
-    key = UUID(data["id"])
+def _run_changed(data: dict, key: UUID) -> RunChanged:
+    table = _text(data, "table", "") or ""
+    status = _text(data, "status", "") or ""
     if table == "loops":
-        return RunChanged(table, None, key, data.get("status", ""))
-    run = UUID(data["run_id"]) if table == "approvals" and data.get("run_id") else key
-    loop = UUID(data["loop_id"]) if data.get("loop_id") else None
-    return RunChanged(table, run, loop, data.get("status", ""))
+        return RunChanged(table, None, key, status)
+    run = (_uuid(data, "run_id") or key) if table == "approvals" else key
+    return RunChanged(table, run, _uuid(data, "loop_id"), status)

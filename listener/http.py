@@ -23,23 +23,35 @@ The endpoint faces strangers, so it fails closed and is bounded:
 - a fire refused by a guardrail is committed as a skipped run together with
   the signature's replay record (409), so the same request replayed later is
   refused as a replay;
-- log lines carry at most a bounded prefix of anything the client sent.
+- log lines carry at most a bounded prefix of anything the client sent, and
+  what strangers can repeat at will (refusals, malformed HTTP, answered 400
+  by aiohttp and logged as a warning) is counted per interval (log.Tally),
+  not written a line per request;
+- who may use which route is listener/access.py's one rule, installed here
+  as the outermost middleware: the ingress and /healthz are open to anyone,
+  everything else needs the token.
+
+The listening socket is bound by `bind` before anything else starts
+(supervisor.py), so a taken port ends the listener at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import re
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import psycopg
 import psycopg_pool
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
-from listener import dashboard, db, log, metrics, observer
+from listener import access, dashboard, db, http_token, log, metrics, observer
 from listener.errors import SqlState
 from listener.queries import webhooks
 
@@ -69,6 +81,8 @@ _HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
 _LINGERING_SECS = 1.0
 # What a log line keeps of a client's text.
 _LOGGED_CHARS = 120
+# Refusals and malformed requests: a count per interval, not a line each.
+_REFUSALS = log.Tally()
 
 
 @dataclass(frozen=True)
@@ -93,46 +107,45 @@ def make_app(
     token_pattern: str,
     hub: observer.Hub | None = None,
     *,
+    gate: access.Gate,
     header_names: frozenset[str],
     dashboard_user: str | None = None,
 ) -> web.Application:
     """The aiohttp application; `token_pattern` is SQL's _webhook_token_pattern(),
-    `header_names` its _webhook_header_names() (lower case).
+    `header_names` its _webhook_header_names() (lower case), `gate` its access rule.
 
     With `hub`, the run observer's routes too (listener/observer.py), and the
-    dashboard's (listener/dashboard/), which reads on the observer's pool
-    under the observer's access rule; GET /metrics always (listener/metrics.py).
+    dashboard's (listener/dashboard/), which reads on the observer's pool;
+    GET /metrics always (listener/metrics.py).
     """
     app = web.Application(
         client_max_size=limits.max_body,
-        # Outermost, so the in-hand cap's refusals are counted too.
+        # Outermost after the gate, so the in-hand cap's refusals are counted too.
         middlewares=[metrics.count_webhook_responses, _in_hand_cap(limits.max_requests)],
     )
+    access.install(app, gate)
     app[_POOL] = pool
     app[_LIMITS] = limits
     app[_TOKEN] = re.compile(token_pattern)
     app[_HEADERS] = header_names
-    app.router.add_post("/hooks/{path}", _receive)
-    app.router.add_get("/healthz", _health)
+    access.expose(
+        app,
+        access.Exposure.ANYONE,
+        app.router.add_post("/hooks/{path}", _receive),
+        app.router.add_get("/healthz", _health),
+    )
     if hub is not None:
         observer.mount(app, hub)
         dashboard.mount(
             app,
             dashboard.Dashboard(
                 hub.pool,
-                dashboard.Access(loopback=hub.limits.loopback, token=hub.limits.token),
+                gate,
                 user=dashboard_user or dashboard.default_user(),
                 db_deadline=hub.limits.db_deadline,
             ),
         )
-    # GET /metrics: the observer's access rule (open on loopback only); with
-    # no hub to say where the server binds, closed (401) rather than open.
-    metrics.mount(
-        app,
-        pool,
-        limits.db_deadline,
-        hub.limits if hub is not None else observer.ObserverLimits(loopback=False),
-    )
+    metrics.mount(app, pool, limits.db_deadline)
     return app
 
 
@@ -248,18 +261,23 @@ async def _verify_and_fire(
                 "webhook.db_error", path=_shown(path), sqlstate=exc.sqlstate, error=_bounded(exc)
             )
             return _error(503, "the database could not take this request; retry")
-        log.event("webhook.refused", path=_shown(path), status=status, sqlstate=exc.sqlstate)
+        _REFUSALS.note(
+            "webhook.refused",
+            {"status": status, "sqlstate": exc.sqlstate},
+            level=logging.INFO,
+            path=_shown(path),
+        )
         return _error(status, exc.diag.message_primary or "refused")
     except (TimeoutError, psycopg_pool.PoolTimeout) as exc:
         log.warning("webhook.db_timeout", path=_shown(path), error=_bounded(exc))
         return _error(503, "the database did not answer in time; retry")
     if received.refused_sqlstate is not None:
         status = STATUS_BY_SQLSTATE[received.refused_sqlstate]
-        log.event(
+        _REFUSALS.note(
             "webhook.refused",
+            {"status": status, "sqlstate": received.refused_sqlstate},
+            level=logging.INFO,
             path=_shown(path),
-            status=status,
-            sqlstate=received.refused_sqlstate,
             run=str(received.run_id),
         )
         return _error(status, received.refused_message or "refused")
@@ -283,33 +301,77 @@ def _bounded(value: object) -> str:
 
 
 class _OneLineProtocolErrors(logging.Filter):
-    """aiohttp's own reports of malformed HTTP (answered 400 by aiohttp) as one bounded line.
+    """aiohttp's own reports of malformed HTTP (answered 400 by aiohttp), counted.
 
-    aiohttp logs them with a traceback that quotes the client's bytes: a
-    stranger could fill the log with multi-line text of its choosing.
+    aiohttp logs them as errors with a traceback that quotes the client's
+    bytes: a stranger could fill the log with multi-line text of its choosing.
+    A client's malformed request is not this server's error: each kind is a
+    warning, and a flood of them is a count per interval (log.Tally).
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        record.msg, record.args = "http.bad_request", ()
-        record.exc_info, record.exc_text, record.stack_info = None, None, None
-        record.fields = {"error": _bounded(type(error).__name__ if error else "unknown")}
-        return True
+        kind = _bounded(type(error).__name__ if error else "unknown")
+        if isinstance(error, HttpProcessingError):
+            _REFUSALS.note("http.bad_request", {"error": kind})
+        else:
+            # A handler that raised: this server's fault, still one line.
+            _REFUSALS.note("http.handler_error", {"error": kind}, level=logging.ERROR)
+        return False
 
 
 _PROTOCOL_LOG = logging.getLogger("ceaseless.http")
 _PROTOCOL_LOG.addFilter(_OneLineProtocolErrors())
 
 
+@dataclass(frozen=True)
+class Bound:
+    """A listening socket, bound before the listener starts anything else."""
+
+    host: str
+    port: int
+    sock: socket.socket = dataclasses.field(repr=False)
+
+
+def bind(address: str) -> Bound:
+    """Bind HOST:PORT and listen on it now; raises OSError (the address is taken, say).
+
+    Listening at once, not at serve(): on Linux two sockets with SO_REUSEADDR
+    may both bind one port until one listens, so only listen() proves the
+    port is ours. Connections that arrive before serve() wait in the backlog.
+    """
+    host, _, port_text = address.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    port = int(port_text)
+    family, kind, proto, _, sockaddr = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(sockaddr)
+        sock.listen(128)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return Bound(host, sock.getsockname()[1], sock)
+
+
 class Ingress:
-    """The running HTTP server: its runner, the ingress's pool, and the observer's hub."""
+    """The running HTTP server: its runner, the two pools' owners, and its token file."""
 
     def __init__(
-        self, runner: web.AppRunner, pool: psycopg_pool.AsyncConnectionPool, hub: observer.Hub
+        self,
+        runner: web.AppRunner,
+        pool: psycopg_pool.AsyncConnectionPool,
+        hub: observer.Hub,
+        token_file: http_token.SignIn | None,
     ) -> None:
         self._runner = runner
         self._pool = pool
         self.hub = hub
+        self._token_file = token_file
 
     async def close(self) -> None:
         # The observer's streams first: they would hold the runner's cleanup.
@@ -317,32 +379,35 @@ class Ingress:
         await self._runner.cleanup()
         await self._pool.close(timeout=5)
         await self.hub.pool.close(timeout=5)
+        if self._token_file is not None:
+            with contextlib.suppress(OSError):
+                http_token.remove(self._token_file)
 
 
 async def serve(
     url: str,
-    address: str,
+    bound: Bound,
     *,
     worker_id: str,
     limits: Limits,
     token_pattern: str,
     observer_limits: observer.ObserverLimits,
     header_names: frozenset[str],
+    http_token_given: str | None = None,
     dashboard_user: str | None = None,
 ) -> Ingress:
-    """Serve POST /hooks/{path} and the observer on `address` (HOST:PORT) until closed.
+    """Serve POST /hooks/{path}, the observer, /metrics and the dashboard on `bound` until closed.
 
     The ingress has a pool of its own: a flood of webhooks must not take the
     connections that renew the listener's leases; the observer has another.
     `token_pattern` is SQL's _webhook_token_pattern() and `header_names` its
-    _webhook_header_names(), read once by the caller. The observer is open on
-    a loopback address; elsewhere it needs `observer_limits.token`.
+    _webhook_header_names(), read once by the caller. Everything but the
+    ingress and /healthz needs the token: `http_token_given`, else one made
+    now (listener/http_token.py), written to its 0600 file.
     """
-    host, _, port = address.rpartition(":")
-    host = host or "127.0.0.1"
-    observer_limits = dataclasses.replace(
-        observer_limits, loopback=observer.is_loopback(host), db_deadline=limits.db_deadline
-    )
+    token, made = http_token.make(http_token_given)
+    gate = access.Gate(token, loopback=access.is_loopback(bound.host), port=bound.port)
+    observer_limits = dataclasses.replace(observer_limits, db_deadline=limits.db_deadline)
     hub = observer.Hub(
         observer.pool(url, worker_id=worker_id, deadline=limits.db_deadline), observer_limits
     )
@@ -365,6 +430,7 @@ async def serve(
             limits,
             token_pattern,
             hub,
+            gate=gate,
             header_names=header_names,
             dashboard_user=dashboard_user,
         ),
@@ -376,23 +442,34 @@ async def serve(
         logger=_PROTOCOL_LOG,
     )
     await runner.setup()
-    await web.TCPSite(runner, host, int(port)).start()
+    await web.SockSite(runner, bound.sock).start()
+    token_file = _write_token(bound, token, worker_id)
+    base = http_token.base_url(bound.host, bound.port)
     log.event(
         "http.listening",
-        host=host,
-        port=int(port),
+        host=bound.host,
+        port=bound.port,
         max_body=limits.max_body,
         max_requests=limits.max_requests,
         read_timeout=limits.read_timeout,
-        observer="open (loopback)"
-        if observer_limits.loopback
-        else ("bearer token" if observer_limits.token else "closed: no --http-token"),
+        token="made at start" if made else "--http-token",
+        token_file=str(token_file.path) if token_file else None,
+        # A token the operator gave is theirs already; a made one is shown
+        # once, as Jupyter does, and is in the file for `ceaseless dashboard`.
+        sign_in=http_token.sign_in_url(base, token) if made else f"{base}/login",
     )
-    if not observer_limits.loopback and not observer_limits.token:
+    return Ingress(runner, pool, hub, token_file)
+
+
+def _write_token(bound: Bound, token: str, worker_id: str) -> http_token.SignIn | None:
+    try:
+        return http_token.write(bound.host, bound.port, token, worker_id)
+    except OSError as exc:
         log.warning(
-            "observer.closed",
-            host=host,
-            problem="the observer answers 401 on a non-loopback address without a token; "
-            "set CEASELESS_HTTP_TOKEN (or --http-token)",
+            "http.token_file_failed",
+            error=str(exc),
+            problem="`ceaseless dashboard` cannot print the sign-in URL; the log's "
+            "http.listening line has it, or set CEASELESS_HOME to a directory the listener "
+            "may write",
         )
-    return Ingress(runner, pool, hub)
+        return None

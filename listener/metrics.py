@@ -9,101 +9,42 @@ Two sources, one page:
   metrics_snapshot() (functions/94_metrics.sql), which reads partial indexes
   and trigger-kept counters, never history. Every listener serves the same
   numbers: scrape one, or aggregate them with max() (docs/metrics.md);
-- process-local series are this listener's own: webhook responses by status,
-  NOTIFY-to-claim lag, LISTEN reconnects, and the process collector's
-  CPU and memory.
+- process-local series are this listener's own (listener/counters.py, which
+  the parts that count import without this module): webhook responses by
+  status, NOTIFY-to-claim lag, LISTEN reconnects, and the process
+  collector's CPU and memory.
 
 Guarantees: a scrape is one round trip on the ingress's pool, bounded by its
 deadline; when the database does not answer the page still serves the local
 series, with ceaseless_database_up 0, so a scrape never fails because the
-database is down (that is what the alert should say). Access follows the
-observer's rule (listener/observer.py): open on loopback, a bearer token
-elsewhere.
+database is down (that is what the alert should say). Access is the
+listener's one rule (listener/access.py): the token on every address (a
+scraper sends `Authorization: Bearer <token>`), and a loopback Host on a
+loopback bind.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import psycopg
 import psycopg_pool
 from aiohttp import web
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    ProcessCollector,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from listener import db, log, observer
+from listener import counters, db, log
 from listener.queries import metrics as queries
 from listener.queries.metrics import Sample
-
-# This process's own series; the database's are built per scrape.
-REGISTRY = CollectorRegistry()
-ProcessCollector(registry=REGISTRY)
-
-WEBHOOK_RESPONSES = Counter(
-    "ceaseless_webhook_responses",
-    "Answers of this listener's webhook ingress (POST /hooks/…), by HTTP status.",
-    ["status"],
-    registry=REGISTRY,
-)
-LISTEN_RECONNECTS = Counter(
-    "ceaseless_listener_reconnects",
-    "Times this listener's LISTEN connection was lost and subscribed again.",
-    registry=REGISTRY,
-)
-NOTIFY_TO_CLAIM = Histogram(
-    "ceaseless_notify_to_claim_seconds",
-    "From a NOTIFY of new work to the claim that followed it, when that claim took jobs.",
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-    registry=REGISTRY,
-)
-DATABASE_UP = Gauge(
-    "ceaseless_database_up",
-    "1 when the last scrape read metrics_snapshot(), 0 when the database did not answer.",
-    registry=REGISTRY,
-)
-
-
-class ClaimLag:
-    """Times the NOTIFY-to-claim lag: the first unclaimed NOTIFY of new work to the next claim.
-
-    A claim that took nothing ends the measurement unrecorded: the work was
-    taken by another listener, or waits for a slot, and that wait is the
-    queue's (ceaseless_oldest_due_job_age_seconds), not the notifier's.
-    """
-
-    def __init__(self) -> None:
-        self._heard: float | None = None
-
-    def heard(self) -> None:
-        if self._heard is None:
-            self._heard = time.monotonic()
-
-    def claimed(self, jobs: int) -> None:
-        if self._heard is not None and jobs > 0:
-            NOTIFY_TO_CLAIM.observe(time.monotonic() - self._heard)
-        self._heard = None
-
-
-CLAIM_LAG = ClaimLag()
 
 
 @dataclass(frozen=True)
 class _Scrape:
-    """What the handler needs: the pool it reads from, its deadline and the access rule."""
+    """What the handler needs: the pool it reads from and its deadline."""
 
     pool: psycopg_pool.AsyncConnectionPool
     deadline: float
-    access: observer.ObserverLimits
 
 
 _SCRAPE = web.AppKey("metrics", _Scrape)
@@ -115,10 +56,9 @@ def mount(
     app: web.Application,
     pool: psycopg_pool.AsyncConnectionPool,
     deadline: float,
-    access: observer.ObserverLimits,
 ) -> None:
-    """Add GET /metrics to the listener's HTTP application."""
-    app[_SCRAPE] = _Scrape(pool, deadline, access)
+    """Add GET /metrics to the listener's HTTP application (an OPERATOR route)."""
+    app[_SCRAPE] = _Scrape(pool, deadline)
     app.router.add_get("/metrics", _serve, name="metrics")
 
 
@@ -130,27 +70,22 @@ async def count_webhook_responses(request: web.Request, handler: Handler) -> web
     try:
         response = await handler(request)
     except web.HTTPException as exc:
-        WEBHOOK_RESPONSES.labels(status=str(exc.status)).inc()
+        counters.WEBHOOK_RESPONSES.labels(status=str(exc.status)).inc()
         raise
-    WEBHOOK_RESPONSES.labels(status=str(response.status)).inc()
+    counters.WEBHOOK_RESPONSES.labels(status=str(response.status)).inc()
     return response
 
 
 async def _serve(request: web.Request) -> web.Response:
     scrape = request.app[_SCRAPE]
-    if not observer._authorized(request, scrape.access):
-        return web.json_response(
-            {"error": "a bearer token is required: Authorization: Bearer <--http-token>"},
-            status=401,
-        )
     samples: list[Sample] = []
     try:
         samples = await db.call(scrape.pool, "metrics_snapshot", queries.snapshot, scrape.deadline)
-        DATABASE_UP.set(1)
+        counters.DATABASE_UP.set(1)
     except (psycopg.Error, TimeoutError, psycopg_pool.PoolTimeout) as exc:
         log.warning("metrics.database_unavailable", error=str(exc).strip()[:120])
-        DATABASE_UP.set(0)
-    body = generate_latest(REGISTRY) + generate_latest(_Families(samples))  # type: ignore[arg-type]
+        counters.DATABASE_UP.set(0)
+    body = generate_latest(counters.REGISTRY) + generate_latest(_Families(samples))  # type: ignore[arg-type]
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

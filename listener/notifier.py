@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from listener import db, log, metrics
+from listener import counters, db, log
 from listener.backoff import Backoff
 from listener.events import Event, parse
 
@@ -84,7 +84,7 @@ class Notifier:
             await db.bounded(conn, conn.execute(f"listen {channel}"), self._deadline, "listen")
         log.event("listen.subscribed", channels=self._channels)
         if self._subscribed_before:
-            metrics.LISTEN_RECONNECTS.inc()
+            counters.LISTEN_RECONNECTS.inc()
         self._subscribed_before = True
         self._on_subscribed()
 

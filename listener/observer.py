@@ -31,14 +31,12 @@ Guarantees:
   buffered without limit and never slows the others. A disconnected client is
   noticed within a second and its follower freed; a quiet stream carries a
   keepalive comment every `keepalive` seconds;
-- access: open when the server binds to loopback; bound anywhere else, a
-  request needs `Authorization: Bearer <token>` (--http-token /
-  CEASELESS_HTTP_TOKEN, compared in constant time), or the dashboard's
-  sign-in cookie holding it (an EventSource cannot send headers), else
-  401; with no token configured the observer answers 401 to every request
-  there. The observer
-  reads as the listener (row-level security does not narrow it): the token is
-  the gate, so give it only to whom may see every run.
+- access: the listener's one rule (listener/access.py), before any of this:
+  the token (`Authorization: Bearer <token>`, or the dashboard's sign-in
+  cookie, since an EventSource cannot send headers) on every address, and on
+  a loopback bind a loopback Host. The observer reads as the listener
+  (row-level security does not narrow it): the token is the gate, so give it
+  only to whom may see every run.
 """
 
 from __future__ import annotations
@@ -46,8 +44,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import hmac
-import ipaddress
 import json
 import re
 import socket
@@ -62,7 +58,6 @@ import psycopg_pool
 from aiohttp import web
 
 from listener import db, log
-from listener.dashboard.access import presented_token
 from listener.events import RunChanged
 from listener.queries import observer as queries
 from listener.queries.observer import Snapshot, Stream, StreamEvent
@@ -91,26 +86,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class ObserverLimits:
-    """What the observer serves: streams at once, keepalive and send deadlines, the token."""
+    """What the observer serves: streams at once, keepalive and send deadlines."""
 
     max_clients: int = 100
     keepalive: float = 15.0
     send_timeout: float = 10.0
     db_deadline: float = 15.0
-    token: str | None = None
-    # True when the server binds to loopback only: no token needed.
-    loopback: bool = True
-
-
-def is_loopback(host: str) -> bool:
-    """True for a bind address only this host can reach (127.0.0.0/8, ::1, localhost)."""
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
 
 
 class _Follower:
@@ -273,8 +254,6 @@ class _Dropped(Exception):
 
 async def _serve(request: web.Request, stream: Stream) -> web.StreamResponse:
     hub = request.app[_HUB]
-    if not _authorized(request, hub.limits):
-        return _error(401, "a bearer token is required: Authorization: Bearer <--http-token>")
     try:
         key = UUID(request.match_info["id"])
     except ValueError:
@@ -429,18 +408,6 @@ def _format(event: StreamEvent, sent_as: int) -> bytes:
 
 def _field(data: str, name: str) -> str:
     return str(json.loads(data)[name])
-
-
-def _authorized(request: web.Request, limits: ObserverLimits) -> bool:
-    if limits.loopback:
-        return True
-    if not limits.token:
-        return False
-    # The bearer header, or the dashboard's cookie: an EventSource cannot set headers.
-    given = presented_token(request)
-    if given is None:
-        return False
-    return hmac.compare_digest(given.encode(), limits.token.encode())
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:

@@ -15,7 +15,11 @@ Guarantees:
 - a sink failure never raises: it becomes a failed attempt with its reason;
   only database errors propagate, and the caller retries the round;
 - each webhook POST ends within its sink's `timeout_secs` (at most 30, checked
-  in SQL), well inside the lease.
+  in SQL), well inside the lease;
+- a failure's text (stored in last_error, shown in views, logged) names the
+  receiver by origin only and holds none of the sink's credentials: its URL
+  beyond the origin and its header values are replaced by "(hidden)" wherever
+  they occur, a receiver quoting the request back included.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 from uuid import UUID
 
 import aiohttp
@@ -39,6 +43,10 @@ NOTIFICATION_CHANNEL = "ceaseless_notification"
 _DEFAULT_TIMEOUT_SECS = 10.0
 # Enough of a refusing receiver's answer to explain itself in last_error.
 _ERROR_BODY_BYTES = 300
+HIDDEN = "(hidden)"
+# Path segments at least this long are treated as credentials on their own
+# (Slack's /services/T…/B…/<secret>), so a receiver quoting one is scrubbed too.
+_SECRET_SEGMENT_CHARS = 8
 
 
 @dataclass(frozen=True)
@@ -128,8 +136,41 @@ async def _deliver(n: ClaimedNotification, http: aiohttp.ClientSession) -> Resul
                 n.id, n.attempts, False, f"this listener cannot deliver sink type {kind!r}"
             )
     except Exception as exc:  # a sink's failure is a failed attempt, never a crash
-        return Result(n.id, n.attempts, False, f"{type(exc).__name__}: {exc}")
+        return Result(n.id, n.attempts, False, scrub(f"{type(exc).__name__}: {exc}", sink))
     return Result(n.id, n.attempts, True)
+
+
+def _credentials(sink: dict[str, Any]) -> list[str]:
+    """Every text of a sink that is, or may contain, a credential: longest first."""
+    found: list[str] = []
+    url = sink.get("url")
+    if isinstance(url, str) and url:
+        found.append(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            parts = None
+        if parts is not None:
+            tail = url[len(url_origin(url)) :] if url.startswith(url_origin(url)) else ""
+            found += [tail, parts.path, unquote(parts.path), parts.query, unquote(parts.query)]
+            found += [parts.username or "", parts.password or ""]
+            found += [p for p in parts.path.split("/") if len(p) >= _SECRET_SEGMENT_CHARS]
+            for _, value in parse_qsl(parts.query, keep_blank_values=True):
+                found.append(value)
+    headers = sink.get("headers")
+    if isinstance(headers, dict):
+        for value in headers.values():
+            text = str(value)
+            # "Bearer <token>": the token alone is quoted as often as the whole.
+            found += [text, *text.split()[1:]]
+    return sorted({f for f in found if f and f != "/"}, key=len, reverse=True)
+
+
+def scrub(text: str, sink: dict[str, Any]) -> str:
+    """The text with every credential of the sink (URL beyond its origin, header values) hidden."""
+    for secret in _credentials(sink):
+        text = text.replace(secret, HIDDEN)
+    return text
 
 
 def _deliver_log(n: ClaimedNotification) -> None:
@@ -200,13 +241,13 @@ async def _post(
                 if 200 <= response.status < 300:
                     return None
                 excerpt = await response.content.read(_ERROR_BODY_BYTES)
-                text = excerpt.decode("utf-8", "replace").strip()
+                text = scrub(excerpt.decode("utf-8", "replace").strip(), sink)
                 return f"webhook {origin} answered HTTP {response.status}" + (
                     f": {text}" if text else ""
                 )
     except TimeoutError:
         return f"webhook {origin} did not answer within {timeout:g} s"
     except aiohttp.ClientError as exc:
-        return f"webhook {origin} failed: {type(exc).__name__}: {str(exc).replace(url, origin)}"
+        return f"webhook {origin} failed: {type(exc).__name__}: {scrub(str(exc), sink)}"
     except ValueError as exc:  # yarl's refusal of a malformed URL quotes it whole
         return f"webhook {origin} failed: {type(exc).__name__}"

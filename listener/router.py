@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from listener import log, metrics
+from listener import counters, log
 from listener.database import Database
 from listener.enums import JobState
 from listener.events import (
@@ -55,7 +55,7 @@ class Router:
             ):
                 # New work, or a lane slot freed somewhere.
                 if event.state == JobState.PENDING:
-                    metrics.CLAIM_LAG.heard()
+                    counters.CLAIM_LAG.heard()
                 self._ledger.wake.set()
             if self.on_job_changed is not None:
                 self.on_job_changed(event)

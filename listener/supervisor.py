@@ -17,16 +17,32 @@ Guarantees on SIGTERM / SIGINT:
 If a part crashes, the listener logs it and shuts down the same way with exit
 status 1, so a process manager restarts a whole listener rather than a limping
 one.
+
+Guarantees at start:
+- the HTTP address (--http) is bound before anything else starts: a taken
+  port logs `http.bind_failed` with the address and the error, and the
+  process exits 1 at once, with nothing started that would outlive it;
+- every step that waits for the database races SIGTERM: a listener that
+  cannot reach its database stops when told to;
+- the listener reports its agents' isolation and how its own database
+  connection authenticated (listener_reports, read by listener_status and
+  `ceaseless status`), and warns at start (`db.no_password`) when that
+  connection used no password; the row is removed at a clean stop;
+- `listener.stopped` is logged once, with the exit status the process exits with.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import psycopg
 
 from listener import log
+from listener.agents.sandbox import Isolation
 from listener.config import ListenerConfig, workspace_root
 from listener.database import Database
 from listener.events import (
@@ -37,7 +53,7 @@ from listener.events import (
     SCHEDULE_CHANNEL,
 )
 from listener.forge.loop import ForgeLoops
-from listener.http import Ingress, Limits, serve
+from listener.http import Bound, Ingress, Limits, bind, serve
 from listener.maintenance import Maintenance
 from listener.notifier import Notifier
 from listener.observer import ObserverLimits
@@ -46,16 +62,23 @@ from listener.producer.leases import Leases
 from listener.producer.ledger import Ledger, StopReason
 from listener.producer.recorder import Recorder
 from listener.producer.workdirs import JobDirectories
-from listener.queries import jobs, webhooks
+from listener.queries import jobs, listener_reports, webhooks
 from listener.queries.registry import setting_int
 from listener.registry import Registry
 from listener.router import Router
 
 EXIT_PART_CRASHED = 1
+EXIT_START_FAILED = 1
 EXIT_RESULTS_UNRECORDED = 3
 _CHANNELS = [JOB_CHANNEL, CONFIG_CHANNEL, SCHEDULE_CHANNEL, NOTIFICATION_CHANNEL]
 # How long a released agent gets between SIGTERM and SIGKILL at shutdown.
 _RELEASE_GRACE_SECS = 5.0
+
+T = TypeVar("T")
+
+
+class _Stopped(Exception):
+    """SIGTERM or SIGINT came while the listener was still starting."""
 
 
 def run(config: ListenerConfig) -> int:
@@ -74,6 +97,7 @@ def run(config: ListenerConfig) -> int:
 class Listener:
     def __init__(self, config: ListenerConfig) -> None:
         self.config = config
+        self._reported = False
         name = f"ceaseless listener {config.worker_id}"
         self.db = Database(config.url, name, deadline=config.db_deadline)
         self.registry = Registry(config.lease_secs)
@@ -107,18 +131,44 @@ class Listener:
     async def serve(self, stop: asyncio.Event) -> int:
         """Serve until `stop` is set, then shut down; returns the exit status."""
         log.event("listener.starting", worker=self.config.worker_id)
+        bound = None
+        if self.config.http:
+            try:
+                bound = bind(self.config.http)
+            except (OSError, ValueError) as exc:
+                log.event(
+                    "http.bind_failed",
+                    logging.ERROR,
+                    address=self.config.http,
+                    error=str(exc),
+                    problem="another process serves this address, or it is not this host's; "
+                    "stop it or choose another --http",
+                )
+                return self._stopped(EXIT_START_FAILED)
+        try:
+            return await self._serve(stop, bound)
+        finally:
+            if bound is not None:
+                bound.sock.close()
+
+    async def _serve(self, stop: asyncio.Event, bound: Bound | None) -> int:
+        isolation = _announce_isolation(self.config.workdir)
         await self.db.open()
         stopped = asyncio.create_task(stop.wait())
-        loaded = asyncio.create_task(self.db.retry("load", self.registry.reload))
-        # A database that never answers must not make Ctrl-C wait for it.
-        await asyncio.wait({stopped, loaded}, return_when=asyncio.FIRST_COMPLETED)
-        if not loaded.done():
-            loaded.cancel()
-            await asyncio.gather(loaded, return_exceptions=True)
+        try:
+            await self._until_stopped(stopped, self.db.retry("load", self.registry.reload))
+            await self._report(stopped, isolation)
+            http = await self._start_http(stopped, bound)
+        except _Stopped:
+            await self._withdraw()
             await self.db.close()
-            log.event("listener.stopped", worker=self.config.worker_id, exit_status=0)
-            return 0
-        loaded.result()
+            return self._stopped(0)
+        except Exception as exc:
+            log.event("listener.start_failed", logging.ERROR, error=repr(exc))
+            stopped.cancel()
+            await self._withdraw()
+            await self.db.close()
+            return self._stopped(EXIT_START_FAILED)
         parts = {
             "notifier": self.notifier.run(),
             "claimer": self.claimer.run(),
@@ -134,7 +184,6 @@ class Listener:
             "forge_children": self.forge.children(),
         }
         tasks = {name: asyncio.create_task(part, name=name) for name, part in parts.items()}
-        http = await self._start_http()
         log.event(
             "listener.ready",
             worker=self.config.worker_id,
@@ -153,21 +202,76 @@ class Listener:
         if http is not None:
             await http.close()
         status = await self._shutdown(tasks)
-        return status or (EXIT_PART_CRASHED if crashed else 0)
+        return self._stopped(status or (EXIT_PART_CRASHED if crashed else 0))
 
-    async def _start_http(self) -> Ingress | None:
-        if not self.config.http:
+    def _stopped(self, status: int) -> int:
+        log.event("listener.stopped", worker=self.config.worker_id, exit_status=status)
+        return status
+
+    async def _until_stopped(self, stopped: asyncio.Task[bool], step: Awaitable[T]) -> T:
+        """`step`, unless SIGTERM comes first: a database that never answers must not hold it."""
+        task = asyncio.ensure_future(step)
+        await asyncio.wait({stopped, task}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise _Stopped()
+        return task.result()
+
+    async def _report(self, stopped: asyncio.Task[bool], isolation: Isolation) -> None:
+        """Record how agents are confined and how this listener reached the database.
+
+        `ceaseless status` reads the row; the database words the warning
+        (_db_auth_warning), so the log and status say the same.
+        """
+        auth = await self._until_stopped(
+            stopped, self.db.retry("db auth", listener_reports.db_auth)
+        )
+        report = listener_reports.Report(
+            worker=self.config.worker_id,
+            sandbox="bwrap" if isolation.sandboxed else "none",
+            agent_user=isolation.identity.name if isolation.identity else None,
+            isolation_warning=isolation.warning(),
+            db_auth=auth,
+            http=self.config.http,
+        )
+        warning = await self._until_stopped(
+            stopped, self.db.retry("listener report", lambda c: listener_reports.report(c, report))
+        )
+        self._reported = True
+        if warning is not None:
+            log.warning("db.no_password", auth=auth, problem=warning)
+
+    async def _withdraw(self) -> None:
+        if not self._reported:
+            return
+        try:
+            await self.db.once(
+                "withdraw listener report",
+                lambda c: listener_reports.withdraw(c, self.config.worker_id),
+                deadline=min(self.db.deadline, 5.0),
+            )
+        except psycopg.Error as exc:
+            log.warning("listener.report_not_withdrawn", error=str(exc).strip()[:200])
+
+    async def _start_http(self, stopped: asyncio.Task[bool], bound: Bound | None) -> Ingress | None:
+        if bound is None:
             return None
         max_body = self.config.max_body
         if max_body is None:
-            max_body = await self.db.retry(
-                "settings", lambda c: setting_int(c, "webhook_max_body_bytes")
+            max_body = await self._until_stopped(
+                stopped,
+                self.db.retry("settings", lambda c: setting_int(c, "webhook_max_body_bytes")),
             )
-        token_pattern = await self.db.retry("webhook token pattern", webhooks.token_pattern)
-        header_names = await self.db.retry("webhook header names", webhooks.header_names)
+        token_pattern = await self._until_stopped(
+            stopped, self.db.retry("webhook token pattern", webhooks.token_pattern)
+        )
+        header_names = await self._until_stopped(
+            stopped, self.db.retry("webhook header names", webhooks.header_names)
+        )
         ingress = await serve(
             self.config.url,
-            self.config.http,
+            bound,
             worker_id=self.config.worker_id,
             limits=Limits(
                 max_body=max_body,
@@ -181,8 +285,8 @@ class Listener:
                 max_clients=self.config.observer_max_clients,
                 keepalive=self.config.observer_keepalive,
                 send_timeout=self.config.observer_send_timeout,
-                token=self.config.http_token,
             ),
+            http_token_given=self.config.http_token,
             dashboard_user=self.config.dashboard_user,
         )
         self.router.on_run_changed = ingress.hub.changed
@@ -213,6 +317,7 @@ class Listener:
             task.cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)
         await self.router.close()
+        await self._withdraw()
         await self.db.close()
         if unrecorded:
             log.warning(
@@ -222,9 +327,7 @@ class Listener:
                 outcomes=[str(f.result.outcome) for f in unrecorded],
                 note="these jobs run again once their leases pass",
             )
-            log.event("listener.stopped", worker=self.config.worker_id, exit_status=3)
             return EXIT_RESULTS_UNRECORDED
-        log.event("listener.stopped", worker=self.config.worker_id, exit_status=0)
         return 0
 
     async def _release_leftovers(self) -> None:
@@ -261,3 +364,25 @@ class Listener:
                     error=str(exc).strip(),
                     note="these jobs run again once their leases pass",
                 )
+
+
+def _announce_isolation(workdir: str | None) -> Isolation:
+    """Say at startup how agents are confined; loudly when they are not (spec §10)."""
+    isolation = Isolation.current()
+    if (warning := isolation.warning()) is not None:
+        log.warning("agents.not_isolated", problem=warning)
+    if (problem := isolation.workspace_problem(workdir)) is not None:
+        log.warning("agents.workspace_unreachable", problem=problem)
+    users = {
+        "per_lane": "an OS user per lane",
+        "own": "the listener's own, a HOME per lane",
+        "pinned": isolation.identity.name if isolation.identity else "the listener's own",
+    }
+    log.event(
+        "agents.isolation",
+        sandbox="bwrap" if isolation.sandboxed else "none",
+        network="own namespace" if isolation.sandboxed and isolation.own_network else "host",
+        user=users[isolation.users.mode],
+        containment=isolation.containment.mode,
+    )
+    return isolation

@@ -41,6 +41,10 @@ class AgentConfig:
     # The one default here: an empty list is what the column defaults to, and it
     # is the safe reading of an AgentConfig built without one.
     env_passthrough: tuple[str, ...] = ()
+    # Where the agent may connect (agents.egress): {none}, {open} or host[:port]
+    # entries (network.py). Built without one, an agent has no network: the safe
+    # reading again, not the column's default.
+    egress: tuple[str, ...] = ("none",)
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,50 @@ class AgentAdapter(Protocol):
     def argv(self, agent: AgentConfig, task: Task) -> list[str]: ...
 
     def parser(self) -> OutputParser: ...
+
+
+# What PostgreSQL's text and jsonb cannot hold, though a JSON string may carry it:
+# NUL, and surrogates that are not half of a pair (Python keeps them as they came).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """The text with every character PostgreSQL cannot store replaced by U+FFFD."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
+# A JSON escape cut short at the end of a text: a lone backslash, or \u with
+# fewer than four hex digits after it (an even run of backslashes before it is
+# escaped backslashes, which end nothing).
+_CUT_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\(?:u[0-9A-Fa-f]{0,3})?$")
+# How far into the kept end a cut may have landed inside an escape (\uXXXX).
+_ESCAPE_CHARS = 6
+
+
+def join_cut_line(head: bytes, tail: bytes, dropped: int) -> bytes:
+    """A line too long to keep, as its head and tail around a marker of what was cut.
+
+    Most such lines are one JSON object with one long string in it (an agent's
+    whole answer on its result line): both cuts then fall inside that string,
+    and the marker, which holds no quote or backslash, keeps the line a valid
+    object with the string shortened, so the parser still reads the result. The
+    cuts are moved off any character or escape they split; a line that is still
+    not valid JSON (the cuts fell in different places) is returned joined all
+    the same, and reads as ordinary output.
+    """
+    first = head.decode("utf-8", "ignore")
+    last = tail.decode("utf-8", "ignore")
+    first = _CUT_ESCAPE.sub("", first)
+    marker = f"…[{dropped} bytes cut]…"
+    if first.lstrip().startswith("{"):
+        for skip in range(_ESCAPE_CHARS + 1):
+            candidate = first + marker + last[skip:]
+            try:
+                json.loads(candidate)
+            except (ValueError, RecursionError):
+                continue
+            return candidate.encode("utf-8", "surrogatepass")
+    return (first + marker + last).encode("utf-8", "surrogatepass")
 
 
 def truncate_message(text: str | None) -> str | None:
@@ -245,9 +293,14 @@ def json_str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+# The largest count kept: agent_run stores counts as integer (num_turns) or
+# bigint (tokens); a larger number is no real count, and would be refused.
+_COUNT_MAX = 2**31 - 1
+
+
 def json_count(value: object) -> int | None:
-    """A non-negative JSON integer field (a count), else None; booleans are not counts."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    """A non-negative JSON integer (a count) up to 2**31 - 1, else None; booleans are not counts."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _COUNT_MAX:
         return None
     return value
 

@@ -17,8 +17,9 @@ Guarantees:
   (PR_SET_PDEATHSIG, Linux), which kills every descendant. The signal follows the
   *thread* that spawned the keeper, i.e. the thread running the event loop.
 - Memory is bounded whatever the agent prints: one stdout line of at most
-  `line_limit` bytes (the rest of a longer line is dropped), the last `stderr_limit`
-  bytes of stderr, and what the parser keeps.
+  `line_limit` bytes (a longer line keeps its first and last halves around a
+  marker of what was cut, so that a result line with a long answer in it still
+  parses), the last `stderr_limit` bytes of stderr, and what the parser keeps.
 - A program that cannot be started is a FAILED RunResult, never an exception.
 - Timeout and cancel both send SIGTERM to every descendant, then SIGKILL after
   `agent.kill_grace_secs` — or sooner when the cancel is a `StopRequest` that asks
@@ -51,6 +52,7 @@ from listener.agents.base import (
     OutputParser,
     RunResult,
     Task,
+    join_cut_line,
     truncate_message,
     with_stderr,
 )
@@ -126,7 +128,12 @@ async def run_agent(
     try:
         _check_startable(argv[0], env, task.cwd)
         launch = isolation.launch(
-            argv, task.cwd, grace=agent.kill_grace_secs, identity=identity, private=task.private
+            argv,
+            task.cwd,
+            grace=agent.kill_grace_secs,
+            identity=identity,
+            private=task.private,
+            egress=agent.egress,
         )
         proc = await _spawn(launch, env, task.cwd)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -242,30 +249,69 @@ async def _write_prompt(proc: asyncio.subprocess.Process, prompt: str) -> None:
         stdin.close()
 
 
+class _Line:
+    """One stdout line being read, holding at most `limit` bytes of it.
+
+    A line that grows past the limit keeps its first and its last `limit // 2`
+    bytes and counts what fell between (join_cut_line puts the two together).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._keep = max(limit // 2, 1)
+        self._limit = limit
+        self._head = bytearray()
+        self._tail = bytearray()
+        self._dropped = 0
+        self._over = False
+
+    def add(self, piece: bytes) -> None:
+        if not self._over:
+            if len(self._head) + len(piece) <= self._limit:
+                self._head += piece
+                return
+            self._over = True
+            combined = bytes(self._head) + piece
+            self._head = bytearray(combined[: self._keep])
+            piece = combined[self._keep :]
+        self._tail += piece
+        if len(self._tail) > self._keep:
+            self._dropped += len(self._tail) - self._keep
+            del self._tail[: len(self._tail) - self._keep]
+
+    def __bool__(self) -> bool:
+        return bool(self._head)
+
+    def take(self) -> bytearray:
+        """The whole line (or its head and tail around a marker), and start the next."""
+        line = self._head
+        if self._over:
+            line = bytearray(join_cut_line(bytes(self._head), bytes(self._tail), self._dropped))
+        self._head, self._tail, self._dropped, self._over = bytearray(), bytearray(), 0, False
+        return line
+
+
 async def _read_lines(
     proc: asyncio.subprocess.Process,
     parser: OutputParser,
     limit: int,
     on_session: Callable[[str], None] | None,
 ) -> None:
-    """Feed stdout to the parser one line at a time, cutting lines at `limit` bytes."""
+    """Feed stdout to the parser one line at a time, holding at most `limit` bytes of one."""
     stream = proc.stdout
     assert stream is not None
-    line = bytearray()
+    line = _Line(limit)
     session: str | None = None
     while chunk := await stream.read(_CHUNK):
         pieces = chunk.split(b"\n")
         for i, piece in enumerate(pieces):
-            if len(line) < limit:
-                line += piece[: limit - len(line)]
+            line.add(piece)
             if i < len(pieces) - 1:
-                _feed(parser, line)
-                line.clear()
+                _feed(parser, line.take())
         if on_session is not None and parser.session_id not in (None, session):
             session = parser.session_id
             _report_session(on_session, session)
     if line:
-        _feed(parser, line)
+        _feed(parser, line.take())
 
 
 def _report_session(on_session: Callable[[str], None], session: str | None) -> None:

@@ -5,7 +5,8 @@ of the agent; it becomes a child subreaper (PR_SET_CHILD_SUBREAPER), starts the 
 (or the bubblewrap sandbox around it) in a process group of its own, and waits.
 
     python -I reaper.py --parent PID --grace SECS [--uid UID --gid GID]
-        [--contain pidns|userns|cgroup|rounds] [--cgroup DIR] [--spare-child] -- ARGV…
+        [--contain pidns|userns|cgroup|rounds] [--cgroup DIR] [--spare-child]
+        [--egress-open | --egress-allow ENTRY…] [--egress-hosts FILE] -- ARGV…
 
 Why a process of its own: an agent that calls setsid() or forks twice leaves its
 process group and, once its parent exits, is reparented. To a subreaper it comes
@@ -25,6 +26,11 @@ How the descendants are held (--contain, chosen per host by containment.py):
   of them). Without a sandbox, a process that forks faster than the rounds find
   it can keep them going; containment.py says so when it has to choose this.
 None of them has a time limit: the keeper exits only once nothing is left.
+
+Egress (network.py): with --egress-open or --egress-allow, the child starts in a
+network namespace of its own whose only way out is the egress proxy this process
+serves (egress.py), on 127.0.0.1:3128 inside it; if that namespace cannot be
+made, the child is never executed.
 
 Signals (the protocol process.py speaks):
 - SIGTERM: pass SIGTERM on to every descendant (a polite stop; the agent may save
@@ -52,6 +58,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import ModuleType
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -245,10 +252,13 @@ def _exit_like(wait_status: int | None) -> None:
     os._exit(os.waitstatus_to_exitcode(wait_status))
 
 
-def _start_child(args: argparse.Namespace, hold: Hold) -> subprocess.Popen[bytes]:
+def _start_child(
+    args: argparse.Namespace, hold: Hold, network: object | None
+) -> subprocess.Popen[bytes]:
     def preexec() -> None:
         # In this order: the hold first (a cgroup is entered with our rights),
-        # then the agent's user, then the death signal (a change of user clears it).
+        # then the agent's user, then its network (a namespace the agent's user
+        # owns), then the death signal (a change of user clears it).
         hold.join()
         # What an agent writes (in /tmp too, which lanes share without a
         # sandbox) is its user's alone.
@@ -257,6 +267,9 @@ def _start_child(args: argparse.Namespace, hold: Hold) -> subprocess.Popen[bytes
             os.setgroups([])
             os.setresgid(args.gid, args.gid, args.gid)
             os.setresuid(args.uid, args.uid, args.uid)
+        if network is not None:
+            # Raises, so that the agent is never executed on the host's network.
+            network.enter()  # type: ignore[attr-defined]
         # The agent dies with us if we are ever killed ourselves (SIGKILL as a last resort).
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -272,6 +285,19 @@ def _start_child(args: argparse.Namespace, hold: Hold) -> subprocess.Popen[bytes
     return child
 
 
+def _load_egress() -> ModuleType:
+    """egress.py, beside this file: run with -I, the keeper has no package path to import from."""
+    import importlib.util  # here: only a keeper that serves a proxy pays for it
+
+    spec = importlib.util.spec_from_file_location(
+        "ceaseless_egress", os.path.join(os.path.dirname(os.path.abspath(__file__)), "egress.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="reaper")
     parser.add_argument("--parent", type=int, required=True)
@@ -283,6 +309,9 @@ def main() -> None:
     )
     parser.add_argument("--cgroup")
     parser.add_argument("--spare-child", action="store_true")
+    parser.add_argument("--egress-open", action="store_true")
+    parser.add_argument("--egress-allow", action="append", default=[])
+    parser.add_argument("--egress-hosts")
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     if args.argv[:1] == ["--"]:
@@ -295,6 +324,14 @@ def main() -> None:
     if os.getppid() != args.parent:  # the listener died before the death signal was armed
         os._exit(CANNOT_EXECUTE)
     me = os.getpid()
+    network = None
+    if args.egress_open or args.egress_allow:
+        values = ["open"] if args.egress_open else args.egress_allow
+        try:
+            network = _load_egress().KeeperNetwork(values, args.egress_hosts)
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"ceaseless: cannot set up the agent's egress: {exc}\n")
+            os._exit(CANNOT_EXECUTE)
     try:
         hold = Hold(args.contain, args.cgroup)
     except OSError as exc:
@@ -306,12 +343,22 @@ def main() -> None:
         _kill_everything(me, -1, [], hold)
         os._exit(CANNOT_EXECUTE)
     try:
-        popen = _start_child(args, hold)
+        popen = _start_child(args, hold, network)
     except (OSError, subprocess.SubprocessError) as exc:
-        sys.stderr.write(f"ceaseless: cannot start {args.argv[0]!r}: {exc}\n")
+        reason = exc if network is None else network.reason(exc)  # type: ignore[attr-defined]
+        sys.stderr.write(f"ceaseless: cannot start {args.argv[0]!r}: {reason}\n")
         _kill_everything(me, -1, [], hold)
         hold.release()
         os._exit(CANNOT_EXECUTE)
+    if network is not None:
+        try:
+            network.serve()  # type: ignore[attr-defined]
+        except OSError as exc:
+            sys.stderr.write(f"ceaseless: {exc}\n")
+            popen.kill()
+            _kill_everything(me, popen.pid, [], hold)
+            hold.release()
+            os._exit(CANNOT_EXECUTE)
 
     child = popen.pid
     status: list[int] = []

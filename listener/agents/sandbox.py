@@ -10,11 +10,16 @@ agent's argv into the argv that process.py executes:
   cwd) and its lane's HOME; the workspace root and the directory of every
   lane's HOME are empty but for those two, so no other job's directory and no
   other lane's HOME is there at all; /tmp is a fresh tmpfs; CEASELESS_HOME (the
-  embedded data directory and its password file) and the embedded server's
-  socket directory are empty directories; /proc shows only the sandbox's own
-  processes (a pid namespace, so no other agent's or the listener's environment
-  can be read there). The network stays on. `--die-with-parent` and the pid
-  namespace make the kernel kill every process of the sandbox when it ends.
+  embedded data directory and its password file), the embedded server's socket
+  directory and PostgreSQL's (/run/postgresql, and those DATABASE_URL and PGHOST
+  name) are empty directories; /proc shows only the sandbox's own processes (a
+  pid namespace, so no other agent's or the listener's environment can be read
+  there). `--die-with-parent` and the pid namespace make the kernel kill every
+  process of the sandbox when it ends.
+- **Network** (network.py): a namespace of the agent's own, with its own
+  loopback and, unless `agents.egress` is `{none}`, its run's egress proxy as
+  the only way out. Never the host's loopback, so never the listener's HTTP
+  server or a trust-auth PostgreSQL on 127.0.0.1.
 - **OS user** (users.py): a listener running as root runs each lane as a system
   user of its own, with a HOME of its own, never as root; one that is not root
   runs every lane as itself, each with a HOME of its own.
@@ -38,22 +43,29 @@ Settings, from the environment, each for a real deployment need:
 
 Guarantees: `Isolation.current()` never raises; a sandbox that cannot start on
 this host (bwrap present but refused by the kernel) counts as no sandbox, with
-the kernel's reason in `problems`; `launch` never shows a run another lane's
-HOME or another job's working directory in the sandbox.
+the kernel's reason in `problems`; a sandbox whose network namespace cannot be
+made (tried once, the way runs make it) runs agents on the host's network, said
+in `problems` too; `launch` never shows a run another lane's HOME or another
+job's working directory in the sandbox.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from listener.agents import containment
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from listener.agents import containment, network
 from listener.agents.containment import Containment
 from listener.agents.environment import Identity
 from listener.agents.users import AGENT_USER_VAR, AgentUsers
@@ -64,6 +76,8 @@ REAPER = Path(__file__).with_name("reaper.py")
 __all__ = ["AGENT_USER_VAR", "SANDBOX_VAR", "Identity", "Isolation"]
 # Files under an agent's HOME that hold database credentials for libpq.
 _PG_FILES = (".pgpass", ".pg_service.conf")
+# Where Debian's (and most distributions') PostgreSQL puts its sockets.
+_PG_SOCKET_DIRS = ("/run/postgresql", "/var/run/postgresql")
 
 
 @dataclass(frozen=True)
@@ -75,6 +89,9 @@ class Isolation:
     containment: Containment
     hidden: tuple[str, ...] = ()
     problems: tuple[str, ...] = field(default=())
+    # Whether a sandboxed agent gets a network namespace of its own (network.py);
+    # False only where trying one failed on this host.
+    own_network: bool = True
 
     @classmethod
     def current(cls) -> Isolation:
@@ -95,7 +112,14 @@ class Isolation:
         held = containment.choose(sandboxed=bwrap is not None)
         if held.problem is not None:
             problems.append(held.problem)
-        return cls(bwrap, users, held, _hidden_paths(), tuple(dict.fromkeys(problems)))
+        own_network = True
+        if bwrap is not None and (broken := _network_refusal(bwrap, users.probe_uid())):
+            own_network = False
+            problems.append(
+                f"agents share the host's network, loopback services included, because a "
+                f"network namespace of their own cannot be made here: {broken}"
+            )
+        return cls(bwrap, users, held, _hidden_paths(), tuple(dict.fromkeys(problems)), own_network)
 
     @property
     def refusal(self) -> str | None:
@@ -125,9 +149,10 @@ class Isolation:
         text = "agents are not fully isolated: " + "; ".join(self.problems)
         if not self.sandboxed:
             text += (
-                ". Without a sandbox an agent can read whatever its OS user can, and a prompt "
-                "injection may reach the database; install bubblewrap (Debian: apt-get install "
-                "bubblewrap)"
+                ". Without a sandbox an agent can read whatever its OS user can, shares the "
+                "host's network (the listener's HTTP server and any trust-auth PostgreSQL on "
+                "127.0.0.1 included; agents.egress is not enforced), and a prompt injection may "
+                "reach the database; install bubblewrap (Debian: apt-get install bubblewrap)"
             )
         return text
 
@@ -183,12 +208,14 @@ class Isolation:
         grace: float,
         identity: Identity | None,
         private: tuple[str, ...] = (),
+        egress: Sequence[str] = network.NO_EGRESS,
     ) -> list[str]:
         """The argv to execute for `argv`: the keeper, and the sandbox when there is one.
 
         `identity` is the run's lane user (identity_for; required, so that no
         caller runs an agent as the listener's user by leaving it out); `private` names
-        directories (the workspace root) of which the sandbox shows only `cwd`.
+        directories (the workspace root) of which the sandbox shows only `cwd`;
+        `egress` is the agent's agents.egress (without a sandbox it has no effect).
         Raises PermissionError when agents may not run at all (`refusal`).
         """
         if self.refusal is not None:
@@ -209,6 +236,9 @@ class Isolation:
         if self.bwrap is None:
             return [*keeper, "--", *argv]
         sandbox = self._bwrap_argv(argv, cwd, identity, private)
+        if self.own_network:
+            keeper += network.keeper_args(egress)
+            sandbox += network.bwrap_args(egress)
         return [*keeper, "--spare-child", "--", *sandbox, "--", *argv]
 
     def tmpdir(self) -> str | None:
@@ -252,9 +282,11 @@ class Isolation:
                 if os.path.lexists(os.path.join(home, name)):
                     args += ["--ro-bind", "/dev/null", os.path.join(home, name)]
         # Last, so that no bind above (a HOME that holds CEASELESS_HOME, as a
-        # non-root user's default does) uncovers them again. /tmp is fresh already.
+        # non-root user's default does) uncovers them again. /tmp is fresh
+        # already; a directory holding the workspace or HOME stays.
+        kept = (workspace, os.path.realpath(home))
         for path in self.hidden:
-            if os.path.isdir(path) and not path.startswith("/tmp/"):
+            if os.path.isdir(path) and _hideable(path, kept):
                 args += ["--tmpfs", path]
         args += ["--chdir", workspace]
         args += ["--unshare-pid", "--unshare-ipc", "--die-with-parent"]
@@ -266,7 +298,7 @@ def _contains(outer: str, inner: str) -> bool:
 
 
 def _hidden_paths() -> tuple[str, ...]:
-    """CEASELESS_HOME and the embedded server's socket directory, when they exist."""
+    """CEASELESS_HOME, the embedded server's socket directory and PostgreSQL's, when they exist."""
     home = default_home()
     paths = [str(home)]
     try:
@@ -275,7 +307,32 @@ def _hidden_paths() -> tuple[str, ...]:
         socket_dir = None
     if socket_dir is not None:
         paths.append(str(socket_dir))
-    return tuple(dict.fromkeys(paths))
+    paths += _database_socket_dirs()
+    return tuple(dict.fromkeys(os.path.realpath(p) for p in paths))
+
+
+def _database_socket_dirs() -> list[str]:
+    """Where a libpq client finds a PostgreSQL's unix sockets: the distribution's directory,
+    and those the listener's DATABASE_URL and PGHOST name.
+
+    A socket is not a network address: the network namespace does not close it,
+    and a server with `local … trust` answers anyone who reaches it.
+    """
+    hosts: list[str] = []
+    if url := os.environ.get("DATABASE_URL"):
+        # A URL libpq cannot read reaches no socket through it either.
+        with contextlib.suppress(psycopg.ProgrammingError):
+            hosts += str(conninfo_to_dict(url).get("host") or "").split(",")
+    hosts += os.environ.get("PGHOST", "").split(",")
+    return [*_PG_SOCKET_DIRS, *(h.strip() for h in hosts if h.strip().startswith("/"))]
+
+
+def _hideable(path: str, kept: tuple[str, ...]) -> bool:
+    """Whether an empty tmpfs may cover `path`: not / or /tmp (fresh already), nor a
+    directory holding one of `kept`."""
+    if path in ("/", "/tmp", "/var/tmp") or path.startswith(("/tmp/", "/var/tmp/")):
+        return False
+    return not any(k == path or k.startswith(path.rstrip("/") + "/") for k in kept)
 
 
 @functools.cache
@@ -300,4 +357,32 @@ def _bwrap_refusal(bwrap: str, user_group: tuple[int, int] | None) -> str | None
         return str(exc)
     if done.returncode != 0:
         return (done.stderr.strip() or f"exit status {done.returncode}")[:200]
+    return None
+
+
+@functools.cache
+def _network_refusal(bwrap: str, user_group: tuple[int, int] | None) -> str | None:
+    """Why an agent cannot get a network namespace of its own here, or None.
+
+    Tried once per process, the way runs make it: the keeper with a proxy policy,
+    and the sandbox inside, as the user agents run as.
+    """
+    keeper = [sys.executable, "-I", "-S", str(REAPER), "--parent", str(os.getpid())]
+    keeper += ["--grace", "1"]
+    if user_group is not None and user_group[0] != os.geteuid():
+        keeper += ["--uid", str(user_group[0]), "--gid", str(user_group[1])]
+    sandbox = [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--die-with-parent", "true"]
+    try:
+        done = subprocess.run(
+            [*keeper, "--egress-allow", "probe.invalid", "--spare-child", "--", *sandbox],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            cwd="/",
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    if done.returncode != 0:
+        return (done.stderr.strip() or f"exit status {done.returncode}")[:300]
     return None

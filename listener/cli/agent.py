@@ -97,6 +97,14 @@ def agent_add(
     env: Annotated[
         list[str] | None, typer.Option(help="KEY=VALUE for the agent's environment (repeatable).")
     ] = None,
+    egress: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Where its sandboxed agents may connect (repeatable): host[:port], "
+            "*.domain[:port], an IP address with its port, or alone none or open "
+            "(default: the column's, the agent CLIs' providers; docs/agents.md)."
+        ),
+    ] = None,
 ) -> None:
     """Register an agent lane; for a registered one, change only the options given."""
     values = given(
@@ -110,6 +118,7 @@ def agent_add(
             "window_secs": window_secs,
             "window_budget": window_budget,
             "env": _environment(env),
+            "egress": egress or None,
         }
     )
     query(_register(values), values)

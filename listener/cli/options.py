@@ -7,9 +7,10 @@ type and default are the field's, its help text is the metadata's. `--log-format
 is the one option that is not the listener's: it only configures logging here.
 
 Guarantees: adding an option is adding a field to ListenerConfig, nothing here;
-the value a user types reaches the config as typed, except that `--workdir` is
-made absolute, a repeatable option given no times is None, and an option left out
-whose field has a default_factory (`--worker-id`) gets the factory's value.
+the value a user types reaches the config as typed, except that `--workdir` and
+`--forge-root` are made absolute, a repeatable option given no times is None, and
+an option left out whose field has a default_factory (`--worker-id`) gets the
+factory's value.
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ from listener.config import ConfigError, ListenerConfig
 LOG_FORMAT = "log_format"
 
 # What the dataclass cannot say: how a typed value becomes the field's value.
-# Agents run in --workdir long after the shell's directory is forgotten.
-_CONVERT: dict[str, Callable[[Any], Any]] = {"workdir": lambda path: str(Path(path).resolve())}
+# Agents run in --workdir (and --forge-root) long after the shell's directory is forgotten.
+_CONVERT: dict[str, Callable[[Any], Any]] = {
+    "workdir": lambda path: str(Path(path).resolve()),
+    "forge_root": lambda path: str(Path(path).resolve()),
+}
 
 
 def option_fields() -> list[dataclasses.Field[Any]]:

@@ -1,4 +1,4 @@
-"""The main job: `up`, `listen`, `migrate` and `status`, the commands at the top level.
+"""The main job: `up`, `listen`, `migrate`, `status` and `dashboard`, the top-level commands.
 
 `up` is `migrate` then `listen`. Both serve through `listener.supervisor.run`
 until Ctrl-C / SIGTERM, with the options `listener_options` builds from
@@ -26,32 +26,9 @@ def _serve(config: ListenerConfig) -> None:
     # only paid for by the commands that serve.
     from listener import supervisor
 
-    _announce_isolation(config.workdir)
     status = supervisor.run(config)
     if status:
         raise typer.Exit(status)
-
-
-def _announce_isolation(workdir: str | None) -> None:
-    """Say at startup how agents are confined; loudly when they are not (spec §10)."""
-    from listener.agents.sandbox import Isolation
-
-    isolation = Isolation.current()
-    if (warning := isolation.warning()) is not None:
-        log.warning("agents.not_isolated", problem=warning)
-    if (problem := isolation.workspace_problem(workdir)) is not None:
-        log.warning("agents.workspace_unreachable", problem=problem)
-    users = {
-        "per_lane": "an OS user per lane",
-        "own": "the listener's own, a HOME per lane",
-        "pinned": isolation.identity.name if isolation.identity else "the listener's own",
-    }
-    log.event(
-        "agents.isolation",
-        sandbox="bwrap" if isolation.sandboxed else "none",
-        user=users[isolation.users.mode],
-        containment=isolation.containment.mode,
-    )
 
 
 @app.command()
@@ -108,7 +85,12 @@ def migrate_command(
 
 @app.command()
 def status() -> None:
-    """Queue summary: jobs by state, and each agent lane's governor usage."""
+    """Queue summary: jobs by state, each agent lane's governor usage, and the running listeners.
+
+    What a listener says of itself (its agents' sandbox, how it reached the
+    database) is what that listener reported (listener_status), not a guess
+    from this command's own environment.
+    """
     rows = query("select state, count(*) from ceaseless.job group by state order by state")
     table(rows, ["state", "jobs"])
     typer.echo("")
@@ -131,13 +113,48 @@ def status() -> None:
             "paused_until",
         ],
     )
-    from listener.agents.sandbox import Isolation
-
-    if (warning := Isolation.current().warning()) is not None:
-        typer.secho(f"\nwarning: {warning}", fg=typer.colors.YELLOW)
+    typer.echo("")
+    listeners = query(
+        "select worker, listening, held, running, coalesce(sandbox, '?'), "
+        "coalesce(agent_user, case when sandbox is null then '?' else '(its own)' end), "
+        "coalesce(db_auth, '?'), coalesce(http, ''), coalesce(warnings, '{}') "
+        "from ceaseless.listener_status order by worker"
+    )
+    table(
+        [row[:-1] for row in listeners],
+        ["listener", "listening", "held", "running", "sandbox", "agent_user", "db_auth", "http"],
+    )
+    if not any(row[1] for row in listeners):
+        typer.secho(
+            "\nno listener is running: `ceaseless listen` (or `ceaseless up`) starts one",
+            fg=typer.colors.YELLOW,
+        )
+    for row in listeners:
+        for warning in row[-1]:  # type: ignore[union-attr]
+            typer.secho(f"\nwarning: listener {row[0]}: {warning}", fg=typer.colors.YELLOW)
     stuck = query("select count(*) from ceaseless.stuck_jobs")
     if stuck and stuck[0][0]:
         typer.secho(
             f"\n{stuck[0][0]} stuck jobs: select * from ceaseless.stuck_jobs;",
             fg=typer.colors.YELLOW,
         )
+
+
+@app.command()
+def dashboard() -> None:
+    """Print the sign-in URL of each listener serving HTTP on this host (run as its OS user).
+
+    The URL carries the listener's token, read from its 0600 file in
+    CEASELESS_HOME/http/; opening it signs the browser in (an HttpOnly cookie)
+    and drops the token from the address bar.
+    """
+    from listener import http_token
+
+    found = http_token.serving()
+    if not found:
+        raise fail(
+            f"no listener serving HTTP has a token file in {http_token.directory()}: start one "
+            "with --http, run this as the OS user it runs as, with the same CEASELESS_HOME"
+        )
+    for entry in found:
+        typer.echo(f"{entry.sign_in_url}  (listener {entry.worker})")

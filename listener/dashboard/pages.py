@@ -1,8 +1,15 @@
 """The dashboard's pages: server-rendered HTML from the operator views, one round trip each.
 
 Guarantees:
-- every page and action passes access.authorized first (loopback, or the
-  token), and every action access.same_origin_post (CSRF token and Origin);
+- every page and action is an OPERATOR route of listener/access.py (the
+  token, and a loopback Host on a loopback bind), checked before its handler;
+  only the sign-in page and the static files are SIGN_IN routes, and they
+  carry no CSRF token; every action passes access.same_origin_post (CSRF
+  token and Origin);
+- signing in: GET /login?token=… (the URL `ceaseless dashboard` prints and
+  the listener logs) or the form's POST /login checks the token and sets it
+  in the HttpOnly, SameSite=Strict cookie, then redirects, so the token
+  leaves the address bar;
 - a page is one read on the observer's pool, within the database deadline; a
   database that does not answer gives a 503 page, never a traceback;
 - output is escaped by Jinja2's autoescape; the Content-Security-Policy allows
@@ -29,8 +36,8 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from listener import db, log
-from listener.dashboard import access, graph, queries
+from listener import access, db, log
+from listener.dashboard import graph, queries
 from listener.enums import JobKind, JobState
 from listener.errors import SqlState
 
@@ -57,7 +64,7 @@ class Dashboard:
     def __init__(
         self,
         pool: psycopg_pool.AsyncConnectionPool,
-        gate: access.Access,
+        gate: access.Gate,
         *,
         user: str,
         db_deadline: float,
@@ -79,10 +86,17 @@ class Dashboard:
         return await db.call(self.pool, what, fn, self.db_deadline)
 
     def render(
-        self, request: web.Request, name: str, status: int = 200, **context: Any
+        self,
+        request: web.Request,
+        name: str,
+        status: int = 200,
+        *,
+        signed_in: bool = True,
+        **context: Any,
     ) -> web.Response:
+        """A page; `signed_in=False` for the sign-in page, which carries no CSRF token."""
         html = self.templates.get_template(name).render(
-            csrf=self.gate.csrf, path=request.path, user=self.user, **context
+            csrf=self.gate.csrf if signed_in else "", path=request.path, user=self.user, **context
         )
         return web.Response(
             text=html, status=status, content_type="text/html", headers=_SECURITY_HEADERS
@@ -93,7 +107,10 @@ _DASHBOARD = web.AppKey("dashboard", Dashboard)
 
 
 def mount(app: web.Application, dashboard: Dashboard) -> None:
-    """Add the dashboard's routes (and its static files) to the listener's HTTP application."""
+    """Add the dashboard's routes (and its static files) to the listener's HTTP application.
+
+    Every route is OPERATOR but the sign-in page and the static files.
+    """
     app[_DASHBOARD] = dashboard
     add = app.router.add_route
     add("GET", "/", _queue, name=ROUTE_PREFIX + "queue")
@@ -106,25 +123,23 @@ def mount(app: web.Application, dashboard: Dashboard) -> None:
     add("GET", "/approvals", _approvals, name=ROUTE_PREFIX + "approvals")
     add("POST", "/approvals/{id}", _decide, name=ROUTE_PREFIX + "decide")
     add("GET", "/jobs/{id}", _job, name=ROUTE_PREFIX + "job")
-    add("GET", "/login", _login_form, name=ROUTE_PREFIX + "login")
-    add("POST", "/login", _login, name=ROUTE_PREFIX + "login_post")
-    add("GET", "/static/{name}", _static, name=ROUTE_PREFIX + "static")
+    access.expose(
+        app,
+        access.Exposure.SIGN_IN,
+        add("GET", "/login", _login_form, name=ROUTE_PREFIX + "login"),
+        add("POST", "/login", _login, name=ROUTE_PREFIX + "login_post"),
+        add("GET", "/static/{name}", _static, name=ROUTE_PREFIX + "static"),
+    )
 
 
 Handler = Callable[[web.Request, Dashboard], Awaitable[web.StreamResponse]]
 
 
 def _page(handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The gate and the database's failures, once for every page."""
+    """The database's failures, once for every page (access.py has let the request in)."""
 
     async def serve(request: web.Request) -> web.StreamResponse:
         dash = request.app[_DASHBOARD]
-        if not access.host_allowed(request, dash.gate):
-            return _plain(421, "this dashboard answers only to a loopback host name")
-        if not access.authorized(request, dash.gate):
-            if request.method == "GET" and "text/html" in request.headers.get("Accept", ""):
-                raise web.HTTPSeeOther("/login")
-            return _plain(401, "a token is required: Authorization: Bearer <--http-token>")
         try:
             return await handler(request, dash)
         except (psycopg.OperationalError, TimeoutError, psycopg_pool.PoolTimeout) as exc:
@@ -245,7 +260,7 @@ async def _decide(request: web.Request, dash: Dashboard) -> web.StreamResponse:
     form = await request.post()
     csrf = form.get("csrf")
     if not access.same_origin_post(request, dash.gate, csrf if isinstance(csrf, str) else None):
-        log.warning("dashboard.csrf_refused", path=request.path)
+        access.refused("csrf", request, 403)
         return _plain(403, "refused: not a form of this dashboard (CSRF token or Origin)")
     decision = form.get("decision")
     if decision not in ("approve", "reject"):
@@ -295,21 +310,30 @@ async def _job(request: web.Request, dash: Dashboard) -> web.StreamResponse:
 
 
 async def _login_form(request: web.Request) -> web.StreamResponse:
+    """The sign-in form; with ?token=… (the printed sign-in URL), the sign-in itself."""
     dash = request.app[_DASHBOARD]
-    return dash.render(request, "login.html", title="Sign in", failed=False)
+    if "token" in request.query:
+        return _signed_in(request, dash, request.query.get("token"))
+    return dash.render(request, "login.html", title="Sign in", signed_in=False, failed=False)
 
 
 async def _login(request: web.Request) -> web.StreamResponse:
-    """Check the token once and keep it in an HttpOnly, SameSite=Strict cookie."""
     dash = request.app[_DASHBOARD]
     form = await request.post()
     given = form.get("token")
-    if not access.token_matches(given if isinstance(given, str) else None, dash.gate.token):
-        log.warning("dashboard.login_refused")
-        return dash.render(request, "login.html", 401, title="Sign in", failed=True)
+    return _signed_in(request, dash, given if isinstance(given, str) else None)
+
+
+def _signed_in(request: web.Request, dash: Dashboard, given: str | None) -> web.StreamResponse:
+    """Check the token once and keep it in an HttpOnly, SameSite=Strict cookie."""
+    if not access.token_matches(given, dash.gate):
+        access.refused("sign_in", request, 401)
+        return dash.render(
+            request, "login.html", 401, title="Sign in", signed_in=False, failed=True
+        )
     response = web.HTTPSeeOther("/")
     response.set_cookie(
-        access.COOKIE,
+        dash.gate.cookie,
         str(given),
         httponly=True,
         samesite="Strict",

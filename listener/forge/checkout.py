@@ -13,7 +13,9 @@ Guarantees:
 - a token never appears on a command line (which `ps` shows to every user of
   the host) nor in the checkout's configuration: for an http(s) clone URL it
   reaches git through the GIT_CONFIG_* environment as an `Authorization` header
-  scoped to that URL's host, and every error message is scrubbed of it;
+  scoped to that URL's scheme, host and port, with redirects refused, and
+  every error message is scrubbed of it; which token (if any) may go to the
+  clone URL's origin is the caller's (tokens.py, `url=` the clone URL);
 - the checkout is the default branch only (`--single-branch`), and the job's
   branch `ceaseless/<job id>` is created from its tip;
 - a workspace left half-made by a failed clone is removed before the error is
@@ -67,9 +69,11 @@ def branch_for(job_id: object) -> str:
 def git_environment(clone_url: str, token: str | None) -> dict[str, str]:
     """The environment of every git call: never prompting, and the token only as a header.
 
-    The header is scoped to the clone URL's scheme and host (`http.<url>.extraHeader`),
-    so a redirect to another host or a submodule elsewhere never receives it. A
-    local path, ssh or git@ URL gets no header: ssh authenticates with its own keys.
+    The header is scoped to the clone URL's scheme, host and port
+    (`http.<url>.extraHeader`), so a submodule elsewhere never receives it, and
+    git follows no redirect while it carries one (`http.followRedirects`): a
+    moved repo is an error to see, as in the REST client. A local path, ssh or
+    git@ URL gets no header: ssh authenticates with its own keys.
     """
     env = {name: value for name, value in os.environ.items() if name not in _GIT_OVERRIDES}
     for name in list(env):
@@ -82,9 +86,11 @@ def git_environment(clone_url: str, token: str | None) -> dict[str, str]:
         # GitHub and Gitea both take a token as the password of Basic auth over
         # git's smart HTTP; the user name is not checked.
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-        env["GIT_CONFIG_COUNT"] = "1"
+        env["GIT_CONFIG_COUNT"] = "2"
         env["GIT_CONFIG_KEY_0"] = f"http.{parts.scheme}://{parts.netloc}/.extraHeader"
         env["GIT_CONFIG_VALUE_0"] = f"Authorization: Basic {basic}"
+        env["GIT_CONFIG_KEY_1"] = "http.followRedirects"
+        env["GIT_CONFIG_VALUE_1"] = "false"
     return env
 
 

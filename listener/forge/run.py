@@ -3,7 +3,8 @@
 The runner (listener/producer/runner.py) hands a claimed forge job here with a
 function that runs its agent; this module wraps that call:
 
-1. reads the job's issue reference and the forge settings (one query);
+1. reads the job's issue reference, its tracked repo and the forge settings
+   (one query);
 2. fetches the issue and its comments with the runner's token, and clones the
    repo's default branch into a fresh per-run workspace on the branch
    `ceaseless/<job id>` (checkout.py);
@@ -14,14 +15,22 @@ function that runs its agent; this module wraps that call:
    setting forge_keep_failed_workspaces is true.
 
 Guarantees:
+- the API URL, the clone URL and the default branch are the tracked repo's
+  the job came from (the one of its owner's that it names by forge, owner and
+  repo), never the job's payload; a job that names no such repo fails with
+  the reason and nothing is fetched, cloned or sent anywhere; the branch is
+  always `ceaseless/<job id>`;
+- a token goes only to the origins its source is bound to (tokens.py): the
+  API's for the REST calls, the clone URL's for git;
 - a preparation that fails (the database, the forge or git unreachable, a
-  token source unusable, a payload without its forge fields) is a failed run
+  token source or the forge root unusable, no tracked repo) is a failed run
   with the reason, retried per the job's policy; the agent does not start;
 - a stop (cancel, lease lost, shutdown) during preparation ends it at once,
   git included, and the agent never starts;
-- the workspace is `<workspace root>/forge/<job id>/<run id>`: a retry never
-  reuses a checkout a failed attempt left, and every path of this function
-  removes the workspace unless it keeps it on purpose (logged with its path);
+- the workspace is `<forge root>/<job id>/<run id>` (workspace.py), outside
+  the task workspace root: a retry never reuses a checkout a failed attempt
+  left, and every path of this function removes the workspace unless it keeps
+  it on purpose (logged with its path);
 - no token reaches a log line or a run's error: the client and checkout scrub
   their messages, and nothing here formats a token.
 """
@@ -30,17 +39,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import subprocess
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 from uuid import UUID
 
 import psycopg
 
 from listener import log
 from listener.agents.base import RunResult
+from listener.agents.environment import Identity
 from listener.agents.sandbox import Isolation
 from listener.database import Database
 from listener.enums import Outcome
@@ -49,6 +59,7 @@ from listener.forge.checkout import CheckoutError, branch_for, prepare_checkout,
 from listener.forge.client import ForgeClient, ForgeError, ForgeRepo
 from listener.forge.prompt import Assignment, compose, fetch_issue
 from listener.forge.tokens import TokenSourceError, tokens_for
+from listener.forge.workspace import ForgeRootError, hand_over, job_directory
 from listener.queries.forge_runs import ForgeRunContext, forge_run_context
 from listener.queries.jobs import ClaimedJob
 
@@ -71,14 +82,15 @@ class Stopped(Exception):
 
 @dataclass(frozen=True)
 class _Target:
-    """Where a forge run works: the repo, its issue, the branches, the token and the policy."""
+    """Where a forge run works: the repo, its issue, the branches, the tokens and the policy."""
 
     repo: ForgeRepo
     number: int
     clone_url: str
     default_branch: str
     branch: str
-    token: str | None
+    token: str | None  # for the API (repo.api_url)
+    git_token: str | None  # for git (clone_url)
     keep_failed: bool
 
 
@@ -91,14 +103,19 @@ async def run_forge_job(
     stop: asyncio.Event,
     invoke: Invoke,
 ) -> RunResult:
-    """The run's result, with the pull request the forge reports for an implement run."""
-    workspace = root / "forge" / str(job.id) / str(run_id)
+    """The run's result, with the pull request the forge reports for an implement run.
+
+    `root` is the forge root (--forge-root), where the run's checkout is made.
+    """
+    workspace: Path | None = None
     keep = False
     result: RunResult | None = None
     try:
         target = await _target(job, database)
         keep = target.keep_failed
-        prompt = await _until_stopped(stop, _prepare(job, target, workspace))
+        identity = await _lane_user(job)
+        workspace = await _workspace(root, job, run_id, identity)
+        prompt = await _until_stopped(stop, _prepare(job, target, workspace, identity))
         result = await _deliver(job, target, await invoke(prompt, str(workspace)))
     except PreparationFailed as exc:
         log.warning("forge.prepare_failed", job=str(job.id), run=str(run_id), error=str(exc))
@@ -107,10 +124,26 @@ async def run_forge_job(
         result = RunResult(outcome=Outcome.CANCELLED, error="stopped before the agent started")
     finally:
         # Also when the agent's call raised (an adapter bug): no checkout is left behind
-        # unless it is kept on purpose.
+        # unless it is kept on purpose. None: the forge root was refused, nothing was made.
         failed = result is None or not _succeeded(job.kind, result)
-        await _clean_up(workspace, job, run_id, keep=keep and failed)
+        if workspace is not None:
+            await _clean_up(workspace, job, run_id, keep=keep and failed)
     return result
+
+
+async def _lane_user(job: ClaimedJob) -> Identity | None:
+    """The OS user the job's lane runs as (None: the listener's own), made on first use."""
+    try:
+        return await asyncio.to_thread(Isolation.current().identity_for, job.agent)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise PreparationFailed(f"the OS user of lane {job.agent!r} is unusable: {exc}") from None
+
+
+async def _workspace(root: Path, job: ClaimedJob, run_id: UUID, identity: Identity | None) -> Path:
+    try:
+        return await asyncio.to_thread(job_directory, root, job.id, identity) / str(run_id)
+    except ForgeRootError as exc:
+        raise PreparationFailed(str(exc)) from None
 
 
 async def _deliver(job: ClaimedJob, target: _Target, result: RunResult) -> RunResult:
@@ -145,37 +178,42 @@ async def _target(job: ClaimedJob, database: Database) -> _Target:
         )
     except psycopg.OperationalError as exc:
         raise PreparationFailed(f"the database could not be read: {exc}") from None
-    spec: Any = job.payload.get("forge")
-    if context is None or not isinstance(spec, dict):
-        raise PreparationFailed("the job has no forge payload (payload.forge)")
-    return _target_of(job, context, spec)
+    if context is None:
+        raise PreparationFailed("the job is gone")
+    return _target_of(job, context)
 
 
-def _target_of(job: ClaimedJob, context: ForgeRunContext, spec: dict[str, Any]) -> _Target:
-    missing = [
-        name
-        for name in ("api_url", "clone_url", "default_branch")
-        if not isinstance(spec.get(name), str) or not spec[name]
-    ]
-    if missing or None in (context.forge, context.owner, context.repo, context.number):
-        what = ", ".join(f"payload.forge.{name}" for name in missing) or "its issue reference"
-        raise PreparationFailed(f"the job lacks {what}")
+def _target_of(job: ClaimedJob, context: ForgeRunContext) -> _Target:
+    forge, owner, name, number = context.forge, context.owner, context.repo, context.number
+    if forge is None or owner is None or name is None or number is None:
+        raise PreparationFailed("the job names no issue (job.forge, owner, repo and number)")
+    api_url, clone_url, branch = context.api_url, context.clone_url, context.default_branch
+    if context.repo_id is None or api_url is None or clone_url is None or branch is None:
+        raise PreparationFailed(
+            f"the job names {forge} {owner}/{name}, which is not a tracked repo of its owner "
+            f"{context.user_id}: a forge job runs only against the tracked repo it came from "
+            "(ceaseless.tracked_repo), never against URLs of its payload"
+        )
     try:
-        tokens = tokens_for(context.token_source, context.forge, spec["api_url"])
+        api = tokens_for(context.token_source, forge, api_url)
+        git = tokens_for(context.token_source, forge, api_url, url=clone_url)
     except TokenSourceError as exc:
         raise PreparationFailed(f"the forge token source is unusable: {exc}") from None
     return _Target(
-        repo=ForgeRepo(context.forge, spec["api_url"], context.owner, context.repo),
-        number=int(context.number),
-        clone_url=spec["clone_url"],
-        default_branch=spec["default_branch"],
-        branch=spec.get("branch") or branch_for(job.id),
-        token=tokens.runner,
+        repo=ForgeRepo(forge, api_url, owner, name),
+        number=number,
+        clone_url=clone_url,
+        default_branch=branch,
+        branch=branch_for(job.id),
+        token=api.runner,
+        git_token=git.runner,
         keep_failed=context.keep_failed_workspaces,
     )
 
 
-async def _prepare(job: ClaimedJob, target: _Target, workspace: Path) -> str:
+async def _prepare(
+    job: ClaimedJob, target: _Target, workspace: Path, identity: Identity | None
+) -> str:
     """Fetch the issue, make the checkout, and return the agent's prompt."""
     try:
         async with ForgeClient(target.repo, target.token, timeout=FORGE_TIMEOUT) as client:
@@ -185,11 +223,11 @@ async def _prepare(job: ClaimedJob, target: _Target, workspace: Path) -> str:
             default_branch=target.default_branch,
             branch=target.branch,
             directory=workspace,
-            token=target.token,
+            token=target.git_token,
         )
     except (ForgeError, CheckoutError) as exc:
         raise PreparationFailed(str(exc)) from None
-    await asyncio.to_thread(_give_to_agent_user, workspace)
+    await asyncio.to_thread(hand_over, workspace, identity)
     assignment = Assignment(
         kind=job.kind,
         job_prompt=job.prompt,
@@ -215,16 +253,6 @@ async def _until_stopped(stop: asyncio.Event, work: Awaitable[T]) -> T:
     if not task.done() or task.cancelled():
         raise Stopped
     return task.result()
-
-
-def _give_to_agent_user(workspace: Path) -> None:
-    """Hand the checkout to the OS user agents run as, when that is not the listener's."""
-    identity = Isolation.current().identity
-    if identity is None:
-        return
-    for directory, dirs, files in os.walk(workspace):
-        for name in (directory, *(os.path.join(directory, n) for n in dirs + files)):
-            os.lchown(name, identity.uid, identity.gid)
 
 
 async def _clean_up(workspace: Path, job: ClaimedJob, run_id: UUID, *, keep: bool) -> None:

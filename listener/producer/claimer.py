@@ -6,7 +6,9 @@ or, failing that, every poll interval, so a lost NOTIFY never strands work.
 Guarantees: an agent runs only for a job this listener claimed and whose run
 the same statement opened (claim_jobs with p_start); each claimed job's local
 lease is counted from just before the claim was sent, so it never outlasts
-the database's; no more agents run at once than the configured concurrency.
+the database's; no more agents run at once than the configured concurrency;
+a claimed job whose payload cannot be decoded fails alone, with the reason,
+and its agent never starts.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ import asyncio
 
 import psycopg
 
-from listener import log, metrics
+from listener import counters, log
 from listener.agents import run_noop
+from listener.agents.base import RunResult
 from listener.agents.process import StopRequest
 from listener.backoff import wait_for
-from listener.config import ListenerConfig
+from listener.config import ListenerConfig, forge_root, workspace_root
 from listener.database import Database
-from listener.enums import Adapter
+from listener.db import UndecodableJSON
+from listener.enums import Adapter, Outcome
 from listener.producer.ledger import Held, Ledger
 from listener.producer.recorder import Recorder
 from listener.producer.runner import run_held
@@ -47,6 +51,8 @@ class Claimer:
         self._ledger = ledger
         self._recorder = recorder
         self._directories = directories
+        # Checked when the config was made; resolved once here.
+        self._forge_root = forge_root(config.forge_root, workspace_root(config.workdir))
         self.accepting = True
 
     def _free_slots(self) -> int:
@@ -64,7 +70,7 @@ class Claimer:
                     break
                 async with ledger.claiming:
                     claimed, sent_at = await self._claim(limit)
-                    metrics.CLAIM_LAG.claimed(len(claimed))
+                    counters.CLAIM_LAG.claimed(len(claimed))
                     if claimed:
                         await self._start(claimed, sent_at + self._registry.lease_secs)
                 if len(claimed) < limit:
@@ -99,6 +105,14 @@ class Claimer:
             agent = self._registry.agents[job.agent]
             # Fields are formatted only if the line is written.
             log.debug("job.started", job=job.id, run=job.run_id, agent=agent.name)
+            if isinstance(job.payload, UndecodableJSON):
+                log.warning("job.undecodable_payload", job=job.id, run=job.run_id)
+                failed = RunResult(
+                    outcome=Outcome.FAILED,
+                    error=f"job.payload is {job.payload}; the agent was not started",
+                )
+                self._recorder.record(FinishedRun(job.run_id, job.id, failed))
+                continue
             if agent.adapter is Adapter.NOOP:
                 self._recorder.record(FinishedRun(job.run_id, job.id, run_noop()))
                 continue
@@ -109,6 +123,7 @@ class Claimer:
                     held,
                     agent,
                     directories=self._directories,
+                    forge_root=self._forge_root,
                     database=self._db,
                     ledger=self._ledger,
                     recorder=self._recorder,

@@ -9,6 +9,12 @@ Guarantees:
 - a result the database refuses (its run was ended by someone else: a lease
   sweep, a cancel) is logged with the reason; the database keeps it apart in
   late_results and never writes it onto the closed run;
+- a result the database cannot store at all (an error that is not a lost
+  connection: a value out of range, a check it breaks) costs only its own
+  run: the batch is split until the result is alone, and that run is then
+  recorded as failed with the database's reason instead; if even that is
+  refused, it is logged and left to the lease sweep. The recorder never
+  stops on such a result, and the other results of its batch are recorded;
 - `drain` is for shutdown: it keeps trying until the given moment and returns
   what it could not record, so the caller can name it.
 """
@@ -16,13 +22,16 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable
 from uuid import UUID
 
 import psycopg
 
 from listener import log
+from listener.agents.base import RunResult
 from listener.database import Database
+from listener.enums import Outcome
 from listener.producer.ledger import Ledger
 from listener.queries import jobs
 from listener.queries.jobs import FinishedRun
@@ -83,15 +92,74 @@ class Recorder:
                 self._sessions = {**sessions, **self._sessions}
         while self._ledger.unrecorded:
             batch = list(self._ledger.unrecorded.values())[:_BATCH]
-            answers = await self._db.retry(
-                "finish_runs",
-                lambda conn, batch=batch: jobs.finish_runs(conn, self._worker, batch),
-                give_up_at=give_up_at,
-            )
+            answers = await self._finish(batch, give_up_at)
             self._settle(batch, answers)
             if self._on_recorded is not None:
                 self._on_recorded(finished.job_id for finished in batch)
             self._ledger.wake.set()
+
+    async def _finish(
+        self, batch: list[FinishedRun], give_up_at: float | None
+    ) -> list[jobs.Finished]:
+        """finish_runs for the batch; a refused batch is split until the refused result is alone.
+
+        Raises only OperationalError (the database away past `give_up_at`).
+        """
+        try:
+            return await self._db.retry(
+                "finish_runs",
+                lambda conn: jobs.finish_runs(conn, self._worker, batch),
+                give_up_at=give_up_at,
+            )
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            if len(batch) > 1:
+                half = len(batch) // 2
+                return [
+                    *await self._finish(batch[:half], give_up_at),
+                    *await self._finish(batch[half:], give_up_at),
+                ]
+            return await self._finish_unstorable(batch[0], exc, give_up_at)
+
+    async def _finish_unstorable(
+        self, finished: FinishedRun, exc: psycopg.Error, give_up_at: float | None
+    ) -> list[jobs.Finished]:
+        reason = f"{exc.sqlstate}: {(exc.diag.message_primary or str(exc)).strip()}"
+        log.warning(
+            "run.result_unstorable",
+            job=str(finished.job_id),
+            run=str(finished.run_id),
+            error=reason,
+        )
+        failed = FinishedRun(
+            finished.run_id,
+            finished.job_id,
+            RunResult(
+                outcome=Outcome.FAILED,
+                exit_status=finished.result.exit_status,
+                error=f"the agent's result could not be stored ({reason[:500]}); "
+                "the run is recorded as failed instead",
+            ),
+        )
+        try:
+            return await self._db.retry(
+                "finish_runs",
+                lambda conn: jobs.finish_runs(conn, self._worker, [failed]),
+                give_up_at=give_up_at,
+            )
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as again:
+            log.event(
+                "run.result_dropped",
+                logging.ERROR,
+                job=str(finished.job_id),
+                run=str(finished.run_id),
+                error=f"{again.sqlstate}: {(again.diag.message_primary or str(again)).strip()}",
+                left_to="the lease sweep",
+            )
+            return []
 
     def _settle(self, batch: list[FinishedRun], answers: list[jobs.Finished]) -> None:
         answered = {answer.run_id: answer for answer in answers}

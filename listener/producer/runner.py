@@ -2,18 +2,18 @@
 
 Guarantees: a task agent runs in its job's own directory under the workspace
 root (workdirs.py), never in the root itself, and a forge agent in its
-checkout, handed to its lane's OS user first; the sandbox shows it nothing else
-of the root. The job leaves the ledger's `running` only once its agent has
-exited and been reaped (run_agent's guarantee); the result it hands on says
-why the listener stopped the agent, if it did — cancelled, or lease_expired
-when the lease could not be renewed; an agent released at shutdown yields no
+checkout, handed to its lane's OS user by the forge run (forge/run.py); the
+sandbox shows it nothing else of the workspace root or the forge root. The job
+leaves the ledger's `running` only once its agent has exited and been reaped
+(run_agent's guarantee); the result it hands on says why the listener stopped
+the agent, if it did — cancelled, or lease_expired when the lease could not be
+renewed; an agent released at shutdown yields no
 result (release_jobs ends its run); a bug in an adapter is a failed run, never
 a run left open.
 """
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from listener.enums import Outcome
 from listener.forge.run import FORGE_KINDS, run_forge_job
 from listener.producer.ledger import Held, Ledger, StopReason
 from listener.producer.recorder import Recorder
-from listener.producer.workdirs import JobDirectories, give_to
+from listener.producer.workdirs import JobDirectories
 from listener.queries.jobs import FinishedRun
 
 
@@ -36,6 +36,7 @@ async def run_held(
     agent: AgentConfig,
     *,
     directories: JobDirectories,
+    forge_root: Path,
     database: Database,
     ledger: Ledger,
     recorder: Recorder,
@@ -51,7 +52,8 @@ async def run_held(
             max_turns=job.max_turns,
             resume_session_id=job.resume_session_id,
             cwd=cwd,
-            private=(str(directories.root),),
+            # Other jobs' directories and other runs' checkouts: hidden.
+            private=(str(directories.root), str(forge_root)),
             max_tokens=job.payload.get("max_tokens"),
         )
         return await run_agent(
@@ -63,22 +65,15 @@ async def run_held(
             isolation=isolation,
         )
 
-    async def invoke_in_checkout(prompt: str, cwd: str | None) -> RunResult:
-        # A pinned user was given the checkout by the forge run already.
-        if cwd is not None and isolation.users.mode == "per_lane":
-            identity = await asyncio.to_thread(isolation.identity_for, agent.name)
-            await asyncio.to_thread(give_to, Path(cwd), identity)
-        return await invoke(prompt, cwd)
-
     try:
         if job.kind in FORGE_KINDS:
             result = await run_forge_job(
                 job,
                 held.run_id,
-                root=directories.root,
+                root=forge_root,
                 database=database,
                 stop=held.stop,
-                invoke=invoke_in_checkout,
+                invoke=invoke,
             )
         else:
             prompt = compose_prompt(job.prompt, job.payload, directories.root)

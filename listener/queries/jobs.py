@@ -14,7 +14,7 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import args_row
 
-from listener.agents.base import RunResult
+from listener.agents.base import RunResult, storable
 
 
 class ClaimedJob(NamedTuple):
@@ -65,7 +65,13 @@ class FinishedRun:
             "pr_head_branch": pr.head_branch if pr else None,
             "pr_url": pr.url if pr else None,
         }
-        return {key: value for key, value in fields.items() if value is not None}
+        # An agent's text may hold what PostgreSQL cannot store (NUL, lone
+        # surrogates); refused, it would fail the finish of the whole batch.
+        return {
+            key: storable(value) if isinstance(value, str) else value
+            for key, value in fields.items()
+            if value is not None
+        }
 
 
 async def claim_and_start(

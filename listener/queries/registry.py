@@ -14,8 +14,8 @@ from listener.enums import Adapter
 
 async def load_agents(conn: psycopg.AsyncConnection) -> dict[str, AgentConfig]:
     cur = await conn.execute(
-        "select name, adapter, argv, env, model, timeout_secs, kill_grace_secs, env_passthrough "
-        "from ceaseless.agents"
+        "select name, adapter, argv, env, model, timeout_secs, kill_grace_secs, env_passthrough, "
+        "egress from ceaseless.agents"
     )
     return {
         name: AgentConfig(
@@ -27,6 +27,7 @@ async def load_agents(conn: psycopg.AsyncConnection) -> dict[str, AgentConfig]:
             timeout_secs=timeout_secs,
             kill_grace_secs=kill_grace_secs,
             env_passthrough=tuple(passthrough),
+            egress=tuple(egress),
         )
         for (
             name,
@@ -37,6 +38,7 @@ async def load_agents(conn: psycopg.AsyncConnection) -> dict[str, AgentConfig]:
             timeout_secs,
             kill_grace_secs,
             passthrough,
+            egress,
         ) in await cur.fetchall()
     }
 

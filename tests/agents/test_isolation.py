@@ -219,20 +219,23 @@ def test_without_a_sandbox_the_listener_warns_at_startup_and_in_status(
         monkeypatch.setenv("PATH", str(tmp_path / "bin"))
         expected = "not installed"
     listener = ListenerProcess(db_url, "--poll-interval", "60").ready()
-    listener.stop(timeout=10)
     warnings = listener.events("agents.not_isolated")
     assert warnings and warnings[0]["level"] == "warning"
     assert expected in warnings[0]["problem"] and "bubblewrap" in warnings[0]["problem"]
 
-    status = subprocess.run(
-        [sys.executable, "-m", "listener", "status"],
-        env={**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    # Status shows what the running listener reported (listener_status).
+    try:
+        status = subprocess.run(
+            [sys.executable, "-m", "listener", "status"],
+            env={**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        listener.stop(timeout=10)
     assert status.returncode == 0, status.stderr
-    assert "warning: agents are not fully isolated" in status.stdout
+    assert f"warning: listener {listener.worker_id}: agents are not fully isolated" in status.stdout
     assert expected in status.stdout
 
 
@@ -331,6 +334,38 @@ def test_the_sandbox_hides_ceaseless_home_and_keeps_the_rest_read_only(
         assert not PROBE.exists()
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_postgresqls_socket_directories_are_empty_inside_the_sandbox(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A trust-auth server answers whoever reaches its socket: the network
+    # namespace does not close a unix socket, hiding its directory does.
+    named = Path(tempfile.mkdtemp(prefix="ceaseless-pgsock-", dir="/var/lib"))
+    try:
+        (named / ".s.PGSQL.5432").write_text("")
+        named.chmod(0o755)
+        monkeypatch.setenv("DATABASE_URL", f"postgresql://postgres@/x?host={named}")
+        monkeypatch.setenv("PGHOST", f"{named},/nowhere")
+        isolation = isolate(monkeypatch, "sandbox")
+        code = (
+            "import os\n"
+            f"print([sorted(os.listdir(d)) for d in ('/run/postgresql', {str(named)!r})])\n"
+        )
+        with workspace() as ws:
+            result = asyncio.run(
+                run_agent(
+                    adapter_for(Adapter.COMMAND),
+                    agent(Adapter.COMMAND, ["python3", "-c", code]),
+                    task(cwd=str(ws)),
+                    cancel=asyncio.Event(),
+                    isolation=isolation,
+                )
+            )
+    finally:
+        shutil.rmtree(named, ignore_errors=True)
+    assert result.outcome == Outcome.SUCCEEDED, result.error
+    assert result.final_message == "[[], []]"
 
 
 def test_a_workspace_the_agents_users_cannot_reach_is_named_at_startup(

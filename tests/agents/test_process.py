@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -261,7 +262,9 @@ def test_long_lines_are_cut_at_the_line_limit():
         )
     )
     assert result.outcome == Outcome.SUCCEEDED
-    assert recorder.longest == 4096  # the 2 MB line without a newline, cut
+    # The 2 MB line without a newline, cut: its first and last 2048 bytes around a
+    # marker of what fell between.
+    assert 4096 < recorder.longest <= 4096 + len("…[2097152 bytes cut]…".encode())
     assert recorder.lines > 2000  # the 1000-byte lines came through one by one
 
 
@@ -403,3 +406,17 @@ def test_fake_agent_modes_end_to_end(mode, expected):
     r = run(fake_agent(mode), task("the prompt"))
     assert r.outcome == expected
     assert "the prompt" in (r.final_message or "") or mode == "fail"
+
+
+def test_a_long_json_line_keeps_both_ends_and_stays_valid_json():
+    from listener.agents.base import join_cut_line
+
+    # Cuts that split a UTF-8 character, a \uXXXX escape or an escaped quote.
+    for middle in ("é" * 3000, "\\u00e9" * 3000, '\\"' * 3000, "\\\\" * 3000):
+        line = ('{"type": "result", "result": "start ' + middle + ' end", "n": 1}').encode()
+        for cut in range(1, 9):
+            head, tail = line[: 4000 + cut], line[-(4000 + cut) :]
+            joined = join_cut_line(head, tail, len(line) - len(head) - len(tail))
+            value = json.loads(joined)
+            assert value["n"] == 1 and value["result"].startswith("start ")
+            assert value["result"].endswith(" end") and "bytes cut]" in value["result"]

@@ -65,3 +65,22 @@ def test_env_without_an_equals_sign_says_what_to_type(db_url: str) -> None:
     assert result.returncode == 1
     assert "KEY=VALUE" in result.stderr and "'TOKEN'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_egress_is_given_entry_by_entry_and_checked_by_the_database(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    added = _run(db_url, "agent", "add", "noop", "--adapter", "noop")
+    assert added.returncode == 0, added.stderr
+    (default,) = conn.execute("select egress from ceaseless.agents where name = 'noop'").fetchone()
+    assert "api.anthropic.com" in default
+    given = ["--egress", "api.example.com", "--egress", "git.example.com:8443"]
+    again = _run(db_url, "agent", "add", "noop", "--adapter", "noop", *given)
+    assert again.returncode == 0, again.stderr
+    row = conn.execute("select egress from ceaseless.agents where name = 'noop'").fetchone()
+    assert row == (["api.example.com", "git.example.com:8443"],)
+    bad = _run(
+        db_url, "agent", "add", "noop", "--adapter", "noop", "--egress", "none", "--egress", "x.com"
+    )
+    assert bad.returncode != 0
+    assert "agents.egress" in bad.stderr and "'none' stands alone" in bad.stderr

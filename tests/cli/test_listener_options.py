@@ -86,8 +86,10 @@ def _sample(field: dataclasses.Field[Any]) -> tuple[list[str], object]:
     if isinstance(kind, types.UnionType):
         kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
     flag = _flag(field)
-    if field.name == "workdir":  # relative on the command line, absolute in the config
-        return [flag, "some/dir"], str(Path("some/dir").resolve())
+    # Relative on the command line, absolute in the config (and apart from each other).
+    paths = {"workdir": "some/dir", "forge_root": "some/forge"}
+    if field.name in paths:
+        return [flag, paths[field.name]], str(Path(paths[field.name]).resolve())
     if kind == list[str]:
         return [flag, "a", flag, "b"], ["a", "b"]
     samples: dict[object, tuple[str, object]] = {

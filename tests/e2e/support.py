@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +27,13 @@ class ListenerProcess:
 
     def __init__(self, db_url: str, *args: str, worker_id: str = "listener-1") -> None:
         env = {**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)}
+        # Where the listener keeps its HTTP token file: a directory of its own,
+        # unless the test chose a CEASELESS_HOME.
+        self._home: str | None = None
+        if "CEASELESS_HOME" not in env:
+            self._home = tempfile.mkdtemp(prefix="ceaseless-listener-home-")
+            env["CEASELESS_HOME"] = self._home
+        self.home = Path(env["CEASELESS_HOME"])
         self.worker_id = worker_id
         self.lines: list[dict[str, Any]] = []
         self.proc = subprocess.Popen(
@@ -71,6 +80,16 @@ class ListenerProcess:
         self.wait_for_event("listen.subscribed")
         return self
 
+    def http_token(self) -> str:
+        """The token of this listener's HTTP server, from the 0600 file it wrote."""
+        self.wait_for_event("http.listening")
+        path = self.events("http.listening")[0]["token_file"]
+        return str(json.loads(Path(path).read_text())["token"])
+
+    def auth(self) -> dict[str, str]:
+        """The header an operator's client sends to the dashboard, observer and /metrics."""
+        return {"Authorization": f"Bearer {self.http_token()}"}
+
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(10)
@@ -84,6 +103,8 @@ class ListenerProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         self._pump.join(5)
+        if self._home is not None:
+            shutil.rmtree(self._home, ignore_errors=True)
         return self.proc.returncode
 
 

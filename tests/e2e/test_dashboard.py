@@ -5,7 +5,9 @@ Playwright drives a Chromium: CEASELESS_CHROMIUM when set, else the system's (De
 with `playwright install chromium` when missing (as the tests fetch GitHub's API description),
 so the README's test command needs nothing but Python. Every page loads with its data and
 without a console error, an approval decided from a run's page lets the run finish while its
-nodes turn green over SSE with no reload, and forged posts decide nothing.
+nodes turn green over SSE with no reload, and forged posts decide nothing. Every browser
+signs in first, on loopback too, with the sign-in URL the listener logs; a local client
+without the token (what an agent that reached 127.0.0.1 would be) reads and decides nothing.
 
 With CEASELESS_DASHBOARD_SCREENSHOTS=DIR the page test saves a screenshot of
 each page there (docs/dashboard/ holds the ones in the docs).
@@ -18,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -95,10 +98,16 @@ class Console:
 
 
 @contextmanager
-def _page(browser: Browser) -> Iterator[tuple[Page, Console]]:
+def _page(
+    browser: Browser, listener: ListenerProcess | None = None
+) -> Iterator[tuple[Page, Console]]:
+    """A fresh browser; signed in with `listener`'s logged sign-in URL when given."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     console = Console(page)
+    if listener is not None:
+        page.goto(listener.events("http.listening")[0]["sign_in"])
+        expect(page).to_have_url(re.compile(r"/$"))
     try:
         yield page, console
     finally:
@@ -226,7 +235,7 @@ def test_every_page_loads_with_its_data_and_no_console_error(
             ("approvals", "/approvals", ["review", "Approve", "Reject"]),
             ("job", f"/jobs/{delivered}", ["Final message", "all done", "succeeded"]),
         ]
-        with _page(browser) as (page, console):
+        with _page(browser, listener) as (page, console):
             for name, path, texts in pages:
                 response = page.goto(base + path)
                 assert response is not None and response.status == 200, (path, response)
@@ -251,7 +260,7 @@ def test_approving_a_gated_node_from_the_page_turns_the_nodes_green_without_a_re
 ) -> None:
     with _served(start_listener) as (base, listener):
         run = _gated_run(conn)
-        with _page(browser) as (page, console):
+        with _page(browser, listener) as (page, console):
             page.goto(f"{base}/runs/{run}")
             expect(page.locator("#live")).to_have_text("live")
             # The gate arrives over SSE: the page was loaded before it.
@@ -292,10 +301,10 @@ def test_rejecting_from_the_approvals_page_fails_the_run(
     browser: Browser,
     start_listener: Callable[..., ListenerProcess],
 ) -> None:
-    with _served(start_listener) as (base, _):
+    with _served(start_listener) as (base, listener):
         run = _gated_run(conn)
         _awaiting(conn, run)
-        with _page(browser) as (page, console):
+        with _page(browser, listener) as (page, console):
             page.goto(f"{base}/approvals")
             row = page.locator("#approvals tr[data-approval]")
             expect(row).to_have_count(1)
@@ -333,21 +342,32 @@ def _get(base: str, path: str, headers: dict[str, str] | None = None) -> tuple[i
 
 
 def _csrf(html: str) -> str:
-    found = re.search(r'name="csrf-token" content="([^"]+)"', html)
-    assert found is not None
-    return found.group(1)
+    found = _csrf_or_none(html)
+    assert found
+    return found
+
+
+def _csrf_or_none(html: str) -> str | None:
+    found = re.search(r'name="csrf-token" content="([^"]*)"', html)
+    return found.group(1) if found else None
+
+
+def _approval(conn: psycopg.Connection, run: UUID) -> UUID:
+    return conn.execute(
+        "select id from ceaseless.approvals where topology_run_id = %s", (run,)
+    ).fetchone()[0]
 
 
 def test_a_forged_post_decides_nothing(
     conn: psycopg.Connection, echo: str, start_listener: Callable[..., ListenerProcess]
 ) -> None:
-    with _served(start_listener) as (base, _):
+    with _served(start_listener) as (base, listener):
         run = _gated_run(conn)
         _awaiting(conn, run)
-        approval = conn.execute(
-            "select id from ceaseless.approvals where topology_run_id = %s", (run,)
-        ).fetchone()[0]
-        status, html = _get(base, "/approvals")
+        approval = _approval(conn, run)
+        # A signed-in operator's browser, which another origin's page tries to use.
+        auth = listener.auth()
+        status, html = _get(base, "/approvals", auth)
         assert status == 200
         token = _csrf(html)
         path = f"/approvals/{approval}"
@@ -363,23 +383,102 @@ def test_a_forged_post_decides_nothing(
             (fields, {"Origin": base, "Sec-Fetch-Site": "cross-site"}),
         ]
         for form, headers in attempts:
-            status, text = _post(base, path, form, headers)
+            status, text = _post(base, path, form, {**auth, **headers})
             assert status == 403, (form, headers, status, text)
         # A page of another site whose name resolves to 127.0.0.1 (DNS rebinding).
-        status, _ = _get(base, "/approvals", {"Host": "evil.example"})
+        status, _ = _get(base, "/approvals", {**auth, "Host": "evil.example"})
         assert status == 421
         status, _ = _post(
-            base, path, fields, {"Origin": "http://evil.example", "Host": "evil.example"}
+            base, path, fields, {**auth, "Origin": "http://evil.example", "Host": "evil.example"}
         )
         assert status == 421
         assert conn.execute(
             "select decision from ceaseless.approvals where id = %s", (approval,)
         ).fetchone() == (None,)
         # The same post from the dashboard's own origin decides it, once.
-        status, _ = _post(base, path, fields, {"Origin": base, "Accept": "application/json"})
+        own = {**auth, "Origin": base, "Accept": "application/json"}
+        status, _ = _post(base, path, fields, own)
         assert status == 200
-        status, text = _post(base, path, fields, {"Origin": base, "Accept": "application/json"})
+        status, text = _post(base, path, fields, own)
         assert status == 409 and "already approved" in json.loads(text)["error"]
+
+
+def test_a_local_client_without_the_token_reads_no_prompt_and_decides_no_approval(
+    conn: psycopg.Connection, echo: str, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    """What an agent that reached 127.0.0.1 would do: fetch the pages, scrape the CSRF
+    token, POST approve with the server's own Origin, follow the run's stream."""
+    secret_prompt = "the prompt of another user: DEPLOY TO PROD with key hunter2"
+    make_job(conn, "echo", prompt=secret_prompt)
+    with _served(start_listener) as (base, listener):
+        run = _gated_run(conn)
+        _awaiting(conn, run)
+        approval = _approval(conn, run)
+        bodies = []
+        for path in ("/", "/approvals", f"/runs/{run}", "/runs", "/lanes", "/metrics"):
+            for headers in ({}, {"Accept": "text/html"}, {"Authorization": "Bearer guess"}):
+                status, text = _get(base, path, headers)
+                assert status in (401, 303), (path, headers, status)
+                bodies.append(text)
+        # The sign-in page is open, and carries no CSRF token to scrape.
+        status, login = _get(base, "/login")
+        assert status == 200
+        assert _csrf_or_none(login) in (None, "")
+        bodies.append(login)
+        assert not [b for b in bodies if secret_prompt in b or "DEPLOY" in b]
+        stream_status, _ = _get(base, f"/runs/{run}/events", {"Accept": "text/event-stream"})
+        assert stream_status == 401
+        # The CSRF token a signed-in page would carry, were it scraped some other way,
+        # still decides nothing without the token.
+        signed_in = listener.auth()
+        csrf = _csrf(_get(base, "/approvals", signed_in)[1])
+        for headers in ({}, {"Cookie": "ceaseless_dashboard=guess"}):
+            status, _ = _post(
+                base,
+                f"/approvals/{approval}",
+                {"decision": "approve", "csrf": csrf},
+                {"Origin": base, "Accept": "application/json", **headers},
+            )
+            assert status == 401
+        status, _ = _post(base, "/login", {"token": "guess"}, {"Origin": base})
+        assert status == 401
+        assert conn.execute(
+            "select decision from ceaseless.approvals where id = %s", (approval,)
+        ).fetchone() == (None,)
+        assert run_row(conn, run)["status"] == "awaiting_approval"
+        # With the token, the same client reads the prompt.
+        status, html = _get(base, "/", signed_in)
+        assert status == 200 and secret_prompt in html
+
+
+def test_the_sign_in_url_sets_the_cookie_and_a_wrong_one_is_refused(
+    start_listener: Callable[..., ListenerProcess],
+) -> None:
+    with _served(start_listener) as (base, listener):
+        line = listener.events("http.listening")[0]
+        token = listener.http_token()
+        assert line["sign_in"] == f"{base}/login?token={token}"
+        assert oct(Path(line["token_file"]).stat().st_mode & 0o777) == "0o600"
+        assert oct(Path(line["token_file"]).parent.stat().st_mode & 0o777) == "0o700"
+        status, _ = _get(base, "/login?token=wrong")
+        assert status == 401
+        parts = urllib.parse.urlsplit(base)
+        client = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        client.request("GET", f"/login?token={token}")
+        response = client.getresponse()
+        response.read()
+        assert response.status == 303 and response.getheader("Location") == "/"
+        cookie = response.getheader("Set-Cookie") or ""
+        assert f"ceaseless_dashboard_{parts.port}={token}" in cookie
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        client.close()
+        assert (
+            _get(base, "/lanes", {"Cookie": f"ceaseless_dashboard_{parts.port}={token}"})[0] == 200
+        )
+        # The file goes with the listener.
+        listener.proc.send_signal(signal.SIGTERM)
+        assert listener.proc.wait(30) == 0
+        assert not Path(line["token_file"]).exists()
 
 
 def test_a_token_is_required_when_bound_beyond_loopback(
@@ -416,13 +515,14 @@ def test_every_page_answers_on_an_empty_database_and_unknown_ids_are_404(
     start_listener: Callable[..., ListenerProcess],
 ) -> None:
     with _served(start_listener) as (base, listener):
+        auth = listener.auth()
         for path in ("/", "/lanes", "/routines", "/loops", "/runs", "/approvals"):
-            status, html = _get(base, path)
+            status, html = _get(base, path, auth)
             assert status == 200, (path, html)
-        status, html = _get(base, "/?state=nonsense&lane=nobody&kind=%3Cscript%3E")
+        status, html = _get(base, "/?state=nonsense&lane=nobody&kind=%3Cscript%3E", auth)
         assert status == 200 and "<script>" not in html.split("</head>")[1]
         unknown = "00000000-0000-0000-0000-000000000000"
         for path in (f"/jobs/{unknown}", f"/runs/{unknown}", f"/loops/{unknown}", "/jobs/nope"):
-            assert _get(base, path)[0] == 404, path
+            assert _get(base, path, auth)[0] == 404, path
         assert _get(base, "/static/nope.js")[0] == 404
     _no_traceback(listener)

@@ -67,11 +67,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _scrape(port: int, token: str | None = None) -> dict[str, tuple[str, list[Sample]]]:
+def _scrape(
+    port: int, token: str | None = None, host: str | None = None
+) -> dict[str, tuple[str, list[Sample]]]:
     """{family: (type, samples)} of one GET /metrics, read by prometheus_client's parser."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
+    if host is not None:
+        request.add_header("Host", host)
     with urllib.request.urlopen(request, timeout=10) as answer:
         assert answer.status == 200
         assert answer.headers["Content-Type"].startswith("text/plain")
@@ -175,7 +179,7 @@ def test_a_scrape_during_a_drain_of_20000_jobs_returns_every_series(
     make_agent(conn, "noop", max_concurrent=500, window_budget=1_000_000)
     port = _free_port()
     listener = start_listener("--poll-interval", "60", "--http", f"127.0.0.1:{port}")
-    listener.wait_for_event("http.listening")
+    token = listener.http_token()
     _scenario(conn, port, listener)
 
     # Scrape as fast as the page comes while the jobs drain.
@@ -184,7 +188,7 @@ def test_a_scrape_during_a_drain_of_20000_jobs_returns_every_series(
 
     def scrape_loop() -> None:
         while not done.is_set():
-            during.append(_scrape(port))
+            during.append(_scrape(port, token))
 
     scraper = threading.Thread(target=scrape_loop, daemon=True)
     scraper.start()
@@ -212,7 +216,7 @@ def test_a_scrape_during_a_drain_of_20000_jobs_returns_every_series(
             set(FAMILIES) - set(page)
         )
 
-    page = _scrape(port)
+    page = _scrape(port, token)
     assert _value(page, "ceaseless_database_up") == 1
     assert _value(page, "ceaseless_jobs", lane="noop", state="pending") == 0
     assert _value(page, "ceaseless_agent_runs_total", agent="noop", outcome="succeeded") >= JOBS
@@ -253,3 +257,26 @@ def test_metrics_off_loopback_need_the_token(
     except urllib.error.HTTPError as error:
         assert error.code == 401
     assert "ceaseless_jobs" in _scrape(port, token="s3cret")
+
+
+def test_metrics_on_loopback_need_the_token_and_a_loopback_host(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    make_agent(conn)
+    port = _free_port()
+    listener = start_listener("--poll-interval", "60", "--http", f"127.0.0.1:{port}")
+    token = listener.http_token()
+    for given, host, status in [
+        (None, None, 401),
+        ("wrong", None, 401),
+        # A page of another site whose name was rebound to 127.0.0.1 (DNS rebinding).
+        (token, "evil.example", 421),
+        (token, f"evil.example:{port}", 421),
+    ]:
+        try:
+            _scrape(port, given, host)
+            raise AssertionError(f"served to token={given is not None} host={host}")
+        except urllib.error.HTTPError as error:
+            assert error.code == status, (given is not None, host, error.code)
+    assert "ceaseless_jobs" in _scrape(port, token)
+    assert "ceaseless_jobs" in _scrape(port, token, f"localhost:{port}")

@@ -332,6 +332,51 @@ def test_a_sink_url_is_never_kept_or_logged_beyond_its_origin(
     ]
 
 
+def test_a_receiver_that_quotes_the_request_back_leaks_no_credential(
+    conn: psycopg.Connection, db_url: str, logged: _Records
+) -> None:
+    # A receiver refusing a request often quotes it: its headers, its path. The
+    # credential is in both (a Bearer header, a Slack-style hook path), and
+    # last_error is shown in views and logged.
+    async def quoting(request: web.Request) -> web.Response:
+        quoted = f"bad token {request.headers.get('Authorization')} for {request.path_qs}"
+        return web.Response(status=401, text=quoted + " " + request.headers.get("X-Key", ""))
+
+    async def scenario() -> int:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", quoting)
+        runner = web.AppRunner(app, shutdown_timeout=1)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        _set_sinks(
+            conn,
+            {
+                "default": {
+                    "type": "webhook",
+                    "url": f"http://{host}:{port}/services/T0SEKRITPATH/B0?token=SEKRITQUERY",
+                    "headers": {"Authorization": "Bearer SEKRITBEARER", "X-Key": "SEKRITKEY"},
+                }
+            },
+        )
+        try:
+            return await _round(db_url)
+        finally:
+            await runner.cleanup()
+
+    _set_max_attempts(conn, 1)
+    [id_] = _insert(conn)
+    assert asyncio.run(scenario()) == 1
+    row = _row(conn, id_)
+    assert row["status"] == "failed"
+    assert "answered HTTP 401" in row["last_error"] and "(hidden)" in row["last_error"]
+    assert "SEKRIT" not in row["last_error"], row["last_error"]
+    assert logged.records and not [
+        r for r in logged.records if "SEKRIT" in r.getMessage() + str(getattr(r, "fields", ""))
+    ]
+
+
 def test_webhook_slower_than_its_timeout_is_a_failed_attempt(
     conn: psycopg.Connection, db_url: str
 ) -> None:

@@ -1,7 +1,8 @@
 """The run observer over real HTTP: server-sent events of runs and loops from a real listener.
 
 Clients are plain http.client connections reading the event stream line by
-line (and, for the slow reader, a raw socket that never reads).
+line (and, for the slow reader, a raw socket that never reads). They present
+the listener's token, as an operator's client does, unless a test says not to.
 """
 
 from __future__ import annotations
@@ -57,11 +58,24 @@ class Follower:
             self.conn.close()
 
 
+# The token of the listener serving each port (_served), which _follow presents.
+_TOKENS: dict[int, str] = {}
+
+
 def _follow(
-    port: int, path: str, headers: dict[str, str] | None = None, *, host: str = "127.0.0.1"
+    port: int,
+    path: str,
+    headers: dict[str, str] | None = None,
+    *,
+    host: str = "127.0.0.1",
+    anonymous: bool = False,
 ) -> Follower:
+    """Follow `path`; with the listener's token unless `anonymous` or headers carry their own."""
+    sent = dict(headers or {})
+    if not anonymous and "Authorization" not in sent and port in _TOKENS:
+        sent["Authorization"] = f"Bearer {_TOKENS[port]}"
     conn = http.client.HTTPConnection(host, port, timeout=60)
-    conn.request("GET", path, headers=headers or {})
+    conn.request("GET", path, headers=sent)
     response = conn.getresponse()
     follower = Follower(status=response.status, conn=conn)
     if response.status != 200:
@@ -117,8 +131,11 @@ def _served(
 ) -> Iterator[tuple[int, ListenerProcess]]:
     port = _free_port()
     listener = start_listener("--poll-interval", "60", "--http", f"{host}:{port}", *options)
-    listener.wait_for_event("http.listening")
-    yield port, listener
+    _TOKENS[port] = listener.http_token()
+    try:
+        yield port, listener
+    finally:
+        _TOKENS.pop(port, None)
 
 
 @pytest.fixture
@@ -221,7 +238,10 @@ def test_a_slow_client_is_dropped_while_others_keep_receiving(
         slow = socket.socket()
         slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         slow.connect(("127.0.0.1", port))
-        slow.sendall(f"GET /runs/{run}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        slow.sendall(
+            f"GET /runs/{run}/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Authorization: Bearer {_TOKENS[port]}\r\n\r\n".encode()
+        )
         wait_until(lambda: len(fast.events) >= 1, 10)
         # Both followed before the flood: the slow one's snapshot predates it.
         listener.wait_for_event("observer.connected", count=2)
@@ -262,7 +282,7 @@ def test_a_token_is_required_when_bound_beyond_loopback(
     run = start_run(conn, graph([node("A", gate="approval")]))
     with _served(start_listener, "--http-token", "s3cret-token", host="0.0.0.0") as (port, _):
         path = f"/runs/{run}/events"
-        assert _follow(port, path).status == 401
+        assert _follow(port, path, anonymous=True).status == 401
         assert _follow(port, path, {"Authorization": "Bearer wrong"}).status == 401
         assert _follow(port, path, {"Authorization": "Basic s3cret-token"}).status == 401
         ok = _follow(port, path, {"Authorization": "Bearer s3cret-token"})
@@ -270,18 +290,43 @@ def test_a_token_is_required_when_bound_beyond_loopback(
         wait_until(lambda: len(ok.events) >= 1, 10)
         ok.close()
         # Webhooks keep their own authentication (signatures), no token.
-        assert _follow(port, "/healthz").status == 200
+        assert _follow(port, "/healthz", anonymous=True).status == 200
 
 
-def test_no_token_configured_closes_the_observer_beyond_loopback(
+def test_without_a_given_token_the_observer_needs_the_one_made_at_start(
     conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
 ) -> None:
     make_agent(conn)
     run = start_run(conn, graph([node("A", gate="approval")]))
-    with _served(start_listener, host="0.0.0.0") as (port, listener):
-        answer = _follow(port, f"/runs/{run}/events", {"Authorization": "Bearer anything"})
-        assert answer.status == 401 and "bearer token" in answer.body
-        assert listener.events("observer.closed")
+    for host in ("0.0.0.0", "127.0.0.1"):
+        with _served(start_listener, host=host) as (port, listener):
+            path = f"/runs/{run}/events"
+            answer = _follow(port, path, {"Authorization": "Bearer anything"})
+            assert answer.status == 401 and "token is required" in answer.body
+            assert _follow(port, path, anonymous=True).status == 401
+            assert listener.events("http.listening")[0]["token"] == "made at start"
+            ok = _follow(port, path)
+            assert ok.status == 200
+            wait_until(lambda ok=ok: len(ok.events) >= 1, 10)
+            ok.close()
+
+
+def test_a_rebound_host_name_is_refused_on_both_streams_even_with_the_token(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    """A page of another site whose name was rebound to 127.0.0.1 (DNS rebinding)."""
+    make_agent(conn)
+    run = start_run(conn, graph([node("A", gate="approval")]))
+    loop = make_loop(conn, triggers={"cron": "0 3 * * *", "on_completion": False})
+    with _served(start_listener) as (port, _):
+        for path in (f"/runs/{run}/events", f"/loops/{loop}/events"):
+            for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example"):
+                answer = _follow(port, path, {"Host": host})
+                assert answer.status == 421, (path, host, answer.status)
+                assert answer.events == []
+            ok = _follow(port, path, {"Host": f"localhost:{port}"})
+            assert ok.status == 200
+            ok.close()
 
 
 def test_unknown_runs_and_loops_are_404_and_a_bad_last_event_id_400(

@@ -7,6 +7,7 @@ against the test's own database, exactly as the listener's loops call them.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -28,11 +29,29 @@ RUNNER_TOKEN = "runner-secret-1f3a"
 LABEL_TOKEN = "label-secret-9c2e"
 
 
-def set_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runner's and the label identity's tokens, where the default token source looks."""
+def bind_tokens(conn: psycopg.Connection, *origins: str) -> None:
+    """Bind the whole-forge tokens (both forges) to these origins: forge_token_source.hosts.
+
+    The fake forge is not GitHub's canonical host, so its tokens go to it only
+    when the setting names it, as an operator names a GitHub Enterprise or
+    Gitea host.
+    """
+    conn.execute(
+        "update ceaseless.settings set value = jsonb_set(value, '{hosts}', %s::jsonb) "
+        "where key = 'forge_token_source'",
+        (json.dumps({"github": list(origins), "gitea": list(origins)}),),
+    )
+
+
+def set_tokens(
+    monkeypatch: pytest.MonkeyPatch, conn: psycopg.Connection, fake_forge: FakeForge
+) -> None:
+    """The runner's and the label identity's tokens, where the default token source looks,
+    bound to the fake forge's origin."""
     for forge in ("GITHUB", "GITEA"):
         monkeypatch.setenv(f"CEASELESS_{forge}_TOKEN", RUNNER_TOKEN)
         monkeypatch.setenv(f"CEASELESS_{forge}_LABEL_TOKEN", LABEL_TOKEN)
+    bind_tokens(conn, fake_forge.url)
 
 
 def add_repo(

@@ -30,8 +30,10 @@ CHILDREN = [
 
 
 @pytest.fixture(autouse=True)
-def _tokens(monkeypatch: pytest.MonkeyPatch) -> None:
-    set_tokens(monkeypatch)
+def _tokens(
+    monkeypatch: pytest.MonkeyPatch, conn: psycopg.Connection, fake_forge: FakeForge
+) -> None:
+    set_tokens(monkeypatch, conn, fake_forge)
 
 
 def delivered_plan(

@@ -9,8 +9,11 @@ and open pull requests.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
 import re
+import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -30,7 +33,9 @@ from listener.forge.prompt import CHILDREN_BLOCK, NEEDS_HUMAN_BLOCK, Assignment,
 from tests.e2e.conftest import start_listener  # noqa: F401  (the listener fixture)
 from tests.e2e.support import FAKES, ListenerProcess, wait_until
 from tests.factories import make_agent, make_job
+from tests.fakes.capture import CaptureServer
 from tests.fakes.forge import FakeForge
+from tests.forge.loops_support import bind_tokens
 from tests.forge.test_checkout import make_bare_repo, run_git
 
 RUNNER_TOKEN = "tok-runner"  # the fake forge's ceaseless-bot
@@ -42,10 +47,15 @@ class Setup:
     repo_id: UUID
     bare: Path
     workdir: Path
+    forge_root: Path
     log: Path
     forge: FakeForge
     kind: str  # github | gitea
     api_url: str
+
+    def dirs(self) -> tuple[str, ...]:
+        """The listener's task workspace root and forge root."""
+        return ("--workdir", str(self.workdir), "--forge-root", str(self.forge_root))
 
     def runs(self) -> list[dict[str, Any]]:
         """What the fake agent saw, one record per run."""
@@ -102,12 +112,23 @@ def setup(
     assert row is not None
     workdir = tmp_path / "workspace"
     workdir.mkdir()
-    # The listener inherits the test's environment: its runner token is here.
+    # The listener inherits the test's environment: its runner token is here, bound to the
+    # fake forge's origin (not GitHub's canonical host, so the setting must name it).
     monkeypatch.setenv("CEASELESS_GITHUB_TOKEN", RUNNER_TOKEN)
     monkeypatch.setenv("CEASELESS_GITEA_TOKEN", RUNNER_TOKEN)
+    bind_tokens(conn, fake_forge.url)
     # Retries come back quickly.
     conn.execute("update ceaseless.settings set value = '1' where key = 'retry_base_secs'")
-    return Setup(row[0], bare, workdir, tmp_path / "agent.jsonl", fake_forge, kind, api_url)
+    return Setup(
+        row[0],
+        bare,
+        workdir,
+        tmp_path / "forge-root",
+        tmp_path / "agent.jsonl",
+        fake_forge,
+        kind,
+        api_url,
+    )
 
 
 def forge_job(
@@ -132,12 +153,18 @@ def forge_job(
         parent_job_id=parent,
         run_after="infinity",
     )
+    # What the intake copies from the tracked repo row (_forge_job_payload).
+    row = conn.execute(
+        "select api_url, clone_url, default_branch from ceaseless.tracked_repo where id = %s",
+        (setup.repo_id,),
+    ).fetchone()
+    assert row is not None
     payload = {
         "forge": {
             "repo_id": str(setup.repo_id),
-            "api_url": setup.api_url,
-            "clone_url": str(setup.bare),
-            "default_branch": "main",
+            "api_url": row[0],
+            "clone_url": row[1],
+            "default_branch": row[2],
             "branch": f"ceaseless/{job}",
             "title": "whatever",
             "html_url": f"https://github.com/acme/widgets/issues/{number}",
@@ -176,7 +203,7 @@ def uses_runner_token(authorization: str | None) -> bool:
 
 
 def workspaces(setup: Setup) -> list[Path]:
-    return sorted(p for p in (setup.workdir / "forge").glob("*/*") if p.is_dir())
+    return sorted(p for p in setup.forge_root.glob("*/*") if p.is_dir())
 
 
 def test_implement_agent_runs_in_a_fresh_checkout_and_its_pull_request_delivers_the_job(
@@ -196,16 +223,16 @@ def test_implement_agent_runs_in_a_fresh_checkout_and_its_pull_request_delivers_
     )
     lanes(conn, setup, "implement")
     job = forge_job(conn, setup, "implement", issue.number)
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, job) == "delivered"
 
     (seen,) = setup.runs()
     branch = f"ceaseless/{job}"
-    # A fresh checkout of main, on the job's branch, inside the listener's workspace.
+    # A fresh checkout of main, on the job's branch, under the forge root.
     assert seen["branch"] == branch
     assert seen["head"] == run_git("rev-parse", "main", cwd=setup.bare)
-    assert Path(seen["cwd"]).parent.parent == setup.workdir / "forge"
+    assert Path(seen["cwd"]).parent.parent == setup.forge_root
     assert Path(seen["cwd"]).parent.name == str(job)
     assert "README.md" in seen["files"]
     # The prompt: the job's prompt, the issue's title, body and comments, the branch.
@@ -253,7 +280,7 @@ def test_failed_run_keeps_its_workspace_when_configured_and_removes_it_otherwise
     conn.execute(
         "update ceaseless.agents set max_attempts = 1 where name in ('claude_code', 'opencode')"
     )
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     removed = forge_job(conn, setup, "discover", issue.number)
     assert wait_finished(conn, removed) == "failed"
@@ -282,7 +309,7 @@ def test_a_forge_that_cannot_be_reached_fails_the_run_before_the_agent_starts(
     lanes(conn, setup, "done")
     repo.fail = True
     job = forge_job(conn, setup, "plan", issue.number)
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, job) == "failed"
     runs = runs_of(conn, job)
@@ -304,13 +331,12 @@ def test_a_clone_that_fails_is_a_failed_run_with_the_reason(
     repo = fake_forge.repo("acme", "widgets")
     issue = fake_forge.add_issue(repo, "Anything", "x", labels=["ceaseless:plan"], user="alice")
     lanes(conn, setup, "done")
-    job = forge_job(conn, setup, "plan", issue.number)
     conn.execute(
-        "update ceaseless.job set payload = jsonb_set(payload, '{forge,default_branch}', "
-        "'\"trunk\"') where id = %s",
-        (job,),
+        "update ceaseless.tracked_repo set default_branch = 'trunk' where id = %s",
+        (setup.repo_id,),
     )
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    job = forge_job(conn, setup, "plan", issue.number)
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, job) == "failed"
     run = runs_of(conn, job)[-1]
@@ -330,7 +356,7 @@ def test_a_gitea_pull_request_is_looked_up_by_base_and_head(
     issue = fake_forge.add_issue(repo, "Port it", "to Gitea", labels=["impl"], user="alice")
     lanes(conn, setup, "implement")
     job = forge_job(conn, setup, "implement", issue.number)
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, job) == "delivered"
     branch = f"ceaseless/{job}"
@@ -361,14 +387,13 @@ def test_a_cancel_during_the_clone_stops_git_at_once(
     silent.listen(1)
     silent.settimeout(20)
     try:
-        job = forge_job(conn, setup, "plan", issue.number)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/slow.git"
         conn.execute(
-            "update ceaseless.job set payload = jsonb_set(payload, '{forge,clone_url}', %s) "
-            "where id = %s",
-            (json.dumps(url), job),
+            "update ceaseless.tracked_repo set clone_url = %s where id = %s",
+            (url, setup.repo_id),
         )
-        start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+        job = forge_job(conn, setup, "plan", issue.number)
+        start_listener(*setup.dirs(), "--poll-interval", "1")
         connection, _ = silent.accept()  # git is cloning
         started = time.monotonic()
         conn.execute("select ceaseless.cancel_job(%s)", (job,))
@@ -479,7 +504,7 @@ def test_an_implement_run_without_a_pull_request_fails_with_the_reason_and_is_re
     # The agent pushes, opens nothing, and claims a pull request in its reply.
     lanes(conn, setup, "push_only")
     job = forge_job(conn, setup, "implement", issue.number)
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, job) == "failed"
     runs = runs_of(conn, job)
@@ -507,7 +532,7 @@ def test_a_needs_human_block_blocks_the_job_with_the_reason_and_a_notification(
     )
     lanes(conn, setup, "needs_human", FAKE_FORGE_AGENT_REASON="Postgres or SQLite?")
     job = forge_job(conn, setup, "implement", issue.number)
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, job) == "blocked"
     (run,) = runs_of(conn, job)
@@ -590,7 +615,7 @@ def test_plan_children_become_implement_jobs_on_the_opencode_lane_once_only(
     lanes(conn, setup, "children", opencode_mode="implement")
     ((kind, decision, plan),) = ingest(conn, setup, [plan_issue]).values()
     assert (kind, decision) == ("plan", "created")
-    start_listener("--workdir", str(setup.workdir), "--poll-interval", "1")
+    start_listener(*setup.dirs(), "--poll-interval", "1")
 
     assert wait_finished(conn, plan) == "delivered"
     (seen,) = setup.runs()
@@ -632,3 +657,111 @@ def test_plan_children_become_implement_jobs_on_the_opencode_lane_once_only(
     ).fetchone()
     assert implement_jobs == (2,)
     assert len(repo.issues) == issues_before
+
+
+@pytest.mark.parametrize("bound", [True, False], ids=["bound", "unbound"])
+def test_git_gets_the_runner_token_only_for_a_clone_url_on_an_origin_it_is_bound_to(
+    conn: psycopg.Connection,
+    setup: Setup,
+    fake_forge: FakeForge,
+    start_listener: Callable[..., ListenerProcess],  # noqa: F811
+    bound: bool,
+) -> None:
+    """The API is the fake forge (bound); the clone URL a capture server, bound or not."""
+    repo = fake_forge.repo("acme", "widgets")
+    issue = fake_forge.add_issue(repo, "Anything", "x", labels=["ceaseless:plan"], user="alice")
+    lanes(conn, setup, "done")
+    conn.execute(
+        "update ceaseless.agents set max_attempts = 1 where name in ('claude_code', 'opencode')"
+    )
+    capture = CaptureServer().start()
+    try:
+        conn.execute(
+            "update ceaseless.tracked_repo set clone_url = %s where id = %s",
+            (f"{capture.url}/acme/widgets.git", setup.repo_id),
+        )
+        if bound:
+            bind_tokens(conn, fake_forge.url, capture.url)
+        job = forge_job(conn, setup, "plan", issue.number)
+        start_listener(*setup.dirs(), "--poll-interval", "1")
+        assert wait_finished(conn, job) == "failed"
+    finally:
+        capture.stop()
+
+    # The issue was read with the token either way: the API's origin is bound.
+    reads = fake_forge.requests_to("GET", f"/issues/{issue.number}/comments")
+    assert reads and all(uses_runner_token(r.authorization) for r in reads)
+    fetches = [r for r in capture.requests if "/info/refs" in r.path]
+    assert fetches
+    basic = base64.b64encode(f"x-access-token:{RUNNER_TOKEN}".encode()).decode()
+    expected = f"Basic {basic}" if bound else None
+    assert {r.authorization for r in fetches} == {expected}
+    (run,) = runs_of(conn, job)
+    assert "clone of main" in run["error"] and RUNNER_TOKEN not in run["error"]
+
+
+def snoop(conn: psycopg.Connection, *paths: Path) -> dict[str, Any]:
+    """Run a task job whose agent reports what its working directory holds and what it reaches."""
+    conn.execute("delete from ceaseless.agents where name = 'snoop'")
+    make_agent(
+        conn,
+        "snoop",
+        "command",
+        [str(FAKES / "fake_snoop")],
+        env={"FAKE_SNOOP_PATHS": os.pathsep.join(map(str, paths))},
+        max_attempts=1,
+    )
+    job = make_job(conn, agent="snoop", prompt="Anything lying around?")
+    assert wait_finished(conn, job) == "delivered"
+    (run,) = runs_of(conn, job)
+    return json.loads(run["final_message"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["off", "auto"], ids=["no-sandbox", "bwrap"])
+def test_a_task_agents_working_directory_neither_holds_nor_reaches_the_forge_checkouts(
+    conn: psycopg.Connection,
+    setup: Setup,
+    fake_forge: FakeForge,
+    monkeypatch: pytest.MonkeyPatch,
+    start_listener: Callable[..., ListenerProcess],  # noqa: F811
+    sandbox: str,
+) -> None:
+    """A forge checkout kept after a failed run, and a task agent run afterwards: the checkout is
+    under the forge root, outside the task workspace root; in the sandbox the task agent cannot
+    see the forge root at all, while a forge agent there still works in its own checkout."""
+    if sandbox == "auto" and shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap (bwrap) is required for the sandboxed case")
+    monkeypatch.setenv("CEASELESS_SANDBOX", sandbox)
+    repo = fake_forge.repo("acme", "widgets")
+    issue = fake_forge.add_issue(repo, "Break", "x", labels=["ceaseless:discover"], user="alice")
+    # The forge agent logs into its own working directory: in the sandbox, that is all of
+    # tmp_path it can write.
+    lanes(conn, setup, "fail", FAKE_FORGE_AGENT_LOG="seen.jsonl")
+    conn.execute(
+        "update ceaseless.agents set max_attempts = 1 where name in ('claude_code', 'opencode')"
+    )
+    conn.execute(
+        "insert into ceaseless.settings (key, value) values "
+        "('forge_keep_failed_workspaces', 'true') "
+        "on conflict (key) do update set value = excluded.value"
+    )
+    start_listener(*setup.dirs(), "--poll-interval", "1")
+    kept_job = forge_job(conn, setup, "discover", issue.number)
+    assert wait_finished(conn, kept_job) == "failed"
+    (checkout,) = workspaces(setup)
+    assert not checkout.is_relative_to(setup.workdir)
+    # The forge agent worked in its checkout, on its branch, and failed as told.
+    (seen,) = [json.loads(line) for line in (checkout / "seen.jsonl").read_text().splitlines()]
+    assert seen["cwd"] == str(checkout) and "README.md" in seen["files"]
+    assert seen["branch"] == f"ceaseless/{kept_job}"
+    assert "simulated failure" in runs_of(conn, kept_job)[0]["error"]
+
+    report = snoop(conn, checkout, setup.forge_root)
+
+    assert report["cwd"] == str(setup.workdir)
+    checkout_files = [p for p in report["found"] if Path(p).name in ("README.md", ".git")]
+    assert checkout_files == [], report["found"]
+    if sandbox == "auto":
+        # Not even by its absolute path: the sandbox's /tmp and /var/tmp are fresh ones.
+        assert report["reached"] == {str(checkout): False, str(setup.forge_root): False}

@@ -35,8 +35,10 @@ IMPLEMENT = "ceaseless:implement"
 
 
 @pytest.fixture(autouse=True)
-def _tokens(monkeypatch: pytest.MonkeyPatch) -> None:
-    set_tokens(monkeypatch)
+def _tokens(
+    monkeypatch: pytest.MonkeyPatch, conn: psycopg.Connection, fake_forge: FakeForge
+) -> None:
+    set_tokens(monkeypatch, conn, fake_forge)
 
 
 def decisions(report: object) -> list[tuple[int, str, str]]:

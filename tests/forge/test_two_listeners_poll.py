@@ -30,7 +30,7 @@ def test_two_listeners_poll_each_repo_once_per_interval(
     fake_forge: FakeForge,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    set_tokens(monkeypatch)
+    set_tokens(monkeypatch, conn, fake_forge)
     conn.execute("update ceaseless.settings set value = '1' where key = 'forge_min_interval_secs'")
     for name in REPOS:
         add_repo(conn, fake_forge, name, interval=INTERVAL)

@@ -1,10 +1,11 @@
-"""The dashboard's pure parts: the graph layout and the access rules, request by request."""
+"""The dashboard's graph layout, and the listener's one access rule, request by request."""
 
 from __future__ import annotations
 
 from aiohttp.test_utils import make_mocked_request
 
-from listener.dashboard import access, graph
+from listener import access
+from listener.dashboard import graph
 
 _DIAMOND = {
     "nodes": [{"id": n} for n in "ABCD"],
@@ -40,28 +41,31 @@ def _request(method: str = "GET", host: str = "127.0.0.1:8787", **headers: str):
     return make_mocked_request(method, "/approvals/x", headers={"Host": host, **headers})
 
 
-def test_loopback_is_open_but_only_to_a_loopback_host_name() -> None:
-    gate = access.Access(loopback=True, token=None)
+def test_on_loopback_the_token_is_needed_too_and_only_a_loopback_host_name_is_served() -> None:
+    gate = access.Gate("s3cret", loopback=True, port=8787)
+    bearer = {"Authorization": "Bearer s3cret"}
     for host in ("127.0.0.1:8787", "localhost:8787", "[::1]:8787", "127.0.0.2"):
-        assert access.authorized(_request(host=host), gate), host
+        assert access.signed_in(_request(host=host, **bearer), gate), host
+        assert not access.signed_in(_request(host=host), gate), host
     for host in ("evil.example:8787", "10.0.0.5:8787", "localhost.evil.example"):
-        assert not access.authorized(_request(host=host), gate), host
+        assert not access.host_allowed(_request(host=host), gate), host
+        assert not access.signed_in(_request(host=host, **bearer), gate), host
 
 
-def test_beyond_loopback_the_token_is_needed_as_a_bearer_header_or_the_cookie() -> None:
-    gate = access.Access(loopback=False, token="s3cret")
-    assert not access.authorized(_request(host="dash.example"), gate)
-    assert not access.authorized(_request(host="dash.example", Authorization="Bearer nope"), gate)
-    assert not access.authorized(_request(host="dash.example", Authorization="Basic s3cret"), gate)
-    assert access.authorized(_request(host="dash.example", Authorization="Bearer s3cret"), gate)
-    cookie = f"{access.COOKIE}=s3cret"
-    assert access.authorized(_request(host="dash.example", Cookie=cookie), gate)
-    no_token = access.Access(loopback=False, token=None)
-    assert not access.authorized(_request(host="d", Authorization="Bearer "), no_token)
+def test_the_token_is_presented_as_a_bearer_header_or_the_ports_cookie() -> None:
+    gate = access.Gate("s3cret", loopback=False, port=8787)
+    assert not access.signed_in(_request(host="dash.example"), gate)
+    assert not access.signed_in(_request(host="dash.example", Authorization="Bearer nope"), gate)
+    assert not access.signed_in(_request(host="dash.example", Authorization="Basic s3cret"), gate)
+    assert access.signed_in(_request(host="dash.example", Authorization="Bearer s3cret"), gate)
+    assert access.signed_in(_request(host="d", Cookie="ceaseless_dashboard_8787=s3cret"), gate)
+    # Cookies ignore ports: another listener's cookie on this host is not this one's.
+    assert not access.signed_in(_request(host="d", Cookie="ceaseless_dashboard_8788=s3cret"), gate)
+    assert not access.signed_in(_request(host="d", Authorization="Bearer "), gate)
 
 
 def test_a_post_needs_the_csrf_token_and_its_own_origin() -> None:
-    gate = access.Access(loopback=True, token=None)
+    gate = access.Gate("t", loopback=True, port=8787)
     own = "http://127.0.0.1:8787"
     assert access.same_origin_post(_request("POST", Origin=own), gate, gate.csrf)
     assert access.same_origin_post(_request("POST", Referer=own + "/runs/x"), gate, gate.csrf)
@@ -78,4 +82,4 @@ def test_a_post_needs_the_csrf_token_and_its_own_origin() -> None:
 
 
 def test_each_process_has_its_own_csrf_token() -> None:
-    assert access.Access(True, None).csrf != access.Access(True, None).csrf
+    assert access.Gate("t", True, 1).csrf != access.Gate("t", True, 1).csrf

@@ -1,20 +1,24 @@
-"""listener/metrics.py without a server: the claim-lag clock and the snapshot's text form."""
+"""The process counters and listener/metrics.py without a server: the claim-lag clock, the
+snapshot's text form, and a job loop that counts without importing the web server."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from listener import metrics
+from listener import counters, metrics
 from listener.queries.metrics import Sample
 
 
 def _lag_count() -> float:
-    return metrics.REGISTRY.get_sample_value("ceaseless_notify_to_claim_seconds_count") or 0.0
+    return counters.REGISTRY.get_sample_value("ceaseless_notify_to_claim_seconds_count") or 0.0
 
 
 def test_a_claim_that_took_jobs_records_the_lag_since_the_first_notify() -> None:
-    lag = metrics.ClaimLag()
+    lag = counters.ClaimLag()
     before = _lag_count()
     lag.heard()
     lag.heard()  # a second NOTIFY before the claim does not restart the clock
@@ -25,7 +29,7 @@ def test_a_claim_that_took_jobs_records_the_lag_since_the_first_notify() -> None
 
 
 def test_a_claim_that_took_nothing_ends_the_measurement_unrecorded() -> None:
-    lag = metrics.ClaimLag()
+    lag = counters.ClaimLag()
     before = _lag_count()
     lag.heard()
     lag.claimed(0)
@@ -93,3 +97,18 @@ def test_snapshot_rows_become_families_prometheus_parses() -> None:
     assert families["ceaseless_agent_run_duration_seconds"].type == "histogram"
     assert "ceaseless_lane_window_budget" not in text
     assert 'ceaseless_agent_run_duration_seconds_bucket{agent="a",le="+Inf"} 2.0' in text
+
+
+def test_the_job_loop_counts_without_importing_the_web_server() -> None:
+    """producer/claimer.py, router.py and notifier.py reach their counters through
+    listener/counters.py; none of them pulls in aiohttp's server, the observer or the
+    dashboard."""
+    probe = (
+        "import sys; import listener.producer.claimer, listener.router, listener.notifier; "
+        "print(sorted(m for m in sys.modules if m in ('aiohttp.web', 'listener.observer', "
+        "'listener.metrics', 'listener.http', 'listener.access', 'listener.dashboard')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout

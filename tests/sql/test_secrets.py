@@ -9,6 +9,8 @@ log, and the CLI's output.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -238,3 +240,37 @@ def test_the_cli_never_prints_a_secret(db_url: str, conn: psycopg.Connection) ->
     assert outputs[0].returncode != 0 and outputs[4].returncode != 0
     for output in outputs:
         assert not _leaks(output.stdout + output.stderr), output
+
+
+def test_failed_statements_with_literal_secrets_stay_out_of_the_server_log(
+    conn: psycopg.Connection, db_url: str, server_log: Callable[[], str], embedded_home: Path | None
+) -> None:
+    # The way the docs use the API: literals in the SQL text, as psql sends them. A
+    # statement that fails is logged with its ERROR; its text must not be (a server
+    # logs it at log_min_error_statement, `error` by default).
+    make_agent(conn)
+    statements = [
+        "insert into ceaseless.agents (name, adapter, argv, env, max_concurrent) values "
+        f"""('claude', 'command', '{{claude}}', '{{"ANTHROPIC_API_KEY": "{API_KEY}"}}', 0)""",
+        "insert into ceaseless.routines (name, trigger_type, trigger_config, action_type, "
+        "action_config, agent) values ('hook', 'webhook', "
+        f"""'{{"path": "a/b", "secret": "{WEBHOOK_SECRET}"}}', 'lightweight', """
+        """'{"prompt": "p"}', 'noop')""",
+        "update ceaseless.settings set value = "
+        f"""'{{"slack": {{"type": "webhook", "url": "https://h.example/{HOOK_PATH}", """
+        f""""headers": {{"Authorization": "{BEARER}"}}}}}}', description = 'x' || 1 / 0 """
+        "where key = 'notification_sinks'",
+        # A typo in the JSON: PostgreSQL's error quotes the document in its CONTEXT.
+        "insert into ceaseless.agents (name, adapter, argv, env) values "
+        f"""('claude', 'command', '{{claude}}', '{{"ANTHROPIC_API_KEY": "{API_KEY}}}')""",
+    ]
+    psql = shutil.which("psql")
+    for sql in statements:
+        with pytest.raises(psycopg.Error):
+            conn.execute(sql)
+        if psql:
+            subprocess.run([psql, db_url, "-c", sql], capture_output=True, check=False)
+    log = server_log()
+    if embedded_home is not None:
+        assert "ERROR:" in log  # the errors were logged: this is the right log
+    assert not _leaks(log), log
