@@ -62,9 +62,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
-
 from listener.agents import containment, network
 from listener.agents.containment import Containment
 from listener.agents.environment import Identity
@@ -260,8 +257,13 @@ class Isolation:
         # Other jobs' directories and other lanes' HOMEs are not there at all:
         # what holds this run's own directory is emptied before it is bound
         # back, the rest after, so that the bind cannot uncover them.
+        # Under /tmp and /var/tmp there is nothing to empty: both are fresh already.
         candidates = (os.path.realpath(p) for p in (*private, self.users.homes) if p)
-        emptied = [p for p in candidates if os.path.isdir(p) and p != "/"]
+        emptied = [
+            p
+            for p in candidates
+            if os.path.isdir(p) and p != "/" and not p.startswith(("/tmp/", "/var/tmp/"))
+        ]
         around = [p for p in emptied if _contains(p, workspace)]
         for path in around:
             args += ["--tmpfs", path]
@@ -320,9 +322,15 @@ def _database_socket_dirs() -> list[str]:
     """
     hosts: list[str] = []
     if url := os.environ.get("DATABASE_URL"):
-        # A URL libpq cannot read reaches no socket through it either.
-        with contextlib.suppress(psycopg.ProgrammingError):
-            hosts += str(conninfo_to_dict(url).get("host") or "").split(",")
+        # Here, not at the top: a Python with only the standard library may
+        # import this module (it then has no listener whose URL could matter).
+        with contextlib.suppress(ImportError):
+            import psycopg
+            from psycopg.conninfo import conninfo_to_dict
+
+            # A URL libpq cannot read reaches no socket through it either.
+            with contextlib.suppress(psycopg.ProgrammingError):
+                hosts += str(conninfo_to_dict(url).get("host") or "").split(",")
     hosts += os.environ.get("PGHOST", "").split(",")
     return [*_PG_SOCKET_DIRS, *(h.strip() for h in hosts if h.strip().startswith("/"))]
 

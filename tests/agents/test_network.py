@@ -82,7 +82,7 @@ def test_an_agent_reaches_no_loopback_service_and_no_host_outside_its_allowlist(
     upstream: Upstream,
     tmp_path: Path,
 ) -> None:
-    isolate(monkeypatch, "sandbox")
+    isolation = isolate(monkeypatch, "sandbox")
     hosts = hosts_file(
         tmp_path,
         {
@@ -111,8 +111,12 @@ def test_an_agent_reaches_no_loopback_service_and_no_host_outside_its_allowlist(
     socket_dirs = ["/run/postgresql"]
     if str(conninfo_to_dict(db_url).get("host", "")).startswith("/"):
         socket_dirs.append(str(conninfo_to_dict(db_url)["host"]))
+    # The report goes to the lane's HOME, which outlives the job (its working
+    # directory goes once the job is delivered) and which the sandbox shows it.
+    lane_user = isolation.identity_for("intruder")
     with workspace() as ws:
-        report_file = ws / "report.json"
+        report_file = Path(lane_user.home if lane_user else ws) / "intruder-network.json"
+        report_file.unlink(missing_ok=True)
         make_agent(
             conn,
             "intruder",

@@ -759,7 +759,8 @@ def test_a_task_agents_working_directory_neither_holds_nor_reaches_the_forge_che
 
     report = snoop(conn, checkout, setup.forge_root)
 
-    assert report["cwd"] == str(setup.workdir)
+    # The task agent works in its job's own directory under the workspace root.
+    assert Path(report["cwd"]).parent == setup.workdir / ".ceaseless-jobs"
     checkout_files = [p for p in report["found"] if Path(p).name in ("README.md", ".git")]
     assert checkout_files == [], report["found"]
     if sandbox == "auto":
