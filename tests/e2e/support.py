@@ -135,7 +135,7 @@ def pid_alive(pid: int) -> bool:
     # A zombie is dead for our purposes; read its state.
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):  # gone while being read
         return False
     return state != "Z"
 
