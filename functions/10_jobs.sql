@@ -9,7 +9,7 @@
 -- 30_notify_audit.sql (one NOTIFY ceaseless_job per statement and group,
 -- one audit_log row per job).
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Planner settings (here and in 20_agent_runs.sql): none by default. A
 -- function keeps one only while a plan test shows the plan it prevents, or
@@ -25,11 +25,10 @@ set local search_path = ceaseless, pg_catalog, public;
 -- Agents print what their prompt asks, and a looser rule let an id that is no
 -- session either CLI knows reach `--resume`. The same rule is CHECK
 -- resume_session_id_resumable on job (db/0014), spelled out there.
---
--- No SET clause, so the planner can inline it; it names only built-ins.
 create or replace function _resume_session_id_ok(p_session_id text)
 returns boolean
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select p_session_id ~ '^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|ses_[0-9A-Za-z]{26})$';
 $$;
@@ -45,6 +44,7 @@ comment on function _resume_session_id_ok(text) is
 create or replace function _resumable(p_session_id text)
 returns text
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when _resume_session_id_ok(p_session_id) then p_session_id end;
 $$;
@@ -58,7 +58,7 @@ comment on function _resumable(text) is
 create or replace function _tg_job_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if not _resume_session_id_ok(new.resume_session_id) then
@@ -122,7 +122,7 @@ returns table (
     claim_expires_at timestamptz, run_id uuid
 )
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 -- On PostgreSQL 15, a claim of 1,000 after one-job claims on a young table
 -- scans job against the claimed ids (18 probes the key on its own):
 -- tests/sql/test_batch_plans.py, test_without_enable_seqscan_a_claim_….
@@ -293,7 +293,7 @@ create or replace function extend_leases(
 )
 returns table (job_id uuid, held boolean, renewed boolean)
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_lease interval := make_interval(secs => coalesce(p_lease_secs, _setting_int('lease_secs')));
@@ -356,7 +356,7 @@ comment on function extend_leases(text, uuid[], timestamptz, integer) is
 create or replace function expire_leases(p_now timestamptz default now())
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_count integer;
@@ -434,7 +434,7 @@ create or replace function release_jobs(
 )
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_count integer;
@@ -486,7 +486,7 @@ comment on function release_jobs(text, uuid[], timestamptz) is
 create or replace function cancel_job(p_job_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_state text;
@@ -538,7 +538,7 @@ comment on function cancel_job(uuid, timestamptz) is
 create or replace function retry_job(p_job_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_job job;

@@ -13,7 +13,7 @@
 -- auditing them twice cost two of the eight rows a short job wrote. The
 -- agent_run triggers only announce.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The NOTIFY payload of a group of rows: the id when the group is one row,
 -- else the count (a listener then reads the table, which it must do anyway).
@@ -30,7 +30,7 @@ create or replace function _notify_group(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if coalesce(cardinality(p_ids), 0) = 0 then
@@ -52,7 +52,7 @@ comment on function _notify_group(text, uuid[], jsonb) is
 create or replace function _tg_job_insert()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into audit_log (actor, entity, entity_id, action, new_state)
@@ -83,7 +83,7 @@ comment on function _tg_job_insert() is
 create or replace function _tg_job_update()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 set enable_nestloop = off
 as $$
 begin
@@ -116,7 +116,7 @@ comment on function _tg_job_update() is
 create or replace function _tg_agent_run_insert()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     -- One NOTIFY for the whole statement. HAVING, because an aggregate
@@ -137,7 +137,7 @@ comment on function _tg_agent_run_insert() is
 create or replace function _tg_agent_run_update()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 set enable_nestloop = off
 as $$
 begin
@@ -160,7 +160,7 @@ comment on function _tg_agent_run_update() is
 create or replace function _tg_config_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_key text;
@@ -221,7 +221,7 @@ create or replace trigger settings_changed
 create or replace function _tg_audit_log_append_only()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'DELETE' and current_setting('ceaseless.pruning_audit_log', true) = 'on' then
@@ -251,7 +251,7 @@ create or replace function prune_audit_log(p_before timestamptz, p_limit integer
 returns integer
 language plpgsql
 security definer
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_deleted integer;

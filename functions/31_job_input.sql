@@ -10,16 +10,15 @@
 -- clause tests them in the executor, so a fire of a thousand routines pays
 -- for no PL/pgSQL call.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Is a value a path the listener may read context from: a JSON string, not
 -- blank, relative, without a .. component? The listener checks again where
 -- the path resolves (symlinks included), against its workspace root.
---
--- No SET clause, so it can be inlined; names outside pg_catalog are qualified.
 create or replace function _is_workspace_path(p_value jsonb)
 returns boolean
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(jsonb_typeof(p_value) = 'string'
                     and not ceaseless._is_blank(p_value #>> '{}')
@@ -33,7 +32,7 @@ comment on function _is_workspace_path(jsonb) is
 create or replace function _tg_job_input()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_path jsonb;

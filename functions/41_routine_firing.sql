@@ -41,13 +41,13 @@
 -- - NOTIFY ceaseless_run when a run starts or is refused (routine_runs
 --   triggers, 44_routine_outcomes.sql).
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The instruction that ends every lightweight prompt (spec 5.8).
 create or replace function _routine_ok_instruction()
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select 'If nothing needs attention, answer exactly ROUTINE_OK and nothing else. '
            'Otherwise, answer with what needs attention.';
@@ -63,17 +63,19 @@ comment on function _routine_ok_instruction() is
 -- payload.prompt_tail — then the previous run's state, then the ROUTINE_OK
 -- instruction. One definition for every kind of fire.
 --
--- Plain SQL without a SET clause, so the planner inlines it into its two
--- caller's plan (which PL/pgSQL caches): with a SET clause it could not be
--- inlined and was planned afresh on every call, over a millisecond of each
--- event's insert; as PL/pgSQL it cost a function call and a tuplestore per
--- routine of a cron batch. Without SET, names outside pg_catalog are
--- schema-qualified.
+-- PL/pgSQL, which keeps its plan for the session: a SQL function with a SET
+-- clause (every function here has one, for its search_path) is not inlined
+-- and is planned afresh in every transaction, half a millisecond of each
+-- event's insert (bin/bench event fan-in); this costs a call and a tuplestore
+-- per routine fired.
 create or replace function _routine_job_spec(p_routine routines, p_context text)
 returns table (prompt text, payload jsonb, expects_reply boolean, max_attempts integer,
                max_turns integer)
-language sql stable
+language plpgsql stable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
+begin
+    return query
     with fired as (
         select case when p_context is not null and p_context <> ''
                     then E'\n\n## What fired this run\n\n' || p_context else '' end as context
@@ -102,6 +104,7 @@ as $$
            case when p_routine.action_type = 'full_job'
                 then (p_routine.action_config ->> 'max_iterations')::integer end
     from fired;
+end;
 $$;
 
 comment on function _routine_job_spec(routines, text) is
@@ -139,7 +142,7 @@ create or replace function _admit_fires(
     out o_free bigint
 )
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_cap bigint := _setting_int('routine_max_running');
@@ -224,7 +227,7 @@ comment on function _admit_fires(uuid[]) is
 create or replace function _take_fire_slot()
 returns boolean
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     for i in 0..15 loop
@@ -253,7 +256,7 @@ create or replace function _lock_routines_for_fire(
 )
 returns boolean
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_key integer;
@@ -291,7 +294,7 @@ drop function if exists _take_fire_lock();
 create or replace function _count_running(p_delta integer)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_shard smallint := nullif(current_setting('ceaseless.run_shard', true), '')::smallint;
@@ -357,7 +360,7 @@ create or replace function _fire_routines(
 returns table (ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text,
                skip_reason text)
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 -- Once the guard compared max_concurrent with the running count (v_running),
 -- PL/pgSQL judged every custom plan of the big statement cheaper than the
 -- generic one and planned it on every fire: 1.5 ms of a 2.8 ms event insert
@@ -508,7 +511,7 @@ create or replace function fire_cron_routines(
 returns table (routine_id uuid, run_id uuid, status text, skip_reason text,
                next_fire_at timestamptz)
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -565,7 +568,7 @@ create or replace function set_next_fires(
 )
 returns integer
 language sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     with computed as (
         select * from unnest(p_routine_ids, p_schedules, p_timezones, p_next_fire_ats)
@@ -594,7 +597,7 @@ comment on function set_next_fires(uuid[], text[], text[], timestamptz[]) is
 create or replace function disable_routine(p_routine_id uuid, p_error text)
 returns void
 language sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     update routines set enabled = false, last_error = p_error where id = p_routine_id;
 $$;
@@ -610,7 +613,7 @@ create or replace function run_routine(p_routine_id uuid, p_now timestamptz defa
 returns uuid
 language plpgsql
 security definer
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_run_id uuid;

@@ -8,13 +8,13 @@
 -- made every reported reset a moment in the past. Keys this file does not
 -- know (an operator's note, a later version's setting) are stored as given.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The range of each numeric setting, inclusive. NULL: not a numeric setting.
--- No SET clause, so the planner can inline it and fold the constant.
 create or replace function _setting_range(p_key text)
 returns int8range
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case p_key
         -- A lease under 2 s cannot be renewed in time (a quarter of it is
@@ -48,7 +48,7 @@ comment on function _setting_range(text) is
 create or replace function _tg_settings_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_range constant int8range := _setting_range(new.key);

@@ -20,7 +20,7 @@
 --   {"table": "loops", "id": <loop>, "status": "stopped" | "enabled" | "disabled",
 --    "stopped_reason"}
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The workspace a loop or run lands in when it names none: one called
 -- `default`, created on first use. Security definer, so a user role need not
@@ -29,7 +29,7 @@ create or replace function _default_workspace()
 returns uuid
 language plpgsql
 security definer
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_id uuid;
@@ -54,7 +54,7 @@ comment on function _default_workspace() is
 create or replace function _tg_topology_runs_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'UPDATE' and new.status is not distinct from old.status then
@@ -87,7 +87,7 @@ create or replace trigger topology_runs_changed
 create or replace function _tg_topology_nodes_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if new.state is not distinct from old.state then
@@ -115,7 +115,7 @@ create or replace trigger topology_nodes_changed
 create or replace function _tg_approvals_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'UPDATE' and new.decision is not distinct from old.decision then
@@ -152,7 +152,7 @@ create or replace trigger approvals_changed
 create or replace function _loop_audit_detail(p_old loops, p_new loops)
 returns jsonb
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select jsonb_strip_nulls(jsonb_build_object(
         'title', case when p_old is null or p_new.title is distinct from p_old.title
@@ -186,7 +186,7 @@ comment on function _loop_audit_detail(loops, loops) is
 create or replace function _tg_loops_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_detail jsonb;

@@ -24,14 +24,14 @@
 -- order of 52_topology_runs.sql; the expiry sweep skips runs another
 -- statement holds (SKIP LOCKED) and takes them at its next tick.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Ask for a node's approval: the row, the node awaiting it, and the owner's
 -- notification. The caller holds the run row.
 create or replace function _request_approval(p_run_id uuid, p_node_id text, p_now timestamptz)
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_id uuid;
@@ -98,7 +98,7 @@ create or replace function decide_approval(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_approval approvals;
@@ -165,7 +165,7 @@ comment on function decide_approval(uuid, boolean, text, text, timestamptz) is
 create or replace function expire_approvals(p_now timestamptz default now())
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_due record;

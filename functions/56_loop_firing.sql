@@ -46,14 +46,14 @@
 --   * deleting a loop (FOR UPDATE on it) refuses while an iteration is live
 --     and so waits for no run.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The parent's final message as the next iteration reads it, cut to
 -- p_cap characters with a marker saying how much was left out.
 create or replace function _loop_prior_context(p_message text, p_status text, p_cap integer)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_message is null then format('(no final message: the iteration %s)', p_status)
@@ -81,7 +81,7 @@ create or replace function _fire_loop(
 )
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_loop loops;
@@ -158,7 +158,7 @@ comment on function _fire_loop(uuid, text, text, text, timestamptz) is
 create or replace function run_loop(p_loop_id uuid, p_now timestamptz default now())
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_run_id uuid;
@@ -191,7 +191,7 @@ comment on function run_loop(uuid, timestamptz) is
 create or replace function _tg_topology_runs_loop_lock()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if current_setting('ceaseless.loop_fire', true) is distinct from new.id::text then
@@ -226,7 +226,7 @@ create or replace function _loop_stop_reason(
 )
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_status = 'failed'
@@ -257,7 +257,7 @@ comment on function _loop_stop_reason(jsonb, integer, text, text) is
 create or replace function _tg_topology_runs_loop_outcome()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_loop loops;

@@ -10,9 +10,10 @@
 -- Guarantees: nothing is granted to PUBLIC; nobody but the owner may CREATE
 -- in the schema (so no role can shadow a function or a table); a user role
 -- reaches other owners' rows only through the security definer functions
--- below, each of which checks ownership itself or cannot be called directly.
+-- below, each of which checks ownership itself or cannot be called directly;
+-- on a database of its own (below), user roles cannot create temporary tables.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 revoke all on schema ceaseless from public;
 grant usage on schema ceaseless to ceaseless_listener, ceaseless_operator, ceaseless_user;
@@ -186,3 +187,63 @@ alter function _tg_notifications_update_metrics() security definer;
 grant select on owner_budgets, owner_budget_usage to ceaseless_user;
 grant insert, update, delete on owner_budgets to ceaseless_operator;
 grant execute on function _owner_spend(owner_budgets, timestamptz) to ceaseless_user;
+
+-- Temporary tables. Every function searches pg_temp last (search_path
+-- pg_catalog, ceaseless, pg_temp), so a temporary table can shadow nothing
+-- inside them; a user role needs none at all, so on a database of its own it
+-- may not create one. TEMPORARY is a database privilege PostgreSQL grants to
+-- PUBLIC, so taking it from ceaseless_user alone would change nothing: it is
+-- taken from PUBLIC and given back to the listener and operator roles. On a
+-- database shared with other applications that would take it from their
+-- roles too, so it is done only when the database holds nothing but this
+-- schema (and an empty public), and only by a role that may (the database's
+-- owner or a superuser); otherwise it is left as it is, with a NOTICE, and
+-- docs/migrations.md gives the statements to run by hand. Returns whether it
+-- was restricted.
+create or replace function _restrict_temporary()
+returns boolean
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_database constant text := current_database();
+    v_other text;
+begin
+    if not exists (select from pg_database d
+                   where d.datname = v_database and pg_has_role(current_user, d.datdba, 'usage')) then
+        raise notice 'ceaseless: % does not own database %, so TEMPORARY stays granted to PUBLIC '
+                     '(docs/migrations.md, "Temporary tables")', current_user, v_database;
+        return false;
+    end if;
+    select n.nspname into v_other
+    from pg_namespace n
+    where n.nspname not in ('ceaseless', 'public', 'information_schema', 'pg_catalog', 'pg_toast')
+      and n.nspname !~ '^pg_(temp|toast_temp)_[0-9]+$'
+    order by 1
+    limit 1;
+    if v_other is null
+       and (exists (select from pg_class c where c.relnamespace = 'public'::regnamespace)
+            or exists (select from pg_proc p where p.pronamespace = 'public'::regnamespace)
+            or exists (select from pg_type t where t.typnamespace = 'public'::regnamespace)) then
+        v_other := 'public';
+    end if;
+    if v_other is not null then
+        raise notice 'ceaseless: database % is shared (schema % is not ceaseless''s), so TEMPORARY '
+                     'stays granted to PUBLIC (docs/migrations.md, "Temporary tables")',
+                     v_database, v_other;
+        return false;
+    end if;
+    execute format('revoke temporary on database %I from public', v_database);
+    execute format('grant temporary on database %I to ceaseless_listener, ceaseless_operator',
+                   v_database);
+    return true;
+end;
+$$;
+
+comment on function _restrict_temporary() is
+    'On a database holding only ceaseless, take TEMPORARY from PUBLIC (user roles cannot create '
+    'temporary tables) and give it to the listener and operator roles; elsewhere a NOTICE. '
+    'Applied by migrate; true when it restricted.';
+
+revoke execute on function _restrict_temporary() from ceaseless_listener, ceaseless_operator;
+select _restrict_temporary();
