@@ -477,27 +477,59 @@ $$;
 comment on function release_jobs(text, uuid[], timestamptz) is
     'Shutdown: return jobs held by p_worker to pending, attempt refunded, open runs finished as cancelled.';
 
+-- May the caller act on everything a job points at: the routine of its run,
+-- its topology run, its parent job? cancel_job and retry_job end or revive a
+-- job, and through it close its routine run (notifying the routine's owner,
+-- counting its failures) or fire its routine again: the job being the
+-- caller's is not enough. The engine writes these references only to rows of
+-- the job's own owner; a row that names another owner's is refused as if it
+-- were not there.
+create or replace function _acts_for_job_refs(p_job job)
+returns boolean
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select (p_job.routine_run_id is null
+            or exists (select from routine_runs rr
+                       join routines r on r.id = rr.routine_id
+                       where rr.id = p_job.routine_run_id and _acts_for(r.user_id)))
+       and (p_job.topology_run_id is null
+            or exists (select from topology_runs t
+                       where t.id = p_job.topology_run_id and _acts_for(t.user_id)))
+       and (p_job.parent_job_id is null
+            or exists (select from job p
+                       where p.id = p_job.parent_job_id and _acts_for(p.user_id)));
+$$;
+
+comment on function _acts_for_job_refs(job) is
+    'True when the caller may act for the owners of the routine run, topology run and parent job '
+    'a job names (_acts_for), as well as for the job''s own.';
+
 -- Cancel a job. A pending job ends at once; a claimed or running one ends
 -- now in the database, its open run finished as cancelled, and the listener
 -- running it stops the process when the NOTIFY (or its next heartbeat)
 -- tells it the job is no longer held.
 --
--- Raises: CE404 unknown job (or another owner's); CE409 the job already ended.
+-- Raises: CE404 unknown job (or another owner's, or one naming another
+-- owner's run or parent); CE409 the job already ended.
 create or replace function cancel_job(p_job_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
+    v_job job;
     v_state text;
 begin
     -- Security definer (99_access.sql), so the owner check is here: a user
     -- role may cancel its own jobs, and someone else's is as unknown as one
-    -- that does not exist.
-    select state into v_state from job where id = p_job_id and _acts_for(user_id) for update;
-    if not found then
+    -- that does not exist; so is the routine run or topology run its end
+    -- would close.
+    select * into v_job from job where id = p_job_id and _acts_for(user_id) for update;
+    if not found or not _acts_for_job_refs(v_job) then
         raise exception 'cancel_job: no job with id %', p_job_id using errcode = 'CE404';
     end if;
+    v_state := v_job.state;
     if v_state not in ('pending', 'claimed', 'running') then
         raise exception 'cancel_job: job % is already %; only pending, claimed or running jobs can be cancelled',
             p_job_id, v_state
@@ -532,7 +564,8 @@ comment on function cancel_job(uuid, timestamptz) is
 -- changes nothing and raises why.
 --
 -- Locks: the job row, then fire admission (routine jobs only; _admit_fires).
--- Raises: CE404 unknown job (or another owner's); CE409 the job is still live; for a routine's
+-- Raises: CE404 unknown job (or another owner's, or one naming another
+-- owner's run or parent); CE409 the job is still live; for a routine's
 -- job, CE410 its routine or agent is disabled, CE412 the routine's
 -- max_concurrent or CE415 the global cap is reached.
 create or replace function retry_job(p_job_id uuid, p_now timestamptz default now())
@@ -546,9 +579,10 @@ declare
     v_run_id uuid;
     v_skip_reason text;
 begin
-    -- The owner check, as in cancel_job.
+    -- The owner checks, as in cancel_job: the job, and the routine it would
+    -- fire again.
     select * into v_job from job where id = p_job_id and _acts_for(user_id) for update;
-    if not found then
+    if not found or not _acts_for_job_refs(v_job) then
         raise exception 'retry_job: no job with id %', p_job_id using errcode = 'CE404';
     end if;
     if v_job.state in ('pending', 'claimed', 'running') then
