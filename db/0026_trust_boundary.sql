@@ -1,10 +1,13 @@
 -- The trust boundary between user roles and the engine: what the engine
 -- remembers within a transaction lives in rows only it can write, not in
--- settings any session can SET.
+-- settings any session can SET; the audit log names the login role and keeps a
+-- listener's worker id beside it; approvals record the role that decided them;
+-- audit pruning has a floor.
 --
 -- Function bodies: functions/41_routine_firing.sql (fire admission, the
 -- running-count shards and their recount), 56_loop_firing.sql (the loop fire
--- marker); every function of functions/ names its search_path; privileges in
+-- marker), 30_notify_audit.sql (audit actor, pruning), 53_approvals.sql;
+-- every function of functions/ names its search_path; privileges in
 -- functions/99_access.sql.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
@@ -49,6 +52,40 @@ alter table routine_run_shards add column xact xid8;
 comment on column routine_run_shards.xact is
     'The transaction that last moved this shard: while it runs, its later moves go to the same '
     'shard, so it holds one at most.';
+
+-- ---------------------------------------------------------------------------
+-- The audit actor is the login role, always; a listener's worker id (which
+-- it chooses, so it is a claim) is kept beside it. A listener could once
+-- write any name as the actor, alice's included.
+-- ---------------------------------------------------------------------------
+alter table audit_log alter column actor set default session_user;
+alter table audit_log add column worker text
+    default (case when pg_catalog.pg_has_role(session_user, 'ceaseless_listener', 'usage')
+                  then nullif(pg_catalog.current_setting('ceaseless.actor', true), '') end);
+comment on column audit_log.actor is
+    'The login role (session_user) whose session made the change. A row naming any other is '
+    'refused (audit_log_actor_is_session).';
+comment on column audit_log.worker is
+    'For a member of ceaseless_listener, the worker id its functions claimed for the transaction '
+    '(--worker-id): which listener process acted, as that role says. NULL for every other role.';
+
+-- ---------------------------------------------------------------------------
+-- decided_by is the caller's free text (the person, as a dashboard names
+-- them); the role that called decide_approval is recorded beside it.
+-- ---------------------------------------------------------------------------
+alter table approvals add column decided_by_role text;
+comment on column approvals.decided_by_role is
+    'The login role that decided the approval (session_user), filled by decide_approval; '
+    'decided_by is the name the caller gave.';
+
+-- ---------------------------------------------------------------------------
+-- Audit retention has a floor: prune_audit_log(now()) once emptied the log.
+-- ---------------------------------------------------------------------------
+insert into settings (key, value, description) values
+    ('audit_log_min_retention_secs', '2592000',
+     'Audit rows younger than this many seconds are never pruned (prune_audit_log refuses a '
+     'cutoff inside it). At least 86400 (one day); default 30 days.')
+on conflict (key) do nothing;
 
 -- ---------------------------------------------------------------------------
 -- The quiet-check trigger functions (functions/05_secrets.sql) were created

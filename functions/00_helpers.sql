@@ -29,26 +29,22 @@ $$;
 comment on function _setting_int(text) is
     'Read an integer from ceaseless.settings; raises CE500 when the row is missing.';
 
--- Who is acting, for the audit log: the login role, or, when that role is a
--- listener, the listener id its functions set for the transaction. Never a
--- setting a user role chose: any session can `set ceaseless.actor`, so it is
--- believed only from a listener (superusers are members of every role).
--- session_user, not current_user: inside a security definer function
--- current_user is the function's owner.
+-- Who is acting: the login role, for the audit log (its actor column
+-- defaults to the same, db/0026) and for the messages that name who did
+-- something. session_user, not current_user: inside a security definer
+-- function current_user is the function's owner. Never a setting: any session
+-- can `set ceaseless.actor`, so a listener's worker id is recorded beside the
+-- role (audit_log.worker), never instead of it.
 create or replace function _actor()
 returns text
 language sql stable
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-    select case when pg_catalog.pg_has_role(session_user, 'ceaseless_listener', 'usage')
-                then coalesce(nullif(pg_catalog.current_setting('ceaseless.actor', true), ''),
-                              session_user::text)
-                else session_user::text end;
+    select session_user::text;
 $$;
 
 comment on function _actor() is
-    'The actor recorded in audit_log: the login role, or the listener id a listener''s functions '
-    'set (believed only from a member of ceaseless_listener).';
+    'The acting login role (session_user): the audit actor, whatever the session has SET.';
 
 -- May the caller act on a row owned by p_owner? Its own rows, or any row for
 -- operators and listeners. For security definer functions, where

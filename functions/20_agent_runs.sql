@@ -360,8 +360,8 @@ begin
         returning late_results.run_id, late_results.job_id, late_results.reason
     ),
     audited as (
-        insert into audit_log (actor, entity, entity_id, action, detail)
-        select p_worker, 'agent_run', k.run_id, 'late_result',
+        insert into audit_log (entity, entity_id, action, detail)
+        select 'agent_run', k.run_id, 'late_result',
                jsonb_strip_nulls(jsonb_build_object('job_id', k.job_id, 'reason', k.reason))
         from kept k
         returning 1

@@ -442,8 +442,8 @@ set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'DELETE' then
-        insert into audit_log (actor, entity, entity_id, action, old_state)
-        values (_actor(), 'routine', old.id, 'delete',
+        insert into audit_log (entity, entity_id, action, old_state)
+        values ('routine', old.id, 'delete',
                 case when old.enabled then 'enabled' else 'disabled' end);
         return null;
     end if;
@@ -452,14 +452,14 @@ begin
                           jsonb_build_object('table', 'routines', 'id', new.id)::text);
     end if;
     if tg_op = 'INSERT' then
-        insert into audit_log (actor, entity, entity_id, action, new_state)
-        values (_actor(), 'routine', new.id, 'insert',
+        insert into audit_log (entity, entity_id, action, new_state)
+        values ('routine', new.id, 'insert',
                 case when new.enabled then 'enabled' else 'disabled' end);
     elsif new.enabled is distinct from old.enabled
           or new.trigger_config is distinct from old.trigger_config
           or new.action_config is distinct from old.action_config then
-        insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-        values (_actor(), 'routine', new.id, 'update',
+        insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+        values ('routine', new.id, 'update',
                 case when old.enabled then 'enabled' else 'disabled' end,
                 case when new.enabled then 'enabled' else 'disabled' end,
                 jsonb_build_object('last_error', new.last_error));

@@ -217,8 +217,8 @@ as $$
 begin
     perform _count_running((select count(*) from new_rows where status = 'running')::integer);
 
-    insert into audit_log (actor, entity, entity_id, action, new_state, detail)
-    select _actor(), 'routine_run', n.id, 'insert', n.status,
+    insert into audit_log (entity, entity_id, action, new_state, detail)
+    select 'routine_run', n.id, 'insert', n.status,
            jsonb_build_object('routine_id', n.routine_id, 'skip_reason', n.skip_reason)
     from new_rows n;
 
@@ -250,8 +250,8 @@ begin
                     - case when o.status = 'running' then 1 else 0 end)
          from new_rows n join old_rows o on o.id = n.id)::integer);
 
-    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-    select _actor(), 'routine_run', n.id, 'update', o.status, n.status,
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    select 'routine_run', n.id, 'update', o.status, n.status,
            jsonb_build_object('routine_id', n.routine_id, 'skip_reason', n.skip_reason)
     from new_rows n
     join old_rows o on o.id = n.id

@@ -37,13 +37,17 @@ as $$
         when 'forge_min_interval_secs' then int8range(1, 86400, '[]')
         -- Children per plan: each is an issue on the forge and a job.
         when 'forge_plan_max_children' then int8range(0, 100, '[]')
+        -- Audit rows younger than this are never pruned: at least a day, so
+        -- a prune can never empty the log of what just happened.
+        when 'audit_log_min_retention_secs' then int8range(86400, 2147483647, '[]')
     end;
 $$;
 
 comment on function _setting_range(text) is
     'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, '
     'webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, '
-    'loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children); NULL for any other key.';
+    'loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, '
+    'audit_log_min_retention_secs); NULL for any other key.';
 
 create or replace function _tg_settings_validate()
 returns trigger

@@ -4,7 +4,8 @@
 -- approvals and loops changes.
 -- Guarantees: every status change of a run, a node or an approval, and every
 -- change an operator makes to a loop, writes one audit_log row in the same
--- transaction (who: _actor(); when: the row's time); every status change of a
+-- transaction (who: the login role, and a listener's worker id beside it;
+-- when: the row's time); every status change of a
 -- run, a node or an approval is announced on ceaseless_run, which the SSE
 -- observer and other subscribers follow. Payloads carry ids and states only;
 -- loop audit rows never carry the webhook token or signing key.
@@ -60,8 +61,8 @@ begin
     if tg_op = 'UPDATE' and new.status is not distinct from old.status then
         return null;
     end if;
-    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-    values (_actor(), 'topology_run', new.id, lower(tg_op),
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    values ('topology_run', new.id, lower(tg_op),
             case when tg_op = 'UPDATE' then old.status end, new.status,
             jsonb_strip_nulls(jsonb_build_object(
                 'loop_id', new.loop_id, 'iteration', new.iteration,
@@ -93,8 +94,8 @@ begin
     if new.state is not distinct from old.state then
         return null;
     end if;
-    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-    values (_actor(), 'topology_node', new.topology_run_id, 'state', old.state, new.state,
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    values ('topology_node', new.topology_run_id, 'state', old.state, new.state,
             jsonb_strip_nulls(jsonb_build_object(
                 'node', new.node_id, 'job_id', new.job_id, 'error', left(new.error, 500))));
     perform pg_notify('ceaseless_run', jsonb_build_object(
@@ -123,8 +124,8 @@ begin
     end if;
     -- The decider named in the call is the one on the row; the actor is the
     -- role (or listener) that made it, which a user role cannot forge.
-    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-    values (_actor(), 'approval', new.id,
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    values ('approval', new.id,
             case when tg_op = 'INSERT' then 'request' else 'decide' end,
             case when tg_op = 'UPDATE' then coalesce(old.decision, 'pending') end,
             coalesce(new.decision, 'pending'),
@@ -192,8 +193,8 @@ declare
     v_detail jsonb;
 begin
     if tg_op = 'DELETE' then
-        insert into audit_log (actor, entity, entity_id, action, old_state)
-        values (_actor(), 'loop', old.id, 'delete',
+        insert into audit_log (entity, entity_id, action, old_state)
+        values ('loop', old.id, 'delete',
                 case when old.enabled then 'enabled' else 'disabled' end);
         return null;
     end if;
@@ -202,8 +203,8 @@ begin
        and v_detail = '{}'::jsonb then
         return null;
     end if;
-    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-    values (_actor(), 'loop', new.id, lower(tg_op),
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    values ('loop', new.id, lower(tg_op),
             case when tg_op = 'UPDATE' then case when old.enabled then 'enabled' else 'disabled' end end,
             case when new.enabled then 'enabled' else 'disabled' end,
             v_detail);

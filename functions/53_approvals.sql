@@ -79,8 +79,8 @@ comment on function _request_approval(uuid, text, timestamptz) is
     'node awaiting_approval and queue the owner''s notification with the SQL to decide it.';
 
 -- Decide an approval (spec section 3's decide_approval). p_decided_by names
--- the person (NULL: the calling role); the audit row's actor is the role
--- that called, which the caller cannot choose.
+-- the person (NULL: the calling role); decided_by_role and the audit row's
+-- actor are the login role that called, which the caller cannot choose.
 --
 -- Security definer: a user may decide the approvals of its own runs,
 -- operators and listeners any; one it may not decide is as unknown as one
@@ -137,7 +137,7 @@ begin
 
     update approvals
     set decision = case when p_approve then 'approved' else 'rejected' end,
-        decided_by = v_who, decided_at = p_now, note = p_note
+        decided_by = v_who, decided_by_role = session_user, decided_at = p_now, note = p_note
     where id = p_approval_id;
 
     if p_approve then
@@ -185,7 +185,8 @@ begin
             continue;
         end if;
         update approvals
-        set decision = 'expired', decided_by = 'ceaseless', decided_at = p_now
+        set decision = 'expired', decided_by = 'ceaseless', decided_by_role = session_user,
+            decided_at = p_now
         where id = v_due.id and decision is null
           and exists (select from topology_nodes n
                       where n.topology_run_id = v_due.topology_run_id

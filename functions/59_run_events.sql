@@ -80,12 +80,14 @@ as $$
                        'webhook', p_row.detail -> 'webhook',
                        'last_error', p_row.detail -> 'last_error')
                end
-               || jsonb_build_object('at', p_row.at, 'actor', p_row.actor));
+               || jsonb_build_object('at', p_row.at, 'actor', p_row.actor)
+               -- The listener's worker id, when a listener acted.
+               || jsonb_strip_nulls(jsonb_build_object('worker', p_row.worker)));
 $$;
 
 comment on function _observer_event(audit_log) is
     'The SSE event of one audit row: its name (run, node, approval, loop) and its data (ids, '
-    'states, the time and the actor; bounded errors and notes).';
+    'states, the time, the actor and a listener''s worker id; bounded errors and notes).';
 
 -- Events of one run after p_after, in id order, at most p_limit (up to
 -- 5000). `last` marks the run's final status: a follower reads on until a

@@ -35,11 +35,14 @@ grant usage on all sequences in schema ceaseless to ceaseless_listener;
 grant execute on all functions in schema ceaseless to ceaseless_listener;
 
 -- Operators: read everything, manage agents and settings, and every function
--- (cancel_job, retry_job, run_routine, prune_audit_log, …). They write jobs
+-- (cancel_job, retry_job, run_routine, …) but audit pruning. They write jobs
 -- only through those functions.
 grant select on all tables in schema ceaseless to ceaseless_operator;
 grant insert, update, delete on agents, settings to ceaseless_operator;
 grant execute on all functions in schema ceaseless to ceaseless_operator;
+-- The audit log keeps what operators did too: it is pruned by its owner or a
+-- listener's maintenance, above the retention floor (30_notify_audit.sql).
+revoke execute on function prune_audit_log(timestamptz, integer) from ceaseless_operator;
 
 -- Users: their own routines, jobs and events (row-level security narrows
 -- every table below to their rows), and what they need to pick a lane. Reset

@@ -79,4 +79,16 @@ def test_every_numeric_setting_seeded_by_the_migrations_is_in_range(
     ranged = conn.execute(
         "select count(*) from ceaseless.settings where ceaseless._setting_range(key) is not null"
     ).fetchone()
-    assert ranged == (12,)
+    assert ranged == (13,)
+
+
+@pytest.mark.parametrize("value", ["3600", "0", "-1", '"a month"'])
+def test_the_audit_retention_floor_is_at_least_a_day(conn: psycopg.Connection, value: str) -> None:
+    with pytest.raises(psycopg.Error) as error:
+        _write(conn, "audit_log_min_retention_secs", value)
+    assert error.value.sqlstate == "CE422"
+    assert "settings.audit_log_min_retention_secs: must be an integer from 86400" in str(
+        error.value
+    )
+    conn.rollback()
+    _write(conn, "audit_log_min_retention_secs", "86400")
