@@ -1,11 +1,14 @@
--- Settings: the numeric ones are checked when they are written.
+-- Settings: the numeric ones and the notification sinks are checked when
+-- they are written.
 --
 -- Called by: PostgreSQL, before an INSERT or UPDATE of a settings row.
 -- Guarantees: a numeric setting the SQL functions read (_setting_int) holds an
--- integer within its range, or the write fails with CE422 naming the key, the
--- range and the value. Without it, `lease_secs = 'soon'` was stored and every
--- claim then failed with a cast error, and `rate_limit_max_wait_secs = -1`
--- made every reported reset a moment in the past. Keys this file does not
+-- integer within its range, and notification_sinks a JSON object of sinks each
+-- of which can deliver (_notification_sink_problem, 60_notifications.sql), or
+-- the write fails with CE422 naming the key, the rule and the value. Without
+-- it, `lease_secs = 'soon'` was stored and every claim then failed with a
+-- cast error, and `rate_limit_max_wait_secs = -1` made every reported reset a
+-- moment in the past. Keys this file does not
 -- know (an operator's note, a later version's setting) are stored as given.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
@@ -58,7 +61,29 @@ declare
     v_range constant int8range := _setting_range(new.key);
     v_text text;
     v_value bigint;
+    v_sink text;
+    v_problem text;
 begin
+    -- Prevents storing sinks no notification can be delivered through (a
+    -- JSON string holding the object, a webhook without a url): each would
+    -- fail only at delivery. The problem named is the one delivery names;
+    -- the value is never shown, since sinks hold credentials.
+    if new.key = 'notification_sinks' then
+        if jsonb_typeof(new.value) is distinct from 'object' then
+            raise exception 'settings.notification_sinks: must be a JSON object mapping sink names '
+                            'to their configuration, e.g. {"default": {"type": "log"}}; got a %',
+                coalesce(jsonb_typeof(new.value), 'NULL')
+                using errcode = 'CE422', table = 'settings', column = 'value';
+        end if;
+        for v_sink in select k from jsonb_object_keys(new.value) k order by k loop
+            v_problem := _notification_sink_problem(v_sink, new.value);
+            if v_problem is not null then
+                raise exception 'settings.notification_sinks: %', v_problem
+                    using errcode = 'CE422', table = 'settings', column = 'value';
+            end if;
+        end loop;
+        return new;
+    end if;
     if v_range is null then
         return new;
     end if;

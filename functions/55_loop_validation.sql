@@ -318,9 +318,11 @@ begin
 
     -- The credential is generated here and nowhere else: one chosen by hand
     -- could be guessed, or copied from another system.
+    -- The error names the column that was set (the token when both were).
     if tg_op = 'INSERT' then
         if new.webhook_token is not null or new.webhook_signing_key is not null then
-            perform _invalid_loop('webhook_token',
+            perform _invalid_loop(case when new.webhook_token is not null then 'webhook_token'
+                                       else 'webhook_signing_key' end,
                                   'is generated when triggers.webhook_enabled is true; do not set it',
                                   '"(hidden)"');
         end if;
@@ -328,7 +330,8 @@ begin
     else
         if new.webhook_token is distinct from old.webhook_token
            or new.webhook_signing_key is distinct from old.webhook_signing_key then
-            perform _invalid_loop('webhook_token',
+            perform _invalid_loop(case when new.webhook_token is distinct from old.webhook_token
+                                       then 'webhook_token' else 'webhook_signing_key' end,
                                   'is generated when triggers.webhook_enabled is turned on; to '
                                   'rotate it, set webhook_enabled false, then true',
                                   '"(hidden)"');
