@@ -155,6 +155,32 @@ comment on function _remember_fire(text, bigint) is
     'Record in transaction_state how this transaction''s fires were admitted (shared or '
     'exclusive) and the room its shared slots have left.';
 
+-- Forget the transaction_state rows of backends that have exited: a row is
+-- one per backend and means nothing once its backend is gone, but pids are
+-- many, so rows would pile up over months of connections. A live backend's
+-- row is kept whatever transaction it belongs to (it takes it over at its
+-- next fire). Returns how many were forgotten.
+--
+-- Called by: every listener's maintenance tick (listener/maintenance.py).
+create or replace function forget_ended_backends()
+returns integer
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_count integer;
+begin
+    delete from transaction_state s
+    where not exists (select from pg_stat_activity a where a.pid = s.backend_pid);
+    get diagnostics v_count = row_count;
+    return v_count;
+end;
+$$;
+
+comment on function forget_ended_backends() is
+    'Delete the transaction_state rows of backends that no longer exist; returns how many. '
+    'Maintenance, every listener.';
+
 -- Fire admission: what every fire takes before it reads its guardrails, so
 -- that concurrent fires see each other's runs (max_concurrent, dedup, the
 -- global cap) without locking any row. Finishes never take any of it, so a

@@ -66,6 +66,7 @@ class Maintenance:
             corrected = await self._db.retry("recount_routine_runs", routine_runs.recount_running)
             if corrected:
                 log.warning("routine_runs.recounted", correction=corrected)
+            await self._db.retry("forget_ended_backends", routine_runs.forget_ended_backends)
 
     async def keep_cron(self) -> None:
         """Schedule what asks for it, fire what is due, sleep until the next slot."""

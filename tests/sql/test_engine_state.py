@@ -197,3 +197,23 @@ def test_a_user_role_cannot_recount_or_move_the_count(login_role: Connect) -> No
             alice.execute(f"select ceaseless.{call}")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         alice.execute("select * from ceaseless.transaction_state")
+
+
+def test_maintenance_forgets_the_state_of_backends_that_have_exited(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    make_agent(conn, max_concurrent=10)
+    routine = _routine(conn)
+    with psycopg.connect(db_url, autocommit=True) as other:
+        other.execute("select ceaseless.run_routine(%s)", (routine,))
+        gone = _one(other, "select pg_backend_pid()")
+    conn.execute("select ceaseless.run_routine(%s)", (routine,))
+    mine = _one(conn, "select pg_backend_pid()")
+    wait = "select count(*) from pg_stat_activity where pid = %s"
+    for _ in range(100):
+        if _one(conn, wait, (gone,)) == 0:
+            break
+        conn.execute("select pg_sleep(0.05)")
+    assert _one(conn, "select ceaseless.forget_ended_backends()") == 1
+    rows = conn.execute("select backend_pid from ceaseless.transaction_state").fetchall()
+    assert rows == [(mine,)]
