@@ -3,14 +3,14 @@
 -- Called by: the SQL functions in this directory; never by users.
 -- Guarantees: pure or read-only; no locks beyond the rows they read.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Read a numeric setting, failing loudly when it is missing: a silent default
 -- here would hide an operator's deleted row until a lease or a cap misbehaves.
 create or replace function _setting_int(p_key text)
 returns integer
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_value jsonb;
@@ -29,29 +29,22 @@ $$;
 comment on function _setting_int(text) is
     'Read an integer from ceaseless.settings; raises CE500 when the row is missing.';
 
--- Who is acting, for the audit log: the login role, or, when that role is a
--- listener, the listener id its functions set for the transaction. Never a
--- setting a user role chose: any session can `set ceaseless.actor`, so it is
--- believed only from a listener (superusers are members of every role).
--- session_user, not current_user: inside a security definer function
--- current_user is the function's owner.
---
--- No `set search_path` here, unlike the other functions: it names only
--- pg_catalog built-ins (always searched first), and a SET clause stops
--- PostgreSQL from inlining a SQL function — this one runs once per audit row.
+-- Who is acting: the login role, for the audit log (its actor column
+-- defaults to the same, db/0026) and for the messages that name who did
+-- something. session_user, not current_user: inside a security definer
+-- function current_user is the function's owner. Never a setting: any session
+-- can `set ceaseless.actor`, so a listener's worker id is recorded beside the
+-- role (audit_log.worker), never instead of it.
 create or replace function _actor()
 returns text
 language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-    select case when pg_catalog.pg_has_role(session_user, 'ceaseless_listener', 'usage')
-                then coalesce(nullif(pg_catalog.current_setting('ceaseless.actor', true), ''),
-                              session_user::text)
-                else session_user::text end;
+    select session_user::text;
 $$;
 
 comment on function _actor() is
-    'The actor recorded in audit_log: the login role, or the listener id a listener''s functions '
-    'set (believed only from a member of ceaseless_listener).';
+    'The acting login role (session_user): the audit actor, whatever the session has SET.';
 
 -- May the caller act on a row owned by p_owner? Its own rows, or any row for
 -- operators and listeners. For security definer functions, where
@@ -59,6 +52,7 @@ comment on function _actor() is
 create or replace function _acts_for(p_owner text)
 returns boolean
 language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select p_owner = session_user::text
         or pg_catalog.pg_has_role(session_user, 'ceaseless_operator', 'usage')
@@ -77,7 +71,7 @@ comment on function _acts_for(text) is
 create or replace function _retry_delay(p_attempts integer)
 returns interval
 language plpgsql volatile
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return make_interval(secs =>
@@ -95,12 +89,10 @@ comment on function _retry_delay(integer) is
 -- just U+0020: btrim() trims only spaces, so a prompt of tabs and newlines,
 -- or of U+00A0 / U+3000 pasted from a document, passed a "not blank" check
 -- built on it and reached an agent as an empty task.
---
--- No SET clause, so the planner can inline it into validation and finishing
--- queries; it names only pg_catalog built-ins.
 create or replace function _is_blank(p_value text)
 returns boolean
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(p_value !~ '[^\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]', true);
 $$;
@@ -113,6 +105,7 @@ comment on function _is_blank(text) is
 create or replace function _trim_blank(p_value text)
 returns text
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select regexp_replace(p_value,
         '^[\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]+|[\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]+$',
@@ -131,10 +124,12 @@ comment on function _trim_blank(text) is
 -- table could be deleted or raised by whoever it is meant to stop.
 -- listener/cron.py mirrors the two schedule caps (a test compares them).
 --
--- No SET clause, so the planner can inline it and fold the constant.
+-- Immutable: a call with a constant name (a trigger's WHEN clause) is
+-- evaluated once, when the expression is planned.
 create or replace function _input_cap(p_name text)
 returns integer
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case p_name
         -- trigger_config.pattern of an event routine, in characters.
@@ -188,7 +183,7 @@ comment on function _input_cap(text) is
 create or replace function _refuse_long(p_where text, p_value text, p_cap text)
 returns void
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_cap constant integer := _input_cap(p_cap);
@@ -220,7 +215,7 @@ comment on function _refuse_long(text, text, text) is
 create or replace function _invalid_value(p_where text, p_rule text, p_value jsonb)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_shown text := coalesce(p_value::text, 'nothing');

@@ -9,7 +9,7 @@
 -- 30_notify_audit.sql (one NOTIFY ceaseless_job per statement and group,
 -- one audit_log row per job).
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Planner settings (here and in 20_agent_runs.sql): none by default. A
 -- function keeps one only while a plan test shows the plan it prevents, or
@@ -25,11 +25,10 @@ set local search_path = ceaseless, pg_catalog, public;
 -- Agents print what their prompt asks, and a looser rule let an id that is no
 -- session either CLI knows reach `--resume`. The same rule is CHECK
 -- resume_session_id_resumable on job (db/0014), spelled out there.
---
--- No SET clause, so the planner can inline it; it names only built-ins.
 create or replace function _resume_session_id_ok(p_session_id text)
 returns boolean
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select p_session_id ~ '^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|ses_[0-9A-Za-z]{26})$';
 $$;
@@ -45,6 +44,7 @@ comment on function _resume_session_id_ok(text) is
 create or replace function _resumable(p_session_id text)
 returns text
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when _resume_session_id_ok(p_session_id) then p_session_id end;
 $$;
@@ -58,7 +58,7 @@ comment on function _resumable(text) is
 create or replace function _tg_job_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if not _resume_session_id_ok(new.resume_session_id) then
@@ -122,7 +122,7 @@ returns table (
     claim_expires_at timestamptz, run_id uuid
 )
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 -- On PostgreSQL 15, a claim of 1,000 after one-job claims on a young table
 -- scans job against the claimed ids (18 probes the key on its own):
 -- tests/sql/test_batch_plans.py, test_without_enable_seqscan_a_claim_….
@@ -293,7 +293,7 @@ create or replace function extend_leases(
 )
 returns table (job_id uuid, held boolean, renewed boolean)
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_lease interval := make_interval(secs => coalesce(p_lease_secs, _setting_int('lease_secs')));
@@ -356,7 +356,7 @@ comment on function extend_leases(text, uuid[], timestamptz, integer) is
 create or replace function expire_leases(p_now timestamptz default now())
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_count integer;
@@ -434,7 +434,7 @@ create or replace function release_jobs(
 )
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_count integer;
@@ -477,27 +477,59 @@ $$;
 comment on function release_jobs(text, uuid[], timestamptz) is
     'Shutdown: return jobs held by p_worker to pending, attempt refunded, open runs finished as cancelled.';
 
+-- May the caller act on everything a job points at: the routine of its run,
+-- its topology run, its parent job? cancel_job and retry_job end or revive a
+-- job, and through it close its routine run (notifying the routine's owner,
+-- counting its failures) or fire its routine again: the job being the
+-- caller's is not enough. The engine writes these references only to rows of
+-- the job's own owner; a row that names another owner's is refused as if it
+-- were not there.
+create or replace function _acts_for_job_refs(p_job job)
+returns boolean
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select (p_job.routine_run_id is null
+            or exists (select from routine_runs rr
+                       join routines r on r.id = rr.routine_id
+                       where rr.id = p_job.routine_run_id and _acts_for(r.user_id)))
+       and (p_job.topology_run_id is null
+            or exists (select from topology_runs t
+                       where t.id = p_job.topology_run_id and _acts_for(t.user_id)))
+       and (p_job.parent_job_id is null
+            or exists (select from job p
+                       where p.id = p_job.parent_job_id and _acts_for(p.user_id)));
+$$;
+
+comment on function _acts_for_job_refs(job) is
+    'True when the caller may act for the owners of the routine run, topology run and parent job '
+    'a job names (_acts_for), as well as for the job''s own.';
+
 -- Cancel a job. A pending job ends at once; a claimed or running one ends
 -- now in the database, its open run finished as cancelled, and the listener
 -- running it stops the process when the NOTIFY (or its next heartbeat)
 -- tells it the job is no longer held.
 --
--- Raises: CE404 unknown job (or another owner's); CE409 the job already ended.
+-- Raises: CE404 unknown job (or another owner's, or one naming another
+-- owner's run or parent); CE409 the job already ended.
 create or replace function cancel_job(p_job_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
+    v_job job;
     v_state text;
 begin
     -- Security definer (99_access.sql), so the owner check is here: a user
     -- role may cancel its own jobs, and someone else's is as unknown as one
-    -- that does not exist.
-    select state into v_state from job where id = p_job_id and _acts_for(user_id) for update;
-    if not found then
+    -- that does not exist; so is the routine run or topology run its end
+    -- would close.
+    select * into v_job from job where id = p_job_id and _acts_for(user_id) for update;
+    if not found or not _acts_for_job_refs(v_job) then
         raise exception 'cancel_job: no job with id %', p_job_id using errcode = 'CE404';
     end if;
+    v_state := v_job.state;
     if v_state not in ('pending', 'claimed', 'running') then
         raise exception 'cancel_job: job % is already %; only pending, claimed or running jobs can be cancelled',
             p_job_id, v_state
@@ -532,13 +564,14 @@ comment on function cancel_job(uuid, timestamptz) is
 -- changes nothing and raises why.
 --
 -- Locks: the job row, then fire admission (routine jobs only; _admit_fires).
--- Raises: CE404 unknown job (or another owner's); CE409 the job is still live; for a routine's
+-- Raises: CE404 unknown job (or another owner's, or one naming another
+-- owner's run or parent); CE409 the job is still live; for a routine's
 -- job, CE410 its routine or agent is disabled, CE412 the routine's
 -- max_concurrent or CE415 the global cap is reached.
 create or replace function retry_job(p_job_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_job job;
@@ -546,9 +579,10 @@ declare
     v_run_id uuid;
     v_skip_reason text;
 begin
-    -- The owner check, as in cancel_job.
+    -- The owner checks, as in cancel_job: the job, and the routine it would
+    -- fire again.
     select * into v_job from job where id = p_job_id and _acts_for(user_id) for update;
-    if not found then
+    if not found or not _acts_for_job_refs(v_job) then
         raise exception 'retry_job: no job with id %', p_job_id using errcode = 'CE404';
     end if;
     if v_job.state in ('pending', 'claimed', 'running') then

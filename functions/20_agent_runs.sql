@@ -15,7 +15,7 @@
 -- cancel of the same job queue instead of deadlocking. NOTIFY ceaseless_run /
 -- ceaseless_job by trigger.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Planner settings: see the head of 10_jobs.sql.
 
@@ -28,6 +28,7 @@ drop function if exists start_runs(text, uuid[], timestamptz);
 create or replace function _session_id_ok(p_session_id text)
 returns boolean
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select p_session_id ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$';
 $$;
@@ -48,7 +49,7 @@ create or replace function note_sessions(
 )
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_count integer;
@@ -114,7 +115,7 @@ create or replace function finish_runs(
 )
 returns table (run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 begin
@@ -359,8 +360,8 @@ begin
         returning late_results.run_id, late_results.job_id, late_results.reason
     ),
     audited as (
-        insert into audit_log (actor, entity, entity_id, action, detail)
-        select p_worker, 'agent_run', k.run_id, 'late_result',
+        insert into audit_log (entity, entity_id, action, detail)
+        select 'agent_run', k.run_id, 'late_result',
                jsonb_strip_nulls(jsonb_build_object('job_id', k.job_id, 'reason', k.reason))
         from kept k
         returning 1

@@ -13,7 +13,7 @@
 -- auditing them twice cost two of the eight rows a short job wrote. The
 -- agent_run triggers only announce.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The NOTIFY payload of a group of rows: the id when the group is one row,
 -- else the count (a listener then reads the table, which it must do anyway).
@@ -30,7 +30,7 @@ create or replace function _notify_group(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if coalesce(cardinality(p_ids), 0) = 0 then
@@ -52,11 +52,11 @@ comment on function _notify_group(text, uuid[], jsonb) is
 create or replace function _tg_job_insert()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
-    insert into audit_log (actor, entity, entity_id, action, new_state)
-    select _actor(), 'job', n.id, 'insert', n.state from new_rows n;
+    insert into audit_log (entity, entity_id, action, new_state)
+    select 'job', n.id, 'insert', n.state from new_rows n;
 
     perform _notify_group('ceaseless_job', array_agg(n.id),
                           jsonb_build_object('kind', n.kind, 'agent', n.agent,
@@ -83,14 +83,14 @@ comment on function _tg_job_insert() is
 create or replace function _tg_job_update()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 set enable_nestloop = off
 as $$
 begin
     -- Lease extensions and bookkeeping updates change no state: they are
     -- neither audited nor announced, or every heartbeat would wake everyone.
-    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-    select _actor(), 'job', n.id, 'state', o.state, n.state,
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    select 'job', n.id, 'state', o.state, n.state,
            jsonb_strip_nulls(jsonb_build_object(
                'attempts', n.attempts, 'claimed_by', n.claimed_by,
                'error', case when n.last_error is distinct from o.last_error
@@ -116,7 +116,7 @@ comment on function _tg_job_update() is
 create or replace function _tg_agent_run_insert()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     -- One NOTIFY for the whole statement. HAVING, because an aggregate
@@ -137,7 +137,7 @@ comment on function _tg_agent_run_insert() is
 create or replace function _tg_agent_run_update()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 set enable_nestloop = off
 as $$
 begin
@@ -160,7 +160,7 @@ comment on function _tg_agent_run_update() is
 create or replace function _tg_config_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_key text;
@@ -170,8 +170,8 @@ begin
     v_key := coalesce(to_jsonb(new), to_jsonb(old)) ->> case tg_table_name
                                                              when 'agents' then 'name'
                                                              else 'key' end;
-    insert into audit_log (actor, entity, entity_key, action, detail)
-    values (_actor(), tg_table_name, v_key, lower(tg_op),
+    insert into audit_log (entity, entity_key, action, detail)
+    values (tg_table_name, v_key, lower(tg_op),
             -- Secrets hidden (05_secrets.sql): agents.env values and the
             -- sinks' headers and URLs would otherwise be kept here forever.
             _without_secrets(tg_table_name,
@@ -218,10 +218,12 @@ create or replace trigger settings_changed
 -- removed only by prune_audit_log's retention. Privileges already keep every
 -- role but the owner from UPDATE and DELETE (functions/99_access.sql); this
 -- keeps the owner's own sessions, and a listener run as superuser, honest.
+-- The pruning flag is a setting, which any session can SET: it opens nothing,
+-- since only the owner holds DELETE at all.
 create or replace function _tg_audit_log_append_only()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'DELETE' and current_setting('ceaseless.pruning_audit_log', true) = 'on' then
@@ -243,28 +245,90 @@ create or replace trigger audit_log_no_truncate
     before truncate on audit_log
     for each statement execute function _tg_audit_log_append_only();
 
+-- The actor of an audit row is the login role of the session that writes it,
+-- and only a listener's rows carry a worker id: a listener may append to the
+-- log (it holds INSERT), but not in alice's name. The rows this schema writes
+-- take both from the column defaults (db/0026), so the WHEN clause is false
+-- for them and no function is called.
+create or replace function _tg_audit_log_actor()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    if new.actor is distinct from session_user::text then
+        raise exception 'audit_log.actor: is the login role of the session writing the row (%); '
+                        'got %', session_user, to_jsonb(left(new.actor, 100))
+            using errcode = 'CE422', table = 'audit_log', column = 'actor';
+    end if;
+    raise exception 'audit_log.worker: only a member of ceaseless_listener records a worker id; '
+                    'got %', to_jsonb(left(new.worker, 100))
+        using errcode = 'CE422', table = 'audit_log', column = 'worker';
+end;
+$$;
+
+comment on function _tg_audit_log_actor() is
+    'Before INSERT on audit_log of a row naming another actor than the session''s login role, '
+    'or a worker id from a role that is no listener: refuse (CE422).';
+
+create or replace trigger audit_log_actor_is_session
+    before insert on audit_log
+    for each row
+    when (new.actor is distinct from session_user::text
+          or (new.worker is not null
+              and not pg_catalog.pg_has_role(session_user, 'ceaseless_listener', 'usage')))
+    execute function _tg_audit_log_actor();
+
 -- Retention for the audit log: delete up to p_limit rows older than p_before,
--- oldest first, and say how many. Bounded so a first prune of a large log
--- does not hold a long transaction; call it again until it returns 0.
--- Security definer so an operator can prune without DELETE on audit_log.
+-- oldest first, say how many, and leave an audit row of the prune (the
+-- cutoff, the count, and who: its actor). Bounded so a first prune of a large
+-- log does not hold a long transaction; call it again until it returns 0.
+--
+-- The cutoff must lie at least audit_log_min_retention_secs before now: a
+-- prune of everything (prune_audit_log(now())) leaves nothing to audit what
+-- happened before it. Read against the server's clock, not a p_now, which
+-- would let the caller move the floor.
+--
+-- Security definer, so the listener's maintenance may prune without DELETE on
+-- audit_log; operators and users may not call it (99_access.sql).
+-- Raises: CE422 a cutoff inside the retention floor, or p_limit below 1.
 create or replace function prune_audit_log(p_before timestamptz, p_limit integer default 10000)
 returns integer
 language plpgsql
 security definer
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
+    v_keep constant integer := _setting_int('audit_log_min_retention_secs');
     v_deleted integer;
 begin
+    if p_before is null or p_before > now() - make_interval(secs => v_keep) then
+        raise exception 'prune_audit_log: p_before must be at least audit_log_min_retention_secs '
+                        '(% s) before now, at or before %; got %', v_keep,
+            now() - make_interval(secs => v_keep), coalesce(p_before::text, 'NULL')
+            using errcode = 'CE422',
+                  hint = 'Audit rows younger than the setting audit_log_min_retention_secs are '
+                         'kept; pass an older cutoff.';
+    end if;
+    if p_limit is null or p_limit < 1 then
+        raise exception 'prune_audit_log: p_limit must be at least 1, got %', p_limit
+            using errcode = 'CE422';
+    end if;
     perform set_config('ceaseless.pruning_audit_log', 'on', true);
     delete from audit_log
     where id in (select id from audit_log where at < p_before order by id limit p_limit);
     get diagnostics v_deleted = row_count;
     perform set_config('ceaseless.pruning_audit_log', 'off', true);
+    if v_deleted > 0 then
+        insert into audit_log (entity, entity_key, action, detail)
+        values ('audit_log', 'retention', 'prune',
+                jsonb_build_object('before', p_before, 'deleted', v_deleted, 'limit', p_limit));
+    end if;
     return v_deleted;
 end;
 $$;
 
 comment on function prune_audit_log(timestamptz, integer) is
-    'Delete up to p_limit audit_log rows older than p_before (oldest first); returns how many. The '
-    'only way rows leave the append-only log.';
+    'Delete up to p_limit audit_log rows older than p_before (oldest first), which must be at '
+    'least audit_log_min_retention_secs ago, and audit the prune; returns how many. The only way '
+    'rows leave the append-only log. CE422 for a cutoff inside the floor.';

@@ -5,21 +5,21 @@
 -- Guarantees: no job is stored whose prompt or payload is longer than its cap
 -- (_input_cap), or whose payload.context_paths names a file outside the
 -- workspace (absolute, or with a .. component); the error names the field,
--- the rule and the length or the path (CE422), never the whole value.
+-- the rule and the length or the path (CE422), never the whole value; a job a
+-- user role inserts is due no earlier than its insert.
 -- Rows within the bounds do not call the function at all: the trigger's WHEN
 -- clause tests them in the executor, so a fire of a thousand routines pays
 -- for no PL/pgSQL call.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Is a value a path the listener may read context from: a JSON string, not
 -- blank, relative, without a .. component? The listener checks again where
 -- the path resolves (symlinks included), against its workspace root.
---
--- No SET clause, so it can be inlined; names outside pg_catalog are qualified.
 create or replace function _is_workspace_path(p_value jsonb)
 returns boolean
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(jsonb_typeof(p_value) = 'string'
                     and not ceaseless._is_blank(p_value #>> '{}')
@@ -33,7 +33,7 @@ comment on function _is_workspace_path(jsonb) is
 create or replace function _tg_job_input()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_path jsonb;
@@ -74,3 +74,36 @@ create or replace trigger job_input
           or char_length(new.payload::text) > ceaseless._input_cap('job_payload')
           or coalesce(new.payload -> 'context_paths' <> '[]'::jsonb, false))
     execute function _tg_job_input();
+
+-- A user's job is due no earlier than its insert: claims take the oldest due
+-- work first (run_after), so a job dated back would go ahead of every other
+-- owner's in its lane. The engine dates its own jobs (a fire's p_now).
+--
+-- Runs as the inserting role (not security definer): current_user is a user
+-- role for a user's own INSERT, and the owner when the engine inserts on a
+-- user's behalf from a security definer function (a routine's fire).
+create or replace function _tg_job_user_due()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    if pg_has_role(current_user, 'ceaseless_user', 'usage')
+       and not pg_has_role(current_user, 'ceaseless_listener', 'usage')
+       and not pg_has_role(current_user, 'ceaseless_operator', 'usage') then
+        new.run_after := now();
+    end if;
+    return new;
+end;
+$$;
+
+comment on function _tg_job_user_due() is
+    'Before INSERT on job of a row due before now: a user role''s job is due from now (its '
+    'place in the queue), the engine''s keeps its time.';
+
+-- Only rows dated back call it: a job inserted without run_after is due now.
+create or replace trigger job_user_due
+    before insert on job
+    for each row
+    when (new.run_after < now())
+    execute function _tg_job_user_due();

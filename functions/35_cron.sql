@@ -22,7 +22,7 @@
 -- on generated expressions that this validator accepts exactly what the
 -- listener can compute.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- A run of ASCII digits as an integer, capped at 1,000,000,000: every bound in
 -- cron is below 60, so the cap keeps each comparison right (too big, not zero)
@@ -30,7 +30,7 @@ set local search_path = ceaseless, pg_catalog, public;
 create or replace function _cron_number(p_digits text)
 returns integer
 language sql immutable strict
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when ltrim(p_digits, '0') = '' then 0
@@ -49,7 +49,7 @@ comment on function _cron_number(text) is
 create or replace function _cron_value(p_token text, p_position integer)
 returns integer
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_token ~ '^[0-9]+$' then _cron_number(p_token)
@@ -75,7 +75,7 @@ create or replace function _cron_range(
 )
 returns integer[]
 language plpgsql immutable strict
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     -- The last value before the wrap, in a reversed range.
@@ -117,7 +117,7 @@ create or replace function _cron_field(
     p_field text, p_position integer, out error text, out field_values integer[]
 )
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_name constant text := (array['minute', 'hour', 'day-of-month', 'month', 'day-of-week',
@@ -350,7 +350,7 @@ create or replace function _cron_days_error(
 )
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_day_of_month constant text := translate(p_day_of_month, 'LW', 'lw');
@@ -415,7 +415,7 @@ comment on function _cron_days_error(text, text, text, integer[], integer[]) is
 create or replace function _cron_error(p_expression text)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_fields text[];
@@ -517,7 +517,7 @@ comment on function _cron_error(text) is
 create or replace function _timezone_error(p_timezone text)
 returns text
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_timezone is null then 'time zone is missing'

@@ -7,13 +7,13 @@
 -- cron routine needs its next_fire_at (created, schedule or timezone changed,
 -- re-enabled); operator-visible changes are audited.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Raise CE422 for a routine column, through _invalid_value (00_helpers.sql).
 create or replace function _invalid(p_field text, p_rule text, p_value jsonb)
 returns void
 language sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select _invalid_value('routines.' || p_field, p_rule, p_value);
 $$;
@@ -27,7 +27,7 @@ comment on function _invalid(text, text, jsonb) is
 create or replace function _is_text(p_value jsonb)
 returns boolean
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- coalesce: an absent key is NULL, and "not NULL" would let it through.
     select coalesce(jsonb_typeof(p_value) = 'string' and not _is_blank(p_value #>> '{}'), false);
@@ -39,7 +39,7 @@ comment on function _is_text(jsonb) is 'True for a JSON string that is not blank
 create or replace function _is_positive_int_or_null(p_value jsonb)
 returns boolean
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select p_value is null or jsonb_typeof(p_value) = 'null'
         or (jsonb_typeof(p_value) = 'number' and (p_value #>> '{}') ~ '^[0-9]+$'
@@ -54,7 +54,7 @@ comment on function _is_positive_int_or_null(jsonb) is 'True for null/absent or 
 create or replace function _validated_routine(p_row routines)
 returns routines
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_trigger jsonb := p_row.trigger_config;
@@ -223,6 +223,7 @@ comment on function _validated_routine(routines) is
 create or replace function _regex_backreference(p_pattern text)
 returns text
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when left(p_pattern, 4) <> '***=' then
         (regexp_match(p_pattern, '(?:^|[^\\])(?:\\\\)*(\\[1-9][0-9]*)'))[1]
@@ -252,7 +253,7 @@ comment on function _regex_backreference(text) is
 create or replace function _regex_required_literal(p_pattern text)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_chars constant text[] := string_to_array(p_pattern, null);
@@ -391,7 +392,7 @@ comment on function _regex_required_literal(text) is
 create or replace function _tg_routines_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'UPDATE'
@@ -437,12 +438,12 @@ comment on function _tg_routines_validate() is
 create or replace function _tg_routines_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'DELETE' then
-        insert into audit_log (actor, entity, entity_id, action, old_state)
-        values (_actor(), 'routine', old.id, 'delete',
+        insert into audit_log (entity, entity_id, action, old_state)
+        values ('routine', old.id, 'delete',
                 case when old.enabled then 'enabled' else 'disabled' end);
         return null;
     end if;
@@ -451,14 +452,14 @@ begin
                           jsonb_build_object('table', 'routines', 'id', new.id)::text);
     end if;
     if tg_op = 'INSERT' then
-        insert into audit_log (actor, entity, entity_id, action, new_state)
-        values (_actor(), 'routine', new.id, 'insert',
+        insert into audit_log (entity, entity_id, action, new_state)
+        values ('routine', new.id, 'insert',
                 case when new.enabled then 'enabled' else 'disabled' end);
     elsif new.enabled is distinct from old.enabled
           or new.trigger_config is distinct from old.trigger_config
           or new.action_config is distinct from old.action_config then
-        insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-        values (_actor(), 'routine', new.id, 'update',
+        insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+        values ('routine', new.id, 'update',
                 case when old.enabled then 'enabled' else 'disabled' end,
                 case when new.enabled then 'enabled' else 'disabled' end,
                 jsonb_build_object('last_error', new.last_error));

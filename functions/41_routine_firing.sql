@@ -41,13 +41,13 @@
 -- - NOTIFY ceaseless_run when a run starts or is refused (routine_runs
 --   triggers, 44_routine_outcomes.sql).
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The instruction that ends every lightweight prompt (spec 5.8).
 create or replace function _routine_ok_instruction()
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select 'If nothing needs attention, answer exactly ROUTINE_OK and nothing else. '
            'Otherwise, answer with what needs attention.';
@@ -63,17 +63,19 @@ comment on function _routine_ok_instruction() is
 -- payload.prompt_tail — then the previous run's state, then the ROUTINE_OK
 -- instruction. One definition for every kind of fire.
 --
--- Plain SQL without a SET clause, so the planner inlines it into its two
--- caller's plan (which PL/pgSQL caches): with a SET clause it could not be
--- inlined and was planned afresh on every call, over a millisecond of each
--- event's insert; as PL/pgSQL it cost a function call and a tuplestore per
--- routine of a cron batch. Without SET, names outside pg_catalog are
--- schema-qualified.
+-- PL/pgSQL, which keeps its plan for the session: a SQL function with a SET
+-- clause (every function here has one, for its search_path) is not inlined
+-- and is planned afresh in every transaction, half a millisecond of each
+-- event's insert (bin/bench event fan-in); this costs a call and a tuplestore
+-- per routine fired.
 create or replace function _routine_job_spec(p_routine routines, p_context text)
 returns table (prompt text, payload jsonb, expects_reply boolean, max_attempts integer,
                max_turns integer)
-language sql stable
+language plpgsql stable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
+begin
+    return query
     with fired as (
         select case when p_context is not null and p_context <> ''
                     then E'\n\n## What fired this run\n\n' || p_context else '' end as context
@@ -102,11 +104,82 @@ as $$
            case when p_routine.action_type = 'full_job'
                 then (p_routine.action_config ->> 'max_iterations')::integer end
     from fired;
+end;
 $$;
 
 comment on function _routine_job_spec(routines, text) is
     'The prompt, payload and limits of a routine run''s job: lightweight (prompt + context + '
     'state + ROUTINE_OK, replies required) or full_job (title + description, max_turns).';
+
+-- This transaction's row of transaction_state (db/0026), or a row of NULLs
+-- when it has none: what the engine's functions remember between two calls
+-- in one transaction. Never a setting, which any session could SET. A
+-- transaction without an id has written nothing, so it has no row either (and
+-- reading assigns it none).
+create or replace function _transaction_state()
+returns transaction_state
+language plpgsql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_state transaction_state;
+begin
+    select s.* into v_state
+    from transaction_state s
+    where s.backend_pid = pg_backend_pid()
+      and s.xact = pg_current_xact_id_if_assigned();
+    return v_state;
+end;
+$$;
+
+comment on function _transaction_state() is
+    'This transaction''s transaction_state row (what the engine remembers within it), or NULLs.';
+
+-- Remember how this transaction's fires were admitted (_admit_fires): one
+-- row per backend, taken over from whichever transaction last wrote it.
+create or replace function _remember_fire(p_mode text, p_room bigint)
+returns void
+language sql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    insert into transaction_state as s (backend_pid, xact, fire_mode, fire_room)
+    values (pg_backend_pid(), pg_current_xact_id(), p_mode, p_room)
+    on conflict (backend_pid) do update
+    set fire_mode = excluded.fire_mode,
+        fire_room = excluded.fire_room,
+        loop_fire = case when s.xact = excluded.xact then s.loop_fire end,
+        xact = excluded.xact;
+$$;
+
+comment on function _remember_fire(text, bigint) is
+    'Record in transaction_state how this transaction''s fires were admitted (shared or '
+    'exclusive) and the room its shared slots have left.';
+
+-- Forget the transaction_state rows of backends that have exited: a row is
+-- one per backend and means nothing once its backend is gone, but pids are
+-- many, so rows would pile up over months of connections. A live backend's
+-- row is kept whatever transaction it belongs to (it takes it over at its
+-- next fire). Returns how many were forgotten.
+--
+-- Called by: every listener's maintenance tick (listener/maintenance.py).
+create or replace function forget_ended_backends()
+returns integer
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_count integer;
+begin
+    delete from transaction_state s
+    where not exists (select from pg_stat_activity a where a.pid = s.backend_pid);
+    get diagnostics v_count = row_count;
+    return v_count;
+end;
+$$;
+
+comment on function forget_ended_backends() is
+    'Delete the transaction_state rows of backends that no longer exist; returns how many. '
+    'Maintenance, every listener.';
 
 -- Fire admission: what every fire takes before it reads its guardrails, so
 -- that concurrent fires see each other's runs (max_concurrent, dedup, the
@@ -128,7 +201,10 @@ comment on function _routine_job_spec(routines, text) is
 -- The locks are the transaction's until it ends. A transaction that fired
 -- shared and fires again takes what more it needs without waiting (taking
 -- it in order could deadlock with another such transaction) and fails with
--- 40001 (retry) when another fire holds it.
+-- 40001 (retry) when another fire holds it. How it was admitted, and the
+-- room its slots have left, is in transaction_state, which only the engine
+-- writes: kept in a setting, any session could pass a first fire off as a
+-- later one with room to spare, and fire past the cap.
 --
 -- Returns the running count to judge against (in shared mode, a bound that
 -- includes every fire in flight) and the free places of the cap this fire
@@ -139,14 +215,15 @@ create or replace function _admit_fires(
     out o_free bigint
 )
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_cap bigint := _setting_int('routine_max_running');
     -- Sixteen slots of cap / 32 each: all of them in flight are half the cap.
     v_slot_size bigint := v_cap / 32;
-    v_mode text := nullif(current_setting('ceaseless.fire_mode', true), '');
-    v_room bigint := coalesce(nullif(current_setting('ceaseless.fire_room', true), '')::bigint, 0);
+    v_state constant transaction_state := _transaction_state();
+    v_mode text := v_state.fire_mode;
+    v_room bigint := coalesce(v_state.fire_room, 0);
     v_count integer := coalesce(cardinality(p_routine_ids), 0);
 begin
     if v_mode is null and v_count <= v_slot_size
@@ -193,7 +270,7 @@ begin
 
     if v_mode = 'shared' then
         o_free := v_room;
-        perform set_config('ceaseless.fire_room', (v_room - v_count)::text, true);
+        v_room := v_room - v_count;
     else
         if v_mode is null then
             perform pg_advisory_xact_lock(hashtext('ceaseless'), hashtext('routine fires'));
@@ -209,8 +286,9 @@ begin
         end if;
         select coalesce(sum(s.running), 0) into o_running from routine_run_shards s;
         o_free := greatest(v_cap - o_running, 0);
+        v_room := null;
     end if;
-    perform set_config('ceaseless.fire_mode', v_mode, true);
+    perform _remember_fire(v_mode, v_room);
 end;
 $$;
 
@@ -224,7 +302,7 @@ comment on function _admit_fires(uuid[]) is
 create or replace function _take_fire_slot()
 returns boolean
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     for i in 0..15 loop
@@ -253,7 +331,7 @@ create or replace function _lock_routines_for_fire(
 )
 returns boolean
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_key integer;
@@ -285,47 +363,114 @@ drop function if exists _take_fire_lock();
 -- Add p_delta to the count of running routine runs, in a shard of
 -- routine_run_shards that no other transaction holds (SKIP LOCKED), so a fire
 -- or a finish never waits for another's commit here. A transaction keeps to
--- the shard it first took (ceaseless.run_shard, transaction-local), so it
--- holds at most one. Only when all 64 are held at once does it wait, for the
--- shard its backend id names.
+-- the shard it first took, which it marks with its own id (xact), so it
+-- holds at most one: its later moves find that shard by the mark, which no
+-- other transaction can have written. Only when all 64 are held at once does
+-- it wait, for the shard its backend id names.
 create or replace function _count_running(p_delta integer)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
-    v_shard smallint := nullif(current_setting('ceaseless.run_shard', true), '')::smallint;
+    v_xact xid8;
+    v_shard smallint;
 begin
     if coalesce(p_delta, 0) = 0 then
         return;
     end if;
-    if v_shard is null then
-        -- The shard this backend's id names, when nobody holds it (one
-        -- update, no search); else the first free one from there, so
-        -- concurrent transactions rarely try the same one first.
-        update routine_run_shards s set running = s.running + p_delta
-        where s.shard = (select f.shard from routine_run_shards f
-                         where f.shard = pg_backend_pid() % 64
-                         for no key update skip locked)
-        returning s.shard into v_shard;
-        if v_shard is null then
-            select f.shard into v_shard
-            from routine_run_shards f
-            order by (f.shard + pg_backend_pid()) % 64
-            limit 1
-            for no key update skip locked;
-            v_shard := coalesce(v_shard, pg_backend_pid() % 64);
-            update routine_run_shards set running = running + p_delta where shard = v_shard;
-        end if;
-        perform set_config('ceaseless.run_shard', v_shard::text, true);
+    v_xact := pg_current_xact_id();
+    -- The shard this transaction already holds. A plain scan of 64 rows: a
+    -- row another transaction is moving is read as last committed, never
+    -- marked with this id, so nothing is waited for.
+    update routine_run_shards s set running = s.running + p_delta
+    where s.xact = v_xact
+    returning s.shard into v_shard;
+    if v_shard is not null then
         return;
     end if;
-    update routine_run_shards set running = running + p_delta where shard = v_shard;
+    -- The shard this backend's id names, when nobody holds it (one
+    -- update, no search); else the first free one from there, so
+    -- concurrent transactions rarely try the same one first.
+    update routine_run_shards s set running = s.running + p_delta, xact = v_xact
+    where s.shard = (select f.shard from routine_run_shards f
+                     where f.shard = pg_backend_pid() % 64
+                     for no key update skip locked)
+    returning s.shard into v_shard;
+    if v_shard is null then
+        select f.shard into v_shard
+        from routine_run_shards f
+        order by (f.shard + pg_backend_pid()) % 64
+        limit 1
+        for no key update skip locked;
+        v_shard := coalesce(v_shard, pg_backend_pid() % 64);
+        update routine_run_shards set running = running + p_delta, xact = v_xact
+        where shard = v_shard;
+    end if;
 end;
 $$;
 
 comment on function _count_running(integer) is
     'Move the running routine_runs count by p_delta in a shard no other transaction holds.';
+
+-- Recount the running routine runs into the shards, from routine_runs: the
+-- shards' sum is what the global cap judges by, and a count lost there (or
+-- added twice) would otherwise stay lost for good, shutting out every
+-- owner's routines, or letting the cap be passed.
+--
+-- Exact while fires and finishes go on, and it waits for none of them: every
+-- transaction that starts or ends runs moves a shard in the same transaction,
+-- so one statement's snapshot sees both of its changes or neither, and the
+-- sum less the count in that snapshot is exactly the error of the committed
+-- past. It is added to one shard as a delta, on top of whatever concurrent
+-- transactions add (an update of a row re-reads it when another changed it
+-- first), so nothing is lost or counted twice. Two recounts at once would
+-- each correct the same error: one at a time, and a second caller skips.
+--
+-- Called by: every listener's maintenance tick (listener/maintenance.py); the
+-- one that gets the lock recounts. Returns the correction (0 when the shards
+-- were right), NULL when another recount was running. A correction is
+-- audited (entity routine_run_shards), at p_now.
+create or replace function recount_routine_run_shards(p_now timestamptz default now())
+returns integer
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_sum bigint;
+    v_running bigint;
+    v_shard smallint;
+begin
+    if not pg_try_advisory_xact_lock(hashtext('ceaseless'), hashtext('recount routine runs')) then
+        return null;
+    end if;
+    -- One statement, one snapshot (idx_routine_runs_status holds only
+    -- running runs).
+    select (select coalesce(sum(s.running), 0) from routine_run_shards s),
+           (select count(*) from routine_runs rr where rr.status = 'running')
+    into v_sum, v_running;
+    if v_sum = v_running then
+        return 0;
+    end if;
+    select f.shard into v_shard
+    from routine_run_shards f
+    order by f.shard
+    limit 1
+    for no key update skip locked;
+    update routine_run_shards set running = running - (v_sum - v_running)::integer
+    where shard = coalesce(v_shard, 0);
+    insert into audit_log (at, entity, entity_key, action, detail)
+    values (p_now, 'routine_run_shards', 'running', 'recount',
+            jsonb_build_object('counted', v_sum, 'running', v_running,
+                               'correction', v_running - v_sum));
+    return (v_running - v_sum)::integer;
+end;
+$$;
+
+comment on function recount_routine_run_shards(timestamptz) is
+    'Correct the running-count shards to the running routine_runs (one shard moved by the '
+    'difference, audited); exact while fires and finishes go on. Returns the correction, or NULL '
+    'when another recount holds the lock. Maintenance, one listener at a time.';
 
 -- Fire routines: the one path every fire takes. One entry per routine, in the
 -- order the global cap fills them; p_details[i] is what fired routine i (the
@@ -357,7 +502,7 @@ create or replace function _fire_routines(
 returns table (ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text,
                skip_reason text)
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 -- Once the guard compared max_concurrent with the running count (v_running),
 -- PL/pgSQL judged every custom plan of the big statement cheaper than the
 -- generic one and planned it on every fire: 1.5 ms of a 2.8 ms event insert
@@ -508,7 +653,7 @@ create or replace function fire_cron_routines(
 returns table (routine_id uuid, run_id uuid, status text, skip_reason text,
                next_fire_at timestamptz)
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -565,7 +710,7 @@ create or replace function set_next_fires(
 )
 returns integer
 language sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     with computed as (
         select * from unnest(p_routine_ids, p_schedules, p_timezones, p_next_fire_ats)
@@ -594,7 +739,7 @@ comment on function set_next_fires(uuid[], text[], text[], timestamptz[]) is
 create or replace function disable_routine(p_routine_id uuid, p_error text)
 returns void
 language sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     update routines set enabled = false, last_error = p_error where id = p_routine_id;
 $$;
@@ -610,7 +755,7 @@ create or replace function run_routine(p_routine_id uuid, p_now timestamptz defa
 returns uuid
 language plpgsql
 security definer
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_run_id uuid;

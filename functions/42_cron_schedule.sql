@@ -9,7 +9,7 @@
 -- was given in the same transaction, and two listeners never get the same
 -- due routine (SKIP LOCKED).
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Enabled cron routines with no next_fire_at yet (created, changed or
 -- re-enabled since the listener last looked); p_ids limits it to the routines
@@ -17,7 +17,7 @@ set local search_path = ceaseless, pg_catalog, public;
 create or replace function unscheduled_cron_routines(p_ids uuid[] default null)
 returns table (id uuid, schedule text, timezone text)
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select r.id, r.trigger_config ->> 'schedule', r.trigger_config ->> 'timezone'
     from routines r
@@ -40,7 +40,7 @@ comment on function unscheduled_cron_routines(uuid[]) is
 create or replace function due_cron_routines(p_now timestamptz, p_limit integer)
 returns table (id uuid, schedule text, timezone text, next_fire_at timestamptz)
 language sql volatile
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- idx_routines_next_fire: partial on enabled rows with a slot, so the
     -- scan reads only what is due, however many routines exist.
@@ -61,7 +61,7 @@ comment on function due_cron_routines(timestamptz, integer) is
 create or replace function next_cron_fire()
 returns timestamptz
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select min(r.next_fire_at) from routines r where r.enabled and r.next_fire_at is not null;
 $$;

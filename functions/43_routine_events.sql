@@ -10,7 +10,7 @@
 -- ends their runs; a refused fire (cooldown, dedup, ...) is recorded and
 -- dropped; events.fired_count says how many runs started.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The event routines of p_user_id whose literal occurs in p_content: the
 -- candidates whose channel and pattern the event's trigger then checks.
@@ -26,7 +26,7 @@ set local search_path = ceaseless, pg_catalog, public;
 create or replace function _event_candidates(p_user_id text, p_content text)
 returns setof uuid
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 -- The probe's generic plan guesses a thousand windows and looks dearer than
 -- the plan for this event's actual few, so PL/pgSQL would plan it afresh on
 -- every event; its shape is fixed by the LATERAL fence anyway, so the one
@@ -95,7 +95,7 @@ comment on function _event_candidates(text, text) is
 create or replace function _tg_events_fire()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_ids uuid[];

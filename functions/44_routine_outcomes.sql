@@ -14,7 +14,7 @@
 -- ceaseless_run once per status a statement moved runs to (never for a
 -- statement that moved none).
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The function every path that ended jobs called first, when each run was
 -- closed on its own and a batch met its routines in the order of its jobs.
@@ -37,7 +37,7 @@ drop function if exists _lock_routines_of_jobs(uuid[]);
 create or replace function _close_routine_runs(p_run_ids uuid[])
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     -- Every read here probes by key, the runs on the outer side (LATERAL
@@ -182,7 +182,7 @@ drop function if exists _finish_routine_run(uuid, timestamptz);
 create or replace function _tg_job_routine_outcome()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_runs uuid[];
@@ -212,13 +212,13 @@ create or replace trigger job_routine_outcome
 create or replace function _tg_routine_runs_insert()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     perform _count_running((select count(*) from new_rows where status = 'running')::integer);
 
-    insert into audit_log (actor, entity, entity_id, action, new_state, detail)
-    select _actor(), 'routine_run', n.id, 'insert', n.status,
+    insert into audit_log (entity, entity_id, action, new_state, detail)
+    select 'routine_run', n.id, 'insert', n.status,
            jsonb_build_object('routine_id', n.routine_id, 'skip_reason', n.skip_reason)
     from new_rows n;
 
@@ -241,7 +241,7 @@ comment on function _tg_routine_runs_insert() is
 create or replace function _tg_routine_runs_update()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 set enable_nestloop = off
 as $$
 begin
@@ -250,8 +250,8 @@ begin
                     - case when o.status = 'running' then 1 else 0 end)
          from new_rows n join old_rows o on o.id = n.id)::integer);
 
-    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-    select _actor(), 'routine_run', n.id, 'update', o.status, n.status,
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    select 'routine_run', n.id, 'update', o.status, n.status,
            jsonb_build_object('routine_id', n.routine_id, 'skip_reason', n.skip_reason)
     from new_rows n
     join old_rows o on o.id = n.id
@@ -290,7 +290,7 @@ create or replace trigger routine_runs_update
 create or replace function _tg_routine_runs_deleted()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     perform _count_running(-(select count(*) from old_rows where status = 'running')::integer);
@@ -316,7 +316,7 @@ create or replace trigger routine_runs_deleted
 create or replace function _tg_agents_disabled()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     -- Their runs close in this statement's trigger (_close_routine_runs).

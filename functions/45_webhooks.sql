@@ -10,13 +10,13 @@
 -- refusals raise the documented SQLSTATEs (docs/errors.md), which the ingress
 -- maps to HTTP status codes. No pgcrypto: HMAC is built on sha256().
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- HMAC-SHA256 (RFC 2104) over the built-in sha256().
 create or replace function _hmac_sha256(p_key bytea, p_message bytea)
 returns bytea
 language plpgsql immutable strict
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_block integer := 64;
@@ -43,7 +43,7 @@ comment on function _hmac_sha256(bytea, bytea) is
 create or replace function _equal_constant_time(p_a bytea, p_b bytea)
 returns boolean
 language plpgsql immutable strict
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_diff integer := 0;
@@ -68,7 +68,7 @@ comment on function _equal_constant_time(bytea, bytea) is
 create or replace function _webhook_token_pattern()
 returns text
 language sql immutable parallel safe
-set search_path = pg_catalog
+set search_path = pg_catalog, pg_temp
 as $$ select '^[A-Za-z0-9._~-]{1,200}$' $$;
 
 comment on function _webhook_token_pattern() is
@@ -80,7 +80,7 @@ comment on function _webhook_token_pattern() is
 create or replace function _webhook_body_text(p_body bytea)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return convert_from(p_body, 'UTF8');
@@ -107,7 +107,7 @@ create or replace function _receive_loop_webhook(
 )
 returns table (run_id uuid, refused_sqlstate text, refused_message text)
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_now constant timestamptz := now();
@@ -172,7 +172,7 @@ create or replace function _receive_webhook(
 )
 returns table (run_id uuid, refused_sqlstate text, refused_message text)
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_now constant timestamptz := now();
@@ -244,7 +244,7 @@ create or replace function _receive_webhook(
 )
 returns table (run_id uuid, refused_sqlstate text, refused_message text)
 language plpgsql  -- not sql: its helper is created later, in 46_webhook_schemes.sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return query
@@ -275,7 +275,7 @@ create or replace function receive_webhook(
 )
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_received record;
@@ -303,7 +303,7 @@ create or replace function receive_webhook(
 )
 returns uuid
 language plpgsql  -- not sql: its helper is created later, in 46_webhook_schemes.sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return receive_webhook(p_token, p_body, _webhook_ceaseless_headers(p_signature, p_sent_at));

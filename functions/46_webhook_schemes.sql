@@ -14,14 +14,14 @@
 -- _webhook_remember under the unique constraint signature_seen_once, so two
 -- racing copies of one request cannot both pass.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The schemes a routine's trigger_config.scheme or a loop's
 -- triggers.webhook_scheme may name; absent means ceaseless.
 create or replace function _webhook_schemes()
 returns text[]
 language sql immutable parallel safe
-set search_path = pg_catalog
+set search_path = pg_catalog, pg_temp
 as $$ select array['ceaseless', 'github', 'standard', 'stripe'] $$;
 
 comment on function _webhook_schemes() is
@@ -34,7 +34,7 @@ comment on function _webhook_schemes() is
 create or replace function _webhook_header_names()
 returns text[]
 language sql immutable parallel safe
-set search_path = pg_catalog
+set search_path = pg_catalog, pg_temp
 as $$
     select array[
         'x-ceaseless-timestamp', 'x-ceaseless-signature',  -- ceaseless
@@ -53,7 +53,7 @@ comment on function _webhook_header_names() is
 create or replace function _webhook_scheme_error(p_scheme jsonb)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_scheme is null or jsonb_typeof(p_scheme) = 'null' then null
@@ -76,7 +76,7 @@ comment on function _webhook_scheme_error(jsonb) is
 create or replace function _webhook_secret_error(p_scheme text, p_secret text)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_key bytea;
@@ -110,7 +110,7 @@ comment on function _webhook_secret_error(text, text) is
 create or replace function _webhook_new_key(p_scheme text)
 returns text
 language plpgsql volatile  -- not sql: _loop_secret_hex is created later (55_*.sql)
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return case coalesce(p_scheme, 'ceaseless')
@@ -130,7 +130,7 @@ comment on function _webhook_new_key(text) is
 create or replace function _webhook_headers(p_headers jsonb)
 returns jsonb
 language sql immutable
-set search_path = pg_catalog
+set search_path = pg_catalog, pg_temp
 as $$
     select coalesce(jsonb_object_agg(lower(h.key), h.value), '{}'::jsonb)
     from jsonb_each(case when jsonb_typeof(p_headers) = 'object' then p_headers end) h
@@ -145,7 +145,7 @@ comment on function _webhook_headers(jsonb) is
 create or replace function _webhook_unix_time(p_value text)
 returns timestamptz
 language sql immutable
-set search_path = pg_catalog
+set search_path = pg_catalog, pg_temp
 as $$
     select case when p_value ~ '^[0-9]{1,11}$' then to_timestamp(p_value::bigint) end
 $$;
@@ -162,7 +162,7 @@ create or replace function _webhook_check_time(
 )
 returns timestamptz
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_sent_at timestamptz := _webhook_unix_time(p_value);
@@ -189,7 +189,7 @@ comment on function _webhook_check_time(text, text, timestamptz, interval) is
 create or replace function _webhook_matching(p_expected bytea, p_candidates bytea[])
 returns integer
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_match integer;
@@ -242,7 +242,7 @@ create or replace function _webhook_verify(
 )
 returns table (replay_keys text[], sent_at timestamptz)
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_h constant jsonb := _webhook_headers(p_headers);
@@ -365,7 +365,7 @@ create or replace function _webhook_remember(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_inserted integer;
@@ -392,7 +392,7 @@ comment on function _webhook_remember(text, uuid, text[], timestamptz, timestamp
 create or replace function _webhook_ceaseless_headers(p_signature text, p_sent_at timestamptz)
 returns jsonb
 language sql immutable
-set search_path = pg_catalog
+set search_path = pg_catalog, pg_temp
 as $$
     select jsonb_strip_nulls(jsonb_build_object(
         'x-ceaseless-signature', p_signature,

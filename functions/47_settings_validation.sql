@@ -1,24 +1,26 @@
--- Settings: the numeric ones and forge_token_source are checked when they are
--- written.
+-- Settings: the numeric ones, the notification sinks and forge_token_source
+-- are checked when they are written.
 --
 -- Called by: PostgreSQL, before an INSERT or UPDATE of a settings row.
 -- Guarantees: a numeric setting the SQL functions read (_setting_int) holds an
--- integer within its range, or the write fails with CE422 naming the key, the
--- range and the value. Without it, `lease_secs = 'soon'` was stored and every
--- claim then failed with a cast error, and `rate_limit_max_wait_secs = -1`
--- made every reported reset a moment in the past. forge_token_source has the
--- shape listener/forge/tokens.py reads, or the write fails with CE422 naming
--- the key and the rule, never the value (a token pasted into it by mistake
--- must not be echoed). Keys this file does not know (an operator's note, a
--- later version's setting) are stored as given.
+-- integer within its range, and notification_sinks a JSON object of sinks each
+-- of which can deliver (_notification_sink_problem, 60_notifications.sql), or
+-- the write fails with CE422 naming the key, the rule and the value. Without
+-- it, `lease_secs = 'soon'` was stored and every claim then failed with a
+-- cast error, and `rate_limit_max_wait_secs = -1` made every reported reset a
+-- moment in the past. forge_token_source has the shape
+-- listener/forge/tokens.py reads, or the write fails with CE422 naming the key
+-- and the rule, never the value (a token pasted into it by mistake must not be
+-- echoed). Keys this file does not know (an operator's note, a later
+-- version's setting) are stored as given.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The range of each numeric setting, inclusive. NULL: not a numeric setting.
--- No SET clause, so the planner can inline it and fold the constant.
 create or replace function _setting_range(p_key text)
 returns int8range
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case p_key
         -- A lease under 2 s cannot be renewed in time (a quarter of it is
@@ -41,13 +43,17 @@ as $$
         when 'forge_min_interval_secs' then int8range(1, 86400, '[]')
         -- Children per plan: each is an issue on the forge and a job.
         when 'forge_plan_max_children' then int8range(0, 100, '[]')
+        -- Audit rows younger than this are never pruned: at least a day, so
+        -- a prune can never empty the log of what just happened.
+        when 'audit_log_min_retention_secs' then int8range(86400, 2147483647, '[]')
     end;
 $$;
 
 comment on function _setting_range(text) is
     'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, '
     'webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, '
-    'loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children); NULL for any other key.';
+    'loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, '
+    'audit_log_min_retention_secs); NULL for any other key.';
 
 -- What is wrong with a forge_token_source value, or NULL. The shape:
 -- {"env": {forge: variable}, "label_env": {forge: variable}, "file": path,
@@ -119,12 +125,13 @@ comment on function _forge_token_source_problem(jsonb) is
 create or replace function _tg_settings_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_range constant int8range := _setting_range(new.key);
     v_text text;
     v_value bigint;
+    v_sink text;
     v_problem text;
 begin
     if new.key = 'forge_token_source' then
@@ -133,6 +140,26 @@ begin
             raise exception 'settings.forge_token_source%', v_problem
                 using errcode = 'CE422', table = 'settings', column = 'value';
         end if;
+        return new;
+    end if;
+    -- Prevents storing sinks no notification can be delivered through (a
+    -- JSON string holding the object, a webhook without a url): each would
+    -- fail only at delivery. The problem named is the one delivery names;
+    -- the value is never shown, since sinks hold credentials.
+    if new.key = 'notification_sinks' then
+        if jsonb_typeof(new.value) is distinct from 'object' then
+            raise exception 'settings.notification_sinks: must be a JSON object mapping sink names '
+                            'to their configuration, e.g. {"default": {"type": "log"}}; got a %',
+                coalesce(jsonb_typeof(new.value), 'NULL')
+                using errcode = 'CE422', table = 'settings', column = 'value';
+        end if;
+        for v_sink in select k from jsonb_object_keys(new.value) k order by k loop
+            v_problem := _notification_sink_problem(v_sink, new.value);
+            if v_problem is not null then
+                raise exception 'settings.notification_sinks: %', v_problem
+                    using errcode = 'CE422', table = 'settings', column = 'value';
+            end if;
+        end loop;
         return new;
     end if;
     if v_range is null then

@@ -4,7 +4,8 @@
 -- approvals and loops changes.
 -- Guarantees: every status change of a run, a node or an approval, and every
 -- change an operator makes to a loop, writes one audit_log row in the same
--- transaction (who: _actor(); when: the row's time); every status change of a
+-- transaction (who: the login role, and a listener's worker id beside it;
+-- when: the row's time); every status change of a
 -- run, a node or an approval is announced on ceaseless_run, which the SSE
 -- observer and other subscribers follow. Payloads carry ids and states only;
 -- loop audit rows never carry the webhook token or signing key.
@@ -20,7 +21,7 @@
 --   {"table": "loops", "id": <loop>, "status": "stopped" | "enabled" | "disabled",
 --    "stopped_reason"}
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The workspace a loop or run lands in when it names none: one called
 -- `default`, created on first use. Security definer, so a user role need not
@@ -29,7 +30,7 @@ create or replace function _default_workspace()
 returns uuid
 language plpgsql
 security definer
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_id uuid;
@@ -54,14 +55,14 @@ comment on function _default_workspace() is
 create or replace function _tg_topology_runs_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'UPDATE' and new.status is not distinct from old.status then
         return null;
     end if;
-    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-    values (_actor(), 'topology_run', new.id, lower(tg_op),
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    values ('topology_run', new.id, lower(tg_op),
             case when tg_op = 'UPDATE' then old.status end, new.status,
             jsonb_strip_nulls(jsonb_build_object(
                 'loop_id', new.loop_id, 'iteration', new.iteration,
@@ -87,14 +88,14 @@ create or replace trigger topology_runs_changed
 create or replace function _tg_topology_nodes_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if new.state is not distinct from old.state then
         return null;
     end if;
-    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-    values (_actor(), 'topology_node', new.topology_run_id, 'state', old.state, new.state,
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    values ('topology_node', new.topology_run_id, 'state', old.state, new.state,
             jsonb_strip_nulls(jsonb_build_object(
                 'node', new.node_id, 'job_id', new.job_id, 'error', left(new.error, 500))));
     perform pg_notify('ceaseless_run', jsonb_build_object(
@@ -115,7 +116,7 @@ create or replace trigger topology_nodes_changed
 create or replace function _tg_approvals_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'UPDATE' and new.decision is not distinct from old.decision then
@@ -123,8 +124,8 @@ begin
     end if;
     -- The decider named in the call is the one on the row; the actor is the
     -- role (or listener) that made it, which a user role cannot forge.
-    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-    values (_actor(), 'approval', new.id,
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    values ('approval', new.id,
             case when tg_op = 'INSERT' then 'request' else 'decide' end,
             case when tg_op = 'UPDATE' then coalesce(old.decision, 'pending') end,
             coalesce(new.decision, 'pending'),
@@ -152,7 +153,7 @@ create or replace trigger approvals_changed
 create or replace function _loop_audit_detail(p_old loops, p_new loops)
 returns jsonb
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select jsonb_strip_nulls(jsonb_build_object(
         'title', case when p_old is null or p_new.title is distinct from p_old.title
@@ -186,14 +187,14 @@ comment on function _loop_audit_detail(loops, loops) is
 create or replace function _tg_loops_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_detail jsonb;
 begin
     if tg_op = 'DELETE' then
-        insert into audit_log (actor, entity, entity_id, action, old_state)
-        values (_actor(), 'loop', old.id, 'delete',
+        insert into audit_log (entity, entity_id, action, old_state)
+        values ('loop', old.id, 'delete',
                 case when old.enabled then 'enabled' else 'disabled' end);
         return null;
     end if;
@@ -202,8 +203,8 @@ begin
        and v_detail = '{}'::jsonb then
         return null;
     end if;
-    insert into audit_log (actor, entity, entity_id, action, old_state, new_state, detail)
-    values (_actor(), 'loop', new.id, lower(tg_op),
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    values ('loop', new.id, lower(tg_op),
             case when tg_op = 'UPDATE' then case when old.enabled then 'enabled' else 'disabled' end end,
             case when new.enabled then 'enabled' else 'disabled' end,
             v_detail);

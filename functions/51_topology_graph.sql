@@ -16,7 +16,7 @@
 -- graph never changes after its insert: a loop's later edit cannot change
 -- what a running iteration does. Reads only; takes no lock.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Graph errors are raised by _invalid_value (00_helpers.sql), which this
 -- file's own copy of it became.
@@ -28,6 +28,7 @@ drop function if exists _invalid_graph(text, text, jsonb);
 create or replace function _topology_node_id_ok(p_id jsonb)
 returns boolean
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(pg_catalog.jsonb_typeof(p_id) = 'string'
                     and (p_id #>> '{}') ~ '^[A-Za-z0-9_.-]{1,64}$', false);
@@ -47,7 +48,7 @@ comment on function _topology_node_id_ok(jsonb) is
 create or replace function _validate_topology_graph(p_where text, p_graph jsonb)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_nodes jsonb;
@@ -285,7 +286,7 @@ comment on function _validate_topology_graph(text, jsonb) is
 create or replace function _tg_loops_graph_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     perform _validate_topology_graph('loops.graph', new.graph);
@@ -311,7 +312,7 @@ create or replace trigger loops_graph_validate
 create or replace function _tg_topology_runs_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'UPDATE' then

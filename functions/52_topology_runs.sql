@@ -44,13 +44,14 @@
 -- Foreign keys to the run (nodes, jobs, approvals) take KEY SHARE, which FOR
 -- NO KEY UPDATE does not block.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- A text cut to p_chars characters, with a visible marker saying how much
 -- was cut, so the next agent knows it sees a part.
 create or replace function _topology_cut(p_text text, p_chars integer)
 returns text
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when pg_catalog.char_length(p_text) <= p_chars then p_text
                 else pg_catalog.left(p_text, p_chars)
@@ -66,6 +67,7 @@ comment on function _topology_cut(text, integer) is
 create or replace function _topology_graph_order(p_graph jsonb)
 returns table (node_id text, at bigint)
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select n.value ->> 'id', n.at
     from pg_catalog.jsonb_array_elements(p_graph -> 'nodes') with ordinality as n(value, at);
@@ -80,7 +82,7 @@ comment on function _topology_graph_order(jsonb) is
 create or replace function _topology_node_prompt(p_run_id uuid, p_node_id text)
 returns text
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_chars constant integer := _setting_int('topology_upstream_chars');
@@ -118,7 +120,7 @@ comment on function _topology_node_prompt(uuid, text) is
 create or replace function _enqueue_topology_node(p_run_id uuid, p_node_id text)
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_job_id uuid;
@@ -162,7 +164,7 @@ create or replace function _start_topology_nodes(p_run_id uuid, p_node_ids text[
                                                  p_now timestamptz)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_node record;
@@ -203,7 +205,7 @@ comment on function _start_topology_nodes(uuid, text[], timestamptz) is
 create or replace function _settle_topology_run(p_run_id uuid, p_now timestamptz)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_run topology_runs;
@@ -266,7 +268,7 @@ create or replace function _cancel_topology_jobs(p_run_ids uuid[], p_reason text
                                                  p_now timestamptz)
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_count integer;
@@ -311,7 +313,7 @@ create or replace function _end_topology_run(p_run_id uuid, p_status text, p_err
                                              p_now timestamptz)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     update topology_runs
@@ -343,7 +345,7 @@ create or replace function _fail_topology_node(p_run_id uuid, p_node_id text, p_
                                                p_now timestamptz)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     update topology_nodes
@@ -364,7 +366,7 @@ comment on function _fail_topology_node(uuid, text, text, timestamptz) is
 create or replace function _tg_topology_runs_start()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into topology_nodes (topology_run_id, node_id, agent, prompt, gate,
@@ -410,7 +412,7 @@ create or replace trigger topology_runs_start
 create or replace function _topology_jobs_changed(p_job_ids uuid[])
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_run_id uuid;
@@ -513,7 +515,7 @@ comment on function _topology_jobs_changed(uuid[]) is
 create or replace function _tg_job_topology_outcome()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_jobs uuid[];
@@ -543,7 +545,7 @@ create or replace trigger job_topology_outcome
 create or replace function cancel_orphaned_topology_jobs(p_now timestamptz default now())
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_runs uuid[];
@@ -585,7 +587,7 @@ comment on function cancel_orphaned_topology_jobs(timestamptz) is
 create or replace function cancel_topology_run(p_run_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_owner text;
@@ -619,7 +621,7 @@ comment on function cancel_topology_run(uuid, timestamptz) is
 create or replace function _tg_agents_disabled_topology()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     update job

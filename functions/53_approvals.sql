@@ -24,14 +24,14 @@
 -- order of 52_topology_runs.sql; the expiry sweep skips runs another
 -- statement holds (SKIP LOCKED) and takes them at its next tick.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Ask for a node's approval: the row, the node awaiting it, and the owner's
 -- notification. The caller holds the run row.
 create or replace function _request_approval(p_run_id uuid, p_node_id text, p_now timestamptz)
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_id uuid;
@@ -79,8 +79,8 @@ comment on function _request_approval(uuid, text, timestamptz) is
     'node awaiting_approval and queue the owner''s notification with the SQL to decide it.';
 
 -- Decide an approval (spec section 3's decide_approval). p_decided_by names
--- the person (NULL: the calling role); the audit row's actor is the role
--- that called, which the caller cannot choose.
+-- the person (NULL: the calling role); decided_by_role and the audit row's
+-- actor are the login role that called, which the caller cannot choose.
 --
 -- Security definer: a user may decide the approvals of its own runs,
 -- operators and listeners any; one it may not decide is as unknown as one
@@ -98,7 +98,7 @@ create or replace function decide_approval(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_approval approvals;
@@ -137,7 +137,7 @@ begin
 
     update approvals
     set decision = case when p_approve then 'approved' else 'rejected' end,
-        decided_by = v_who, decided_at = p_now, note = p_note
+        decided_by = v_who, decided_by_role = session_user, decided_at = p_now, note = p_note
     where id = p_approval_id;
 
     if p_approve then
@@ -165,7 +165,7 @@ comment on function decide_approval(uuid, boolean, text, text, timestamptz) is
 create or replace function expire_approvals(p_now timestamptz default now())
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_due record;
@@ -185,7 +185,8 @@ begin
             continue;
         end if;
         update approvals
-        set decision = 'expired', decided_by = 'ceaseless', decided_at = p_now
+        set decision = 'expired', decided_by = 'ceaseless', decided_by_role = session_user,
+            decided_at = p_now
         where id = v_due.id and decision is null
           and exists (select from topology_nodes n
                       where n.topology_run_id = v_due.topology_run_id

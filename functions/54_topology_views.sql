@@ -6,7 +6,7 @@
 -- job and approvals applies to the caller, not to the view's owner); column
 -- names are a stable interface, changed only as 90_views.sql says.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 create or replace view topology_node_status with (security_invoker = true) as
 select n.topology_run_id as run_id,

@@ -30,14 +30,14 @@
 -- - a loop with a live iteration cannot be deleted (CE409): cancel the
 --   iteration first, or its jobs would run on for a loop that is gone.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Raise CE422 for a loop column: where (triggers.cron, repeat_policy.spec.n),
 -- the rule, and the bad value shown up to 200 characters (it is untrusted).
 create or replace function _invalid_loop(p_field text, p_rule text, p_value jsonb)
 returns void
 language sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select _invalid_value('loops.' || p_field, p_rule, p_value);
 $$;
@@ -53,7 +53,7 @@ comment on function _invalid_loop(text, text, jsonb) is
 create or replace function _loop_until_event(p_event jsonb)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case p_event #>> '{}'
                when 'succeeded' then 'succeeded'
@@ -72,7 +72,7 @@ comment on function _loop_until_event(jsonb) is
 create or replace function _validated_loop(p_row loops)
 returns loops
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_triggers jsonb := p_row.triggers;
@@ -260,7 +260,7 @@ comment on function _validated_loop(loops) is
 create or replace function _loop_creator(p_handle text)
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_id uuid;
@@ -287,7 +287,7 @@ comment on function _loop_creator(text) is
 create or replace function _loop_secret_hex()
 returns text
 language sql volatile
-set search_path = pg_catalog
+set search_path = pg_catalog, pg_temp
 as $$
     select replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '');
 $$;
@@ -298,7 +298,7 @@ comment on function _loop_secret_hex() is
 create or replace function _tg_loops_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_webhook boolean := coalesce((new.triggers ->> 'webhook_enabled')::boolean, false);
@@ -318,9 +318,11 @@ begin
 
     -- The credential is generated here and nowhere else: one chosen by hand
     -- could be guessed, or copied from another system.
+    -- The error names the column that was set (the token when both were).
     if tg_op = 'INSERT' then
         if new.webhook_token is not null or new.webhook_signing_key is not null then
-            perform _invalid_loop('webhook_token',
+            perform _invalid_loop(case when new.webhook_token is not null then 'webhook_token'
+                                       else 'webhook_signing_key' end,
                                   'is generated when triggers.webhook_enabled is true; do not set it',
                                   '"(hidden)"');
         end if;
@@ -328,7 +330,8 @@ begin
     else
         if new.webhook_token is distinct from old.webhook_token
            or new.webhook_signing_key is distinct from old.webhook_signing_key then
-            perform _invalid_loop('webhook_token',
+            perform _invalid_loop(case when new.webhook_token is distinct from old.webhook_token
+                                       then 'webhook_token' else 'webhook_signing_key' end,
                                   'is generated when triggers.webhook_enabled is turned on; to '
                                   'rotate it, set webhook_enabled false, then true',
                                   '"(hidden)"');
@@ -398,7 +401,7 @@ create or replace trigger loops_validate
 create or replace function _tg_loops_schedule()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if new.enabled and new.triggers ? 'cron' and new.next_fire_at is null then
@@ -433,7 +436,7 @@ create or replace trigger loops_schedule
 create or replace function _tg_loops_delete()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_live uuid;

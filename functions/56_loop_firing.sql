@@ -46,14 +46,14 @@
 --   * deleting a loop (FOR UPDATE on it) refuses while an iteration is live
 --     and so waits for no run.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The parent's final message as the next iteration reads it, cut to
 -- p_cap characters with a marker saying how much was left out.
 create or replace function _loop_prior_context(p_message text, p_status text, p_cap integer)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_message is null then format('(no final message: the iteration %s)', p_status)
@@ -66,6 +66,25 @@ $$;
 comment on function _loop_prior_context(text, text, integer) is
     'The prior-iteration context of a loop''s next task: the parent''s final message, cut to '
     'p_cap characters with a marker (or a line saying it has none).';
+
+-- Mark p_run_id as the run _fire_loop is inserting (transaction_state, db/0026),
+-- keeping what else this transaction's row holds.
+create or replace function _remember_loop_fire(p_run_id uuid)
+returns void
+language sql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    insert into transaction_state as s (backend_pid, xact, loop_fire)
+    values (pg_backend_pid(), pg_current_xact_id(), p_run_id)
+    on conflict (backend_pid) do update
+    set loop_fire = excluded.loop_fire,
+        fire_mode = case when s.xact = excluded.xact then s.fire_mode end,
+        fire_room = case when s.xact = excluded.xact then s.fire_room end,
+        xact = excluded.xact;
+$$;
+
+comment on function _remember_loop_fire(uuid) is
+    'Record in transaction_state the topology run _fire_loop is about to insert.';
 
 -- Fire a loop: the one path of every trigger. p_trigger is cron,
 -- on_completion, webhook or manual; p_detail what fired it (the schedule, the
@@ -81,7 +100,7 @@ create or replace function _fire_loop(
 )
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_loop loops;
@@ -109,8 +128,8 @@ begin
                        and r.status in ('pending', 'running', 'awaiting_approval'))
             then 'live_iteration'
     end;
-    -- The flag lets topology_runs_loop_lock tell this insert from a user's.
-    perform set_config('ceaseless.loop_fire', v_run_id::text, true);
+    -- The mark lets topology_runs_loop_lock tell this insert from any other.
+    perform _remember_loop_fire(v_run_id);
     if v_reason is not null then
         insert into topology_runs (id, workspace_id, graph, task, status, skip_reason, loop_id,
                                    user_id, trigger_type, trigger_detail, finished_at,
@@ -158,7 +177,7 @@ comment on function _fire_loop(uuid, text, text, text, timestamptz) is
 create or replace function run_loop(p_loop_id uuid, p_now timestamptz default now())
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_run_id uuid;
@@ -186,15 +205,19 @@ comment on function run_loop(uuid, timestamptz) is
 -- the loop would break the lock order above (a fire could wait on its
 -- uncommitted index entry while it waits for the loop). The lock is taken
 -- again here, a no-op for _fire_loop, so the order holds whoever inserts.
+-- _fire_loop marks the run it inserts in transaction_state, which only the
+-- engine writes; a mark any session could SET would let a run pass for an
+-- iteration of someone else's loop. (A user role cannot name loop_id at all,
+-- 99_access.sql; this holds for every other role.)
 -- A skipped run takes no iteration number and no live index entry, so a
 -- record of a refused fire may be inserted directly.
 create or replace function _tg_topology_runs_loop_lock()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
-    if current_setting('ceaseless.loop_fire', true) is distinct from new.id::text then
+    if (_transaction_state()).loop_fire is distinct from new.id then
         raise exception 'topology_runs.loop_id: a loop''s runs are started by its triggers or '
                         'run_loop, not inserted; got loop %', new.loop_id
             using errcode = 'CE422', table = 'topology_runs', column = 'loop_id',
@@ -226,7 +249,7 @@ create or replace function _loop_stop_reason(
 )
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_status = 'failed'
@@ -257,7 +280,7 @@ comment on function _loop_stop_reason(jsonb, integer, text, text) is
 create or replace function _tg_topology_runs_loop_outcome()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_loop loops;

@@ -12,7 +12,7 @@
 -- since it was read is left out; every fire goes through _fire_loop
 -- (56_loop_firing.sql), so the lock order there holds.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Enabled cron loops with no next_fire_at yet (created, changed or
 -- re-enabled since the listener last looked); p_ids limits it to the loops a
@@ -20,7 +20,7 @@ set local search_path = ceaseless, pg_catalog, public;
 create or replace function unscheduled_cron_loops(p_ids uuid[] default null)
 returns table (id uuid, schedule text, timezone text)
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select l.id, l.triggers ->> 'cron', l.triggers ->> 'timezone'
     from loops l
@@ -42,7 +42,7 @@ comment on function unscheduled_cron_loops(uuid[]) is
 create or replace function due_cron_loops(p_now timestamptz, p_limit integer)
 returns table (id uuid, schedule text, timezone text, next_fire_at timestamptz)
 language sql volatile
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- loops_next_fire_idx: partial on enabled loops with a slot.
     select l.id, l.triggers ->> 'cron', l.triggers ->> 'timezone', l.next_fire_at
@@ -71,7 +71,7 @@ create or replace function fire_cron_loops(
 returns table (loop_id uuid, run_id uuid, status text, skip_reason text,
                next_fire_at timestamptz)
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -122,7 +122,7 @@ create or replace function set_loop_next_fires(
 )
 returns integer
 language sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     with computed as (
         select * from unnest(p_ids, p_schedules, p_timezones, p_next_fire_ats)
@@ -151,7 +151,7 @@ comment on function set_loop_next_fires(uuid[], text[], text[], timestamptz[]) i
 create or replace function disable_loop(p_id uuid, p_error text)
 returns void
 language sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     update loops set enabled = false, last_error = left(p_error, 2000) where id = p_id;
 $$;
@@ -164,7 +164,7 @@ comment on function disable_loop(uuid, text) is
 create or replace function next_cron_loop_fire()
 returns timestamptz
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select min(l.next_fire_at) from loops l where l.enabled and l.next_fire_at is not null;
 $$;

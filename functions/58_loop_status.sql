@@ -5,7 +5,7 @@
 -- loops and their runs (row-level security of the caller); never shows the
 -- webhook token or signing key, only whether the webhook trigger is on.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 create or replace view loop_status with (security_invoker = true) as
 select l.id,

@@ -18,13 +18,13 @@
 --
 -- Event names: run, node, approval (both streams), loop (the loop stream).
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Run statuses after which nothing of the run moves again.
 create or replace function _run_status_final(p_status text)
 returns boolean
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select p_status in ('succeeded', 'failed', 'cancelled', 'skipped');
 $$;
@@ -37,7 +37,7 @@ comment on function _run_status_final(text) is
 create or replace function _observer_event(p_row audit_log)
 returns table (event text, data jsonb)
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case p_row.entity
                when 'topology_run' then 'run'
@@ -80,12 +80,14 @@ as $$
                        'webhook', p_row.detail -> 'webhook',
                        'last_error', p_row.detail -> 'last_error')
                end
-               || jsonb_build_object('at', p_row.at, 'actor', p_row.actor));
+               || jsonb_build_object('at', p_row.at, 'actor', p_row.actor)
+               -- The listener's worker id, when a listener acted.
+               || jsonb_strip_nulls(jsonb_build_object('worker', p_row.worker)));
 $$;
 
 comment on function _observer_event(audit_log) is
     'The SSE event of one audit row: its name (run, node, approval, loop) and its data (ids, '
-    'states, the time and the actor; bounded errors and notes).';
+    'states, the time, the actor and a listener''s worker id; bounded errors and notes).';
 
 -- Events of one run after p_after, in id order, at most p_limit (up to
 -- 5000). `last` marks the run's final status: a follower reads on until a
@@ -95,7 +97,7 @@ create or replace function run_events(p_run_id uuid, p_after bigint default 0,
                                       p_limit integer default 500)
 returns table (id bigint, event text, data jsonb, last boolean)
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     with rows as (
         -- The run's rows and its nodes': audit_log_entity_idx, one range each.
@@ -130,7 +132,7 @@ comment on function run_events(uuid, bigint, integer) is
 create or replace function run_snapshot(p_run_id uuid)
 returns jsonb
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select jsonb_build_object(
         'run', jsonb_strip_nulls(jsonb_build_object(
@@ -182,7 +184,7 @@ create or replace function loop_events(p_loop_id uuid, p_after bigint default 0,
                                        p_limit integer default 500)
 returns table (id bigint, event text, data jsonb, last boolean)
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     with run_rows as (
         -- The loop's run rows since p_after: audit_log_run_loop_idx.
@@ -237,7 +239,7 @@ comment on function loop_events(uuid, bigint, integer) is
 create or replace function loop_snapshot(p_loop_id uuid)
 returns jsonb
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     with latest as (
         select run_snapshot(t.id) as snap

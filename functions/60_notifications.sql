@@ -22,7 +22,7 @@
 -- - the two settings are seeded once, by db/0007_seed_data.sql: this file
 --   writes no rows, so re-applying it never brings back one an operator deleted.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The sink configuration. A deleted row falls back to logging everything
 -- rather than failing: the log sink loses nothing, and a notification that
@@ -33,7 +33,7 @@ set local search_path = ceaseless, pg_catalog, public;
 create or replace function _notification_sinks()
 returns jsonb
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return coalesce((select s.value from settings s where s.key = 'notification_sinks'),
@@ -53,7 +53,7 @@ comment on function _notification_sinks() is
 create or replace function _notification_sink_problem(p_name text, p_sinks jsonb)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     c_headers constant text := 'notification sink %L (type webhook): "headers" must be an object '
@@ -156,7 +156,7 @@ returns table (
     source_table text, source_id uuid, created_at timestamptz, last_error text
 )
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -281,7 +281,7 @@ returns table (
     id uuid, status text, attempts integer, next_attempt_at timestamptz, last_error text
 )
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -340,7 +340,7 @@ comment on function finish_notifications(text, jsonb, timestamptz) is
 create or replace function _tg_notifications_insert()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_count bigint;

@@ -23,14 +23,14 @@
 --   keeps its transaction open while it polls;
 -- - a repo inside its quiet window, or disabled, is never handed out.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Raise CE422 for a tracked_repo column: the field, the rule, and the bad
 -- value shown up to 200 characters (it is user input).
 create or replace function _invalid_repo(p_field text, p_rule text, p_value jsonb)
 returns void
 language sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select _invalid_value('tracked_repo.' || p_field, p_rule, p_value);
 $$;
@@ -45,7 +45,7 @@ comment on function _invalid_repo(text, text, jsonb) is
 create or replace function _git_branch_error(p_ref text)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_ref is null or p_ref = '' then 'must not be empty'
@@ -73,7 +73,7 @@ comment on function _git_branch_error(text) is
 create or replace function _clone_url_error(p_url text)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_url is null or p_url = '' then 'must not be empty'
@@ -106,7 +106,7 @@ comment on function _clone_url_error(text) is
 create or replace function _validated_repo(p_row tracked_repo)
 returns tracked_repo
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_error text;
@@ -267,7 +267,7 @@ comment on function _validated_repo(tracked_repo) is
 create or replace function _repo_bookkeeping()
 returns text[]
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select array['next_poll_at', 'last_polled_at', 'last_etag', 'last_error', 'last_error_at'];
 $$;
@@ -279,7 +279,7 @@ comment on function _repo_bookkeeping() is
 create or replace function _tg_tracked_repo_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'UPDATE'
@@ -319,7 +319,7 @@ comment on trigger tracked_repo_validate on tracked_repo is
 create or replace function _repo_quiet_at(p_repo tracked_repo, p_now timestamptz default now())
 returns boolean
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_repo.quiet_from is null then false
@@ -341,7 +341,7 @@ comment on function _repo_quiet_at(tracked_repo, timestamptz) is
 create or replace function _repo_interval(p_repo tracked_repo)
 returns interval
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select make_interval(secs => greatest(p_repo.interval_seconds,
                                           _setting_int('forge_min_interval_secs')));
@@ -361,7 +361,7 @@ comment on function _repo_interval(tracked_repo) is
 create or replace function due_repos(p_now timestamptz default now(), p_limit integer default 10)
 returns setof tracked_repo
 language sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- due: walks tracked_repo_due_idx in due order and stops after p_limit
     -- handed-out rows; a quiet repo is read and left (it is due, only not
@@ -405,7 +405,7 @@ create or replace function finish_repo_poll(
 )
 returns timestamptz
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_next timestamptz;

@@ -5,7 +5,7 @@
 -- repos and counts only its own jobs (row-level security of the caller);
 -- holds no credential (tracked_repo stores none).
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 create or replace view repo_status with (security_invoker = true) as
 select r.id,

@@ -17,7 +17,7 @@
 --   opencode with a parent job, claude_code without (lanes are agents rows,
 --   repointed by changing them).
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The lane (an agents row) a forge job of this kind runs on. A child issue's
 -- implementation has been planned already, so it goes to the cheaper lane
@@ -25,6 +25,7 @@ set local search_path = ceaseless, pg_catalog, public;
 create or replace function _forge_lane(p_kind text, p_has_parent boolean)
 returns text
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when p_kind = 'implement' and p_has_parent then 'opencode'
                 else 'claude_code' end;
@@ -43,6 +44,7 @@ create or replace function _forge_job_prompt(
 )
 returns text
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select format(
         case p_kind
@@ -70,6 +72,7 @@ create or replace function _forge_job_payload(
 )
 returns jsonb
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select jsonb_build_object('forge', jsonb_build_object(
         'repo_id', p_repo.id,
@@ -92,6 +95,7 @@ comment on function _forge_job_payload(uuid, tracked_repo, text, text) is
 create or replace function _forge_issue_kind(p_repo tracked_repo, p_issue forge_issue)
 returns text
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when lower(p_repo.discover_label) = any (select lower(l) from unnest(p_issue.labels) l)
@@ -112,6 +116,7 @@ comment on function _forge_issue_kind(tracked_repo, forge_issue) is
 create or replace function _forge_kind_label(p_repo tracked_repo, p_kind text)
 returns text
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case p_kind when 'discover' then p_repo.discover_label
                        when 'plan' then p_repo.plan_label
@@ -127,6 +132,7 @@ comment on function _forge_kind_label(tracked_repo, text) is
 create or replace function _forge_admitted(p_repo tracked_repo, p_issue forge_issue, p_kind text)
 returns boolean
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when lower(p_issue.author) = any (select lower(a) from unnest(p_repo.allowed_authors) a)
@@ -154,7 +160,7 @@ create or replace function _forge_decide(
 )
 returns table (number bigint, kind text, decision text, job_id uuid)
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -251,7 +257,7 @@ comment on function _forge_decide(tracked_repo, bigint[], timestamptz) is
 create or replace function _forge_lock_repo(p_repo_id uuid)
 returns tracked_repo
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_repo tracked_repo;
@@ -274,7 +280,7 @@ comment on function _forge_lock_repo(uuid) is
 create or replace function _forge_listed_issue(p_item jsonb, p_position integer)
 returns forge_issue
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_where constant text := format('ingest_issues.p_issues[%s]', p_position);
@@ -331,7 +337,7 @@ create or replace function ingest_issues(
 )
 returns table (number bigint, kind text, decision text, job_id uuid)
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -393,7 +399,7 @@ create or replace function note_labellers(
 )
 returns table (number bigint, kind text, decision text, job_id uuid)
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare

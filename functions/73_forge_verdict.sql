@@ -22,7 +22,7 @@
 --
 -- or, from any forge kind, {"needs_human": "why"}.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The block of a final message: NULL block and NULL problem when there is
 -- none; a problem (a sentence naming the rule) when it is not a JSON object.
@@ -31,7 +31,7 @@ set local search_path = ceaseless, pg_catalog, public;
 -- first fence to the last.
 create or replace function _forge_block(p_message text, out block jsonb, out problem text)
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_text text;
@@ -73,7 +73,7 @@ comment on function _forge_block(text) is
 create or replace function _plan_children_problem(p_children jsonb)
 returns text
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_max constant integer := _setting_int('forge_plan_max_children');
@@ -126,6 +126,7 @@ comment on function _plan_children_problem(jsonb) is
 create or replace function _plan_child_key(p_child jsonb)
 returns text
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(p_child ->> 'key',
                     't-' || left(md5(lower(btrim(coalesce(p_child ->> 'title', '')))), 16));
@@ -146,7 +147,7 @@ create or replace function _forge_verdict(
     out error text
 )
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_block jsonb;

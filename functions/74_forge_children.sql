@@ -15,12 +15,13 @@
 --   statement moves next_attempt_at on), and a row whose creation may have
 --   happened (attempts > 1) carries a marker the caller searches for first.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The marker in a child issue's body: unique per repo, plan issue and key.
 create or replace function _child_marker(p_parent_number bigint, p_key text)
 returns text
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select format('<!-- ceaseless: child %s of #%s -->', p_key, p_parent_number);
 $$;
@@ -33,7 +34,7 @@ comment on function _child_marker(bigint, text) is
 create or replace function _tg_job_plan_children()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 set enable_nestloop = off
 as $$
 begin
@@ -80,7 +81,7 @@ create or replace function child_issues_due(
 )
 returns setof forge_child_issue
 language sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     with due as (
         select c.id
@@ -115,7 +116,7 @@ create or replace function record_child_issue(
 )
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_child forge_child_issue;
@@ -183,7 +184,7 @@ create or replace function child_issue_failed(
 )
 returns timestamptz
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_next timestamptz;

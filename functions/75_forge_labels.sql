@@ -13,7 +13,7 @@
 -- - each job is handed to one caller at a time (SKIP LOCKED, and the same
 --   statement moves labels_retry_at on).
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The label that mirrors a state. Claimed is running (the agent is about to
 -- start); the three ways to end without delivering read as failed. The
@@ -21,6 +21,7 @@ set local search_path = ceaseless, pg_catalog, public;
 create or replace function _forge_state_label(p_state text)
 returns text
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case p_state
                when 'pending' then 'ceaseless:pending'
@@ -46,7 +47,7 @@ create or replace function labels_due(
 returns table (job_id uuid, forge text, api_url text, owner text, repo text, number bigint,
                add_label text, remove_label text, job_updated_at timestamptz)
 language sql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- due: job_labels_due_idx, whose predicate this WHERE repeats word for
     -- word (so the planner can use it), in retry order, stopping at p_limit.
@@ -97,7 +98,7 @@ create or replace function labels_synced(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     update job j
@@ -127,7 +128,7 @@ create or replace function labels_sync_failed(
 )
 returns timestamptz
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_next timestamptz;

@@ -5,7 +5,7 @@
 -- Guarantees: read-only; security_invoker, so a user role sees the jobs of
 -- its own repos only.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 create or replace view forge_pipeline with (security_invoker = true) as
 select r.id as repo_id,

@@ -15,7 +15,7 @@
 --   unknown as one that does not exist (CE404). Security definer
 --   (99_access.sql), because a lane's counts include every owner's jobs.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- What holds a lane's next claim, judged as claim_jobs judges it: the agent
 -- disabled, a pause in force, its live runs at max_concurrent, its window
@@ -32,7 +32,7 @@ set local search_path = ceaseless, pg_catalog, public;
 create or replace function _explain_lane(p_agent text, p_now timestamptz)
 returns table (reason text, detail text, clears_at timestamptz, free bigint)
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -161,7 +161,7 @@ comment on function _explain_lane(text, timestamptz) is
 create or replace function explain_job(p_job_id uuid, p_now timestamptz default now())
 returns table (reason text, detail text, clears_at timestamptz)
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -270,7 +270,7 @@ comment on function explain_job(uuid, timestamptz) is
 create or replace function explain_routine(p_routine_id uuid, p_now timestamptz default now())
 returns table (reason text, detail text, clears_at timestamptz)
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -389,7 +389,7 @@ create or replace function explain_topology_run(
 )
 returns table (reason text, detail text, clears_at timestamptz)
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare

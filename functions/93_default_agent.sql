@@ -18,14 +18,14 @@
 --   clauses); seed-shaped routine inserts, which have no agent column, work
 --   once a default exists.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The default agent's name, for a row at p_where that names none; raises
 -- CE422 naming p_where when there is no usable default.
 create or replace function _default_agent(p_where text)
 returns text
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_value jsonb;
@@ -54,7 +54,7 @@ comment on function _default_agent(text) is
 create or replace function _tg_default_agent()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     new.agent := _default_agent(tg_table_name || '.agent');
@@ -84,7 +84,7 @@ create or replace trigger job_default_agent
 create or replace function _graph_with_default_agent(p_where text, p_graph jsonb)
 returns jsonb
 language plpgsql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_agent text;
@@ -115,7 +115,7 @@ comment on function _graph_with_default_agent(text, jsonb) is
 create or replace function _tg_graph_default_agent()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     new.graph := _graph_with_default_agent(tg_table_name || '.graph', new.graph);
@@ -143,7 +143,7 @@ create or replace trigger topology_runs_default_agent
 create or replace function _tg_settings_default_agent()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if jsonb_typeof(new.value) = 'null' then

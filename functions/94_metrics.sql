@@ -17,7 +17,7 @@
 -- - any listener serves the same database-wide numbers: nothing is kept in a
 --   listener, so a restart resets no counter of these.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- The run-duration histogram's upper bounds, in seconds (Prometheus `le`):
 -- from an in-process noop run to a three-hour agent session.
@@ -26,6 +26,7 @@ returns double precision[]
 language sql
 immutable
 parallel safe
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select array[0.05, 0.25, 1, 5, 15, 60, 300, 900, 1800, 3600, 10800,
                  'Infinity']::double precision[]
@@ -45,7 +46,7 @@ comment on function _metrics_duration_bounds() is
 create or replace function _tg_agent_run_metrics()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 set enable_nestloop = off
 as $$
 declare
@@ -97,7 +98,7 @@ comment on function _tg_agent_run_metrics() is
 create or replace function _tg_routine_runs_insert_metrics()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
@@ -119,7 +120,7 @@ comment on function _tg_routine_runs_insert_metrics() is
 create or replace function _tg_routine_runs_update_metrics()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
@@ -141,7 +142,7 @@ comment on function _tg_routine_runs_update_metrics() is
 create or replace function _tg_topology_runs_insert_metrics()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
@@ -159,7 +160,7 @@ comment on function _tg_topology_runs_insert_metrics() is
 create or replace function _tg_topology_runs_update_metrics()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
@@ -180,7 +181,7 @@ comment on function _tg_topology_runs_update_metrics() is
 create or replace function _tg_notifications_update_metrics()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
@@ -240,7 +241,7 @@ create or replace trigger notifications_update_metrics
 create or replace function _metrics_fold(p_limit integer default 50000)
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_folded integer;
@@ -284,9 +285,8 @@ comment on function _metrics_fold(integer) is
 
 -- Every series GET /metrics serves that the database knows, one row a sample.
 --
--- SQL, STABLE, no SET clause and fully qualified names: PostgreSQL inlines it
--- into the caller's query, so EXPLAIN select * from metrics_snapshot() shows
--- the real plan (tests/sql/test_metrics.py asserts it reads indexes).
+-- One statement (tests/sql/test_metrics.py reads its plan and asserts it reads
+-- indexes, never a whole table of history).
 create or replace function metrics_snapshot(p_now timestamptz default now())
 returns table (
     family text,
@@ -298,6 +298,7 @@ returns table (
 )
 language sql
 stable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 with families (family, kind, help) as (
     values

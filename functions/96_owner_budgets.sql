@@ -8,12 +8,12 @@
 -- a run counts what it reported when it ended, so the runs admitted before the budget was
 -- reached may overshoot it by what they cost.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 create or replace function _owner_spend(p_budget owner_budgets, p_now timestamptz)
 returns table (cost numeric, tokens numeric)
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(sum(r.cost_usd), 0),
            coalesce(sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)), 0)
@@ -37,7 +37,7 @@ comment on function _owner_spend(owner_budgets, timestamptz) is
 create or replace function _owner_budget_clears(p_budget owner_budgets, p_now timestamptz)
 returns timestamptz
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     with runs as (
         select r.started_at, r.id, coalesce(r.cost_usd, 0) as cost,
@@ -77,7 +77,7 @@ comment on function _owner_budget_clears(owner_budgets, timestamptz) is
 create or replace function _owners_over_budget(p_now timestamptz)
 returns text[]
 language sql stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(array_agg(b.user_id), '{}')
     from owner_budgets b

@@ -10,9 +10,15 @@
 -- Guarantees: nothing is granted to PUBLIC; nobody but the owner may CREATE
 -- in the schema (so no role can shadow a function or a table); a user role
 -- reaches other owners' rows only through the security definer functions
--- below, each of which checks ownership itself or cannot be called directly.
+-- below, each of which checks ownership itself or cannot be called directly;
+-- a user role writes only the columns a user chooses (what to run, where,
+-- when), never those the engine and the listener keep (states, claims,
+-- counters, schedules, references to runs, jobs and forge issues), so a
+-- user's INSERT starts a job pending and unclaimed, a run pending, and names
+-- nothing of anyone else's; on a database of its own (below), user roles
+-- cannot create temporary tables.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 revoke all on schema ceaseless from public;
 grant usage on schema ceaseless to ceaseless_listener, ceaseless_operator, ceaseless_user;
@@ -29,22 +35,54 @@ grant usage on all sequences in schema ceaseless to ceaseless_listener;
 grant execute on all functions in schema ceaseless to ceaseless_listener;
 
 -- Operators: read everything, manage agents and settings, and every function
--- (cancel_job, retry_job, run_routine, prune_audit_log, …). They write jobs
+-- (cancel_job, retry_job, run_routine, …) but audit pruning. They write jobs
 -- only through those functions.
 grant select on all tables in schema ceaseless to ceaseless_operator;
 grant insert, update, delete on agents, settings to ceaseless_operator;
 grant execute on all functions in schema ceaseless to ceaseless_operator;
+-- The audit log keeps what operators did too: it is pruned by its owner or a
+-- listener's maintenance, above the retention floor (30_notify_audit.sql).
+revoke execute on function prune_audit_log(timestamptz, integer) from ceaseless_operator;
 
 -- Users: their own routines, jobs and events (row-level security narrows
--- every table below to their rows), and what they need to pick a lane.
-grant select, insert, update, delete on routines to ceaseless_user;
-grant select, insert on job, events to ceaseless_user;
+-- every table below to their rows), and what they need to pick a lane. Reset
+-- first: a table-wide grant of an earlier version would cover every column.
+revoke all on all tables in schema ceaseless from ceaseless_user;
+-- Writes name columns: what a user decides. The rest are the engine's and the
+-- listener's (states, claims, attempts, counters, next_fire_at, errors, the
+-- webhook credential, references to runs, jobs and forge issues), filled by
+-- defaults and triggers; a statement that names one is refused (permission
+-- denied). A job names no routine run, topology run, parent or forge issue,
+-- so it can neither close nor fire someone else's run, nor become a forge job
+-- (those come from the forge intake, ingest_issues and the child-issue path).
+grant select, delete on routines to ceaseless_user;
+grant insert (id, user_id, name, description, enabled, trigger_type, trigger_config, action_type,
+              action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs,
+              notify_channel, notify_user, notify_on_success, notify_on_failure,
+              notify_on_attention)
+    on routines to ceaseless_user;
+grant update (name, description, enabled, trigger_type, trigger_config, action_type,
+              action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs,
+              notify_channel, notify_user, notify_on_success, notify_on_failure,
+              notify_on_attention)
+    on routines to ceaseless_user;
+grant select on job, events to ceaseless_user;
+grant insert (id, user_id, kind, agent, prompt, payload, max_turns, max_attempts, run_after,
+              dedup_key)
+    on job to ceaseless_user;
+grant insert (id, user_id, channel, content, payload) on events to ceaseless_user;
 grant select on routine_runs, agent_run, notifications, loops, topology_runs, approvals
     to ceaseless_user;
 -- Loops are owned rows like routines; a run may be started directly with an
--- INSERT; nodes are the engine's, read only.
-grant insert, update, delete on loops to ceaseless_user;
-grant insert on topology_runs to ceaseless_user;
+-- INSERT (pending: its graph and task); nodes are the engine's, read only.
+grant delete on loops to ceaseless_user;
+grant insert (id, user_id, workspace_id, title, description, graph, task_template, triggers,
+              repeat_policy, enabled)
+    on loops to ceaseless_user;
+grant update (workspace_id, title, description, graph, task_template, triggers, repeat_policy,
+              enabled)
+    on loops to ceaseless_user;
+grant insert (id, user_id, workspace_id, graph, task) on topology_runs to ceaseless_user;
 grant select on topology_nodes to ceaseless_user;
 -- Every column of agents but env, which holds the lanes' API keys.
 grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_concurrent,
@@ -86,6 +124,12 @@ alter function cancel_job(uuid, timestamptz) security definer;
 alter function retry_job(uuid, timestamptz) security definer;
 alter function _tg_job_validate() security definer;
 alter function _tg_job_input() security definer;
+-- The running count (routine_run_shards) is the engine's: a user's DELETE of
+-- its routine takes its running runs off it, and no role but the engine may
+-- move it by hand.
+alter function _tg_routine_runs_insert() security definer;
+alter function _tg_routine_runs_update() security definer;
+alter function _tg_routine_runs_deleted() security definer;
 
 -- Loops and topology runs (5x_*.sql): their triggers audit and create rows a
 -- user may not write itself (audit_log, workspaces, jobs of its nodes).
@@ -131,7 +175,17 @@ grant select on loop_status to ceaseless_user;
 -- zone list and _repo_interval reads settings, neither of which a user role
 -- may read; repo_status is security_invoker, so a user sees its own repos.
 -- due_repos and finish_repo_poll are the poller's: not granted to users.
-grant select, insert, update, delete on tracked_repo to ceaseless_user;
+grant select, delete on tracked_repo to ceaseless_user;
+grant insert (id, user_id, forge, owner, repo, clone_url, api_url, default_branch,
+              interval_seconds, quiet_from, quiet_until, quiet_timezone, enabled,
+              tracking_issue, discover_cooldown_secs, discover_label, plan_label,
+              implement_label, allowed_authors)
+    on tracked_repo to ceaseless_user;
+grant update (forge, owner, repo, clone_url, api_url, default_branch, interval_seconds,
+              quiet_from, quiet_until, quiet_timezone, enabled, tracking_issue,
+              discover_cooldown_secs, discover_label, plan_label, implement_label,
+              allowed_authors)
+    on tracked_repo to ceaseless_user;
 grant select on repo_status to ceaseless_user;
 alter function _tg_tracked_repo_validate() security definer;
 alter function _repo_interval(tracked_repo) security definer;
@@ -190,3 +244,63 @@ alter function _tg_notifications_update_metrics() security definer;
 grant select on owner_budgets, owner_budget_usage to ceaseless_user;
 grant insert, update, delete on owner_budgets to ceaseless_operator;
 grant execute on function _owner_spend(owner_budgets, timestamptz) to ceaseless_user;
+
+-- Temporary tables. Every function searches pg_temp last (search_path
+-- pg_catalog, ceaseless, pg_temp), so a temporary table can shadow nothing
+-- inside them; a user role needs none at all, so on a database of its own it
+-- may not create one. TEMPORARY is a database privilege PostgreSQL grants to
+-- PUBLIC, so taking it from ceaseless_user alone would change nothing: it is
+-- taken from PUBLIC and given back to the listener and operator roles. On a
+-- database shared with other applications that would take it from their
+-- roles too, so it is done only when the database holds nothing but this
+-- schema (and an empty public), and only by a role that may (the database's
+-- owner or a superuser); otherwise it is left as it is, with a NOTICE, and
+-- docs/migrations.md gives the statements to run by hand. Returns whether it
+-- was restricted.
+create or replace function _restrict_temporary()
+returns boolean
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_database constant text := current_database();
+    v_other text;
+begin
+    if not exists (select from pg_database d
+                   where d.datname = v_database and pg_has_role(current_user, d.datdba, 'usage')) then
+        raise notice 'ceaseless: % does not own database %, so TEMPORARY stays granted to PUBLIC '
+                     '(docs/migrations.md, "Temporary tables")', current_user, v_database;
+        return false;
+    end if;
+    select n.nspname into v_other
+    from pg_namespace n
+    where n.nspname not in ('ceaseless', 'public', 'information_schema', 'pg_catalog', 'pg_toast')
+      and n.nspname !~ '^pg_(temp|toast_temp)_[0-9]+$'
+    order by 1
+    limit 1;
+    if v_other is null
+       and (exists (select from pg_class c where c.relnamespace = 'public'::regnamespace)
+            or exists (select from pg_proc p where p.pronamespace = 'public'::regnamespace)
+            or exists (select from pg_type t where t.typnamespace = 'public'::regnamespace)) then
+        v_other := 'public';
+    end if;
+    if v_other is not null then
+        raise notice 'ceaseless: database % is shared (schema % is not ceaseless''s), so TEMPORARY '
+                     'stays granted to PUBLIC (docs/migrations.md, "Temporary tables")',
+                     v_database, v_other;
+        return false;
+    end if;
+    execute format('revoke temporary on database %I from public', v_database);
+    execute format('grant temporary on database %I to ceaseless_listener, ceaseless_operator',
+                   v_database);
+    return true;
+end;
+$$;
+
+comment on function _restrict_temporary() is
+    'On a database holding only ceaseless, take TEMPORARY from PUBLIC (user roles cannot create '
+    'temporary tables) and give it to the listener and operator roles; elsewhere a NOTICE. '
+    'Applied by migrate; true when it restricted.';
+
+revoke execute on function _restrict_temporary() from ceaseless_listener, ceaseless_operator;
+select _restrict_temporary();

@@ -30,7 +30,7 @@ from listener.config import ListenerConfig
 from listener.database import Database
 from listener.outbox import deliver_due
 from listener.producer.ledger import Ledger
-from listener.queries import jobs, metrics, topology
+from listener.queries import jobs, metrics, routine_runs, topology
 
 _OUTBOX_BATCH = 100
 
@@ -63,6 +63,10 @@ class Maintenance:
             )
             if orphans:
                 log.event("topology.orphans_cancelled", jobs=orphans)
+            corrected = await self._db.retry("recount_routine_runs", routine_runs.recount_running)
+            if corrected:
+                log.warning("routine_runs.recounted", correction=corrected)
+            await self._db.retry("forget_ended_backends", routine_runs.forget_ended_backends)
 
     async def keep_cron(self) -> None:
         """Schedule what asks for it, fire what is due, sleep until the next slot."""

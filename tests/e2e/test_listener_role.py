@@ -1,8 +1,8 @@
 """A listener that runs as a member of ceaseless_listener, not as a superuser.
 
 What a deployment should do (docs/security.md): the listener's privileges are
-enough to claim, run, finish, fire routines and append to the audit log, and
-its worker id is believed as the audit actor.
+enough to claim, run, finish, fire routines and append to the audit log; the
+audit actor is its login role, with its worker id recorded beside it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.e2e.support import ListenerProcess, wait_until
 from tests.factories import make_agent, make_job, make_routine
@@ -53,7 +53,8 @@ def test_a_listener_without_superuser_runs_jobs_and_routines(
 
     wait_until(finished, 20, "the job and the routine run did not finish")
     actors = conn.execute(
-        "select distinct actor from ceaseless.audit_log where entity = 'job' and entity_id = %s",
+        "select distinct actor, worker from ceaseless.audit_log "
+        "where entity = 'job' and entity_id = %s",
         (job,),
     ).fetchall()
-    assert ("unprivileged-1",) in actors
+    assert (conninfo_to_dict(listener_url)["user"], "unprivileged-1") in actors

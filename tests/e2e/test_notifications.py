@@ -456,10 +456,14 @@ def test_webhook_slower_than_its_timeout_is_a_failed_attempt(
 def test_sink_that_cannot_deliver_fails_at_once_with_a_clear_error(
     conn: psycopg.Connection, db_url: str, sinks: Any, channel: str | None, error: str
 ) -> None:
+    # Malformed sinks are refused when written (tests/sql/test_settings_validation.py); one
+    # that got past that check (written with triggers off) still fails at delivery.
+    conn.execute("set session_replication_role = replica")
     conn.execute(
         "update ceaseless.settings set value = %s where key = 'notification_sinks'",
         (json.dumps(sinks),),
     )
+    conn.execute("set session_replication_role = default")
     [id_] = _insert(conn, channel=channel)
 
     assert asyncio.run(_round(db_url)) == 1

@@ -145,12 +145,13 @@ def test_every_state_change_is_audited(running: Running) -> None:
     conn, job, run = running
     finish(conn, run, "succeeded")
     rows = conn.execute(
-        "select old_state, new_state, actor from ceaseless.audit_log "
+        "select old_state, new_state, actor, worker from ceaseless.audit_log "
         "where entity = 'job' and entity_id = %s order by id",
         (job,),
     ).fetchall()
+    # The actor is the login role; the listener's worker id is recorded beside it.
     assert rows == [
-        (None, "pending", "postgres"),
-        ("pending", "running", "w1"),
-        ("running", "delivered", "w1"),
+        (None, "pending", "postgres", None),
+        ("pending", "running", "postgres", "w1"),
+        ("running", "delivered", "postgres", "w1"),
     ]

@@ -75,10 +75,10 @@ def test_result_after_the_lease_expired_is_kept_apart_and_audited(
         (job, "w1", "run already ended (lease_expired, by lease_expiry)", "done, twice")
     ]
     audited = conn.execute(
-        "select actor, entity_id, detail ->> 'job_id' from ceaseless.audit_log "
+        "select actor, worker, entity_id, detail ->> 'job_id' from ceaseless.audit_log "
         "where action = 'late_result'"
     ).fetchall()
-    assert audited == [("w1", run, str(job))]
+    assert audited == [("postgres", "w1", run, str(job))]
 
 
 def test_repeated_finish_after_a_lost_reply_is_answered_as_recorded(

@@ -204,6 +204,21 @@ def test_webhook_credentials_cannot_be_set_by_hand(conn: psycopg.Connection) -> 
     assert info.value.sqlstate == "CE422"
 
 
+def test_setting_the_signing_key_by_hand_names_the_signing_key(conn: psycopg.Connection) -> None:
+    error = _refused(
+        conn, triggers={"webhook_enabled": True}, webhook_signing_key="my key of my choosing"
+    )
+    assert "loops.webhook_signing_key: is generated" in str(error)
+    assert error.diag.column_name == "webhook_signing_key" and "my key" not in str(error)
+    loop = make_loop(conn, triggers={"webhook_enabled": True})
+    with pytest.raises(psycopg.errors.Error) as info:
+        conn.execute(
+            "update ceaseless.loops set webhook_signing_key = 'guessable' where id = %s", (loop,)
+        )
+    assert "loops.webhook_signing_key: is generated" in str(info.value)
+    assert "guessable" not in str(info.value)
+
+
 def test_constraint_errors_never_print_the_credential(conn: psycopg.Connection) -> None:
     loop = make_loop(conn, triggers={"webhook_enabled": True})
     row = loop_row(conn, loop)

@@ -204,8 +204,17 @@ def test_the_audit_log_is_append_only_except_for_retention(conn: psycopg.Connect
         with pytest.raises(psycopg.Error) as error, conn.transaction():
             conn.execute(statement)
         assert error.value.sqlstate == "CE409" and "append-only" in str(error.value)
-    row = conn.execute("select ceaseless.prune_audit_log(now() + interval '1 second')").fetchone()
-    assert row == (1,) and _count(conn, "audit_log") == 0
+    # Retention removes only rows past the floor (audit_log_min_retention_secs, 30 days), and
+    # leaves a row saying it did.
+    conn.execute(
+        "insert into ceaseless.audit_log (at, entity, entity_key, action) "
+        "values (now() - interval '40 days', 'x', 'old', 'z')"
+    )
+    row = conn.execute("select ceaseless.prune_audit_log(now() - interval '31 days')").fetchone()
+    assert row == (1,)
+    assert conn.execute(
+        "select entity, action from ceaseless.audit_log order by id"
+    ).fetchall() == [("agents", "insert"), ("audit_log", "prune")]
 
 
 def test_an_operator_sees_everything_and_manages_agents_but_not_the_audit_log(

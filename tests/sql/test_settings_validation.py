@@ -79,4 +79,51 @@ def test_every_numeric_setting_seeded_by_the_migrations_is_in_range(
     ranged = conn.execute(
         "select count(*) from ceaseless.settings where ceaseless._setting_range(key) is not null"
     ).fetchone()
-    assert ranged == (12,)
+    assert ranged == (13,)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (
+            '"{\\"default\\": {\\"type\\": \\"webhook\\", \\"url\\": \\"https://h.test/x\\"}}"',
+            "must be a JSON object mapping sink names to their configuration",
+        ),
+        ('["log"]', "must be a JSON object mapping sink names"),
+        ('{"default": "log"}', "notification sink 'default' must be a JSON object"),
+        ('{"default": {"type": "webhook"}}', "notification sink 'default' (type webhook) needs"),
+        ('{"ops": {"type": "email"}}', "notification sink 'ops' has type \"email\""),
+    ],
+    ids=["json-string", "array", "sink-not-object", "webhook-without-url", "unknown-type"],
+)
+def test_notification_sinks_that_cannot_deliver_are_refused_when_written(
+    conn: psycopg.Connection, value: str, problem: str
+) -> None:
+    with pytest.raises(psycopg.Error) as error:
+        _write(conn, "notification_sinks", value)
+    assert error.value.sqlstate == "CE422"
+    message = str(error.value.diag.message_primary)
+    assert message.startswith("settings.notification_sinks: ") and problem in message
+    assert "h.test" not in message
+
+
+def test_good_notification_sinks_are_stored(conn: psycopg.Connection) -> None:
+    sinks = (
+        '{"default": {"type": "log"}, "ops": {"type": "pg", "channel": "ops"}, '
+        '"hook": {"type": "webhook", "url": "https://h.test/x", "headers": {"A": "b"}}}'
+    )
+    _write(conn, "notification_sinks", sinks)
+    row = conn.execute("select value from ceaseless.settings where key = 'notification_sinks'")
+    assert row.fetchone()[0]["ops"] == {"type": "pg", "channel": "ops"}  # type: ignore[index]
+
+
+@pytest.mark.parametrize("value", ["3600", "0", "-1", '"a month"'])
+def test_the_audit_retention_floor_is_at_least_a_day(conn: psycopg.Connection, value: str) -> None:
+    with pytest.raises(psycopg.Error) as error:
+        _write(conn, "audit_log_min_retention_secs", value)
+    assert error.value.sqlstate == "CE422"
+    assert "settings.audit_log_min_retention_secs: must be an integer from 86400" in str(
+        error.value
+    )
+    conn.rollback()
+    _write(conn, "audit_log_min_retention_secs", "86400")

@@ -21,8 +21,11 @@ from tests.sql.plans import explained, nodes
 T0 = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)
 
 
-def make_repo(conn: psycopg.Connection, **columns: Any) -> uuid.UUID:
-    """Insert a valid GitHub repo, due since long before T0, with `columns` overriding."""
+def make_repo(conn: psycopg.Connection, *, as_user: bool = False, **columns: Any) -> uuid.UUID:
+    """Insert a valid GitHub repo, due since long before T0, with `columns` overriding.
+
+    as_user: insert only what a user role may write (the poll schedule is the listener's).
+    """
     values: dict[str, Any] = {
         "forge": "github",
         "owner": "octo-org",
@@ -30,7 +33,7 @@ def make_repo(conn: psycopg.Connection, **columns: Any) -> uuid.UUID:
         "clone_url": "https://github.com/octo-org/hello.git",
         "default_branch": "main",
         "interval_seconds": 300,
-        "next_poll_at": T0 - timedelta(days=1),
+        **({} if as_user else {"next_poll_at": T0 - timedelta(days=1)}),
         **columns,
     }
     names = ", ".join(values)
@@ -417,12 +420,13 @@ def test_a_user_sees_and_changes_only_its_own_repos(
     alice, bob = login_role("alice"), login_role("bob")
     alices = make_repo(
         alice,
+        as_user=True,
         repo="alices",
         quiet_from="22:00",
         quiet_until="06:00",
         quiet_timezone="Europe/Berlin",
     )
-    bobs = make_repo(bob, repo="bobs")
+    bobs = make_repo(bob, as_user=True, repo="bobs")
     assert [r[0] for r in alice.execute("select id from ceaseless.tracked_repo")] == [alices]
     assert [r[0] for r in alice.execute("select id from ceaseless.repo_status")] == [alices]
     assert (
@@ -433,7 +437,7 @@ def test_a_user_sees_and_changes_only_its_own_repos(
     )
     assert alice.execute("delete from ceaseless.tracked_repo where id = %s", (bobs,)).rowcount == 0
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        make_repo(alice, user_id="somebody_else")
+        make_repo(alice, as_user=True, user_id="somebody_else")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         alice.execute("select * from ceaseless.due_repos()")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
