@@ -10,7 +10,7 @@
 -- this database does not know: a root may be shared with another database's
 -- listeners, whose jobs are theirs to judge.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Of p_ids, the jobs that will not run again: delivered, failed, abandoned or
 -- cancelled. A failed job that retry_job brings back later starts in a fresh
@@ -19,7 +19,7 @@ create or replace function ended_jobs(p_ids uuid[])
 returns setof uuid
 language sql
 stable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- A probe by key per asked id (the batch is the outer side).
     select j.id

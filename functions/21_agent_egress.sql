@@ -9,13 +9,13 @@
 -- (CE422) names agents.egress, the rule and the entry. How an entry is matched
 -- is the proxy's (listener/agents/egress.py); this file checks only its shape.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Why p_entry is not an egress entry, or NULL.
 create or replace function _egress_entry_error(p_entry text)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_host text;
@@ -75,7 +75,7 @@ comment on function _egress_entry_error(text) is
 create or replace function _tg_agents_validate_egress()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_entry text;

@@ -15,15 +15,15 @@
 -- recurses once per level, and 3,000 levels are only 6 KB of brackets. One
 -- such job payload stopped every listener that claimed it.
 
-set local search_path = ceaseless, pg_catalog, public;
+set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Is a document nested deeper than the cap? A value at level N sits inside N
 -- arrays or objects; strict mode, so arrays are not unwrapped on the way.
--- No SET clause, so it inlines into the WHEN clauses and the path, built from
--- the cap, folds to a constant.
+-- The path is built from the cap, so the number lives in one place.
 create or replace function _json_too_deep(p_value jsonb)
 returns boolean
 language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(pg_catalog.jsonb_path_exists(
         p_value,
@@ -40,7 +40,7 @@ comment on function _json_too_deep(jsonb) is
 create or replace function _tg_bounded_json()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_row constant jsonb := to_jsonb(new);

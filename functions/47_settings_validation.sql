@@ -63,7 +63,7 @@ comment on function _setting_range(text) is
 create or replace function _forge_token_source_problem(p_value jsonb)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(
         case when jsonb_typeof(p_value) <> 'object' then ': must be a JSON object' end,

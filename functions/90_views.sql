@@ -188,7 +188,7 @@ create or replace function _db_auth_warning(p_db_auth text)
 returns text
 language sql
 immutable
-set search_path = pg_catalog
+set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case p_db_auth
         when 'trust' then
