@@ -118,13 +118,15 @@ declare
 begin
     with rules as (
         select 'not_null' as kind, a.attname::text as name,
-               format('%I is not null', a.attname) as test, array[a.attname::text] as columns
+               format('%I is not null', a.attname) as test, array[a.attname::text] as columns,
+               a.attnum as position
         from pg_attribute a
         where a.attrelid = p_table and a.attnum > 0 and not a.attisdropped and a.attnotnull
         union all
         select 'check', c.conname::text, pg_get_expr(c.conbin, c.conrelid),
                array(select a.attname::text from pg_attribute a
-                     where a.attrelid = p_table and a.attnum = any (c.conkey))
+                     where a.attrelid = p_table and a.attnum = any (c.conkey)),
+               0
         from pg_constraint c
         where c.conrelid = p_table and c.contype = 'c'
     )
@@ -136,7 +138,10 @@ begin
                                            col || ' = ', col, 'null'), ', ')
                                 from unnest(r.columns) col
                                 where col <> all (p_secret_columns)), 'null')),
-               E',\n                ')
+               -- In a fixed order (NOT NULL by column, then CHECKs by name), so
+               -- the first violation named, and the generated text, never
+               -- depend on the plan.
+               E',\n                ' order by r.kind = 'check', r.position, r.name)
     into v_checks
     from rules r;
 
