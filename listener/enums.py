@@ -161,3 +161,10 @@ class NotificationSource(StrEnum):
     JOB = "job"
     LOOPS = "loops"
     APPROVALS = "approvals"
+
+
+class Sandbox(StrEnum):
+    """What confines a listener's agents, as it reports itself (listener_reports.sandbox)."""
+
+    BWRAP = "bwrap"
+    NONE = "none"

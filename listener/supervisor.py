@@ -45,6 +45,7 @@ from listener import log
 from listener.agents.sandbox import Isolation
 from listener.config import ListenerConfig, workspace_root
 from listener.database import Database
+from listener.enums import Sandbox
 from listener.events import (
     CONFIG_CHANNEL,
     JOB_CHANNEL,
@@ -229,7 +230,7 @@ class Listener:
         )
         report = listener_reports.Report(
             worker=self.config.worker_id,
-            sandbox="bwrap" if isolation.sandboxed else "none",
+            sandbox=Sandbox.BWRAP if isolation.sandboxed else Sandbox.NONE,
             agent_user=isolation.identity.name if isolation.identity else None,
             isolation_warning=isolation.warning(),
             db_auth=auth,
@@ -380,7 +381,7 @@ def _announce_isolation(workdir: str | None) -> Isolation:
     }
     log.event(
         "agents.isolation",
-        sandbox="bwrap" if isolation.sandboxed else "none",
+        sandbox=Sandbox.BWRAP if isolation.sandboxed else Sandbox.NONE,
         network="own namespace" if isolation.sandboxed and isolation.own_network else "host",
         user=users[isolation.users.mode],
         containment=isolation.containment.mode,

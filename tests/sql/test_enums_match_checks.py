@@ -42,6 +42,7 @@ from listener.enums import (
     Outcome,
     RepeatPolicyKind,
     RoutineRunStatus,
+    Sandbox,
     SkipReason,
     TopologyNodeState,
     TopologyRunStatus,
@@ -76,6 +77,7 @@ MIRRORED: dict[Key, type[StrEnum]] = {
     ("approvals", "decision"): ApprovalDecision,
     ("notifications", "kind"): NotificationKind,
     ("notifications", "source_table"): NotificationSource,
+    ("listener_reports", "sandbox"): Sandbox,
 }
 
 # Lists only SQL reads or writes so far. Give one a StrEnum and move it to
