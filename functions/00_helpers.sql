@@ -46,6 +46,22 @@ $$;
 comment on function _actor() is
     'The acting login role (session_user): the audit actor, whatever the session has SET.';
 
+-- Does the session's login role act for every owner: an operator, a listener,
+-- or a superuser (the database's owner, which is a member of every role)?
+-- session_user, not current_user: inside a security definer function
+-- current_user is the function's owner, and session_user cannot be SET.
+create or replace function _acts_for_everyone()
+returns boolean
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select pg_catalog.pg_has_role(session_user, 'ceaseless_operator', 'usage')
+        or pg_catalog.pg_has_role(session_user, 'ceaseless_listener', 'usage');
+$$;
+
+comment on function _acts_for_everyone() is
+    'True when the session''s login role is an operator, a listener or a superuser.';
+
 -- May the caller act on a row owned by p_owner? Its own rows, or any row for
 -- operators and listeners. For security definer functions, where
 -- current_user is the owner of the function and row-level security is off.
@@ -54,9 +70,7 @@ returns boolean
 language sql stable
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-    select p_owner = session_user::text
-        or pg_catalog.pg_has_role(session_user, 'ceaseless_operator', 'usage')
-        or pg_catalog.pg_has_role(session_user, 'ceaseless_listener', 'usage');
+    select p_owner = session_user::text or _acts_for_everyone();
 $$;
 
 comment on function _acts_for(text) is

@@ -125,7 +125,8 @@ begin
         union all
         select 'check', c.conname::text, pg_get_expr(c.conbin, c.conrelid),
                array(select a.attname::text from pg_attribute a
-                     where a.attrelid = p_table and a.attnum = any (c.conkey)),
+                     where a.attrelid = p_table and a.attnum = any (c.conkey)
+                     order by a.attnum),
                0
         from pg_constraint c
         where c.conrelid = p_table and c.contype = 'c'
@@ -135,12 +136,12 @@ begin
                       r.kind, r.name, r.test, ', ',
                       coalesce((select string_agg(
                                     format('%L || left(coalesce(t.%I::text, %L), 200)',
-                                           col || ' = ', col, 'null'), ', ')
-                                from unnest(r.columns) col
+                                           col || ' = ', col, 'null'), ', ' order by n)
+                                from unnest(r.columns) with ordinality u (col, n)
                                 where col <> all (p_secret_columns)), 'null')),
-               -- In a fixed order (NOT NULL by column, then CHECKs by name), so
-               -- the first violation named, and the generated text, never
-               -- depend on the plan.
+               -- In a fixed order (NOT NULL by column, then CHECKs by name,
+               -- each CHECK's columns by position), so the first violation
+               -- named, and the generated text, never depend on the plan.
                E',\n                ' order by r.kind = 'check', r.position, r.name)
     into v_checks
     from rules r;

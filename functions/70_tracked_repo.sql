@@ -12,6 +12,10 @@
 --   the error (CE422) names the field, the rule and a bounded value; api_url
 --   defaults to https://api.github.com for forge github; shortening
 --   interval_seconds brings next_poll_at forward to one new interval from now;
+-- - tokens_allowed (may the listener's forge tokens be used for the repo) is
+--   false on every row a user role inserts, and on every row whose forge,
+--   owner, repo, api_url or clone_url a user role changes; only an operator,
+--   a listener or a superuser sets it;
 -- - no credential is stored: api_url may carry no user information at all,
 --   clone_url no password (ssh://git@host/… names a user, not a secret);
 -- - interval_seconds is stored as the user gave it and clamped at use to the
@@ -289,6 +293,15 @@ begin
         return new;
     end if;
     new := _validated_repo(new);
+    -- The listener's forge tokens are spent on a repo only when an operator
+    -- allowed it (db/0030): a user role can neither allow it nor keep the
+    -- allowance while pointing the repo at another repository.
+    if not _acts_for_everyone()
+       and (tg_op = 'INSERT'
+            or (new.forge, new.owner, new.repo, new.api_url, new.clone_url)
+               is distinct from (old.forge, old.owner, old.repo, old.api_url, old.clone_url)) then
+        new.tokens_allowed := false;
+    end if;
     -- A shorter interval takes effect now, not after the longer one ends: a
     -- repo moved from daily to five-minute polls would otherwise wait a day.
     if tg_op = 'UPDATE' and new.interval_seconds < old.interval_seconds then
@@ -300,8 +313,9 @@ $$;
 
 comment on function _tg_tracked_repo_validate() is
     'Before INSERT/UPDATE on tracked_repo: validate the configuration in full (CE422 naming field, '
-    'rule and value) and fill api_url''s default; a shorter interval brings next_poll_at '
-    'forward; poll bookkeeping alone is not re-checked.';
+    'rule and value) and fill api_url''s default; tokens_allowed is false on a row a user role '
+    'writes or retargets; a shorter interval brings next_poll_at forward; poll bookkeeping '
+    'alone is not re-checked.';
 
 create or replace trigger tracked_repo_validate
     before insert or update on tracked_repo

@@ -34,7 +34,10 @@ select r.id,
        r.plan_label,
        r.implement_label,
        r.allowed_authors,
-       r.tracking_issue
+       r.tracking_issue,
+       -- false: polled, cloned and written to without the listener's forge
+       -- tokens until an operator allows them (db/0030).
+       r.tokens_allowed
 from tracked_repo r
 -- job_live_issue_idx (forge, owner, repo, number) where live: a prefix probe.
 left join lateral (
@@ -45,4 +48,5 @@ left join lateral (
 
 comment on view repo_status is
     'One row per tracked repo: last and next poll, whether it is quiet now, the interval used '
-    '(clamped to forge_min_interval_secs) and asked, the last error, and its live jobs.';
+    '(clamped to forge_min_interval_secs) and asked, the last error, its live jobs, and whether '
+    'the listener''s forge tokens may serve it.';

@@ -45,7 +45,8 @@ create or replace function labels_due(
     p_now timestamptz default now()
 )
 returns table (job_id uuid, forge text, api_url text, owner text, repo text, number bigint,
-               add_label text, remove_label text, job_updated_at timestamptz)
+               add_label text, remove_label text, job_updated_at timestamptz,
+               tokens_allowed boolean)
 language sql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
@@ -74,19 +75,22 @@ as $$
            set labels_retry_at = p_now + interval '60 seconds'
          where j.id = any (array(select id from due))
         returning j.id, j.forge, j.owner, j.repo, j.number, j.state, j.labels_synced_label,
-                  j.updated_at
+                  j.updated_at, j.user_id
     )
     select h.id, h.forge, r.api_url, h.owner, h.repo, h.number,
            _forge_state_label(h.state),
            nullif(h.labels_synced_label, _forge_state_label(h.state)),
-           h.updated_at
+           h.updated_at, r.tokens_allowed
     from handed h
-    join tracked_repo r on r.forge = h.forge and r.owner = h.owner and r.repo = h.repo;
+    -- The job's own owner's repo: the one its intake came from.
+    join tracked_repo r on r.forge = h.forge and r.owner = h.owner and r.repo = h.repo
+                       and r.user_id = h.user_id;
 $$;
 
 comment on function labels_due(integer, timestamptz) is
     'Hand out up to p_limit forge jobs whose state label is out of date (add_label, and '
-    'remove_label: the one written before), each to one caller for 60 s.';
+    'remove_label: the one written before), each to one caller for 60 s, with whether the '
+    'repo may use the listener''s tokens.';
 
 -- The labels were written: p_label now mirrors the job (as it was when
 -- handed out; if it moved since, it is due again at once).

@@ -187,6 +187,9 @@ grant update (forge, owner, repo, clone_url, api_url, default_branch, interval_s
               allowed_authors)
     on tracked_repo to ceaseless_user;
 grant select on repo_status to ceaseless_user;
+-- Whether the listener's forge tokens may serve a repo is an operator's call
+-- (db/0030): the one column of tracked_repo an operator writes.
+grant update (tokens_allowed) on tracked_repo to ceaseless_operator;
 alter function _tg_tracked_repo_validate() security definer;
 alter function _repo_interval(tracked_repo) security definer;
 grant execute on function

@@ -164,8 +164,17 @@ def repo_add(
             "enabled": False if disabled else None,
         }
     )
-    rows = query(sql.SQL("{} returning id").format(insert("tracked_repo", values)), values)
+    rows = query(
+        sql.SQL("{} returning id, tokens_allowed").format(insert("tracked_repo", values)), values
+    )
     typer.echo(str(rows[0][0]))
+    if not rows[0][1]:
+        typer.echo(
+            "The listener's forge tokens are not used for this repo until an operator runs "
+            f"`ceaseless repo tokens {name} --allow`: until then it is polled and cloned "
+            "anonymously (a public repository only).",
+            err=True,
+        )
     if not author:
         typer.echo(
             "No --author given: no issue gets work until allowed_authors names someone.", err=True
@@ -208,6 +217,7 @@ def repo_show(repo: RepoArg, output: OutputOpt = Output.TABLE) -> None:
         "repo",
         "api_url",
         "owner_role",
+        "tokens_allowed",
         "enabled",
         "discover_label",
         "plan_label",
@@ -234,7 +244,7 @@ def repo_show(repo: RepoArg, output: OutputOpt = Output.TABLE) -> None:
         "select clone_url, default_branch from ceaseless.tracked_repo where id = %s", (ref,)
     )
     shown = [("id", ref), *zip(headers, rows[0], strict=True)]
-    shown[5:5] = [("clone_url", clone[0][0]), ("default_branch", clone[0][1])]
+    shown[6:6] = [("clone_url", clone[0][0]), ("default_branch", clone[0][1])]
     with emitting(output):
         record(shown, name="repo", width=20)
 
@@ -254,6 +264,34 @@ def repo_enable(repo: RepoArg) -> None:
 def repo_disable(repo: RepoArg) -> None:
     """Stop polling a repo; its jobs and history stay."""
     _set_enabled(repo, False)
+
+
+@app.command("tokens")
+def repo_tokens(
+    repo: RepoArg,
+    allow: Annotated[
+        bool,
+        typer.Option(
+            "--allow/--deny",
+            help="--allow: the listener's forge tokens serve this repo; --deny: it is served "
+            "anonymously.",
+        ),
+    ],
+) -> None:
+    """Allow or deny the listener's forge tokens for a repo (operators only).
+
+    The tokens are the deployment's identity on the forge: with them the listener
+    reads, clones and writes to whatever that identity may. A repo a user role
+    tracks is served anonymously until an operator allows it, and again after
+    its user points it at another repository (docs/forge.md).
+    """
+    rows = query(
+        "update ceaseless.tracked_repo set tokens_allowed = %s where id = %s returning id",
+        (allow, repo_id(repo)),
+    )
+    if not rows:
+        raise fail(f"no tracked repo {repo}")
+    typer.echo(f"repo {repo}: forge tokens {'allowed' if allow else 'denied'}")
 
 
 @app.command("poll")

@@ -25,7 +25,7 @@ from listener import log
 from listener.database import Database
 from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, Issue
 from listener.forge.poller import utcnow
-from listener.forge.tokens import TokenSourceError, tokens_for
+from listener.forge.tokens import TokenSourceError, not_allowed_hint, tokens_for
 from listener.queries import forge_loops as queries
 from listener.queries.forge_loops import DueChild
 
@@ -65,11 +65,18 @@ async def _create_in_repo(
     database: Database, token_source: dict[str, Any], children: list[DueChild], timeout: float
 ) -> int:
     first = children[0]
+    # Creating an issue takes the runner's identity, and a repo not allowed it
+    # gets none: its children wait, retried, until an operator allows it.
     try:
-        tokens = tokens_for(token_source, first.forge, first.api_url)
+        tokens = tokens_for(token_source, first.forge, first.api_url, allowed=first.tokens_allowed)
+        problem = (
+            None if first.tokens_allowed else not_allowed_hint(first.forge, first.owner, first.repo)
+        )
     except TokenSourceError as exc:
+        problem = f"the runner token could not be read: {exc}"
+    if problem is not None:
         for child in children:
-            await _failed(database, child, f"the runner token could not be read: {exc}")
+            await _failed(database, child, problem)
         return 0
     recorded = 0
     forge = ForgeRepo(first.forge, first.api_url, first.owner, first.repo)

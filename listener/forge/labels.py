@@ -27,7 +27,7 @@ from listener import log
 from listener.database import Database
 from listener.forge.client import ForgeClient, ForgeError, ForgeRepo
 from listener.forge.poller import utcnow
-from listener.forge.tokens import TokenSourceError, tokens_for
+from listener.forge.tokens import TokenSourceError, not_allowed_hint, tokens_for
 from listener.queries import forge_loops as queries
 from listener.queries.forge_loops import LabelChange
 
@@ -60,13 +60,17 @@ async def _sync_repo(
     first = changes[0]
     synced = 0
     try:
-        tokens = tokens_for(token_source, first.forge, first.api_url)
+        tokens = tokens_for(token_source, first.forge, first.api_url, allowed=first.tokens_allowed)
     except TokenSourceError as exc:
         tokens = None
         problem = f"the label token could not be read: {exc}"
     else:
         # Never the runner's token instead: labels are the other identity's.
-        problem = "no label token is configured (forge_token_source: label_env or file)"
+        problem = (
+            "no label token is configured (forge_token_source: label_env or file)"
+            if first.tokens_allowed
+            else not_allowed_hint(first.forge, first.owner, first.repo)
+        )
     if tokens is None or tokens.labels is None:
         for change in changes:
             await _failed(database, change, problem)

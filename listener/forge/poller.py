@@ -33,7 +33,7 @@ import psycopg
 from listener import log
 from listener.database import Database
 from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, RateLimited
-from listener.forge.tokens import TokenSourceError, tokens_for
+from listener.forge.tokens import TokenSourceError, not_allowed_hint, tokens_for
 from listener.queries import forge_loops as queries
 from listener.queries.forge_loops import Decision, TrackedRepo
 
@@ -74,7 +74,7 @@ async def poll_repo(
     etag = repo.last_etag
     try:
         async with asyncio.timeout(timeout):
-            tokens = tokens_for(token_source, repo.forge, repo.api_url)
+            tokens = tokens_for(token_source, repo.forge, repo.api_url, allowed=repo.tokens_allowed)
             forge = ForgeRepo(repo.forge, repo.api_url, repo.owner, repo.repo)
             async with ForgeClient(forge, tokens.runner, timeout=timeout) as client:
                 listing = await client.list_open_issues(repo.last_etag)
@@ -89,7 +89,12 @@ async def poll_repo(
         report.error = f"rate limited: {exc}"
         report.retry_at = exc.retry_at
     except ForgeError as exc:
-        report.error = str(exc)
+        # A private repo answers an anonymous poll 404: say why it was anonymous.
+        report.error = (
+            str(exc)
+            if repo.tokens_allowed
+            else (f"{exc}; {not_allowed_hint(repo.forge, repo.owner, repo.repo)}")
+        )
     except TimeoutError:
         report.error = f"the poll took longer than {timeout:g} s and was given up"
     except psycopg.OperationalError:

@@ -21,7 +21,8 @@ Guarantees:
   the reason and nothing is fetched, cloned or sent anywhere; the branch is
   always `ceaseless/<job id>`;
 - a token goes only to the origins its source is bound to (tokens.py): the
-  API's for the REST calls, the clone URL's for git;
+  API's for the REST calls, the clone URL's for git; and none at all for a
+  repo whose tracked_repo.tokens_allowed is false (its failures say so);
 - a preparation that fails (the database, the forge or git unreachable, a
   token source or the forge root unusable, no tracked repo) is a failed run
   with the reason, retried per the job's policy; the agent does not start;
@@ -58,7 +59,7 @@ from listener.forge import delivery
 from listener.forge.checkout import CheckoutError, branch_for, prepare_checkout, remove_workspace
 from listener.forge.client import ForgeClient, ForgeError, ForgeRepo
 from listener.forge.prompt import Assignment, compose, fetch_issue
-from listener.forge.tokens import TokenSourceError, tokens_for
+from listener.forge.tokens import TokenSourceError, not_allowed_hint, tokens_for
 from listener.forge.workspace import ForgeRootError, hand_over, job_directory
 from listener.queries.forge_runs import ForgeRunContext, forge_run_context
 from listener.queries.jobs import ClaimedJob
@@ -92,6 +93,8 @@ class _Target:
     token: str | None  # for the API (repo.api_url)
     git_token: str | None  # for git (clone_url)
     keep_failed: bool
+    # Why the run is anonymous, when the repo may not use the tokens.
+    not_allowed: str | None = None
 
 
 async def run_forge_job(
@@ -195,8 +198,9 @@ def _target_of(job: ClaimedJob, context: ForgeRunContext) -> _Target:
             "(ceaseless.tracked_repo), never against URLs of its payload"
         )
     try:
-        api = tokens_for(context.token_source, forge, api_url)
-        git = tokens_for(context.token_source, forge, api_url, url=clone_url)
+        allowed = context.tokens_allowed
+        api = tokens_for(context.token_source, forge, api_url, allowed=allowed)
+        git = tokens_for(context.token_source, forge, api_url, allowed=allowed, url=clone_url)
     except TokenSourceError as exc:
         raise PreparationFailed(f"the forge token source is unusable: {exc}") from None
     return _Target(
@@ -208,6 +212,7 @@ def _target_of(job: ClaimedJob, context: ForgeRunContext) -> _Target:
         token=api.runner,
         git_token=git.runner,
         keep_failed=context.keep_failed_workspaces,
+        not_allowed=None if allowed else not_allowed_hint(forge, owner, name),
     )
 
 
@@ -226,7 +231,8 @@ async def _prepare(
             token=target.git_token,
         )
     except (ForgeError, CheckoutError) as exc:
-        raise PreparationFailed(str(exc)) from None
+        why = f"{exc}; {target.not_allowed}" if target.not_allowed else str(exc)
+        raise PreparationFailed(why) from None
     await asyncio.to_thread(hand_over, workspace, identity)
     assignment = Assignment(
         kind=job.kind,

@@ -28,7 +28,14 @@ The URL a token would be sent to is the repo's ``api_url`` for REST calls and
 its clone URL for git, so git's header follows the same rule. A URL that is not
 http(s) (ssh, a local path) gets no token.
 
+A repo whose ``tracked_repo.tokens_allowed`` is false (one a user role tracks,
+until an operator allows it) gets no token from any source: the listener's
+tokens are the deployment's identity, and a user must not borrow it to read or
+write a repository it names (docs/forge.md, "Which repos may use the tokens").
+
 Guarantees:
+- a repo not allowed the tokens gets None for both, with ``withheld`` naming
+  :data:`NOT_ALLOWED`, whatever the sources hold;
 - for a URL of a repo at ``api_url``, each token is the first of: the file's
   entry for the exact ``api_url``, its entry for the forge, the environment
   variable, that holds a token *and* is bound to the URL's origin; otherwise
@@ -67,6 +74,9 @@ CANONICAL_ORIGINS: dict[str, tuple[str, ...]] = {
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 Origin = tuple[str, str, int]
+
+# What ``withheld`` names when the repo itself may not use the tokens.
+NOT_ALLOWED = "tracked_repo.tokens_allowed"
 
 
 class TokenSourceError(Exception):
@@ -226,21 +236,34 @@ def _sources(
     return found
 
 
+def not_allowed_hint(forge: str, owner: str, repo: str) -> str:
+    """What an operator does so the listener's tokens serve the repo; appended to its errors."""
+    return (
+        f"the listener's forge tokens are not used for {forge} {owner}/{repo}: its "
+        "tracked_repo.tokens_allowed is false, as on every repo a user role tracks; "
+        f"an operator allows them with: ceaseless repo tokens {owner}/{repo} --allow"
+    )
+
+
 def tokens_for(
     source: Mapping[str, Any] | None,
     forge: str,
     api_url: str,
     *,
+    allowed: bool,
     url: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> ForgeTokens:
     """The tokens that may be sent to ``url`` (default ``api_url``) for a repo on ``forge``.
 
-    ``url`` is where the token would go: the repo's api_url for REST calls,
-    its clone URL for git. Raises TokenSourceError when the setting names a
-    secrets file that is missing, open to others or not JSON, or a hosts entry
-    that is not an origin.
+    ``allowed`` is the repo's tracked_repo.tokens_allowed: when false, no token
+    at all. ``url`` is where the token would go: the repo's api_url for REST
+    calls, its clone URL for git. Raises TokenSourceError when the setting
+    names a secrets file that is missing, open to others or not JSON, or a
+    hosts entry that is not an origin.
     """
+    if not allowed:
+        return ForgeTokens(runner=None, labels=None, withheld=(NOT_ALLOWED,))
     source = source or {}
     env = os.environ if environ is None else environ
     document: Mapping[str, Any] = {}

@@ -36,6 +36,7 @@ class TrackedRepo:
     discover_label: str
     plan_label: str
     implement_label: str
+    tokens_allowed: bool
 
     @property
     def name(self) -> str:
@@ -51,7 +52,8 @@ class TrackedRepo:
 
 
 _REPO_COLUMNS = (
-    "id, forge, api_url, owner, repo, last_etag, discover_label, plan_label, implement_label"
+    "id, forge, api_url, owner, repo, last_etag, discover_label, plan_label, implement_label, "
+    "tokens_allowed"
 )
 
 
@@ -77,6 +79,7 @@ class LabelChange:
     add_label: str
     remove_label: str | None
     job_updated_at: datetime
+    tokens_allowed: bool
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ class DueChild:
     api_url: str
     owner: str
     repo: str
+    tokens_allowed: bool
 
 
 async def due_repos(conn: psycopg.AsyncConnection, now: datetime, limit: int) -> list[TrackedRepo]:
@@ -177,7 +181,7 @@ async def labels_due(conn: psycopg.AsyncConnection, now: datetime, limit: int) -
     async with conn.cursor(row_factory=class_row(LabelChange)) as cur:
         await cur.execute(
             "select job_id, forge, api_url, owner, repo, number, add_label, remove_label, "
-            "job_updated_at from ceaseless.labels_due(%s, %s)",
+            "job_updated_at, tokens_allowed from ceaseless.labels_due(%s, %s)",
             (limit, now),
         )
         return await cur.fetchall()
@@ -213,7 +217,7 @@ async def child_issues_due(
         await cur.execute(
             "select c.id, c.plan_job_id, c.repo_id, c.parent_number, c.key, c.position, c.title, "
             "c.body, "
-            "c.marker, c.attempts, r.forge, r.api_url, r.owner, r.repo "
+            "c.marker, c.attempts, r.forge, r.api_url, r.owner, r.repo, r.tokens_allowed "
             "from ceaseless.child_issues_due(%s, %s) c "
             "join ceaseless.tracked_repo r on r.id = c.repo_id "
             "order by c.plan_job_id, c.position",

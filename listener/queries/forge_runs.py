@@ -32,6 +32,7 @@ class ForgeRunContext(NamedTuple):
     default_branch: str | None
     token_source: dict[str, Any] | None
     keep_failed_workspaces: bool
+    tokens_allowed: bool
 
 
 async def forge_run_context(conn: psycopg.AsyncConnection, job_id: UUID) -> ForgeRunContext | None:
@@ -41,7 +42,8 @@ async def forge_run_context(conn: psycopg.AsyncConnection, job_id: UUID) -> Forg
             "       r.id, r.api_url, r.clone_url, r.default_branch, "
             "       (select value from ceaseless.settings where key = 'forge_token_source'), "
             "       coalesce((select value = 'true'::jsonb from ceaseless.settings "
-            "                  where key = 'forge_keep_failed_workspaces'), false) "
+            "                  where key = 'forge_keep_failed_workspaces'), false), "
+            "       coalesce(r.tokens_allowed, false) "
             "  from ceaseless.job j "
             # The unique (forge, owner, repo) of tracked_repo, owned by the job's owner.
             "  left join ceaseless.tracked_repo r "

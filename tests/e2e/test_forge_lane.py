@@ -306,6 +306,9 @@ def test_a_tracked_repo_on_another_host_gets_no_token_from_the_whole_forge_varia
             "values ('github', 'acme', 'widgets', %s, %s, 'main', 1, '{alice}')",
             (foreign.url, f"{capture.url}/acme/widgets.git"),
         )
+        # An operator allows the tokens for it (tests/forge/test_repo_tokens.py covers a repo
+        # that is not allowed): what holds them back here is their origins alone.
+        conn.execute("update ceaseless.tracked_repo set tokens_allowed = true")
         workdir = tmp_path / "workspace"
         workdir.mkdir()
         start_listener(

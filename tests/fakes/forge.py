@@ -43,7 +43,8 @@ What a test can rely on:
 - controls per repository: ``fail`` (500), ``hang`` (no answer until the
   fake stops or ``release`` is called), ``rate_limit`` (403 or 429 with
   ``x-ratelimit-remaining: 0``, ``x-ratelimit-reset`` and ``Retry-After``) and
-  ``bad_json`` (200 with a body that is not JSON).
+  ``bad_json`` (200 with a body that is not JSON), and ``private`` (a request
+  without a token is answered 404, as GitHub hides a private repository).
 
 Gitea is served under ``/api/v1`` with the same shapes (its API mirrors
 GitHub's for these calls). What differs, and is handled: Gitea pages with
@@ -122,6 +123,8 @@ class Repo:
     fail: bool = False
     hang: bool = False
     bad_json: bool = False
+    # Private: an anonymous request is answered 404, as GitHub hides a private repository.
+    private: bool = False
     # status, reset epoch, retry-after seconds (None: no Retry-After header)
     rate_limit: tuple[int, int, int | None] | None = None
 
@@ -554,7 +557,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Reply(404, {"message": "Not Found"})
         forge = self.forge
         repo = forge.repos.get((parts[1].lower(), parts[2].lower()))
-        if repo is None:
+        if repo is None or (repo.private and self.login is None):
             raise _Reply(404, {"message": "Not Found"})
         self._controls(repo)
         rest = parts[3:]

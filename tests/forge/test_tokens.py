@@ -39,8 +39,8 @@ def test_tokens_come_from_the_environment_variables_the_setting_names() -> None:
         "CEASELESS_GITEA_TOKEN": "gt-runner",
     }
 
-    github = tokens_for(SOURCE, "github", GITHUB, environ=environ)
-    gitea = tokens_for(BOUND_GITEA, "gitea", GITEA, environ=environ)
+    github = tokens_for(SOURCE, "github", GITHUB, allowed=True, environ=environ)
+    gitea = tokens_for(BOUND_GITEA, "gitea", GITEA, allowed=True, environ=environ)
 
     assert github == ForgeTokens(runner="gh-runner", labels="gh-labels")
     # No label token for Gitea: None, never the runner's token.
@@ -51,23 +51,27 @@ def test_a_renamed_variable_is_read_by_its_new_name() -> None:
     source = {"env": {"github": "MY_BOT_TOKEN"}, "label_env": {"github": "MY_LABEL_TOKEN"}}
     environ = {"MY_BOT_TOKEN": "a", "MY_LABEL_TOKEN": "b", "CEASELESS_GITHUB_TOKEN": "ignored"}
 
-    assert tokens_for(source, "github", GITHUB, environ=environ) == ForgeTokens("a", "b")
+    assert tokens_for(source, "github", GITHUB, allowed=True, environ=environ) == ForgeTokens(
+        "a", "b"
+    )
 
 
 def test_a_missing_token_is_none() -> None:
-    assert tokens_for(SOURCE, "github", GITHUB, environ={}) == ForgeTokens(None, None)
-    assert tokens_for({}, "gitea", GITEA, environ={"CEASELESS_GITEA_TOKEN": "x"}) == ForgeTokens(
+    assert tokens_for(SOURCE, "github", GITHUB, allowed=True, environ={}) == ForgeTokens(None, None)
+    assert tokens_for(
+        {}, "gitea", GITEA, allowed=True, environ={"CEASELESS_GITEA_TOKEN": "x"}
+    ) == ForgeTokens(None, None)
+    blank = {"CEASELESS_GITHUB_TOKEN": "  ", "CEASELESS_GITHUB_LABEL_TOKEN": ""}
+    assert tokens_for(SOURCE, "github", GITHUB, allowed=True, environ=blank) == ForgeTokens(
         None, None
     )
-    blank = {"CEASELESS_GITHUB_TOKEN": "  ", "CEASELESS_GITHUB_LABEL_TOKEN": ""}
-    assert tokens_for(SOURCE, "github", GITHUB, environ=blank) == ForgeTokens(None, None)
 
 
 def test_the_process_environment_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CEASELESS_GITHUB_TOKEN", "from-env")
     monkeypatch.delenv("CEASELESS_GITHUB_LABEL_TOKEN", raising=False)
 
-    assert tokens_for(SOURCE, "github", GITHUB) == ForgeTokens("from-env", None)
+    assert tokens_for(SOURCE, "github", GITHUB, allowed=True) == ForgeTokens("from-env", None)
 
 
 def test_a_secrets_file_entry_for_the_api_url_beats_the_forge_entry_and_the_environment(
@@ -84,18 +88,22 @@ def test_a_secrets_file_entry_for_the_api_url_beats_the_forge_entry_and_the_envi
     source = SOURCE | {"file": path}
     environ = {"CEASELESS_GITHUB_TOKEN": "env-runner", "CEASELESS_GITEA_LABEL_TOKEN": "env-l"}
 
-    assert tokens_for(source, "github", GITHUB, environ=environ) == ForgeTokens(
+    assert tokens_for(source, "github", GITHUB, allowed=True, environ=environ) == ForgeTokens(
         "gh-runner", "gh-labels"
     )
-    assert tokens_for(source, "gitea", GITEA + "/", environ=environ) == ForgeTokens(
+    assert tokens_for(source, "gitea", GITEA + "/", allowed=True, environ=environ) == ForgeTokens(
         "this-gitea", "this-gitea-labels"
     )
     other = "https://git.other.example/api/v1"
     # Another Gitea host gets neither the forge entry nor the variable until hosts names it...
-    assert tokens_for(source, "gitea", other, environ=environ) == ForgeTokens(None, None)
+    assert tokens_for(source, "gitea", other, allowed=True, environ=environ) == ForgeTokens(
+        None, None
+    )
     # ...and then the forge entry, then the environment for what the file does not hold.
     bound = source | {"hosts": {"gitea": ["https://git.other.example"]}}
-    assert tokens_for(bound, "gitea", other, environ=environ) == ForgeTokens("any-gitea", "env-l")
+    assert tokens_for(bound, "gitea", other, allowed=True, environ=environ) == ForgeTokens(
+        "any-gitea", "env-l"
+    )
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620])
@@ -103,7 +111,7 @@ def test_a_secrets_file_open_to_group_or_others_is_refused(tmp_path: Path, mode:
     path = secrets(tmp_path, {"github": {"token": "gh-secret"}}, mode)
 
     with pytest.raises(TokenSourceError) as refused:
-        tokens_for(SOURCE | {"file": path}, "github", GITHUB, environ={})
+        tokens_for(SOURCE | {"file": path}, "github", GITHUB, allowed=True, environ={})
 
     message = str(refused.value)
     assert path in message
@@ -117,16 +125,18 @@ def test_a_missing_or_broken_secrets_file_is_a_clear_error_without_its_contents(
 ) -> None:
     absent = str(tmp_path / "absent.json")
     with pytest.raises(TokenSourceError, match=r"absent\.json does not exist"):
-        tokens_for(SOURCE | {"file": absent}, "github", GITHUB, environ={})
+        tokens_for(SOURCE | {"file": absent}, "github", GITHUB, allowed=True, environ={})
 
     broken = secrets(tmp_path, '{"github": {"token": "gh-secret"')
     with pytest.raises(TokenSourceError) as raised:
-        tokens_for(SOURCE | {"file": broken}, "github", GITHUB, environ={})
+        tokens_for(SOURCE | {"file": broken}, "github", GITHUB, allowed=True, environ={})
     assert "is not valid JSON (line 1)" in str(raised.value)
     assert "gh-secret" not in str(raised.value)
 
     with pytest.raises(TokenSourceError, match="must hold a JSON object"):
-        tokens_for(SOURCE | {"file": secrets(tmp_path, "[1]")}, "github", GITHUB, environ={})
+        tokens_for(
+            SOURCE | {"file": secrets(tmp_path, "[1]")}, "github", GITHUB, allowed=True, environ={}
+        )
 
 
 def test_tokens_never_show_in_their_repr() -> None:
@@ -154,7 +164,7 @@ ENVIRON = {"CEASELESS_GITHUB_TOKEN": "gh-runner", "CEASELESS_GITEA_TOKEN": "gt-r
     ],
 )
 def test_the_github_variable_goes_only_to_githubs_api_and_git_hosts(url: str, sent: bool) -> None:
-    tokens = tokens_for(SOURCE, "github", GITHUB, url=url, environ=ENVIRON)
+    tokens = tokens_for(SOURCE, "github", GITHUB, allowed=True, url=url, environ=ENVIRON)
 
     assert tokens.runner == ("gh-runner" if sent else None)
 
@@ -162,31 +172,31 @@ def test_the_github_variable_goes_only_to_githubs_api_and_git_hosts(url: str, se
 def test_a_repo_whose_api_url_is_another_host_gets_no_whole_forge_token() -> None:
     capture = "http://127.0.0.1:8123"
 
-    tokens = tokens_for(SOURCE, "github", capture, environ=ENVIRON)
+    tokens = tokens_for(SOURCE, "github", capture, allowed=True, environ=ENVIRON)
 
     assert tokens == ForgeTokens(None, None)
     assert tokens.withheld == ("CEASELESS_GITHUB_TOKEN",)
 
 
 def test_a_gitea_variable_goes_nowhere_until_hosts_names_its_origin() -> None:
-    assert tokens_for(SOURCE, "gitea", GITEA, environ=ENVIRON).runner is None
+    assert tokens_for(SOURCE, "gitea", GITEA, allowed=True, environ=ENVIRON).runner is None
 
     for url in (GITEA, "https://gitea.example.com/acme/widgets.git"):
-        assert tokens_for(BOUND_GITEA, "gitea", GITEA, url=url, environ=ENVIRON).runner == (
-            "gt-runner"
-        )
+        assert tokens_for(
+            BOUND_GITEA, "gitea", GITEA, allowed=True, url=url, environ=ENVIRON
+        ).runner == ("gt-runner")
     elsewhere = "https://gitea.example.com:3000/api/v1"
-    assert tokens_for(BOUND_GITEA, "gitea", elsewhere, environ=ENVIRON).runner is None
+    assert tokens_for(BOUND_GITEA, "gitea", elsewhere, allowed=True, environ=ENVIRON).runner is None
 
 
 def test_hosts_replaces_the_canonical_github_origins() -> None:
     source = SOURCE | {"hosts": {"github": ["https://ghe.example.com"]}}
     ghe = "https://ghe.example.com/api/v3"
 
-    assert tokens_for(source, "github", ghe, environ=ENVIRON).runner == "gh-runner"
-    assert tokens_for(source, "github", GITHUB, environ=ENVIRON).runner is None
+    assert tokens_for(source, "github", ghe, allowed=True, environ=ENVIRON).runner == "gh-runner"
+    assert tokens_for(source, "github", GITHUB, allowed=True, environ=ENVIRON).runner is None
     nowhere = SOURCE | {"hosts": {"github": []}}
-    assert tokens_for(nowhere, "github", GITHUB, environ=ENVIRON).runner is None
+    assert tokens_for(nowhere, "github", GITHUB, allowed=True, environ=ENVIRON).runner is None
 
 
 def test_a_file_entry_for_an_api_url_goes_to_that_origin_only(tmp_path: Path) -> None:
@@ -195,7 +205,7 @@ def test_a_file_entry_for_an_api_url_goes_to_that_origin_only(tmp_path: Path) ->
     source = SOURCE | {"file": path}
 
     def runner(url: str) -> str | None:
-        return tokens_for(source, "github", ghe, url=url, environ={}).runner
+        return tokens_for(source, "github", ghe, allowed=True, url=url, environ={}).runner
 
     assert runner(ghe) == "ghe-runner"
     assert runner("https://ghe.example.com/acme/widgets.git") == "ghe-runner"
@@ -218,7 +228,7 @@ def test_a_file_entry_for_an_api_url_goes_to_that_origin_only(tmp_path: Path) ->
 )
 def test_a_hosts_entry_that_is_not_an_origin_is_refused(hosts: Any) -> None:
     with pytest.raises(TokenSourceError, match=r"forge_token_source\.hosts"):
-        tokens_for(SOURCE | {"hosts": hosts}, "github", GITHUB, environ=ENVIRON)
+        tokens_for(SOURCE | {"hosts": hosts}, "github", GITHUB, allowed=True, environ=ENVIRON)
 
 
 def _write_source(conn: psycopg.Connection, value: Any) -> None:
