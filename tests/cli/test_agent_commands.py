@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 
 from tests.cli.column_defaults import shift_column_defaults
-from tests.cli.test_commands import _run
+from tests.e2e.support import run_cli
 
 LIMITS = ["timeout_secs", "max_concurrent", "window_secs"]
 
@@ -15,7 +15,7 @@ def test_agent_added_without_limits_gets_the_column_defaults(
     db_url: str, conn: psycopg.Connection
 ) -> None:
     defaults = shift_column_defaults(conn, "agents", LIMITS)
-    added = _run(db_url, "agent", "add", "noop", "--adapter", "noop")
+    added = run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
     assert added.returncode == 0, added.stderr
     row = conn.execute(
         "select timeout_secs, max_concurrent, window_secs from ceaseless.agents where name = 'noop'"
@@ -26,7 +26,7 @@ def test_agent_added_without_limits_gets_the_column_defaults(
 def test_registering_again_changes_only_the_options_given(
     db_url: str, conn: psycopg.Connection
 ) -> None:
-    first = _run(
+    first = run_cli(
         db_url,
         "agent",
         "add",
@@ -51,7 +51,9 @@ def test_registering_again_changes_only_the_options_given(
     )
     assert first.returncode == 0, first.stderr
     # No argv either: the stored one must survive, although a command adapter needs one.
-    again = _run(db_url, "agent", "add", "script", "--adapter", "command", "--max-concurrent", "3")
+    again = run_cli(
+        db_url, "agent", "add", "script", "--adapter", "command", "--max-concurrent", "3"
+    )
     assert again.returncode == 0, again.stderr
     row = conn.execute(
         "select argv, model, timeout_secs, max_concurrent, window_secs, window_budget, env, "
@@ -61,7 +63,7 @@ def test_registering_again_changes_only_the_options_given(
 
 
 def test_env_without_an_equals_sign_says_what_to_type(db_url: str) -> None:
-    result = _run(db_url, "agent", "add", "noop", "--adapter", "noop", "--env", "TOKEN")
+    result = run_cli(db_url, "agent", "add", "noop", "--adapter", "noop", "--env", "TOKEN")
     assert result.returncode == 1
     assert "KEY=VALUE" in result.stderr and "'TOKEN'" in result.stderr
     assert "Traceback" not in result.stderr
@@ -70,16 +72,16 @@ def test_env_without_an_equals_sign_says_what_to_type(db_url: str) -> None:
 def test_egress_is_given_entry_by_entry_and_checked_by_the_database(
     db_url: str, conn: psycopg.Connection
 ) -> None:
-    added = _run(db_url, "agent", "add", "noop", "--adapter", "noop")
+    added = run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
     assert added.returncode == 0, added.stderr
     (default,) = conn.execute("select egress from ceaseless.agents where name = 'noop'").fetchone()
     assert "api.anthropic.com" in default
     given = ["--egress", "api.example.com", "--egress", "git.example.com:8443"]
-    again = _run(db_url, "agent", "add", "noop", "--adapter", "noop", *given)
+    again = run_cli(db_url, "agent", "add", "noop", "--adapter", "noop", *given)
     assert again.returncode == 0, again.stderr
     row = conn.execute("select egress from ceaseless.agents where name = 'noop'").fetchone()
     assert row == (["api.example.com", "git.example.com:8443"],)
-    bad = _run(
+    bad = run_cli(
         db_url, "agent", "add", "noop", "--adapter", "noop", "--egress", "none", "--egress", "x.com"
     )
     assert bad.returncode != 0

@@ -2,66 +2,53 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import psycopg
 
-from tests.e2e.support import ROOT
-
-
-def _run(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "listener", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from tests.e2e.support import run_cli
 
 
 def test_agent_add_and_list(db_url: str) -> None:
-    added = _run(db_url, "agent", "add", "script", "--adapter", "command", "--", "my-agent", "-v")
+    added = run_cli(
+        db_url, "agent", "add", "script", "--adapter", "command", "--", "my-agent", "-v"
+    )
     assert added.returncode == 0, added.stderr
-    listed = _run(db_url, "agent", "list")
+    listed = run_cli(db_url, "agent", "list")
     assert "script" in listed.stdout and "my-agent -v" in listed.stdout
 
 
 def test_job_add_list_cancel_retry(db_url: str, conn: psycopg.Connection) -> None:
-    _run(db_url, "agent", "add", "noop", "--adapter", "noop")
-    added = _run(db_url, "job", "add", "noop", "hello")
+    run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
+    added = run_cli(db_url, "job", "add", "noop", "hello")
     assert added.returncode == 0, added.stderr
     job_id = added.stdout.strip()
-    assert job_id in _run(db_url, "job", "list").stdout
-    assert _run(db_url, "job", "cancel", job_id).returncode == 0
+    assert job_id in run_cli(db_url, "job", "list").stdout
+    assert run_cli(db_url, "job", "cancel", job_id).returncode == 0
     row = conn.execute("select state from ceaseless.job where id = %s", (job_id,)).fetchone()
     assert row == ("cancelled",)
-    assert _run(db_url, "job", "retry", job_id).returncode == 0
+    assert run_cli(db_url, "job", "retry", job_id).returncode == 0
     row = conn.execute("select state from ceaseless.job where id = %s", (job_id,)).fetchone()
     assert row == ("pending",)
 
 
 def test_database_errors_are_shown_without_a_traceback(db_url: str) -> None:
-    result = _run(db_url, "job", "add", "ghost", "hello")
+    result = run_cli(db_url, "job", "add", "ghost", "hello")
     assert result.returncode == 1
     assert "error:" in result.stderr and "ghost" in result.stderr
     assert "Traceback" not in result.stderr
-    cancelled = _run(db_url, "job", "cancel", "00000000-0000-0000-0000-000000000000")
+    cancelled = run_cli(db_url, "job", "cancel", "00000000-0000-0000-0000-000000000000")
     assert cancelled.returncode == 1 and "no job with id" in cancelled.stderr
 
 
 def test_status_summarises_states_and_lanes(db_url: str) -> None:
-    _run(db_url, "agent", "add", "noop", "--adapter", "noop", "--max-concurrent", "3")
-    _run(db_url, "job", "add", "noop", "one")
-    status = _run(db_url, "status")
+    run_cli(db_url, "agent", "add", "noop", "--adapter", "noop", "--max-concurrent", "3")
+    run_cli(db_url, "job", "add", "noop", "one")
+    status = run_cli(db_url, "status")
     assert status.returncode == 0, status.stderr
     assert "pending" in status.stdout and "noop" in status.stdout
 
 
 def test_migrate_dry_run_on_a_migrated_database_lists_nothing(db_url: str) -> None:
-    result = _run(db_url, "migrate", "--dry-run")
+    result = run_cli(db_url, "migrate", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "no migrations to apply" in result.stdout
     assert "functions/ unchanged: not re-applied" in result.stdout

@@ -11,12 +11,11 @@ import sys
 
 import psycopg
 
-from tests.cli.test_commands import _run
-from tests.e2e.support import ROOT
+from tests.e2e.support import ROOT, run_cli
 
 
 def test_cron_preview_skips_the_slot_a_spring_forward_removes(db_url: str) -> None:
-    result = _run(
+    result = run_cli(
         db_url, "cron", "preview", "30 2 * * *", "--tz", "Europe/Berlin", "-n", "3",
         "--after", "2026-03-28T00:00+01:00",
     )  # fmt: skip
@@ -29,7 +28,7 @@ def test_cron_preview_skips_the_slot_a_spring_forward_removes(db_url: str) -> No
 
 
 def test_cron_preview_reads_seconds_as_the_sixth_field(db_url: str) -> None:
-    result = _run(
+    result = run_cli(
         db_url, "cron", "preview", "0 9 * * * 30", "-n", "2", "--after", "2026-12-01T00:00Z"
     )
     assert result.stdout.splitlines() == [
@@ -45,7 +44,7 @@ def test_cron_preview_errors_are_one_line_naming_what_is_wrong(db_url: str) -> N
         (["@daily", "--after", "tomorrow"], "error: --after: 'tomorrow' is not an ISO 8601"),
         (["@daily", "--after", "2026-12-01T00:00"], "has no UTC offset"),
     ):
-        result = _run(db_url, "cron", "preview", *args)
+        result = run_cli(db_url, "cron", "preview", *args)
         assert result.returncode == 1 and expected in result.stderr, result.stderr
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
@@ -60,7 +59,7 @@ def test_routine_show_lists_the_next_slots(db_url: str, conn: psycopg.Connection
             json.dumps({"prompt": "check"}),
         ),
     )
-    result = _run(db_url, "routine", "show", "nightly")
+    result = run_cli(db_url, "routine", "show", "nightly")
     assert result.returncode == 0, result.stderr
     assert "next slots (0 3 * * *, Asia/Tokyo):" in result.stdout
     slots = result.stdout.split("next slots")[1].splitlines()[1:]
@@ -68,13 +67,13 @@ def test_routine_show_lists_the_next_slots(db_url: str, conn: psycopg.Connection
 
 
 def test_db_psql_passes_psql_arguments_through_without_a_separator(db_url: str) -> None:
-    plain = _run(db_url, "db", "psql", "-XAtc", "select 6 * 7")
+    plain = run_cli(db_url, "db", "psql", "-XAtc", "select 6 * 7")
     assert (plain.returncode, plain.stdout.strip()) == (0, "42"), plain.stderr
-    split = _run(db_url, "db", "psql", "-X", "-A", "-t", "-c", "select 'a b'")
+    split = run_cli(db_url, "db", "psql", "-X", "-A", "-t", "-c", "select 'a b'")
     assert split.stdout.strip() == "a b"
-    separated = _run(db_url, "db", "psql", "--", "-XAtc", "select 1")
+    separated = run_cli(db_url, "db", "psql", "--", "-XAtc", "select 1")
     assert separated.stdout.strip() == "1"
-    ours = _run(db_url, "db", "psql", "--help")
+    ours = run_cli(db_url, "db", "psql", "--help")
     assert "Every argument is passed to psql" in ours.stdout
 
 

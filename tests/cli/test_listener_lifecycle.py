@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.e2e.support import ROOT, ListenerProcess
+from tests.e2e.support import ROOT, ListenerProcess, run_cli
 from tests.factories import make_agent, make_job
 
 
@@ -36,16 +36,6 @@ def _listener(db_url: str, *args: str, worker_id: str = "lifecycle-1") -> Iterat
         yield process
     finally:
         process.stop(timeout=10)
-
-
-def _cli(db_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "listener", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT), **env},
-        timeout=60,
-    )
 
 
 def test_a_taken_http_port_ends_the_listener_within_seconds_naming_the_address_and_error(
@@ -126,7 +116,7 @@ def test_status_shows_the_running_listeners_sandbox_and_db_auth_not_its_own(
             assert not no_password and "used no password" not in shown.stdout
     # Stopped: its report is gone, and status says no listener runs.
     assert conn.execute("select count(*) from ceaseless.listener_reports").fetchone() == (0,)
-    shown = _cli(db_url, "status")
+    shown = run_cli(db_url, "status")
     assert "no listener is running" in shown.stdout
 
 
@@ -145,7 +135,7 @@ def test_dashboard_prints_the_sign_in_url_that_signs_a_browser_in(db_url: str) -
     with _listener(db_url, "--http", f"127.0.0.1:{port}") as listener:
         listener.ready()
         listener.wait_for_event("http.listening")
-        shown = _cli(db_url, "dashboard", CEASELESS_HOME=str(listener.home))
+        shown = run_cli(db_url, "dashboard", CEASELESS_HOME=str(listener.home))
         assert shown.returncode == 0, shown.stderr
         url = shown.stdout.split()[0]
         assert url == f"http://127.0.0.1:{port}/login?token={listener.http_token()}"
@@ -157,7 +147,7 @@ def test_dashboard_prints_the_sign_in_url_that_signs_a_browser_in(db_url: str) -
         assert answer.status == 303
         assert f"ceaseless_dashboard_{port}=" in (answer.getheader("Set-Cookie") or "")
         # Another CEASELESS_HOME (another OS user's, say) has no token to give.
-        elsewhere = _cli(db_url, "dashboard", CEASELESS_HOME=str(listener.home / "elsewhere"))
+        elsewhere = run_cli(db_url, "dashboard", CEASELESS_HOME=str(listener.home / "elsewhere"))
         assert elsewhere.returncode == 1
         assert "no listener serving HTTP" in elsewhere.stderr
         token_file = Path(listener.events("http.listening")[0]["token_file"])

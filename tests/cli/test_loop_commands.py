@@ -4,31 +4,17 @@ database (no listener: runs stay where the engine puts them)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.cli.test_commands import ROOT
+from tests.e2e.support import run_cli
 from tests.factories import make_agent
 from tests.sql.topology import graph, node, start_run
 
 GRAPH = {"nodes": [{"id": "A", "agent": "noop", "prompt": "draft"}], "edges": []}
-
-
-def _cli(db_url: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "listener", *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def _ok(result: subprocess.CompletedProcess[str]) -> str:
@@ -58,7 +44,7 @@ def test_loop_lifecycle_from_the_command_line(
     db_url: str, conn: psycopg.Connection, graph_file: str
 ) -> None:
     loop = _ok(
-        _cli(
+        run_cli(
             db_url,
             "loop",
             "add",
@@ -78,31 +64,31 @@ def test_loop_lifecycle_from_the_command_line(
     ).fetchone()
     assert row == ({"on_completion": True}, {"kind": "iters", "spec": {"n": 3}}, True)
 
-    listed = _ok(_cli(db_url, "loop", "list"))
+    listed = _ok(run_cli(db_url, "loop", "list"))
     assert "refine" in listed and "on_completion" in listed and "iters" in listed
 
-    fired = _ok(_cli(db_url, "loop", "run", "refine"))
+    fired = _ok(run_cli(db_url, "loop", "run", "refine"))
     run_id = fired.split()[0]
     assert "iteration 1" in fired
     # One live iteration at most: the second fire is recorded as skipped.
-    again = _ok(_cli(db_url, "loop", "run", loop))
+    again = _ok(run_cli(db_url, "loop", "run", loop))
     assert "skipped: live_iteration" in again
 
-    shown = _ok(_cli(db_url, "loop", "show", "refine"))
+    shown = _ok(run_cli(db_url, "loop", "show", "refine"))
     assert run_id in shown and "live_iteration" in shown and '"n": 3' in shown
 
-    run = _ok(_cli(db_url, "run", "show", run_id))
+    run = _ok(run_cli(db_url, "run", "show", run_id))
     assert "running" in run and "improve it" in run
     assert "queued" in run and "noop" in run
 
-    assert "paused" in _ok(_cli(db_url, "loop", "pause", "refine"))
+    assert "paused" in _ok(run_cli(db_url, "loop", "pause", "refine"))
     assert conn.execute(
         "select enabled from ceaseless.loops where id = %s", (loop,)
     ).fetchone() == (False,)
-    refused = _one_line_error(_cli(db_url, "loop", "delete", "refine"))
+    refused = _one_line_error(run_cli(db_url, "loop", "delete", "refine"))
     assert "live" in refused
-    assert "cancelled" in _ok(_cli(db_url, "run", "cancel", run_id))
-    assert "resumed" in _ok(_cli(db_url, "loop", "resume", loop))
+    assert "cancelled" in _ok(run_cli(db_url, "run", "cancel", run_id))
+    assert "resumed" in _ok(run_cli(db_url, "loop", "resume", loop))
     # A cancelled iteration stopped the loop; resuming an on_completion loop
     # starts its next iteration at once.
     assert conn.execute(
@@ -113,15 +99,15 @@ def test_loop_lifecycle_from_the_command_line(
         "select id from ceaseless.topology_runs where loop_id = %s and iteration = 2", (loop,)
     ).fetchone()
     assert live is not None
-    _ok(_cli(db_url, "run", "cancel", str(live[0])))
-    assert "deleted" in _ok(_cli(db_url, "loop", "delete", loop))
+    _ok(run_cli(db_url, "run", "cancel", str(live[0])))
+    assert "deleted" in _ok(run_cli(db_url, "loop", "delete", loop))
     assert conn.execute("select count(*) from ceaseless.loops").fetchone() == (0,)
 
 
 def test_a_webhook_loop_from_stdin_never_shows_its_credential(
     db_url: str, conn: psycopg.Connection
 ) -> None:
-    added = _cli(
+    added = run_cli(
         db_url,
         "loop",
         "add",
@@ -151,7 +137,7 @@ def test_a_webhook_loop_from_stdin_never_shows_its_credential(
     assert token and key
     assert triggers["timezone"] == "Europe/Berlin" and triggers["webhook_enabled"] is True
     assert policy == {"kind": "until", "spec": {"match": "DONE", "within_iters": 5}}
-    shown = _cli(db_url, "loop", "show", loop)
+    shown = run_cli(db_url, "loop", "show", loop)
     for output in (added.stdout + added.stderr, shown.stdout + shown.stderr):
         assert token not in output and key not in output
         assert "select webhook_token, webhook_signing_key from ceaseless.loops" in output
@@ -163,17 +149,17 @@ def test_bad_loops_are_refused_in_one_line_naming_the_culprit(
     cyclic = tmp_path / "cyclic.json"
     cyclic.write_text(json.dumps(graph([node("A"), node("B")], [("A", "B"), ("B", "A")])))
     base = ("loop", "add", "--title", "x", "--task", "t", "--graph")
-    assert "cycle" in _one_line_error(_cli(db_url, *base, str(cyclic))).lower()
+    assert "cycle" in _one_line_error(run_cli(db_url, *base, str(cyclic))).lower()
     unknown = tmp_path / "unknown.json"
     unknown.write_text(json.dumps(graph([node("A", agent="ghost")])))
-    assert "ghost" in _one_line_error(_cli(db_url, *base, str(unknown)))
-    assert "not JSON" in _one_line_error(_cli(db_url, *base, "-", stdin="{nope"))
-    assert "missing.json" in _one_line_error(_cli(db_url, *base, "missing.json"))
-    both = _cli(db_url, *base, graph_file, "--iters", "2", "--until-match", "DONE")
+    assert "ghost" in _one_line_error(run_cli(db_url, *base, str(unknown)))
+    assert "not JSON" in _one_line_error(run_cli(db_url, *base, "-", stdin="{nope"))
+    assert "missing.json" in _one_line_error(run_cli(db_url, *base, "missing.json"))
+    both = run_cli(db_url, *base, graph_file, "--iters", "2", "--until-match", "DONE")
     assert "choose one repeat policy" in _one_line_error(both)
-    assert "--within" in _one_line_error(_cli(db_url, *base, graph_file, "--within", "3"))
-    assert "no loop" in _one_line_error(_cli(db_url, "loop", "show", "nothing-here"))
-    assert "no topology run" in _one_line_error(_cli(db_url, "run", "show", "nothing"))
+    assert "--within" in _one_line_error(run_cli(db_url, *base, graph_file, "--within", "3"))
+    assert "no loop" in _one_line_error(run_cli(db_url, "loop", "show", "nothing-here"))
+    assert "no topology run" in _one_line_error(run_cli(db_url, "run", "show", "nothing"))
 
 
 def test_approve_and_reject_decide_once(db_url: str, conn: psycopg.Connection) -> None:
@@ -187,18 +173,18 @@ def test_approve_and_reject_decide_once(db_url: str, conn: psycopg.Connection) -
         assert row is not None
         return str(row[0])
 
-    shown = _ok(_cli(db_url, "run", "show", str(first)))
+    shown = _ok(run_cli(db_url, "run", "show", str(first)))
     assert approval(first) in shown and "awaiting_approval" in shown
     assert "approved" in _ok(
-        _cli(db_url, "approve", approval(first), "--note", "looks fine", "--by", "alice")
+        run_cli(db_url, "approve", approval(first), "--note", "looks fine", "--by", "alice")
     )
     assert conn.execute(
         "select decision, decided_by, note from ceaseless.approvals where id = %s",
         (approval(first),),
     ).fetchone() == ("approved", "alice", "looks fine")
-    assert "rejected" in _ok(_cli(db_url, "reject", approval(second), "--note", "no"))
+    assert "rejected" in _ok(run_cli(db_url, "reject", approval(second), "--note", "no"))
     assert conn.execute(
         "select status from ceaseless.topology_runs where id = %s", (second,)
     ).fetchone() == ("failed",)
-    twice = _one_line_error(_cli(db_url, "approve", approval(second)))
+    twice = _one_line_error(run_cli(db_url, "approve", approval(second)))
     assert "decided" in twice or "already" in twice

@@ -7,11 +7,11 @@ import json
 
 import psycopg
 
-from tests.cli.test_commands import _run
+from tests.e2e.support import run_cli
 
 
 def _json(db_url: str, *args: str) -> object:
-    result = _run(db_url, *args, "--output", "json")
+    result = run_cli(db_url, *args, "--output", "json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -58,12 +58,12 @@ def test_show_is_an_object_of_sections(db_url: str, conn: psycopg.Connection) ->
 
 
 def test_an_error_prints_nothing_on_stdout(db_url: str) -> None:
-    result = _run(db_url, "routine", "show", "ghost", "--output", "json")
+    result = run_cli(db_url, "routine", "show", "ghost", "--output", "json")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith("error:") and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_an_unknown_format_is_refused_by_name(db_url: str) -> None:
-    result = _run(db_url, "job", "list", "--output", "yaml")
+    result = run_cli(db_url, "job", "list", "--output", "yaml")
     assert result.returncode == 2
     assert "Invalid value for '--output'" in result.stderr and "'yaml'" in result.stderr

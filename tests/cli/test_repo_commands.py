@@ -3,24 +3,15 @@ repo is polled)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import psycopg
 
-from tests.cli.test_commands import ROOT
+from tests.e2e.support import run_cli
 
 
 def _cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "listener", "repo", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli(db_url, "repo", *args)
 
 
 def _ok(result: subprocess.CompletedProcess[str]) -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import psycopg
 
 from tests.cli.column_defaults import shift_column_defaults
-from tests.cli.test_commands import _run
+from tests.e2e.support import run_cli
 
 
 def test_routine_lifecycle_from_the_command_line(db_url: str, conn: psycopg.Connection) -> None:
-    assert _run(db_url, "agent", "add", "noop", "--adapter", "noop").returncode == 0
-    added = _run(
+    assert run_cli(db_url, "agent", "add", "noop", "--adapter", "noop").returncode == 0
+    added = run_cli(
         db_url,
         "routine",
         "add",
@@ -29,27 +29,27 @@ def test_routine_lifecycle_from_the_command_line(db_url: str, conn: psycopg.Conn
     assert added.returncode == 0, added.stderr
     routine_id = added.stdout.strip()
 
-    listed = _run(db_url, "routine", "list")
+    listed = run_cli(db_url, "routine", "list")
     assert "nightly" in listed.stdout and "0 3 * * *" in listed.stdout
 
-    ran = _run(db_url, "routine", "run", "nightly")
+    ran = run_cli(db_url, "routine", "run", "nightly")
     assert ran.returncode == 0 and "running" in ran.stdout
-    shown = _run(db_url, "routine", "show", "nightly")
+    shown = run_cli(db_url, "routine", "show", "nightly")
     assert "Check the backups." in shown.stdout and "manual" in shown.stdout
 
-    assert _run(db_url, "routine", "disable", "nightly").returncode == 0
+    assert run_cli(db_url, "routine", "disable", "nightly").returncode == 0
     enabled = conn.execute(
         "select enabled from ceaseless.routines where id = %s", (routine_id,)
     ).fetchone()
     assert enabled == (False,)
-    assert _run(db_url, "routine", "enable", routine_id).returncode == 0
-    assert _run(db_url, "routine", "delete", "nightly").returncode == 0
+    assert run_cli(db_url, "routine", "enable", routine_id).returncode == 0
+    assert run_cli(db_url, "routine", "delete", "nightly").returncode == 0
     assert conn.execute("select count(*) from ceaseless.routines").fetchone() == (0,)
 
 
 def test_bad_routine_is_refused_with_the_field_named(db_url: str) -> None:
-    _run(db_url, "agent", "add", "noop", "--adapter", "noop")
-    result = _run(
+    run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
+    result = run_cli(
         db_url, "routine", "add", "bad", "--agent", "noop", "--cron", "61 * * * *", "--prompt", "p"
     )
     assert result.returncode == 1
@@ -58,7 +58,7 @@ def test_bad_routine_is_refused_with_the_field_named(db_url: str) -> None:
 
 
 def test_two_triggers_at_once_are_refused(db_url: str) -> None:
-    result = _run(
+    result = run_cli(
         db_url,
         "routine",
         "add",
@@ -78,8 +78,8 @@ def test_two_triggers_at_once_are_refused(db_url: str) -> None:
 def test_webhook_routine_from_the_command_line_keeps_its_secret_out_of_show(
     db_url: str,
 ) -> None:
-    _run(db_url, "agent", "add", "noop", "--adapter", "noop")
-    added = _run(
+    run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
+    added = run_cli(
         db_url,
         "routine",
         "add",
@@ -96,7 +96,7 @@ def test_webhook_routine_from_the_command_line_keeps_its_secret_out_of_show(
         "d",
     )
     assert added.returncode == 0, added.stderr
-    shown = _run(db_url, "routine", "show", "hook")
+    shown = run_cli(db_url, "routine", "show", "hook")
     assert "deploys" in shown.stdout and "a-secret-of-enough-length" not in shown.stdout
 
 
@@ -104,8 +104,8 @@ def test_routine_added_without_guardrails_gets_the_column_defaults(
     db_url: str, conn: psycopg.Connection
 ) -> None:
     defaults = shift_column_defaults(conn, "routines", ["cooldown_secs", "max_concurrent"])
-    _run(db_url, "agent", "add", "noop", "--adapter", "noop")
-    added = _run(db_url, "routine", "add", "plain", "--agent", "noop", "--prompt", "p")
+    run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
+    added = run_cli(db_url, "routine", "add", "plain", "--agent", "noop", "--prompt", "p")
     assert added.returncode == 0, added.stderr
     row = conn.execute(
         "select cooldown_secs, max_concurrent from ceaseless.routines where name = 'plain'"
@@ -114,8 +114,8 @@ def test_routine_added_without_guardrails_gets_the_column_defaults(
 
 
 def test_routine_guardrails_given_are_stored(db_url: str, conn: psycopg.Connection) -> None:
-    _run(db_url, "agent", "add", "noop", "--adapter", "noop")
-    added = _run(
+    run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
+    added = run_cli(
         db_url,
         "routine",
         "add",

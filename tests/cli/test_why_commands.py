@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from tests.cli.test_commands import _run
+from tests.e2e.support import run_cli
 from tests.factories import make_agent, make_job, make_routine, pause_lane
 
 
@@ -19,7 +19,7 @@ def test_job_why_lists_every_reason_with_when_it_clears(
     pause_lane(conn, "noop", until, reason="rate limit")
     job = make_job(conn, run_after=until + timedelta(hours=1))
 
-    result = _run(db_url, "job", "why", str(job))
+    result = run_cli(db_url, "job", "why", str(job))
 
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -27,7 +27,7 @@ def test_job_why_lists_every_reason_with_when_it_clears(
     assert lines[2].startswith("not_due") and lines[3].startswith("lane_paused")
     assert str(until) in lines[3] and "(rate limit)" in lines[3]
 
-    scripted = _run(db_url, "job", "why", str(job), "--output", "json")
+    scripted = run_cli(db_url, "job", "why", str(job), "--output", "json")
     assert scripted.returncode == 0, scripted.stderr
     reasons = json.loads(scripted.stdout)
     assert [r["reason"] for r in reasons] == ["not_due", "lane_paused"]
@@ -37,7 +37,7 @@ def test_job_why_lists_every_reason_with_when_it_clears(
 def test_job_why_for_an_unknown_job_is_one_line_naming_it(db_url: str) -> None:
     missing = "00000000-0000-0000-0000-000000000007"
 
-    result = _run(db_url, "job", "why", missing)
+    result = run_cli(db_url, "job", "why", missing)
 
     assert result.returncode == 1
     assert result.stderr.strip() == f"error: explain_job: no job with id {missing}"
@@ -47,7 +47,7 @@ def test_routine_why_by_name(db_url: str, conn: psycopg.Connection) -> None:
     make_agent(conn)
     make_routine(conn, name="nightly", enabled=False)
 
-    result = _run(db_url, "routine", "why", "nightly")
+    result = run_cli(db_url, "routine", "why", "nightly")
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[2].startswith("disabled")
@@ -60,13 +60,13 @@ def test_routine_add_without_agent_takes_the_default_or_names_the_field(
     make_agent(conn)
     args = ("routine", "add", "inbox", "--prompt", "Anything new?")
 
-    refused = _run(db_url, *args)
+    refused = run_cli(db_url, *args)
     assert refused.returncode == 1
     assert refused.stderr.startswith("error: routines.agent: must name a registered agent")
     assert "Traceback" not in refused.stderr
 
     conn.execute("update ceaseless.settings set value = '\"noop\"' where key = 'default_agent'")
-    added = _run(db_url, *args)
+    added = run_cli(db_url, *args)
     assert added.returncode == 0, added.stderr
     row = conn.execute(
         "select agent from ceaseless.routines where id = %s", (added.stdout.strip(),)

@@ -108,6 +108,21 @@ class ListenerProcess:
         return self.proc.returncode
 
 
+def run_cli(
+    db_url: str, *args: str, stdin: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`ceaseless ARGS` in a process of its own against `db_url`, as a user types it; `env` adds
+    variables to the test's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "listener", *args],
+        env={**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT), **env},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def wait_until(
     predicate: Callable[[], bool], timeout: float, message: str | Callable[[], str] = ""
 ) -> None:

@@ -17,7 +17,7 @@ import time
 import psycopg
 import pytest
 
-from tests.e2e.support import ROOT
+from tests.e2e.support import ROOT, run_cli
 from tests.fakes.forge import FakeForge
 from tests.forge.loops_support import (
     RUNNER_TOKEN,
@@ -217,14 +217,7 @@ def test_no_token_in_errors_or_log_lines(
 
 
 def _cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "listener", "repo", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli(db_url, "repo", *args)
 
 
 def test_repo_poll_polls_now_and_prints_the_decisions(

@@ -10,9 +10,7 @@ anonymous request 404, as GitHub does) and real login roles.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 
 import psycopg
@@ -20,7 +18,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from tests.conftest import PASSWORD
-from tests.e2e.support import ROOT
+from tests.e2e.support import ROOT, run_cli
 from tests.fakes.forge import FakeForge
 from tests.forge.loops_support import (
     LABEL_TOKEN,
@@ -69,18 +67,7 @@ def allowed(conn: psycopg.Connection, repo_id: str) -> bool:
 
 
 def cli(db_url: str, user: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "DATABASE_URL": make_conninfo(db_url, user=user, password=PASSWORD),
-        "PYTHONPATH": str(ROOT),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "listener", "repo", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli(make_conninfo(db_url, user=user, password=PASSWORD), "repo", *args)
 
 
 def test_a_user_role_cannot_allow_its_repo_the_tokens(

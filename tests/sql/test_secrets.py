@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from listener.embedded import EmbeddedServer
-from tests.cli.test_commands import _run
+from tests.e2e.support import run_cli
 from tests.factories import make_agent, make_routine
 
 API_KEY = "sk-ant-SEKRIT-api-key-0001"
@@ -177,7 +177,7 @@ def test_constraint_errors_on_secret_bearing_rows_do_not_print_the_row(
 
 def test_the_cli_never_prints_a_secret(db_url: str, conn: psycopg.Connection) -> None:
     outputs = [
-        _run(
+        run_cli(
             db_url,
             "agent",
             "add",
@@ -191,7 +191,7 @@ def test_the_cli_never_prints_a_secret(db_url: str, conn: psycopg.Connection) ->
             "--",
             "claude",
         ),
-        _run(
+        run_cli(
             db_url,
             "agent",
             "add",
@@ -203,8 +203,8 @@ def test_the_cli_never_prints_a_secret(db_url: str, conn: psycopg.Connection) ->
             "--",
             "claude",
         ),
-        _run(db_url, "agent", "list"),
-        _run(
+        run_cli(db_url, "agent", "list"),
+        run_cli(
             db_url,
             "routine",
             "add",
@@ -218,7 +218,7 @@ def test_the_cli_never_prints_a_secret(db_url: str, conn: psycopg.Connection) ->
             "--secret",
             WEBHOOK_SECRET,
         ),
-        _run(
+        run_cli(
             db_url,
             "routine",
             "add",
@@ -234,7 +234,7 @@ def test_the_cli_never_prints_a_secret(db_url: str, conn: psycopg.Connection) ->
             "--cooldown",
             "-1",
         ),
-        _run(db_url, "routine", "list"),
+        run_cli(db_url, "routine", "list"),
     ]
     assert outputs[1].returncode == 0, outputs[1].stderr
     assert outputs[0].returncode != 0 and outputs[4].returncode != 0
