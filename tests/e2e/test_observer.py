@@ -7,6 +7,7 @@ the listener's token, as an operator's client does, unless a test says not to.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -52,8 +53,15 @@ class Follower:
     closed: bool = False
     body: str = ""
     conn: http.client.HTTPConnection | None = None
+    sock: socket.socket | None = None
 
     def close(self) -> None:
+        # Shut the socket down first: the reader thread holds the response's
+        # buffer while it waits for a line, and closing the connection would
+        # wait for that line (the next keepalive, seconds away).
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
         if self.conn is not None:
             self.conn.close()
 
@@ -76,8 +84,9 @@ def _follow(
         sent["Authorization"] = f"Bearer {_TOKENS[port]}"
     conn = http.client.HTTPConnection(host, port, timeout=60)
     conn.request("GET", path, headers=sent)
+    sock = conn.sock
     response = conn.getresponse()
-    follower = Follower(status=response.status, conn=conn)
+    follower = Follower(status=response.status, conn=conn, sock=sock)
     if response.status != 200:
         follower.body = response.read().decode()
         follower.closed = True
