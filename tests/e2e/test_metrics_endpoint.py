@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -173,6 +174,7 @@ def _scenario(conn: psycopg.Connection, port: int, listener: ListenerProcess) ->
     listener.wait_for_event("listen.subscribed", count=2, timeout=30)
 
 
+@pytest.mark.slow
 def test_a_scrape_during_a_drain_of_20000_jobs_returns_every_series(
     conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
 ) -> None:
