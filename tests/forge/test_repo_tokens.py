@@ -71,6 +71,7 @@ def cli(db_url: str, user: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_user_role_cannot_allow_its_repo_the_tokens(
+    db_url: str,
     conn: psycopg.Connection,
     fake_forge: FakeForge,
     login_role: Callable[..., psycopg.Connection],
@@ -88,6 +89,23 @@ def test_a_user_role_cannot_allow_its_repo_the_tokens(
             "values ('github', 'victim-org', 'other', '/srv/x.git', 'main', 60, true)"
         )
     assert not allowed(conn, repo_id)
+    # `repo add` tells alice what her repo runs without, and who can change it.
+    added = cli(
+        db_url,
+        alice.info.user,
+        "add",
+        "alice-org/tools",
+        "--clone-url",
+        "/srv/x.git",
+        "--branch",
+        "main",
+        "--interval",
+        "60",
+        "--author",
+        "alice",
+    )
+    assert added.returncode == 0, added.stderr
+    assert "ceaseless repo tokens alice-org/tools --allow" in added.stderr
     # The database's owner is trusted with its own rows: its repos keep the tokens.
     own = conn.execute(
         "insert into ceaseless.tracked_repo (forge, owner, repo, clone_url, default_branch, "
