@@ -424,9 +424,86 @@ comment on function expire_leases(timestamptz) is
     'Return jobs with passed leases to pending (or abandoned after max attempts) and finish '
     'their open runs as lease_expired. Safe to call from every listener at once.';
 
+-- End the current attempt of live jobs that no agent gave a verdict on, with
+-- a reason: the one way a job stops without finish_runs or lease expiry.
+-- Who ends it says what becomes of the job:
+--
+-- | p_ended_by | the job                                                      |
+-- |------------|--------------------------------------------------------------|
+-- | cancel     | cancelled, finished now                                      |
+-- | release    | pending again, unclaimed, due now, its attempt refunded (the |
+-- |            | job did not fail, its listener left), the interrupted        |
+-- |            | session kept for the next attempt                            |
+--
+-- Either way its open agent run is finished as cancelled, with p_ended_by
+-- and the reason, and the listener running the agent stops it when the
+-- job's NOTIFY (or its next heartbeat) says the job is no longer held. Jobs
+-- that are not live are left as they are. Returns how many jobs it ended.
+--
+-- Locks: the jobs, FOR UPDATE in id order, waiting for them. A caller that
+-- must not wait (topology cancellation, which holds a run while another
+-- statement may hold the run's jobs) locks them first with SKIP LOCKED and
+-- passes only those.
+create or replace function _end_jobs(p_job_ids uuid[], p_ended_by text, p_reason text,
+                                     p_now timestamptz)
+returns integer
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_release constant boolean := p_ended_by = 'release';
+    v_count integer;
+begin
+    if p_ended_by not in ('cancel', 'release') then
+        raise exception '_end_jobs: ended_by must be cancel or release; got %', p_ended_by;
+    end if;
+    with live as (
+        select j.id,
+               (select r.session_id from agent_run r
+                where r.job_id = j.id and r.finished_at is null) as session_id
+        from job j
+        where j.id = any (p_job_ids)
+          and j.state in ('pending', 'claimed', 'running')
+        order by j.id
+        for update
+    ),
+    runs as (
+        update agent_run r
+        set outcome = 'cancelled', finished_at = p_now, ended_by = p_ended_by, error = p_reason
+        from live l
+        where r.job_id = l.id and r.finished_at is null
+        returning r.id
+    ),
+    moved as (
+        update job j
+        set state = case when v_release then 'pending' else 'cancelled' end,
+            finished_at = case when v_release then j.finished_at else p_now end,
+            claimed_by = case when v_release then null else j.claimed_by end,
+            claim_expires_at = case when v_release then null else j.claim_expires_at end,
+            claimed_at = case when v_release then null else j.claimed_at end,
+            attempts = case when v_release then greatest(j.attempts - 1, 0) else j.attempts end,
+            run_after = case when v_release then p_now else j.run_after end,
+            resume_session_id = case when v_release
+                                     then coalesce(_resumable(l.session_id), j.resume_session_id)
+                                     else j.resume_session_id end,
+            updated_at = p_now,
+            last_error = p_reason
+        from live l
+        where j.id = l.id
+        returning j.id
+    )
+    select count(*) into v_count from moved;
+    return v_count;
+end;
+$$;
+
+comment on function _end_jobs(uuid[], text, text, timestamptz) is
+    'End the current attempt of these live jobs with a reason, their open runs finished as '
+    'cancelled: ended_by cancel cancels the job, release returns it to pending with its attempt '
+    'refunded. Returns how many it ended.';
+
 -- Give back jobs p_worker holds without a verdict on them: a listener shutting
--- down releases what it could not finish. The attempt is returned too — the
--- job did not fail, its listener left.
+-- down releases what it could not finish (_end_jobs, release).
 create or replace function release_jobs(
     p_worker text,
     p_job_ids uuid[],
@@ -436,41 +513,19 @@ returns integer
 language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-declare
-    v_count integer;
 begin
     perform set_config('ceaseless.actor', p_worker, true);
-    with held as (
-        select j.id,
-               (select r.session_id from agent_run r
-                where r.job_id = j.id and r.finished_at is null) as session_id
-        from job j
-        where j.id = any (p_job_ids)
-          and j.claimed_by = p_worker
-          and j.state in ('claimed', 'running')
-        for update
-    ),
-    runs as (
-        update agent_run r
-        set outcome = 'cancelled', finished_at = p_now, ended_by = 'release',
-            error = format('released: listener %s shut down before the agent finished', p_worker)
-        from held h
-        where r.job_id = h.id and r.finished_at is null
-        returning r.id
-    ),
-    moved as (
-        update job j
-        set state = 'pending', claimed_by = null, claim_expires_at = null, claimed_at = null,
-            attempts = greatest(j.attempts - 1, 0), run_after = p_now, updated_at = p_now,
-            -- The next attempt picks the interrupted session up again.
-            resume_session_id = coalesce(_resumable(h.session_id), j.resume_session_id),
-            last_error = format('released by %s at shutdown', p_worker)
-        from held h
-        where j.id = h.id
-        returning j.id
-    )
-    select count(*) into v_count from moved;
-    return v_count;
+    -- Locked here, so a job another listener took over after its lease
+    -- expired is re-checked and left alone.
+    return _end_jobs(array(select j.id from job j
+                           where j.id = any (p_job_ids)
+                             and j.claimed_by = p_worker
+                             and j.state in ('claimed', 'running')
+                           order by j.id
+                           for update),
+                     'release',
+                     format('released: listener %s shut down before the agent finished', p_worker),
+                     p_now);
 end;
 $$;
 
@@ -536,21 +591,60 @@ begin
             using errcode = 'CE409', hint = 'Use retry_job to run a finished job again.';
     end if;
 
-    update agent_run
-    set outcome = 'cancelled', finished_at = p_now, ended_by = 'cancel',
-        error = 'cancelled by ' || _actor()
-    where job_id = p_job_id and finished_at is null;
-
-    update job
-    set state = 'cancelled', finished_at = p_now, updated_at = p_now,
-        last_error = 'cancelled by ' || _actor()
-    where id = p_job_id;
+    perform _end_jobs(array[p_job_id], 'cancel', 'cancelled by ' || _actor(), p_now);
 end;
 $$;
 
 comment on function cancel_job(uuid, timestamptz) is
     'Cancel a pending, claimed or running job; a running agent is stopped by its listener. '
     'Raises CE404 (unknown) or CE409 (already finished).';
+
+-- What disabling an agent does to its pending jobs, of every kind: a job that
+-- holds a run ends, and one that holds nothing waits.
+--
+-- | pending job                               | when its agent is disabled  |
+-- |-------------------------------------------|-----------------------------|
+-- | a routine's (routine_run_id)              | cancelled: its run closes   |
+-- |                                           | as failed, naming the agent |
+-- | a topology node's (topology_run_id)       | cancelled: its node and run |
+-- |                                           | fail, naming the agent      |
+-- | a plain or forge job                      | waits for the agent to be   |
+-- |                                           | enabled again               |
+--
+-- A routine's or node's job would otherwise wait for a lane nobody claims
+-- from while its run held its routine's max_concurrent and a global-cap slot,
+-- or its loop's one live iteration, forever. A plain or forge job holds
+-- nothing but its own place (a forge job, its issue's one live job), so it
+-- keeps it, and runs once the agent is back. Claimed and running jobs finish
+-- as usual; a node that becomes ready later fails when it would be enqueued
+-- (_enqueue_topology_node). Deleting an agent that jobs name is refused by
+-- their foreign keys, so disabling is the one way to strand a job.
+create or replace function _tg_agents_disabled()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    perform _end_jobs(array(select j.id from job j
+                            where j.agent = new.name and j.state = 'pending'
+                              and (j.routine_run_id is not null
+                                   or j.topology_run_id is not null)
+                            order by j.id
+                            for update),
+                      'cancel', format('agent %s was disabled', new.name), now());
+    return null;
+end;
+$$;
+
+comment on function _tg_agents_disabled() is
+    'After an agent is disabled: cancel its pending routine and topology node jobs (their runs '
+    'fail, naming the agent); its plain and forge jobs wait for it.';
+
+create or replace trigger agents_disabled
+    after update of enabled on agents
+    for each row
+    when (old.enabled and not new.enabled)
+    execute function _tg_agents_disabled();
 
 -- Run a finished job again from scratch: back to pending with a full attempt
 -- budget. The live-job unique indexes still apply, so retrying a job whose

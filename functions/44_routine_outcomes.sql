@@ -305,34 +305,3 @@ create or replace trigger routine_runs_deleted
     after delete on routine_runs
     referencing old table as old_rows
     for each statement execute function _tg_routine_runs_deleted();
-
--- A routine's job waits for its agent's lane; when the agent is disabled the
--- job would wait forever, and its run would hold its max_concurrent slot and
--- a global-cap slot with it. Disabling an agent ends its pending routine jobs
--- as cancelled, which closes their runs as failed and frees the slots (a
--- claimed or running job finishes as usual). Deleting an agent that routines
--- or jobs name is refused by their foreign keys, so disabling is the one way
--- to strand a run.
-create or replace function _tg_agents_disabled()
-returns trigger
-language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-begin
-    -- Their runs close in this statement's trigger (_close_routine_runs).
-    update job
-    set state = 'cancelled', finished_at = now(), updated_at = now(),
-        last_error = format('agent %s was disabled', new.name)
-    where agent = new.name and state = 'pending' and routine_run_id is not null;
-    return null;
-end;
-$$;
-
-comment on function _tg_agents_disabled() is
-    'After an agent is disabled: cancel its pending routine jobs, closing their runs as failed.';
-
-create or replace trigger agents_disabled
-    after update of enabled on agents
-    for each row
-    when (old.enabled and not new.enabled)
-    execute function _tg_agents_disabled();

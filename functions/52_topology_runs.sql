@@ -261,43 +261,21 @@ comment on function _settle_topology_run(uuid, timestamptz) is
 
 -- Cancel live jobs of the given runs without waiting for any: a job locked
 -- by another statement (a listener finishing it) is skipped and left to the
--- sweep. A running job ends as cancel_job ends it — its open agent run
--- finished as cancelled by 'cancel' — and its listener stops the agent on
--- the job's NOTIFY (or its next heartbeat). Returns how many were cancelled.
+-- sweep. The rest end as every cancelled job does (_end_jobs). Returns how
+-- many were cancelled.
 create or replace function _cancel_topology_jobs(p_run_ids uuid[], p_reason text,
                                                  p_now timestamptz)
 returns integer
-language plpgsql
+language sql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-declare
-    v_count integer;
-begin
-    with doomed as (
-        -- Probed by run (job_topology_run_idx), each run's few jobs.
-        select j.id
-        from unnest(p_run_ids) as u(id)
-        join job j on j.topology_run_id = u.id
-        where j.state in ('pending', 'claimed', 'running')
-        for update of j skip locked
-    ),
-    runs as (
-        update agent_run r
-        set outcome = 'cancelled', finished_at = p_now, ended_by = 'cancel', error = p_reason
-        from doomed d
-        where r.job_id = d.id and r.finished_at is null
-        returning r.id
-    ),
-    moved as (
-        update job j
-        set state = 'cancelled', finished_at = p_now, updated_at = p_now, last_error = p_reason
-        from doomed d
-        where j.id = d.id
-        returning j.id
-    )
-    select count(*) into v_count from moved;
-    return v_count;
-end;
+    -- Probed by run (job_topology_run_idx), each run's few jobs.
+    select _end_jobs(array(select j.id
+                           from unnest(p_run_ids) as u(id)
+                           join job j on j.topology_run_id = u.id
+                           where j.state in ('pending', 'claimed', 'running')
+                           for update of j skip locked),
+                     'cancel', p_reason, p_now);
 $$;
 
 comment on function _cancel_topology_jobs(uuid[], text, timestamptz) is
@@ -612,32 +590,3 @@ comment on function cancel_topology_run(uuid, timestamptz) is
     'Cancel a live topology run: unfinished nodes and live jobs cancelled (running agents '
     'stopped), open approvals left undecided. Raises CE404 (unknown) or CE409 (already ended).';
 
--- A disabled agent's pending node jobs would wait for a lane nobody claims
--- from, holding their runs (and their loops' one live iteration) forever:
--- they are cancelled, which fails their nodes and runs (naming the agent),
--- as agents_disabled does for routine jobs. A claimed or running job
--- finishes as usual; a node that becomes ready later fails when it would be
--- enqueued (_enqueue_topology_node).
-create or replace function _tg_agents_disabled_topology()
-returns trigger
-language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-begin
-    update job
-    set state = 'cancelled', finished_at = now(), updated_at = now(),
-        last_error = format('agent %s was disabled', new.name)
-    where agent = new.name and state = 'pending' and kind = 'loop_node'
-      and topology_run_id is not null;
-    return null;
-end;
-$$;
-
-comment on function _tg_agents_disabled_topology() is
-    'After an agent is disabled: cancel its pending topology node jobs, failing their runs.';
-
-create or replace trigger agents_disabled_topology
-    after update of enabled on agents
-    for each row
-    when (old.enabled and not new.enabled)
-    execute function _tg_agents_disabled_topology();

@@ -147,7 +147,6 @@ alter function _tg_loops_graph_validate() security definer;
 alter function _tg_topology_runs_validate() security definer;
 alter function _tg_topology_runs_start() security definer;
 alter function _tg_job_topology_outcome() security definer;
-alter function _tg_agents_disabled_topology() security definer;
 alter function cancel_topology_run(uuid, timestamptz) security definer;
 alter function decide_approval(uuid, boolean, text, text, timestamptz) security definer;
 grant execute on function
