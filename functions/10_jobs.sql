@@ -373,12 +373,15 @@ begin
         -- join of the CTEs below would loop over both when planned small.
         select j.id, j.claimed_by,
                (select r.session_id from agent_run r
-                where r.job_id = j.id and r.finished_at is null) as session_id
+                where r.job_id = j.id and r.finished_at is null) as session_id,
+               j.attempts < coalesce(j.max_attempts,
+                                     (select a.max_attempts from agents a
+                                      where a.name = j.agent)) as attempts_left
         from job j
         where j.id = any (v_candidates)
           and j.state in ('claimed', 'running')
           and j.claim_expires_at < p_now
-        for update skip locked
+        for update of j skip locked
     ),
     -- The run of a vanished listener must still end with an outcome
     -- (finished_has_outcome), or the governor counts it forever.
@@ -394,16 +397,11 @@ begin
     ),
     moved as (
         update job j
-        set state = case when j.attempts < coalesce(j.max_attempts, a.max_attempts)
-                         then 'pending' else 'abandoned' end,
-            claimed_by = case when j.attempts < coalesce(j.max_attempts, a.max_attempts)
-                              then null else j.claimed_by end,
-            claim_expires_at = case when j.attempts < coalesce(j.max_attempts, a.max_attempts)
-                                    then null else j.claim_expires_at end,
-            claimed_at = case when j.attempts < coalesce(j.max_attempts, a.max_attempts)
-                              then null else j.claimed_at end,
-            finished_at = case when j.attempts < coalesce(j.max_attempts, a.max_attempts)
-                               then null else p_now end,
+        set state = case when e.attempts_left then 'pending' else 'abandoned' end,
+            claimed_by = case when e.attempts_left then null else j.claimed_by end,
+            claim_expires_at = case when e.attempts_left then null else j.claim_expires_at end,
+            claimed_at = case when e.attempts_left then null else j.claimed_at end,
+            finished_at = case when e.attempts_left then null else p_now end,
             run_after = p_now,
             -- The vanished listener's agent may have got far: the next
             -- attempt resumes its session (noted at its start) rather than
@@ -411,8 +409,8 @@ begin
             resume_session_id = coalesce(_resumable(e.session_id), j.resume_session_id),
             last_error = format('lease expired (held by %s, attempt %s)', e.claimed_by, j.attempts),
             updated_at = p_now
-        from expired e, agents a
-        where j.id = e.id and a.name = j.agent
+        from expired e
+        where j.id = e.id
         returning j.id
     )
     select count(*) into v_count from moved;
@@ -440,7 +438,7 @@ comment on function expire_leases(timestamptz) is
 -- job's NOTIFY (or its next heartbeat) says the job is no longer held. Jobs
 -- that are not live are left as they are. Returns how many jobs it ended.
 --
--- Locks: the jobs, FOR UPDATE in id order, waiting for them. A caller that
+-- Locks: the jobs, FOR UPDATE, waiting for them. A caller that
 -- must not wait (topology cancellation, which holds a run while another
 -- statement may hold the run's jobs) locks them first with SKIP LOCKED and
 -- passes only those.
@@ -461,11 +459,15 @@ begin
         select j.id,
                (select r.session_id from agent_run r
                 where r.job_id = j.id and r.finished_at is null) as session_id
-        from job j
-        where j.id = any (p_job_ids)
-          and j.state in ('pending', 'claimed', 'running')
-        order by j.id
-        for update
+        from unnest(p_job_ids) as u (id)
+        -- Each id probed by key, fenced (offset 0): planned on a young
+        -- table, a join or `id = any (…)` reads the whole job table.
+        cross join lateral (
+            select j.id from job j
+            where j.id = u.id and j.state in ('pending', 'claimed', 'running')
+            offset 0
+            for update
+        ) j
     ),
     runs as (
         update agent_run r
@@ -521,7 +523,6 @@ begin
                            where j.id = any (p_job_ids)
                              and j.claimed_by = p_worker
                              and j.state in ('claimed', 'running')
-                           order by j.id
                            for update),
                      'release',
                      format('released: listener %s shut down before the agent finished', p_worker),

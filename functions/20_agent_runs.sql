@@ -76,6 +76,8 @@ comment on function note_sessions(text, uuid[], text[]) is
 --   budget_exhausted, output_budget_exhausted   → blocked (a person must add budget or split the work)
 --   auth_failed                                 → blocked (a person must log the agent in), the
 --                                                 attempt refunded, a notification queued
+--   needs_human                                 → blocked (a forge run asked for a person), a
+--                                                 notification queued with the reason
 --   cancelled                                   → cancelled
 --   failed, timed_out, rate_limited             → pending after backoff while attempts remain, else failed
 --   lease_expired (the listener stopped its own agent because it could not
@@ -229,7 +231,12 @@ begin
     decided as (
         select f.id as run_id, f.job_id, f.outcome, f.error, f.rate_limit_reset_at,
                f.session_id,
-               j.attempts < coalesce(j.max_attempts, a.max_attempts) as attempts_left
+               j.attempts < coalesce(j.max_attempts, a.max_attempts) as attempts_left,
+               -- Goes back to pending for another attempt (a retry, or the
+               -- wait for a rate limit's reset): unclaimed and not finished.
+               (f.outcome in ('failed', 'timed_out', 'rate_limited', 'lease_expired')
+                and (j.attempts < coalesce(j.max_attempts, a.max_attempts)
+                     or f.rate_limit_reset_at is not null)) as retrying
         from finished f
         cross join lateral (
             -- Only the key inside the fence: given the state too, the planner
@@ -254,18 +261,10 @@ begin
                 when d.outcome = 'lease_expired' then 'abandoned'
                 else 'failed'
             end,
-            claimed_by = case when d.outcome in ('failed', 'timed_out', 'rate_limited', 'lease_expired')
-                                   and (d.attempts_left or d.rate_limit_reset_at is not null)
-                              then null else j.claimed_by end,
-            claim_expires_at = case when d.outcome in ('failed', 'timed_out', 'rate_limited', 'lease_expired')
-                                         and (d.attempts_left or d.rate_limit_reset_at is not null)
-                                    then null else j.claim_expires_at end,
-            claimed_at = case when d.outcome in ('failed', 'timed_out', 'rate_limited', 'lease_expired')
-                                   and (d.attempts_left or d.rate_limit_reset_at is not null)
-                              then null else j.claimed_at end,
-            finished_at = case when d.outcome in ('failed', 'timed_out', 'rate_limited', 'lease_expired')
-                                    and (d.attempts_left or d.rate_limit_reset_at is not null)
-                               then null else p_now end,
+            claimed_by = case when d.retrying then null else j.claimed_by end,
+            claim_expires_at = case when d.retrying then null else j.claim_expires_at end,
+            claimed_at = case when d.retrying then null else j.claimed_at end,
+            finished_at = case when d.retrying then null else p_now end,
             run_after = case
                 when d.outcome = 'rate_limited' and d.rate_limit_reset_at is not null
                     then greatest(d.rate_limit_reset_at, p_now)
