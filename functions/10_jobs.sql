@@ -106,7 +106,6 @@ create or replace trigger job_validate
 -- lane_pauses is only read (a rate limit pausing a lane takes no lane lock):
 -- the counting statement sees a pause committed before it starts, and one
 -- committed later holds from the next claim on.
-drop function if exists claim_jobs(text, integer, text[], text[], timestamptz, integer);
 create or replace function claim_jobs(
     p_worker text,
     p_limit integer,
@@ -284,7 +283,6 @@ comment on function claim_jobs(text, integer, text[], text[], timestamptz, integ
 -- them all (claim_expires_at is indexed, so never a HOT update) cost more
 -- than the jobs themselves, and a lease with more than half its life left
 -- cannot expire before the next heartbeat anyway.
-drop function if exists extend_leases(text, uuid[], timestamptz, integer);
 create or replace function extend_leases(
     p_worker text,
     p_job_ids uuid[],

@@ -19,10 +19,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Planner settings: see the head of 10_jobs.sql.
 
--- Runs are opened by claim_jobs(p_start => true) in the claiming statement;
--- the separate start step this replaced cost a second update of every row.
-drop function if exists start_runs(text, uuid[], timestamptz);
-
 -- Whether an agent-reported session id may be stored and later passed back
 -- on an agent's command line (db/0008: session_id_plausible).
 create or replace function _session_id_ok(p_session_id text)
@@ -109,7 +105,6 @@ comment on function note_sessions(text, uuid[], text[]) is
 -- exit_status, final_message, error, session_id, billing, model, tokens_in,
 -- tokens_out, cost_usd, num_turns, rate_limit_reset_at, pr_forge, pr_owner,
 -- pr_repo, pr_number, pr_head_branch, pr_url.
-drop function if exists finish_runs(text, jsonb, timestamptz);
 create or replace function finish_runs(
     p_worker text,
     p_results jsonb,

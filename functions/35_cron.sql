@@ -102,9 +102,6 @@ $$;
 comment on function _cron_range(integer, integer, integer, boolean, integer, integer) is
     'The values a cron range a-b/n expands to within p_min..p_max, wrapping as croniter does.';
 
--- Replaced by _cron_range, which expands ranges of every field, not only day-of-week.
-drop function if exists _cron_weekdays(integer, integer, integer, boolean);
-
 -- One field of a 5/6-field schedule read the way croniter reads it: `error` says
 -- why it is not a valid croniter field (NULL when it is), and `field_values`
 -- lists the values it names (day-of-week 0-6, Sunday 0), or is NULL when it
@@ -334,9 +331,6 @@ $$;
 comment on function _cron_field(text, integer) is
     'One cron field (0 minute .. 4 day-of-week, 5 second) read as croniter reads it: why it is '
     'not valid (error), else the values it names (field_values).';
-
--- Replaced by _cron_field, which also returns the values the field names.
-drop function if exists _cron_field_error(text, integer);
 
 -- Why the day fields of a schedule whose fields are each valid cannot be used
 -- together, or NULL. croniter reads day-of-month and day-of-week with "either"

@@ -318,8 +318,6 @@ $$;
 comment on function _take_fire_slot() is
     'Take one of the sixteen fire slots (transaction-scoped advisory lock) without waiting.';
 
--- Returned nothing in its first version: a return type cannot be replaced.
-drop function if exists _lock_routines_for_fire(uuid[], bigint, boolean);
 -- Serialise the fires of each routine whose own guardrails could bind: one
 -- with a dedup window, or whose max_concurrent the running runs (p_running,
 -- a bound including every fire in flight) could reach. In key order, so two
@@ -356,9 +354,6 @@ $$;
 comment on function _lock_routines_for_fire(uuid[], bigint, boolean) is
     'Serialise the fires of routines whose dedup or max_concurrent could bind (advisory locks '
     'in key order; or without waiting, false when another fire holds one).';
-
--- The exclusive fire lock alone, before fires could be admitted shared.
-drop function if exists _take_fire_lock();
 
 -- Add p_delta to the count of running routine runs, in a shard of
 -- routine_run_shards that no other transaction holds (SKIP LOCKED), so a fire
@@ -630,9 +625,6 @@ comment on function _fire_routines(uuid[], text, timestamptz, text[], text[], in
     'The one firing path: judge each routine against its guardrails (disabled, agent disabled, '
     'cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row '
     'per routine and a job per running run.';
-
--- The function every fire went through before the one firing path.
-drop function if exists _fire_routine(uuid, text, timestamptz, text, text, integer, boolean);
 
 -- Fire the due cron routines a listener has locked and scheduled: the
 -- listener selects them FOR NO KEY UPDATE SKIP LOCKED (due_cron_routines),

@@ -16,10 +16,6 @@
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
--- The function every path that ended jobs called first, when each run was
--- closed on its own and a batch met its routines in the order of its jobs.
-drop function if exists _lock_routines_of_jobs(uuid[]);
-
 -- Routine runs whose jobs ended: set each run's status from its job and its
 -- last agent reply, update each routine's counters and state once, and queue
 -- the notifications their notify_on_* flags ask for. Set-based: a finish
@@ -170,9 +166,6 @@ comment on function _close_routine_runs(uuid[]) is
     'Close the running routine runs among these whose jobs have finished (ok / attention / '
     'failed), update each routine''s counters and state once, and queue notifications.';
 
--- The function that closed one run at a time, from a row-level trigger.
-drop function if exists _finish_routine_run(uuid, timestamptz);
-
 -- Statement-level, so a finish batch closes its runs together. New rows
 -- alone tell which runs to close: a run still running whose job has
 -- finished is one whose job this statement ended (a run closes in the
@@ -270,11 +263,6 @@ $$;
 comment on function _tg_routine_runs_update() is
     'After UPDATE on routine_runs: move the running count, audit status changes, NOTIFY '
     'ceaseless_run once per new status.';
-
--- The name these triggers replaced: a database migrated before the rename
--- would otherwise run both, auditing and counting every run twice.
-drop trigger if exists routine_runs_changed on routine_runs;
-drop function if exists _tg_routine_runs_changed();
 
 create or replace trigger routine_runs_insert
     after insert on routine_runs

@@ -315,11 +315,3 @@ comment on function receive_webhook(text, bytea, text, timestamptz) is
     'its loop or routine; returns the topology_runs or routine_runs id. Raises CE404/CE401/CE403/'
     'CE413/CE410/CE411/CE412/CE414/CE415 (a guardrail''s raise rolls back the refused fire''s '
     'record: see _receive_webhook).';
-
--- Replaced by the header form, which verifies every scheme.
-drop function if exists _receive_loop_webhook(loops, bytea, text, timestamptz);
-drop function if exists _webhook_signature_ok(text, timestamptz, bytea, text);
-
--- Replaced by _receive_webhook, which returns a refused fire instead of
--- raising, so its record needs no second trip.
-drop function if exists _record_refused_webhook(text, text, bytea, timestamptz);

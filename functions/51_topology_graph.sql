@@ -18,10 +18,6 @@
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
--- Graph errors are raised by _invalid_value (00_helpers.sql), which this
--- file's own copy of it became.
-drop function if exists _invalid_graph(text, text, jsonb);
-
 -- A node id goes into job dedup keys, prompt headings ("## Output of <id>")
 -- and NOTIFY payloads: letters, digits and ._- only, so it can neither forge
 -- a heading nor carry a megabyte.

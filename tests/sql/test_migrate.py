@@ -725,3 +725,32 @@ def test_nothing_is_dropped_with_cascade(path: Path) -> None:
     # CASCADE silently drops whatever an operator built on ours (a view over
     # job_queue); without it, PostgreSQL refuses and names the dependent object.
     assert cascades(path.read_text()) == [], f"{path.name}: drop without CASCADE"
+
+
+def test_no_drop_in_functions_names_an_object_that_exists(conn: psycopg.Connection) -> None:
+    """A re-apply of functions/ drops nothing it then creates again: what newer code replaced is
+    dropped once, by a migration (db/), and a drop left in functions/ names nothing that
+    exists."""
+    drops = []
+    for path in function_files():
+        text = path.read_text()
+        drops += [(path.name, m) for m in re.findall(r"(?im)^\s*drop\s+[^;]*;", text)]
+    existing = []
+    for name, statement in drops:
+        function = re.match(r"(?is)drop function if exists (.+);", statement.strip())
+        trigger = re.match(r"(?is)drop trigger if exists (\w+) on (\w+);", statement.strip())
+        if function:
+            found = conn.execute(
+                "select to_regprocedure('ceaseless.' || %s) is not null", (function[1],)
+            ).fetchone()
+        elif trigger:
+            found = conn.execute(
+                "select exists (select from pg_trigger where tgname = %s "
+                "and tgrelid = to_regclass('ceaseless.' || %s))",
+                (trigger[1], trigger[2]),
+            ).fetchone()
+        else:
+            found = (True,)  # a drop of another kind of object: not expected in functions/
+        if found != (False,):
+            existing.append((name, statement))
+    assert existing == []
