@@ -79,11 +79,17 @@ def test_cwd_is_the_task_directory(tmp_path):
 
 def test_agent_runs_in_its_own_session_and_group():
     # The session is its keeper's (reaper.py), which leads it; the group is the agent's.
+    # Read from /proc, not getsid(): a keeper's pid namespace (and a test runner whose
+    # own session leader lies outside its namespace) makes getsid() answer 0.
     code = (
-        "import os; print(os.getsid(0) == os.getppid() != "
-        f"{os.getsid(0)}, os.getpgid(0) == os.getpid())"
+        "import os; s = open('/proc/self/stat').read();"
+        "ppid, pgrp, sid = s[s.rfind(')') + 2:].split()[1:4];"
+        "print(sid == ppid, pgrp == os.readlink('/proc/self'), sid)"
     )
-    assert run(python_agent(code)).final_message == "True True"
+    leads_its_session, leads_its_group, session = run(python_agent(code)).final_message.split()
+    assert (leads_its_session, leads_its_group) == ("True", "True")
+    ours = Path("/proc/self/stat").read_text()
+    assert session != ours[ours.rfind(")") + 2 :].split()[3]  # not the listener's session
 
 
 def test_model_falls_back_to_the_configured_one():
