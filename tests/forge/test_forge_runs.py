@@ -203,7 +203,18 @@ def uses_runner_token(authorization: str | None) -> bool:
 
 
 def workspaces(setup: Setup) -> list[Path]:
-    return sorted(p for p in setup.forge_root.glob("*/*") if p.is_dir())
+    """The checkouts under the forge root; one the listener removes while we look is gone."""
+    found: list[Path] = []
+    try:
+        repos = [p for p in setup.forge_root.iterdir() if not p.name.startswith(".")]
+    except FileNotFoundError:
+        return found
+    for repo in repos:
+        try:
+            found += [p for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return sorted(found)
 
 
 def test_implement_agent_runs_in_a_fresh_checkout_and_its_pull_request_delivers_the_job(
