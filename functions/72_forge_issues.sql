@@ -35,7 +35,8 @@ comment on function _forge_lane(text, boolean) is
     'The agents row a forge job runs on: discover and plan → claude_code; implement → opencode '
     'when it has a parent job (a plan''s child), claude_code otherwise.';
 
--- The job's own prompt: what to do, in one line. The listener adds the
+-- The job's own prompt: what its kind asks of the agent, written here alone
+-- so that the stored job says what its agent was told. The listener adds the
 -- issue's title, body and comments (fetched when the job runs, marked as
 -- text from the forge), the branch and the reply formats
 -- (listener/forge/prompt.py).
@@ -49,20 +50,26 @@ as $$
     select format(
         case p_kind
             when 'discover' then
-                'Discovery for %1$s/%2$s: read tracking issue #%3$s and the repository, and '
-                'report the work you find.'
+                'Discovery for %1$s/%2$s: this job is on the repository''s tracking issue #%3$s. '
+                'Study the repository and the issue, and report the work you find in your '
+                'final message.'
             when 'plan' then
-                'Plan issue #%3$s of %1$s/%2$s: break it into child issues, each small enough '
-                'for one pull request, and report them in a children block.'
+                'Plan issue #%3$s of %1$s/%2$s: break it into smaller pieces of work that can '
+                'each be done in one pull request, and report them as child issues in the '
+                'children block below. Do not implement them, and do not open issues or pull '
+                'requests yourself: ceaseless creates the child issues from your block.'
             else
-                'Implement issue #%3$s of %1$s/%2$s: commit on the branch given below, push it '
-                'and open a pull request against %4$s.'
+                'Implement issue #%3$s of %1$s/%2$s: make the change the issue asks for, commit '
+                'it on the branch given below, push that branch to `origin`, and open a pull '
+                'request from it into %4$s. ceaseless finds your pull request on the forge by '
+                'its head branch; what you write about it in your final message is not read.'
         end,
         p_repo.owner, p_repo.repo, p_number, p_repo.default_branch);
 $$;
 
 comment on function _forge_job_prompt(text, tracked_repo, bigint) is
-    'The one-line task of a forge job of this kind; the listener adds the issue and the branch.';
+    'What a forge job of this kind asks of its agent; the listener adds the issue, the branch '
+    'and the blocks the agent may print.';
 
 -- The job's payload: where its checkout comes from and where to push. The
 -- branch carries the job id, so the pull request found by its head branch is
@@ -158,7 +165,7 @@ comment on function _forge_admitted(tracked_repo, forge_issue, text) is
 create or replace function _forge_decide(
     p_repo tracked_repo, p_numbers bigint[], p_now timestamptz
 )
-returns table (number bigint, kind text, decision text, job_id uuid)
+returns table (number bigint, kind text, label text, decision text, job_id uuid)
 language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
@@ -181,6 +188,7 @@ begin
         continue when v_kind is null;
         number := v_issue.number;
         kind := v_kind;
+        label := _forge_kind_label(p_repo, v_kind);
         job_id := null;
         v_admitted := _forge_admitted(p_repo, v_issue, v_kind);
         if v_admitted is null then
@@ -251,7 +259,8 @@ $$;
 
 comment on function _forge_decide(tracked_repo, bigint[], timestamptz) is
     'Decide the cached issues of a locked repo (all, or those in p_numbers) and create the jobs '
-    'due: created, live, done, cooldown, not_admitted, needs_labeller, no_lane.';
+    'due: created, live, done, cooldown, not_admitted, needs_labeller, no_lane; with the kind '
+    'and the repo''s label that asks for it.';
 
 -- The repo, locked for the ingest. Raises CE404 for an unknown id.
 create or replace function _forge_lock_repo(p_repo_id uuid)
@@ -335,7 +344,7 @@ create or replace function ingest_issues(
     p_issues jsonb,
     p_now timestamptz default now()
 )
-returns table (number bigint, kind text, decision text, job_id uuid)
+returns table (number bigint, kind text, label text, decision text, job_id uuid)
 language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
@@ -385,7 +394,8 @@ $$;
 
 comment on function ingest_issues(uuid, jsonb, timestamptz) is
     'After a poll: replace the repo''s cached listing with p_issues (NULL after a 304 keeps it) '
-    'and decide each issue with a work label, creating the jobs due. One row per such issue: '
+    'and decide each issue with a work label, creating the jobs due. One row per such issue, '
+    'with its kind and the label that asks for it: '
     'created (job_id) | live | done | cooldown | not_admitted | needs_labeller | no_lane.';
 
 -- Who added the work labels, as the forge's issue events said, for the
@@ -397,7 +407,7 @@ create or replace function note_labellers(
     p_labellers jsonb,
     p_now timestamptz default now()
 )
-returns table (number bigint, kind text, decision text, job_id uuid)
+returns table (number bigint, kind text, label text, decision text, job_id uuid)
 language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$

@@ -28,6 +28,10 @@ class JobKind(StrEnum):
     TASK = "task"
 
 
+# The kinds the forge intake creates and the forge runner runs.
+FORGE_KINDS = frozenset({JobKind.DISCOVER, JobKind.PLAN, JobKind.IMPLEMENT})
+
+
 class Forge(StrEnum):
     GITEA = "gitea"
     GITHUB = "github"

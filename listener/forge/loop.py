@@ -29,7 +29,7 @@ import psycopg
 from listener import log
 from listener.backoff import Backoff, wait_for
 from listener.database import Database
-from listener.enums import JobKind, JobState
+from listener.enums import FORGE_KINDS, JobKind, JobState
 from listener.events import JobChanged
 from listener.forge.children import create_children
 from listener.forge.labels import sync_labels
@@ -38,7 +38,6 @@ from listener.queries import forge_loops as queries
 from listener.queries.forge_loops import TrackedRepo
 
 _BATCH = 50
-_FORGE_KINDS = frozenset({JobKind.DISCOVER, JobKind.PLAN, JobKind.IMPLEMENT})
 
 
 class ForgeLoops:
@@ -64,7 +63,7 @@ class ForgeLoops:
 
     def job_changed(self, event: JobChanged) -> None:
         """A job moved (from the router): a forge job's label is due, a plan's children may be."""
-        if event.kind not in _FORGE_KINDS:
+        if event.kind not in FORGE_KINDS:
             return
         self.labels_wake.set()
         if event.kind == JobKind.PLAN and event.state == JobState.DELIVERED:

@@ -129,9 +129,8 @@ async def _ask_labellers(
     """For issues the database could not admit by author: who added their work labels."""
     asked: dict[int, list[str]] = {}
     for row in decisions:
-        label = repo.label_of(row.kind)
-        if row.decision == NEEDS_LABELLER and label is not None:
-            asked.setdefault(row.number, []).append(label)
+        if row.decision == NEEDS_LABELLER:
+            asked.setdefault(row.number, []).append(row.label)
     if not asked:
         return decisions
     labellers: dict[str, dict[str, str]] = {}

@@ -53,25 +53,6 @@ class Assignment:
     repository: str  # owner/repo
 
 
-_KIND_TASK = {
-    "discover": (
-        "This is a discovery job on the repository's tracking issue: study the repository and "
-        "the issue, and report what you find in your final message."
-    ),
-    "plan": (
-        "This is a planning job: break the issue into smaller pieces of work that can each be "
-        "done in one pull request, and report them as child issues in the block below. Do not "
-        "implement them, and do not open issues or pull requests yourself: ceaseless creates "
-        "the child issues from your block."
-    ),
-    "implement": (
-        "This is an implementation job: make the change the issue asks for, commit it on the "
-        "branch below, push that branch to `origin`, and open a pull request from it into the "
-        "base branch. ceaseless finds your pull request on the forge by its head branch; what "
-        "you write about it in your final message is not read."
-    ),
-}
-
 CHILDREN_BLOCK = (
     "```ceaseless\n"
     '{"children": [\n'
@@ -103,7 +84,6 @@ def compose(assignment: Assignment, issue: IssueText) -> str:
     marker = f"UNTRUSTED-FORGE-TEXT-{secrets.token_hex(8)}"
     parts = [
         assignment.job_prompt.strip(),
-        _KIND_TASK.get(assignment.kind, ""),
         _issue_section(issue, marker),
         _workspace_section(assignment),
     ]

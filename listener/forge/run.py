@@ -64,7 +64,6 @@ from listener.forge.workspace import ForgeRootError, hand_over, job_directory
 from listener.queries.forge_runs import ForgeRunContext, forge_run_context
 from listener.queries.jobs import ClaimedJob
 
-FORGE_KINDS = frozenset({"discover", "plan", "implement"})
 # Deadline of each forge call the runner makes (issue, comments, pull request).
 FORGE_TIMEOUT = 30.0
 

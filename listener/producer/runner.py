@@ -23,8 +23,8 @@ from listener.agents.base import AgentConfig, RunResult, Task
 from listener.agents.sandbox import Isolation
 from listener.context import compose_prompt
 from listener.database import Database
-from listener.enums import Outcome
-from listener.forge.run import FORGE_KINDS, run_forge_job
+from listener.enums import FORGE_KINDS, Outcome
+from listener.forge.run import run_forge_job
 from listener.producer.ledger import Held, Ledger, StopReason
 from listener.producer.recorder import Recorder
 from listener.producer.workdirs import JobDirectories

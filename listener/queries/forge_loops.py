@@ -33,28 +33,14 @@ class TrackedRepo:
     owner: str
     repo: str
     last_etag: str | None
-    discover_label: str
-    plan_label: str
-    implement_label: str
     tokens_allowed: bool
 
     @property
     def name(self) -> str:
         return f"{self.owner}/{self.repo}"
 
-    def label_of(self, kind: str) -> str | None:
-        """The label that asks for jobs of `kind` on this repo (the column, not a rule)."""
-        return {
-            "discover": self.discover_label,
-            "plan": self.plan_label,
-            "implement": self.implement_label,
-        }.get(kind)
 
-
-_REPO_COLUMNS = (
-    "id, forge, api_url, owner, repo, last_etag, discover_label, plan_label, implement_label, "
-    "tokens_allowed"
-)
+_REPO_COLUMNS = "id, forge, api_url, owner, repo, last_etag, tokens_allowed"
 
 
 class Decision(NamedTuple):
@@ -62,6 +48,7 @@ class Decision(NamedTuple):
 
     number: int
     kind: str
+    label: str  # the repo's label that asks for this kind
     decision: str
     job_id: UUID | None
 
@@ -130,7 +117,7 @@ async def ingest_issues(
 ) -> list[Decision]:
     """Hand the listing to the database; None (a 304) means the cached listing stands."""
     cur = await conn.execute(
-        "select number, kind, decision, job_id from ceaseless.ingest_issues(%s, %s, %s)",
+        "select number, kind, label, decision, job_id from ceaseless.ingest_issues(%s, %s, %s)",
         (repo_id, None if issues is None else Jsonb(issues), now),
     )
     return [Decision(*row) for row in await cur.fetchall()]
@@ -144,7 +131,7 @@ async def note_labellers(
 ) -> list[Decision]:
     """Who added each work label, {"42": {"ceaseless:plan": "alice"}}; same answer as ingest."""
     cur = await conn.execute(
-        "select number, kind, decision, job_id from ceaseless.note_labellers(%s, %s, %s)",
+        "select number, kind, label, decision, job_id from ceaseless.note_labellers(%s, %s, %s)",
         (repo_id, Jsonb(labellers), now),
     )
     return [Decision(*row) for row in await cur.fetchall()]
