@@ -10,6 +10,8 @@ lines just above a fence, blank lines and other directives between them allowed:
     <!-- docs-test: after: <text> -->         hidden text run just after it, likewise
     <!-- docs-test: wait: <sql> -->           wait (up to 60 s) until this SQL is true first
     <!-- docs-test: replace: <old> => <new> --> run the block with <old> replaced by <new>
+    <!-- docs-test: check output [except <column>, …] -->  the result tables its comments show
+                                              must be what it prints (tests/docs/runner.py)
 
 and one that may stand anywhere on a page, for the whole page:
 
@@ -32,7 +34,7 @@ RUN_LANGUAGES = ("sql", "sh")
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 _DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(?P<body>.*?)\s*-->", re.S)
-_KINDS = ("not run", "before", "after", "wait", "replace", "listener")
+_KINDS = ("not run", "before", "after", "wait", "replace", "check output", "listener")
 
 
 def pages() -> list[Path]:
@@ -99,6 +101,8 @@ class Page:
 
 
 def _parse_directive(body: str, line: int) -> Directive:
+    if body.startswith("check output"):
+        return Directive("check output", body.removeprefix("check output").strip(), line)
     kind, _, text = body.partition(":")
     kind = kind.strip()
     if kind not in _KINDS:

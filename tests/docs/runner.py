@@ -9,7 +9,10 @@ its block; each block's own output goes to a file of its own.
 A block whose comments show an error (`-- ERROR:  message`, with `-- DETAIL:`, `-- HINT:`
 lines and a trailing `(CE422)` or `(SQLSTATE CE422)` as psql would print them) must raise
 exactly those errors, in order; `…` in the documented text stands for anything. Any other
-error fails the block. A shell block fails when bash exits non-zero.
+error fails the block. A shell block fails when bash exits non-zero. A block marked
+`<!-- docs-test: check output -->` (`check output except COLUMN, …` for a column that differs on
+every run) must print the result tables its comments show: the same columns, and rows whose cells
+read as shown (`…` in a cell stands for anything).
 """
 
 from __future__ import annotations
@@ -177,6 +180,83 @@ def error_matches(documented: Error, printed: Error) -> bool:
     return True
 
 
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list[str]]
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.split("|")]
+
+
+def documented_tables(sql: str) -> list[Table]:
+    """The result tables a block's comments show, as psql prints them behind `-- `."""
+    tables: list[Table] = []
+    current: Table | None = None
+    for line in sql.split("\n"):
+        text = line[2:]
+        if line.startswith("--") and current is not None and re.fullmatch(r"\s*-+(\+-+)+\s*", text):
+            continue
+        if not (line.startswith("--") and "|" in line):
+            current = None
+            continue
+        if current is None:
+            current = Table(_cells(text), [])
+            tables.append(current)
+        else:
+            current.rows.append(_cells(text))
+    return tables
+
+
+def printed_tables(output: str) -> list[Table]:
+    """The result tables in psql's aligned output: a header, a -----+----- rule, the rows."""
+    tables: list[Table] = []
+    lines = output.split("\n")
+    for i in range(1, len(lines)):
+        if re.fullmatch(r"-+(\+-+)*", lines[i].strip()) and lines[i - 1].strip():
+            rows = []
+            for line in lines[i + 1 :]:
+                if not line.strip() or re.fullmatch(r"\(\d+ rows?\)", line.strip()):
+                    break
+                rows.append(_cells(line))
+            tables.append(Table(_cells(lines[i - 1]), rows))
+    return tables
+
+
+def _cell_matches(shown: str, printed: str) -> bool:
+    if "…" not in shown:
+        return shown == printed
+    position = 0
+    for fragment in shown.split("…"):
+        at = printed.find(fragment, position)
+        if at < 0:
+            return False
+        position = at + len(fragment)
+    return True
+
+
+def compare_tables(shown: list[Table], printed: list[Table], ignored: set[str]) -> list[str]:
+    """What differs between the tables a block shows and those it printed, in order."""
+    problems = []
+    remaining = list(printed)
+    for table in shown:
+        match = next((p for p in remaining if p.columns == table.columns), None)
+        if match is None:
+            problems.append(f"no result with the columns {table.columns} was printed")
+            continue
+        remaining = remaining[remaining.index(match) + 1 :]
+        if len(match.rows) < len(table.rows):
+            problems.append(f"{len(match.rows)} rows printed, the page shows {len(table.rows)}")
+        for shown_row, printed_row in zip(table.rows, match.rows, strict=False):
+            for column, want, got in zip(table.columns, shown_row, printed_row, strict=False):
+                if column not in ignored and not _cell_matches(want, got):
+                    problems.append(
+                        f"column {column}: the page shows {want!r}, psql printed {got!r}"
+                    )
+    return problems
+
+
 def _wait(condition: str) -> str:
     return (
         "do $docs_test$ begin\n"
@@ -313,6 +393,11 @@ class PageRun:
                 shown = re.sub(r"^(ERROR|DETAIL|HINT):", r"-- \1:", block.shown_after, flags=re.M)
                 expected = documented_errors(block.text + shown)
             result.problems += _compare_errors(expected, result.errors)
+            for check in block.directive("check output"):
+                ignored = {c.strip() for c in check.removeprefix("except").split(",") if c.strip()}
+                result.problems += compare_tables(
+                    documented_tables(block.text), printed_tables(result.output), ignored
+                )
             results.append(result)
         return results
 

@@ -7,7 +7,17 @@ from pathlib import Path
 import pytest
 
 from tests.docs.markdown import read
-from tests.docs.runner import Error, PageRun, documented_errors, error_matches, printed_errors
+from tests.docs.runner import (
+    Error,
+    PageRun,
+    Table,
+    compare_tables,
+    documented_errors,
+    documented_tables,
+    error_matches,
+    printed_errors,
+    printed_tables,
+)
 
 
 def _page(tmp_path: Path, text: str) -> Path:
@@ -158,3 +168,35 @@ def test_a_complaint_of_psql_itself_fails_the_block(db_url: str, tmp_path: Path)
     [problem] = result.problems
     assert problem.startswith("an error the page does not show: ERROR: psql: ")
     assert "no rows returned for \\gset" in problem
+
+
+def test_shown_result_tables_are_compared_with_what_psql_printed() -> None:
+    shown = documented_tables(
+        "select state, outcome, took from runs;\n"
+        "--    state   |  outcome  |  took\n"
+        "-- -----------+-----------+--------\n"
+        "--  delivered | succeeded | 00:00:01\n"
+        "--  blocked   | needs_…   | 00:00:02\n"
+        "-- not a table\n"
+    )
+    assert shown == [
+        Table(
+            ["state", "outcome", "took"],
+            [["delivered", "succeeded", "00:00:01"], ["blocked", "needs_…", "00:00:02"]],
+        )
+    ]
+    printed = printed_tables(
+        "   state   |   outcome   | took \n"
+        "-----------+-------------+------\n"
+        " delivered | succeeded   | 00:00:09\n"
+        " blocked   | needs_human | 00:00:07\n"
+        "(2 rows)\n\n"
+    )
+    assert compare_tables(shown, printed, {"took"}) == []
+    assert compare_tables(shown, printed, set()) == [
+        "column took: the page shows '00:00:01', psql printed '00:00:09'",
+        "column took: the page shows '00:00:02', psql printed '00:00:07'",
+    ]
+    assert compare_tables(shown, printed_tables(""), set()) == [
+        "no result with the columns ['state', 'outcome', 'took'] was printed"
+    ]
