@@ -328,18 +328,25 @@ _DUMP_HEADER = """\
 -- Privileges the owning role holds are left out: the owner is whoever ran the migrations.
 """
 
-_ROLES = """
-select r.rolname as name, r.rolcanlogin as login, r.rolinherit as inherit,
-       r.rolbypassrls as bypassrls, r.rolcreaterole as createrole, r.rolcreatedb as createdb
-from pg_roles r where r.rolname like 'ceaseless%%' order by 1
+# The roles the migrations create are those granted the schema: roles are cluster-wide, and
+# others on the same server (a test's login roles, another application's) are no part of it.
+_SCHEMA_ROLES = """
+select x.grantee from pg_namespace n, aclexplode(n.nspacl) x
+where n.nspname = %(schema)s and x.grantee <> n.nspowner
 """
 
-_MEMBERSHIPS = """
+_ROLES = f"""
+select r.rolname as name, r.rolcanlogin as login, r.rolinherit as inherit,
+       r.rolbypassrls as bypassrls, r.rolcreaterole as createrole, r.rolcreatedb as createdb
+from pg_roles r where r.oid in ({_SCHEMA_ROLES}) order by 1
+"""
+
+_MEMBERSHIPS = f"""
 select distinct g.rolname, m.rolname
 from pg_auth_members a
 join pg_roles g on g.oid = a.roleid
 join pg_roles m on m.oid = a.member
-where g.rolname like 'ceaseless%%' and m.rolname like 'ceaseless%%'
+where a.roleid in ({_SCHEMA_ROLES}) and a.member in ({_SCHEMA_ROLES})
 order by 1, 2
 """
 
@@ -507,14 +514,15 @@ def _comment(kind: str, target: str, text: str | None) -> Iterator[str]:
 
 
 def _dump_roles(conn: psycopg.Connection) -> Iterator[str]:
-    yield "-- Roles (created by the migrations; cluster-wide, so a second database reuses them)"
+    yield "-- Roles (created by the migrations, granted the schema; cluster-wide, so a second"
+    yield "-- database on the server reuses them)"
     yield ""
-    for role in _rows(conn, _ROLES, {}):
+    for role in _rows(conn, _ROLES, {"schema": SCHEMA}):
         attributes = ["login" if role.login else "nologin"]
         attributes += ["inherit" if role.inherit else "noinherit"]
         attributes += [a for a in ("bypassrls", "createrole", "createdb") if getattr(role, a)]
         yield f"create role {_ident(role.name)} {' '.join(attributes)};"
-    for group, member in conn.execute(_MEMBERSHIPS):
+    for group, member in conn.execute(_MEMBERSHIPS, {"schema": SCHEMA}):
         yield f"grant {_ident(group)} to {_ident(member)};"
 
 

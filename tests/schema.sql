@@ -9,7 +9,8 @@
 -- shows as a changed line.
 -- Privileges the owning role holds are left out: the owner is whoever ran the migrations.
 
--- Roles (created by the migrations; cluster-wide, so a second database reuses them)
+-- Roles (created by the migrations, granted the schema; cluster-wide, so a second
+-- database on the server reuses them)
 
 create role ceaseless_listener nologin inherit;
 create role ceaseless_operator nologin inherit;
