@@ -9,7 +9,8 @@ its block; each block's own output goes to a file of its own.
 A block whose comments show an error (`-- ERROR:  message`, with `-- DETAIL:`, `-- HINT:`
 lines and a trailing `(CE422)` or `(SQLSTATE CE422)` as psql would print them) must raise
 exactly those errors, in order; `…` in the documented text stands for anything. Any other
-error fails the block. A shell block fails when bash exits non-zero. A block marked
+error fails the block. A shell block fails when bash exits non-zero, or when it shows a
+response (`# HTTP/1.1 202 Accepted`) that its output does not hold. A block marked
 `<!-- docs-test: check output -->` (`check output except COLUMN, …` for a column that differs on
 every run) must print the result tables its comments show: the same columns, and rows whose cells
 read as shown (`…` in a cell stands for anything).
@@ -388,6 +389,12 @@ class PageRun:
                     result.problems.append(
                         f"bash exited with {result.returncode}:\n{result.output[-3000:]}"
                     )
+                for status in re.findall(r"^#\s*(HTTP/1\.1 \d{3})", block.text, flags=re.M):
+                    if status not in result.output:
+                        result.problems.append(
+                            f"the page shows {status}, which curl did not print:\n"
+                            f"{result.output[-3000:]}"
+                        )
             expected = []
             if block.language == "sql":
                 shown = re.sub(r"^(ERROR|DETAIL|HINT):", r"-- \1:", block.shown_after, flags=re.M)

@@ -200,3 +200,18 @@ def test_shown_result_tables_are_compared_with_what_psql_printed() -> None:
     assert compare_tables(shown, printed_tables(""), set()) == [
         "no result with the columns ['state', 'outcome', 'took'] was printed"
     ]
+
+
+def test_a_shell_block_must_print_the_response_it_shows(db_url: str, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    page = read(
+        _page(
+            tmp_path,
+            "```sh\necho 'HTTP/1.1 401 Unauthorized'\n# HTTP/1.1 202 Accepted\n```\n\n"
+            "```sh\necho 'HTTP/1.1 202 Accepted'\n# HTTP/1.1 202 Accepted  {}\n```\n",
+        )
+    )
+    refused, accepted = PageRun(page, db_url, work).run(timeout=60)
+    assert refused.problems[0].startswith("the page shows HTTP/1.1 202, which curl did not print")
+    assert accepted.problems == []
