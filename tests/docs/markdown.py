@@ -107,6 +107,8 @@ def _parse_directive(body: str, line: int) -> Directive:
     kind = kind.strip()
     if kind not in _KINDS:
         raise ValueError(f"line {line}: unknown docs-test directive {kind!r} (known: {_KINDS})")
+    if not text.strip() and kind != "listener":
+        raise ValueError(f"line {line}: docs-test {kind} needs its text (not run: say why)")
     return Directive(kind, text.strip(), line)
 
 

@@ -62,6 +62,8 @@ def test_a_directive_above_no_block_is_stray_and_an_unknown_one_is_refused(tmp_p
     assert [d.kind for d in page.stray] == ["not run"]
     with pytest.raises(ValueError, match="unknown docs-test directive 'skip'"):
         read(_page(tmp_path, "<!-- docs-test: skip: why -->\n```sql\nselect 1;\n```\n"))
+    with pytest.raises(ValueError, match="not run: say why"):
+        read(_page(tmp_path, "<!-- docs-test: not run: -->\n```sql\nselect 1;\n```\n"))
 
 
 def test_documented_errors_are_read_with_their_continuations_details_and_sqlstate() -> None:
