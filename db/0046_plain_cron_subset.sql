@@ -8,7 +8,7 @@
 -- range, a * in a list, a day field naming every day next to a restricted
 -- other) are left as they are: croniter reads them as the gate did when they
 -- were stored, so they keep firing on the same slots. docs/cron.md shows the
--- query that lists them; an UPDATE of the row's schedule must fix it.
+-- query that lists them; a change of the row's configuration checks it again.
 
 set local search_path = ceaseless, pg_catalog, public;
 
