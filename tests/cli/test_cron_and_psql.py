@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -93,6 +96,41 @@ def test_cron_preview_on_a_database_not_migrated_says_to_migrate(empty_db_url: s
         "error: cron preview checks the schedule with the database's own rule, "
         "ceaseless.check_schedule, which this database lacks: run `ceaseless migrate`"
     )
+
+
+@pytest.mark.slow
+def test_cron_preview_uses_the_embedded_server_like_every_other_command() -> None:
+    # No DATABASE_URL: the embedded server is started on demand, as for `routine list`;
+    # until it is migrated, the preview says what to run. (A home PostgreSQL's own OS
+    # user can reach, as tests/cli/test_db_commands.py makes it.)
+    home = Path(tempfile.mkdtemp(prefix="ceaseless-cron-"))
+    home.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("PG")}
+    env.update(CEASELESS_HOME=str(home), PYTHONPATH=str(ROOT))
+
+    def ceaseless(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "listener", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    preview = ("cron", "preview", "0 9 * * 1-5", "-n", "1", "--after", "2026-12-04T10:00Z")
+    try:
+        before = ceaseless(*preview)
+        assert before.returncode == 1, before.stderr
+        assert "which this database lacks: run `ceaseless migrate`" in before.stderr
+        assert ceaseless("migrate").returncode == 0
+        after = ceaseless(*preview)
+        assert after.returncode == 0, after.stderr
+        assert after.stdout.splitlines() == [
+            "2026-12-07 09:00:00 UTC (Mon)   2026-12-07 09:00:00 UTC"
+        ]
+    finally:
+        ceaseless("db", "stop")
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_routine_show_lists_the_next_slots(db_url: str, conn: psycopg.Connection) -> None:
