@@ -136,7 +136,8 @@ comment on function _trim_blank(text) is
 -- into jobs and piped to agents. Far above any real use, and constants rather
 -- than settings: an operator has no reason to move them, and a cap read from a
 -- table could be deleted or raised by whoever it is meant to stop.
--- listener/cron.py mirrors the two schedule caps (a test compares them).
+-- The schedule caps are checked here only: the listener trusts a stored
+-- schedule (db/0045 disabled those stored before the caps).
 --
 -- Immutable: a call with a constant name (a trigger's WHEN clause) is
 -- evaluated once, when the expression is planned.

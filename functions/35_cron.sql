@@ -1,26 +1,30 @@
--- Cron schedules and time zones, checked where the rows are stored.
+-- Cron schedules and time zones: the one gate every stored schedule passes.
 --
--- Called by: the validation trigger of routines (functions/40_routine_validation.sql)
--- and of any other table that stores a schedule; never by users directly.
--- Guarantees: a schedule passes _cron_error exactly when the listener can
--- compute its next slot with croniter (listener/cron.py: validate, next_fire),
--- in the forms the spec allows (5 fields, 6 with seconds as the sixth, or a
--- macro). So a stored schedule always has a next slot, and a bad one is
--- refused at INSERT, naming the field and the rule, rather than found at
--- 3 a.m. by the listener. Refused on purpose though croniter reads them: seven
--- fields (croniter reads the seventh as a year; the spec allows 5 or 6), R
--- (random values), and day fields croniter would read against the documented
--- "either day-of-month or day-of-week" meaning or never fire on
--- (_cron_days_error). Every function here returns a message instead of
--- raising, for any input including NULL, so the caller decides the SQLSTATE
--- and names the column; nothing is locked or written.
+-- Called by: the validation triggers of routines and loops (_cron_error,
+-- _timezone_error, which name the column themselves), and by anyone who wants
+-- a schedule checked without storing it (check_schedule: `ceaseless cron
+-- preview`, psql).
+-- Guarantees: the language accepted here is a plain subset of croniter's, the
+-- library the listener computes slots with (listener/cron.py), and croniter
+-- reads every accepted schedule the way this file reads it (docs/cron.md): the
+-- same values in every field, the same days. Forms croniter reads in a way
+-- nobody would guess are refused with the reason and the plain way to write
+-- them: a reversed range (croniter wraps it), an equal range (croniter reads
+-- the whole field), a * inside a list, a day field written to name every day
+-- next to a restricted other day field, and day fields croniter would read
+-- against the "either day-of-month or day-of-week" meaning or never fire on.
+-- Refused too though croniter reads them: seven fields (a year; the spec
+-- allows 5 or 6), R (random values), and schedules past the caps on length
+-- and list items. So a stored schedule always has a next slot in UTC, and a
+-- bad one is refused at INSERT, naming the field and the rule, rather than
+-- found at 3 a.m. by the listener. Every function but check_schedule returns
+-- a message instead of raising, for any input including NULL, so the caller
+-- decides the SQLSTATE and names the column; nothing is locked or written.
 --
--- The rules follow croniter 7 (croniter.expand and its search for the next
--- slot), quirks included, since agreeing with the listener matters more than
--- agreeing with other crons: docs/cron.md lists them; pyproject.toml pins
--- croniter to that major version; tests/sql/test_cron_differential.py checks
--- on generated expressions that this validator accepts exactly what the
--- listener can compute.
+-- pyproject.toml pins croniter to one version: upgrading it means running
+-- tests/sql/test_cron_differential.py, which checks on thousands of generated
+-- schedules that croniter accepts everything this gate accepts and computes
+-- the slots the gate's reading gives.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
@@ -64,52 +68,50 @@ $$;
 comment on function _cron_value(text, integer) is
     'The number a cron token means in field p_position (digits, JAN-DEC, SUN-SAT), else NULL.';
 
--- The values a range a-b/n expands to in a field bounded by p_min..p_max, the
--- way croniter expands it: an equal range written as one ("mon-mon", "5-5") is
--- the whole field, "a/n" whose start is the field's maximum is that value
--- alone, and a reversed range wraps past the maximum, carrying its step across
--- the wrap.
-create or replace function _cron_range(
-    p_low integer, p_high integer, p_step integer, p_from_start boolean,
-    p_min integer, p_max integer
-)
-returns integer[]
-language plpgsql immutable strict
+-- p_value written the way p_like is: digits when p_like is a number, else the
+-- month or day name in p_like's case (JAN, Jan or jan). Used to suggest a
+-- rewrite in the user's own notation ("fri-sat,sun-mon" for "fri-mon").
+-- translate, not upper(): a Turkish collation upper-cases i to a dotted I.
+create or replace function _cron_token(p_value integer, p_position integer, p_like text)
+returns text
+language sql immutable
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-declare
-    -- The last value before the wrap, in a reversed range.
-    v_last constant integer := p_low + ((p_max - p_low) / p_step) * p_step;
-begin
-    if p_low = p_high and p_from_start then
-        return array[p_low];
-    elsif p_low = p_high then
-        return array(select generate_series(p_min, p_max, p_step));
-    elsif p_low < p_high then
-        return array(select generate_series(p_low, p_high, p_step));
-    end if;
-    -- croniter restarts after the wrap at the field's minimum, shifted by what
-    -- the step had left when it passed the maximum, but only when the step
-    -- overshot the maximum by more than one.
-    return array(select generate_series(p_low, p_max, p_step))
-           || array(select generate_series(
-                  p_min + case when v_last + p_step > p_max + 1
-                               then p_step - (p_max - v_last) else 0 end,
-                  p_high, p_step));
-end;
+    select case
+        when p_like ~ '^[a-z]+$' then n.name
+        when p_like ~ '^[A-Z]+$' then translate(n.name, 'abcdefghijklmnopqrstuvwxyz',
+                                                'ABCDEFGHIJKLMNOPQRSTUVWXYZ')
+        when p_like ~ '^[A-Z][a-z]+$' then translate(left(n.name, 1), 'abcdefghijklmnopqrstuvwxyz',
+                                                     'ABCDEFGHIJKLMNOPQRSTUVWXYZ')
+                                           || substr(n.name, 2)
+        else p_value::text
+    end
+    from (select case p_position
+                     when 3 then (array['jan', 'feb', 'mar', 'apr', 'may', 'jun', 'jul', 'aug',
+                                        'sep', 'oct', 'nov', 'dec'])[p_value]
+                     when 4 then (array['sun', 'mon', 'tue', 'wed', 'thu', 'fri',
+                                        'sat'])[p_value + 1]
+                 end) as n(name);
 $$;
 
-comment on function _cron_range(integer, integer, integer, boolean, integer, integer) is
-    'The values a cron range a-b/n expands to within p_min..p_max, wrapping as croniter does.';
+comment on function _cron_token(integer, integer, text) is
+    'A cron value written the way p_like is (a number, or a month or day name in its case).';
 
--- One field of a 5/6-field schedule read the way croniter reads it: `error` says
--- why it is not a valid croniter field (NULL when it is), and `field_values`
--- lists the values it names (day-of-week 0-6, Sunday 0), or is NULL when it
--- names every value (* or ?, alone or in a list). Day-of-month L (the last day)
--- and W (the nearest weekday) name no fixed day, so they add no value.
--- p_field is the field as written (its case is kept for the message);
--- p_position is 0 minute, 1 hour, 2 day-of-month, 3 month, 4 day-of-week,
--- 5 second.
+-- One field of a 5/6-field schedule: `error` says why it is refused (NULL when
+-- it is accepted), and `field_values` lists the values it names (day-of-week
+-- 0-6, Sunday 0), or is NULL when it names every value (* or ?, or a list
+-- with * in it, which _cron_error refuses). Day-of-month L (the last day) and
+-- W (the nearest weekday) name no fixed day, so they add no value; an nth
+-- weekday (5#2, L5) adds its day of the week. p_field is the field as written
+-- (its case is kept for the message); p_position is 0 minute, 1 hour,
+-- 2 day-of-month, 3 month, 4 day-of-week, 5 second.
+--
+-- Every form accepted here means what it says, and croniter reads it so:
+-- a value, a range a-b with a < b, a step */n, a-b/n or a/n (a, a+n, … up to
+-- the field's end), a list of those; 7 is Sunday in day-of-week, so 5-7 is
+-- Friday to Sunday. Refused though croniter reads them: a reversed range
+-- (croniter wraps it past the field's end, its step carried across the wrap
+-- in its own way) and an equal range (croniter reads "5-5" as every value).
 create or replace function _cron_field(
     p_field text, p_position integer, out error text, out field_values integer[]
 )
@@ -121,9 +123,9 @@ declare
                                    'second'])[p_position + 1];
     v_min constant integer := (array[0, 0, 1, 1, 0, 0])[p_position + 1];
     v_max constant integer := (array[59, 23, 31, 12, 6, 59])[p_position + 1];
-    -- 7 is Sunday too, so say 0-7 where the user may have written 7.
-    v_bounds constant text := case when p_position = 4 then '0-7'
-                                   else format('%s-%s', v_min, v_max) end;
+    -- The largest number that may be written: 7 is Sunday too, as 0 is.
+    v_top constant integer := case when p_position = 4 then 7 else v_max end;
+    v_bounds constant text := format('%s-%s', v_min, v_top);
     v_words constant text := case p_position
                                  when 2 then 'a number 1-31 or L'
                                  when 3 then 'a number or a month name (JAN-DEC)'
@@ -135,9 +137,14 @@ declare
     v_where text;
     v_item text;
     v_item_shown text;
+    -- The item as written, without an nth weekday's L or #n.
+    v_text text;
     v_match text[];
     v_nth boolean;
-    v_from_start boolean;
+    v_a text;
+    v_b text;
+    v_a_lower text;
+    v_b_lower text;
     v_low integer;
     v_high integer;
     v_step integer;
@@ -183,7 +190,7 @@ begin
         v_where := case when cardinality(v_items) = 1 then format('%s field "%s"', v_name, p_field)
                         else format('%s field "%s": "%s"', v_name, p_field, v_item_shown) end;
         v_nth := false;
-        v_from_start := false;
+        v_text := v_item_shown;
 
         if v_item = '' then
             error := format('%s field "%s" has an empty list item', v_name, p_field);
@@ -214,6 +221,7 @@ begin
             if v_item ~ '^l[0-9]+$' then
                 v_nth := true;
                 v_item := substr(v_item, 2);
+                v_text := substr(v_text, 2);
             elsif strpos(v_item, '#') > 0 then
                 v_match := regexp_match(v_item, '^([a-z0-9_]+|[a-z]+-[a-z]+)#([0-9]+)$');
                 if v_match is null then
@@ -226,82 +234,129 @@ begin
                 end if;
                 v_nth := true;
                 v_item := v_match[1];
+                v_text := split_part(v_text, '#', 1);
             end if;
         end if;
 
-        -- Ranges and steps: a-b, a-b/n, */n, and a/n (read as a-<max>/n).
-        v_match := regexp_match(
-            regexp_replace(v_item, '^\*(/.+)$', format('%s-%s\1', v_min, v_max)),
-            '^([^-]+)-([^-/]+)(/([0-9]+))?$');
-        if v_match is null then
-            v_match := regexp_match(v_item, '^(.+)/(.+)$');
-            if v_match is not null then
-                v_match := regexp_match(format('%s-%s/%s', v_match[1], v_max, v_match[2]),
-                                        '^([^-]+)-([^-/]+)(/([0-9]+))?$');
-                v_from_start := v_match is not null;
-            end if;
-            if v_match is null and strpos(v_item, '/') > 0 then
-                error := format('%s is not a valid step (write */n, a-b/n or a/n)', v_where);
-                return;
-            end if;
+        if v_item = '*' then
+            -- Every value; alone it is the whole field, and in a list
+            -- _cron_error refuses it (after the rules below, whose messages
+            -- say more).
+            v_every := true;
+            v_has_plain := true;
+            continue;
+        end if;
+
+        -- */n, a/n, a-b/n and a-b, split as written (in the user's case, for
+        -- the messages).
+        v_match := regexp_match(v_text,
+                                '^([^-/]+)(-([^-/]+))?/([0-9]+)$|^([^-/]+)-([^-/]+)$');
+        if v_match is null and strpos(v_item, '/') > 0 then
+            error := format('%s is not a valid step (write */n, a-b/n or a/n)', v_where);
+            return;
         end if;
 
         if v_match is not null then
-            if p_position = 2 and v_match[1] = 'l' then
-                error := format('%s: L can end a range, not start one', v_where);
-                return;
-            end if;
-            v_low := _cron_value(v_match[1], p_position);
-            -- L ends a day-of-month range at the 31st, as croniter reads it.
-            v_high := case when p_position = 2 and v_match[2] = 'l' then 31
-                           else _cron_value(v_match[2], p_position) end;
+            v_a := coalesce(v_match[1], v_match[5]);
+            v_b := coalesce(v_match[3], v_match[6]);
+            v_a_lower := translate(v_a, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz');
+            v_b_lower := translate(v_b, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz');
             v_step := _cron_number(coalesce(v_match[4], '1'));
-            if v_low is null or v_high is null then
-                error := format('%s: "%s" is not %s', v_where,
-                                case when v_low is null then v_match[1] else v_match[2] end,
-                                v_words);
-                return;
-            elsif v_step = 0 then
+            if v_a = '*' and v_b is null then
+                -- */n: from the field's first value, every n-th.
+                v_low := v_min;
+                v_high := v_max;
+            else
+                if v_a_lower = 'l' and p_position = 2 then
+                    error := format('%s: L can end a range, not start one', v_where);
+                    return;
+                end if;
+                v_low := _cron_value(v_a_lower, p_position);
+                -- a/n runs to the field's end; L ends a day-of-month range at
+                -- the 31st (days a month lacks are never reached), as croniter
+                -- reads both.
+                v_high := case when v_b is null then v_max
+                               when p_position = 2 and v_b_lower = 'l' then 31
+                               else _cron_value(v_b_lower, p_position) end;
+                if v_low is null or v_high is null then
+                    error := format('%s: "%s" is not %s', v_where,
+                                    case when v_low is null then v_a else v_b end, v_words);
+                    return;
+                end if;
+            end if;
+            if v_step = 0 then
                 error := format('%s: a step must be 1 or more', v_where);
                 return;
-            end if;
-            if p_position = 4 then
-                v_low := case when v_low = 7 then 0 else v_low end;
-                v_high := case when v_high = 7 then 0 else v_high end;
-            end if;
-            -- croniter checks the upper bound of both ends, then every value the
-            -- range yields: a reversed range wraps and never yields a value below
-            -- the field's minimum, an equal one is the whole field, so only a
-            -- forward range can start too low (0-5 as days of the month).
-            if greatest(v_low, v_high) > v_max or (v_low < v_high and v_low < v_min) then
+            elsif v_low not between v_min and v_top or v_high not between v_min and v_top then
                 error := format('%s is out of range %s', v_where, v_bounds);
                 return;
             end if;
-            v_values := _cron_range(v_low, v_high, v_step, v_from_start, v_min, v_max);
+            if v_b is not null then
+                -- Prevents "7-1" read as Sunday to Monday: 7 is Sunday, but
+                -- only at the end of a range does it come after Saturday.
+                if p_position = 4 and v_low = 7 then
+                    error := format('%s: a range cannot start at 7: write 0 (or SUN) for Sunday',
+                                    v_where);
+                    return;
+                end if;
+                -- Prevents "5-5" read as every minute: croniter widens an
+                -- equal range to the whole field.
+                if v_low = v_high then
+                    error := format('%s: a range needs two different ends%s: write %s (croniter '
+                                    'reads an equal range as the whole field)', v_where,
+                                    case when v_b_lower = 'l' then ' (L ends a range at 31)'
+                                         else '' end,
+                                    case when v_nth then format('%s#%s for that day alone', v_a,
+                                                                split_part(v_item_shown, '#', 2))
+                                         else format('%s for that value alone, or * for every '
+                                                     'value', v_a) end);
+                    return;
+                end if;
+                -- Prevents "22-2" read in a way the text does not say:
+                -- croniter wraps a reversed range past the field's end, and
+                -- carries a step across the wrap by a rule of its own
+                -- ("4-1/3" in the month field is April, July, October and
+                -- January).
+                if v_low > v_high then
+                    error := format(
+                        '%s: a range must run upwards, and %s comes after %s: to wrap past the '
+                        'end of the field, write two ranges%s', v_where, v_a, v_b,
+                        -- No example where it would not do: with a step (its phase
+                        -- restarts) or an nth weekday (# takes a single range).
+                        case when v_match[4] is not null or v_nth then ''
+                             else format(' (%s,%s)',
+                                         case when v_low = v_max then v_a
+                                              else v_a || '-' || _cron_token(v_max, p_position, v_a)
+                                         end,
+                                         case when v_high = v_min then v_b
+                                              else _cron_token(v_min, p_position, v_b) || '-' || v_b
+                                         end)
+                        end);
+                    return;
+                end if;
+            elsif p_position = 4 and v_low = 7 then
+                v_low := 0;  -- 7/n: from Sunday
+            end if;
+            -- Day-of-week 7 is Sunday, 0: "5-7" is Friday, Saturday, Sunday.
+            v_values := array(select case when v = 7 and p_position = 4 then 0 else v end
+                              from generate_series(v_low, v_high, v_step) v);
         else
             if left(v_item, 1) = '-' then
                 error := format('%s: negative numbers are not allowed', v_where);
                 return;
-            elsif v_item = '*' then
-                v_every := true;
-                v_values := '{}';
             elsif p_position = 2 and v_item = 'l' then
                 continue;
-            else
-                v_low := _cron_value(v_item, p_position);
-                if v_low is null then
-                    error := format('%s is not %s', v_where, v_words);
-                    return;
-                end if;
-                if p_position = 4 and v_low = 7 then
-                    v_low := 0;
-                end if;
-                if v_low not between v_min and v_max then
-                    error := format('%s is out of range %s', v_where, v_bounds);
-                    return;
-                end if;
-                v_values := array[v_low];
             end if;
+            v_low := _cron_value(v_item, p_position);
+            if v_low is null then
+                error := format('%s is not %s', v_where, v_words);
+                return;
+            end if;
+            if v_low not between v_min and v_top then
+                error := format('%s is out of range %s', v_where, v_bounds);
+                return;
+            end if;
+            v_values := array[case when v_low = 7 and p_position = 4 then 0 else v_low end];
         end if;
 
         -- Grown only by values not seen yet, so a list of thousands of items
@@ -329,18 +384,20 @@ end;
 $$;
 
 comment on function _cron_field(text, integer) is
-    'One cron field (0 minute .. 4 day-of-week, 5 second) read as croniter reads it: why it is '
-    'not valid (error), else the values it names (field_values).';
+    'One cron field (0 minute .. 4 day-of-week, 5 second): why it is refused (error), else the '
+    'values it names (field_values; NULL for every value).';
 
 -- Why the day fields of a schedule whose fields are each valid cannot be used
--- together, or NULL. croniter reads day-of-month and day-of-week with "either"
--- semantics only for plain values; next to W or an nth weekday it silently
--- drops one of them, or finds no slot at all, so those pairs are refused here
--- instead of firing on the wrong days or being disabled later by the listener.
--- p_days and p_months are the field_values of _cron_field (NULL: every value).
+-- together, or NULL. When both day fields are restricted a day matches if
+-- either matches (docs/cron.md); croniter reads them so only for plain values
+-- written plainly. Next to W or an nth weekday it silently drops one of them,
+-- or finds no slot at all, and a day field that names every day reads as *
+-- or as a restriction depending on how the other is written; those pairs are
+-- refused here instead of firing on the wrong days. p_days, p_months and
+-- p_weekdays are the field_values of _cron_field (NULL: every value).
 create or replace function _cron_days_error(
     p_day_of_month text, p_month text, p_day_of_week text,
-    p_days integer[], p_months integer[]
+    p_days integer[], p_months integer[], p_weekdays integer[]
 )
 returns text
 language plpgsql immutable
@@ -377,6 +434,25 @@ begin
                       p_day_of_month, p_day_of_week);
     end if;
 
+    -- Prevents a day field that names every day, written otherwise than *,
+    -- next to a restricted other day field: croniter reads it as * when the
+    -- other field's text holds a * ("0 0 1-31 * */2" fires on Sundays,
+    -- Tuesdays, Thursdays and Saturdays only) and as "any day" otherwise
+    -- ("0 0 1-31 * 0,2,4,6" fires every day). Written as *, it means one thing.
+    if p_days is not null and p_weekdays is not null then
+        if (select count(distinct v) from unnest(p_days) v) = 31 then
+            return format('day-of-month field "%s" names every day: write * (next to a '
+                          'restricted day-of-week, here "%s", croniter reads such a field as * '
+                          'or as every day depending on how day-of-week is written)',
+                          p_day_of_month, p_day_of_week);
+        elsif (select count(distinct v) from unnest(p_weekdays) v) = 7 then
+            return format('day-of-week field "%s" names every day: write * (next to a '
+                          'restricted day-of-month, here "%s", croniter reads such a field as * '
+                          'or as every day depending on how day-of-month is written)',
+                          p_day_of_week, p_day_of_month);
+        end if;
+    end if;
+
     -- Prevents a day-of-month that never comes in its months ("0 0 30 2 *",
     -- "0 0 31 4,6 *"): croniter finds no slot and the listener disables the
     -- routine; next to a restricted day-of-week croniter would fire on that day
@@ -399,13 +475,16 @@ begin
 end;
 $$;
 
-comment on function _cron_days_error(text, text, text, integer[], integer[]) is
+comment on function _cron_days_error(text, text, text, integer[], integer[], integer[]) is
     'Why valid day-of-month, month and day-of-week fields cannot be used together (nth weekday '
-    'or W next to a restricted other day field, a day its months never have), or NULL.';
+    'or W next to a restricted other day field, a day field naming every day next to a '
+    'restricted other, a day its months never have), or NULL.';
 
--- Why p_expression is not a schedule croniter can compute in the forms the spec
--- allows (5 fields, 6 with seconds sixth, a macro), or NULL when it is: each
--- field on its own (_cron_field), then the day fields together (_cron_days_error).
+-- Why p_expression is not a schedule of the accepted language (5 fields, 6
+-- with seconds sixth, or a macro; the plain subset of croniter's that the
+-- file header describes), or NULL when it is: each field on its own
+-- (_cron_field), then the day fields together (_cron_days_error), then a *
+-- inside a list.
 create or replace function _cron_error(p_expression text)
 returns text
 language plpgsql immutable
@@ -417,6 +496,8 @@ declare
     v_parsed record;
     v_days integer[];
     v_months integer[];
+    v_weekdays integer[];
+    v_error text;
 begin
     if p_expression is null then
         return 'schedule is missing';
@@ -483,9 +564,29 @@ begin
             v_days := v_parsed.field_values;
         elsif i = 4 then
             v_months := v_parsed.field_values;
+        elsif i = 5 then
+            v_weekdays := v_parsed.field_values;
         end if;
     end loop;
-    return _cron_days_error(v_fields[3], v_fields[4], v_fields[5], v_days, v_months);
+    v_error := _cron_days_error(v_fields[3], v_fields[4], v_fields[5], v_days, v_months,
+                                v_weekdays);
+    if v_error is not null then
+        return v_error;
+    end if;
+
+    -- Prevents "1,*,15" read as *: croniter lets a * in a list stand for the
+    -- whole field, and a day field holding one is then no restriction at all
+    -- ("0 0 1,*,15 * mon" fires on Mondays only). Checked last: the rules
+    -- above say more about the lists they refuse ("*,1#2").
+    for i in 1 .. v_count loop
+        if v_fields[i] ~ '(^|,)\*(,|$)' and v_fields[i] <> '*' then
+            return format('%s field "%s": * must stand alone (a list with * in it names every '
+                          'value: write *)',
+                          (array['minute', 'hour', 'day-of-month', 'month', 'day-of-week',
+                                 'second'])[i], v_fields[i]);
+        end if;
+    end loop;
+    return null;
 exception when others then
     -- A validator that raised would replace the field-naming error the caller
     -- builds with an opaque one; refuse the schedule with the reason instead.
@@ -494,9 +595,9 @@ end;
 $$;
 
 comment on function _cron_error(text) is
-    'NULL when p_expression is a schedule the listener can compute with croniter (5 fields, 6 with '
-    'seconds sixth, or a macro), else why not, naming the field, the value and the rule; never '
-    'raises.';
+    'NULL when p_expression is a schedule of the accepted language (5 fields, 6 with seconds '
+    'sixth, or a macro; a plain subset of croniter''s), else why not, naming the field, the value '
+    'and the rule; never raises.';
 
 -- Why p_timezone is not a time zone the listener can compute slots in, or NULL.
 -- The name must be listed by the server exactly (zoneinfo, which the listener
@@ -530,3 +631,32 @@ $$;
 comment on function _timezone_error(text) is
     'NULL when p_timezone is an IANA time zone name the server knows (exact case), else why not; '
     'never raises.';
+
+-- Is p_schedule a schedule a routine or a loop may store, read in p_timezone
+-- (NULL: UTC, as they default to)? Returns nothing when it is; raises CE422
+-- naming the field (schedule or timezone), the rule and the value when it is
+-- not, the same rule the validation triggers apply. For whoever wants the
+-- answer before storing anything: `ceaseless cron preview`, psql.
+--
+-- Raises: CE422 an invalid schedule or time zone.
+create or replace function check_schedule(p_schedule text, p_timezone text default 'UTC')
+returns void
+language plpgsql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_error text := _cron_error(p_schedule);
+begin
+    if v_error is not null then
+        perform _invalid_value('schedule', v_error, to_jsonb(p_schedule));
+    end if;
+    v_error := _timezone_error(coalesce(p_timezone, 'UTC'));
+    if v_error is not null then
+        perform _invalid_value('timezone', v_error, to_jsonb(p_timezone));
+    end if;
+end;
+$$;
+
+comment on function check_schedule(text, text) is
+    'Check a cron schedule and time zone as routines and loops are checked (NULL time zone: '
+    'UTC); raises CE422 naming the field, the rule and the value, returns nothing when valid.';

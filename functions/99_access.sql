@@ -93,6 +93,7 @@ grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_con
 -- cancel and retry, firing by id) is refused with permission denied.
 grant execute on function
     run_routine(uuid, timestamptz),
+    check_schedule(text, text),
     cancel_job(uuid, timestamptz),
     retry_job(uuid, timestamptz),
     _input_cap(text),
@@ -110,6 +111,8 @@ grant execute on function
 alter function _tg_job_insert() security definer;
 alter function _tg_job_update() security definer;
 alter function _tg_routines_validate() security definer;
+-- It reads the time zone names, a table users may not read themselves.
+alter function check_schedule(text, text) security definer;
 alter function _tg_routines_changed() security definer;
 alter function _tg_events_fire() security definer;
 alter function _tg_routines_quiet_checks() security definer;

@@ -15,7 +15,7 @@ croniter rejects is disabled with its error recorded and never stops the others;
 croniter runs in a worker thread, a batch per call, never on the event loop, so
 computing slots cannot delay lease heartbeats or the webhook ingress (its cost
 per schedule is bounded by the caps on a schedule's length and list items,
-checked in SQL and again by cron.validate).
+checked in SQL when the row is stored).
 """
 
 from __future__ import annotations

@@ -1526,31 +1526,31 @@ create function ceaseless._count_running(p_delta integer)
 comment on function ceaseless._count_running(p_delta integer) is 'Move the running routine_runs count by p_delta in a shard no other transaction holds.';
 grant execute on function ceaseless._count_running(p_delta integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/35_cron.sql, body md5 68591a767b1a28bd81531314a060888d
-create function ceaseless._cron_days_error(p_day_of_month text, p_month text, p_day_of_week text, p_days integer[], p_months integer[])
+-- functions/35_cron.sql, body md5 a224d5565a5114c9ef81aafe88005538
+create function ceaseless._cron_days_error(p_day_of_month text, p_month text, p_day_of_week text, p_days integer[], p_months integer[], p_weekdays integer[])
     returns text
     language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._cron_days_error(p_day_of_month text, p_month text, p_day_of_week text, p_days integer[], p_months integer[]) is 'Why valid day-of-month, month and day-of-week fields cannot be used together (nth weekday or W next to a restricted other day field, a day its months never have), or NULL.';
-grant execute on function ceaseless._cron_days_error(p_day_of_month text, p_month text, p_day_of_week text, p_days integer[], p_months integer[]) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._cron_days_error(p_day_of_month text, p_month text, p_day_of_week text, p_days integer[], p_months integer[], p_weekdays integer[]) is 'Why valid day-of-month, month and day-of-week fields cannot be used together (nth weekday or W next to a restricted other day field, a day field naming every day next to a restricted other, a day its months never have), or NULL.';
+grant execute on function ceaseless._cron_days_error(p_day_of_month text, p_month text, p_day_of_week text, p_days integer[], p_months integer[], p_weekdays integer[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/35_cron.sql, body md5 783d751057054cc7df67006566c10381
+-- functions/35_cron.sql, body md5 c575cce2ac71d7c9d6c61a38fbf30557
 create function ceaseless._cron_error(p_expression text)
     returns text
     language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._cron_error(p_expression text) is 'NULL when p_expression is a schedule the listener can compute with croniter (5 fields, 6 with seconds sixth, or a macro), else why not, naming the field, the value and the rule; never raises.';
+comment on function ceaseless._cron_error(p_expression text) is 'NULL when p_expression is a schedule of the accepted language (5 fields, 6 with seconds sixth, or a macro; a plain subset of croniter''s), else why not, naming the field, the value and the rule; never raises.';
 grant execute on function ceaseless._cron_error(p_expression text) to ceaseless_listener, ceaseless_operator;
 
--- functions/35_cron.sql, body md5 56cda962804b031b0bb4c7aad5f1c06d
+-- functions/35_cron.sql, body md5 6fc1111056eb14d6e94c6c1bcafee46a
 create function ceaseless._cron_field(p_field text, p_position integer, OUT error text, OUT field_values integer[])
     returns record
     language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._cron_field(p_field text, p_position integer, OUT error text, OUT field_values integer[]) is 'One cron field (0 minute .. 4 day-of-week, 5 second) read as croniter reads it: why it is not valid (error), else the values it names (field_values).';
+comment on function ceaseless._cron_field(p_field text, p_position integer, OUT error text, OUT field_values integer[]) is 'One cron field (0 minute .. 4 day-of-week, 5 second): why it is refused (error), else the values it names (field_values; NULL for every value).';
 grant execute on function ceaseless._cron_field(p_field text, p_position integer, OUT error text, OUT field_values integer[]) to ceaseless_listener, ceaseless_operator;
 
 -- functions/35_cron.sql, body md5 74d4bcc9fb3817d077ce40fc54855225
@@ -1563,15 +1563,14 @@ create function ceaseless._cron_number(p_digits text)
 comment on function ceaseless._cron_number(p_digits text) is 'A run of ASCII digits as an integer, capped at 1e9 so huge cron numbers compare as too big.';
 grant execute on function ceaseless._cron_number(p_digits text) to ceaseless_listener, ceaseless_operator;
 
--- functions/35_cron.sql, body md5 bc8a809bf7624223820d7606f05c1281
-create function ceaseless._cron_range(p_low integer, p_high integer, p_step integer, p_from_start boolean, p_min integer, p_max integer)
-    returns integer[]
-    language plpgsql
+-- functions/35_cron.sql, body md5 87e40c84ac4b354778fdb81c18a2180a
+create function ceaseless._cron_token(p_value integer, p_position integer, p_like text)
+    returns text
+    language sql
     immutable
-    strict
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._cron_range(p_low integer, p_high integer, p_step integer, p_from_start boolean, p_min integer, p_max integer) is 'The values a cron range a-b/n expands to within p_min..p_max, wrapping as croniter does.';
-grant execute on function ceaseless._cron_range(p_low integer, p_high integer, p_step integer, p_from_start boolean, p_min integer, p_max integer) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._cron_token(p_value integer, p_position integer, p_like text) is 'A cron value written the way p_like is (a number, or a month or day name in its case).';
+grant execute on function ceaseless._cron_token(p_value integer, p_position integer, p_like text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/35_cron.sql, body md5 3a240a77bdea54ba5795b9d78fb41fc0
 create function ceaseless._cron_value(p_token text, p_position integer)
@@ -3134,6 +3133,16 @@ create function ceaseless.cancel_topology_run(p_run_id uuid, p_now timestamp wit
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless.cancel_topology_run(p_run_id uuid, p_now timestamp with time zone) is 'Cancel a live topology run: unfinished nodes and live jobs cancelled (running agents stopped), open approvals left undecided. Raises CE404 (unknown) or CE409 (already ended).';
 grant execute on function ceaseless.cancel_topology_run(p_run_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
+-- functions/35_cron.sql, body md5 46a4ac981003599ed884c93a946abd61
+create function ceaseless.check_schedule(p_schedule text, p_timezone text DEFAULT 'UTC'::text)
+    returns void
+    language plpgsql
+    stable
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.check_schedule(p_schedule text, p_timezone text) is 'Check a cron schedule and time zone as routines and loops are checked (NULL time zone: UTC); raises CE422 naming the field, the rule and the value, returns nothing when valid.';
+grant execute on function ceaseless.check_schedule(p_schedule text, p_timezone text) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/74_forge_children.sql, body md5 3df29a6273499be7e5e4b8ab9da554ba
 create function ceaseless.child_issue_failed(p_id uuid, p_error text, p_now timestamp with time zone DEFAULT now())

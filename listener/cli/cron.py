@@ -1,9 +1,14 @@
 """`ceaseless cron preview`: the next slots of a schedule, as the listener will fire them.
 
-The slots come from listener/cron.py, the scheduler's own code over croniter (the one
-authority on cron times), with its daylight-saving rules: a wall-clock time that does not
-exist is skipped, a repeated one fires once. So what this prints is what `next_fire_at`
-will hold, slot after slot.
+The schedule and time zone are checked by the database (check_schedule, the rule a
+routine's or loop's INSERT applies), so the preview refuses exactly what storing the
+schedule would, with the same message. The slots then come from listener/cron.py, the
+scheduler's own code over croniter (the one authority on cron times), with its
+daylight-saving rules: a wall-clock time that does not exist is skipped, a repeated one
+fires once. So what this prints is what `next_fire_at` will hold, slot after slot.
+
+Guarantees: nothing is written; without a database (none answers, or it lacks the
+check) the command fails in one line saying what to do, and computes nothing.
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ from datetime import UTC, datetime
 from typing import Annotated
 from zoneinfo import ZoneInfo
 
+import psycopg
 import typer
 
-from listener import cron
-from listener.cli.common import Output, OutputOpt, collecting, emitting, fail, table
+from listener import cron, db
+from listener.cli.common import Output, OutputOpt, collecting, emitting, fail, table, url
+from listener.queries import cron as queries
 
 app = typer.Typer(
     help="Cron schedules: preview the slots a schedule fires at.", no_args_is_help=True
@@ -30,6 +37,29 @@ def upcoming(schedule: str, timezone: str, count: int, after: datetime) -> list[
         moment = cron.next_fire(schedule, timezone, moment)
         slots.append(moment)
     return slots
+
+
+def check(schedule: str, timezone: str) -> None:
+    """Return when the database would store `schedule` read in `timezone`; else fail, saying why."""
+    try:
+        conn = db.connect(url(), application_name="ceaseless cli")
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise fail(
+            "cron preview checks the schedule with the database's own rule, and could not "
+            f"connect ({reason}): start the database (`ceaseless db start`) or point "
+            "DATABASE_URL at one"
+        ) from None
+    with conn:
+        try:
+            conn.execute(queries.CHECK_SCHEDULE, (schedule, timezone))
+        except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
+            raise fail(
+                "cron preview checks the schedule with the database's own rule, "
+                "ceaseless.check_schedule, which this database lacks: run `ceaseless migrate`"
+            ) from None
+        except psycopg.Error as exc:
+            raise fail(exc.diag.message_primary or str(exc)) from None
 
 
 def print_slots(slots: list[datetime], timezone: str) -> None:
@@ -78,10 +108,13 @@ def cron_preview(
         start = datetime.fromisoformat(after) if after else datetime.now(UTC)
         if start.tzinfo is None:
             raise ValueError("it has no UTC offset")
-        slots = upcoming(schedule, tz, count, start)
-    except cron.CronError as exc:
-        raise fail(f"schedule: {exc}") from None
     except ValueError as exc:
         raise fail(f"--after: {after!r} is not an ISO 8601 moment with an offset ({exc})") from None
+    check(schedule, tz)
+    try:
+        slots = upcoming(schedule, tz, count, start)
+    except cron.CronError as exc:
+        # Only a time zone can do this to a valid schedule: every slot in a DST gap.
+        raise fail(f"schedule: {exc}") from None
     with emitting(output):
         print_slots(slots, tz)

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import psycopg
+import pytest
 
 from tests.e2e.support import ROOT, run_cli
 
@@ -47,6 +51,86 @@ def test_cron_preview_errors_are_one_line_naming_what_is_wrong(db_url: str) -> N
         result = run_cli(db_url, "cron", "preview", *args)
         assert result.returncode == 1 and expected in result.stderr, result.stderr
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_cron_preview_refuses_what_storing_the_schedule_would_refuse(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    # The database's rule, not a copy of it: a reversed range croniter would wrap.
+    result = run_cli(db_url, "cron", "preview", "0 22-2 * * *")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.strip() == (
+        'error: schedule: hour field "22-2": a range must run upwards, and 22 comes after 2: '
+        "to wrap past the end of the field, write two ranges (22-23,0-2); "
+        'got "0 22-2 * * *"'
+    )
+    conn.execute("insert into ceaseless.agents (name, adapter) values ('noop', 'noop')")
+    with pytest.raises(psycopg.Error) as error:
+        conn.execute(
+            "insert into ceaseless.routines (name, agent, trigger_type, trigger_config, "
+            "action_type, action_config) values ('late', 'noop', 'cron', %s, 'lightweight', %s)",
+            (json.dumps({"schedule": "0 22-2 * * *"}), json.dumps({"prompt": "check"})),
+        )
+    rule = result.stderr.strip().removeprefix("error: schedule: ")
+    assert error.value.diag.message_primary == f"routines.trigger_config.schedule: {rule}"
+
+
+def test_cron_preview_without_a_database_says_it_needs_one(db_url: str) -> None:
+    closed = "postgresql://nobody@127.0.0.1:1/ceaseless"
+    result = run_cli(closed, "cron", "preview", "@daily", "--after", "2026-12-01T00:00Z")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith(
+        "error: cron preview checks the schedule with the database's own rule, and could not "
+        "connect ("
+    )
+    assert "start the database (`ceaseless db start`) or point DATABASE_URL at one" in (
+        result.stderr
+    )
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_cron_preview_on_a_database_not_migrated_says_to_migrate(empty_db_url: str) -> None:
+    result = run_cli(empty_db_url, "cron", "preview", "@daily")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.strip() == (
+        "error: cron preview checks the schedule with the database's own rule, "
+        "ceaseless.check_schedule, which this database lacks: run `ceaseless migrate`"
+    )
+
+
+@pytest.mark.slow
+def test_cron_preview_uses_the_embedded_server_like_every_other_command() -> None:
+    # No DATABASE_URL: the embedded server is started on demand, as for `routine list`;
+    # until it is migrated, the preview says what to run. (A home PostgreSQL's own OS
+    # user can reach, as tests/cli/test_db_commands.py makes it.)
+    home = Path(tempfile.mkdtemp(prefix="ceaseless-cron-"))
+    home.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("PG")}
+    env.update(CEASELESS_HOME=str(home), PYTHONPATH=str(ROOT))
+
+    def ceaseless(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "listener", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    preview = ("cron", "preview", "0 9 * * 1-5", "-n", "1", "--after", "2026-12-04T10:00Z")
+    try:
+        before = ceaseless(*preview)
+        assert before.returncode == 1, before.stderr
+        assert "which this database lacks: run `ceaseless migrate`" in before.stderr
+        assert ceaseless("migrate").returncode == 0
+        after = ceaseless(*preview)
+        assert after.returncode == 0, after.stderr
+        assert after.stdout.splitlines() == [
+            "2026-12-07 09:00:00 UTC (Mon)   2026-12-07 09:00:00 UTC"
+        ]
+    finally:
+        ceaseless("db", "stop")
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_routine_show_lists_the_next_slots(db_url: str, conn: psycopg.Connection) -> None:

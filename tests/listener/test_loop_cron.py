@@ -143,7 +143,7 @@ def test_a_stored_schedule_croniter_rejects_disables_the_loop(
     conn: psycopg.Connection, db_url: str
 ) -> None:
     loop = _cron_loop(conn, "0 9 * * *")
-    long = ",".join(str(i % 60) for i in range(50_000)) + " * * * *"
+    long = ",".join(str(i % 60) for i in range(50_000)) + ",61 * * * *"
     conn.execute("alter table ceaseless.loops disable trigger loops_validate")
     conn.execute(
         "update ceaseless.loops set triggers = jsonb_build_object('cron', %s::text,"

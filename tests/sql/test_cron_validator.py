@@ -1,16 +1,20 @@
-"""_cron_error and _timezone_error (functions/35_cron.sql).
+"""_cron_error, _timezone_error and check_schedule (functions/35_cron.sql).
 
-The validator must accept exactly what croniter, the listener's authority for
-times, accepts in the 5- and 6-field forms and macros, except what it refuses on
-purpose (seven fields, R, and the day-field combinations croniter reads against
-docs/cron.md or never fires on): a property test compares the two on generated
-expressions, and readable examples pin down the messages. Whether the listener
-can then find a slot is tests/sql/test_cron_differential.py's question.
+The validator accepts only what croniter, the listener's authority for times,
+accepts, and refuses what croniter refuses; what croniter reads and the
+validator still refuses it refuses on purpose, with a message that says why
+(seven fields, R, the caps, the quirky forms croniter reads in a way nobody
+would guess, and the day-field combinations croniter reads against docs/cron.md
+or never fires on). A property test compares the two on generated expressions,
+and readable examples pin down the messages. Whether croniter then reads an
+accepted schedule as the validator does is tests/sql/test_cron_differential.py's
+question.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -18,15 +22,37 @@ from croniter import croniter
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests.factories import make_agent, make_routine
+
 _FIELDS = re.compile(r"[^ \t\n\r\f\v]+")
 _RANDOM_FIELD = re.compile(r"r(\([0-9]+-[0-9]+\))?(/[0-9]+)?")
-# The messages of the day-field rules (_cron_days_error, and the nth-weekday
-# mixing rule of _cron_field): croniter reads these expressions, the database
-# refuses them on purpose.
-_DAY_FIELD_RULE = re.compile(
+# The messages of the rules croniter's language does not have: the day-field
+# rules (_cron_days_error, and the nth-weekday mixing rule of _cron_field) and
+# the quirky forms (reversed and equal ranges, a * in a list, a day field
+# naming every day next to a restricted other). croniter reads these
+# expressions; the database refuses them on purpose.
+_REFUSED_ON_PURPOSE = re.compile(
     r"is an nth weekday \(# or L\), so day-of-month must be|is a nearest weekday \(W\), so "
     r"day-of-week must be|never comes in month field|mixes nth weekdays \(# or L\) with plain"
+    r"|: a range must run upwards, and |: a range needs two different ends"
+    r"|: a range cannot start at 7|: \* must stand alone \(a list with \* in it"
+    r"|names every day: write \*"
 )
+# A day-of-month or month range that ends below the field's minimum, which
+# croniter reads by wrapping it ("5-0" in day-of-month) or as the whole field
+# ("0-0"): refused as out of range, since the day or month 0 does not exist.
+_WRAPPING_BELOW_THE_MINIMUM = re.compile(
+    r'(day-of-month|month) field "[^"]*"(: "[^"]*")? is out of range'
+)
+
+
+def _wraps_below_the_minimum(error: str) -> bool:
+    """An out-of-range refusal of a range whose second end is 0, reached only by a wrap."""
+    if not _WRAPPING_BELOW_THE_MINIMUM.match(error):
+        return False
+    item = error.split('"')[3] if error.split('"')[2].startswith(": ") else error.split('"')[1]
+    match = re.fullmatch(r"([0-9]+)-0+(/[0-9]+)?", item)
+    return match is not None
 
 
 def cron_errors(conn: psycopg.Connection, expressions: list[str]) -> list[str | None]:
@@ -198,7 +224,7 @@ def _refused_on_purpose(expression: str) -> bool:
 @example(
     ["* * * * *", "0 9 * * * 30", "* * * * 7#2", "* * * * 1#2,3", "* * * * * * *", "R * * * *"]
 )
-def test_validator_accepts_exactly_what_croniter_accepts(
+def test_validator_accepts_only_what_croniter_accepts_and_refuses_the_rest_saying_why(
     conn: psycopg.Connection, expressions: list[str]
 ) -> None:
     errors = cron_errors(conn, expressions)
@@ -207,9 +233,12 @@ def test_validator_accepts_exactly_what_croniter_accepts(
             # croniter reads these; the spec allows no year field, and a random
             # value would move the slot every time the listener computes it.
             assert error is not None, expression
-        elif error is not None and _DAY_FIELD_RULE.search(error):
-            # croniter may read these too, but fires on other days than
-            # docs/cron.md says, or never (tests/sql/test_cron_differential.py).
+        elif error is not None and (
+            _REFUSED_ON_PURPOSE.search(error) or _wraps_below_the_minimum(error)
+        ):
+            # croniter may read these too, but not as they read, or it fires
+            # on other days than docs/cron.md says, or never
+            # (tests/sql/test_cron_differential.py).
             pass
         else:
             assert (error is None) == croniter.is_valid(expression), (expression, error)
@@ -217,12 +246,11 @@ def test_validator_accepts_exactly_what_croniter_accepts(
 
 # --- croniter's quirks, each matched on purpose (docs/cron.md) --------------
 
+# The quirks the validator refuses instead (reversed and equal ranges, "5-0"
+# and "0-0" in day-of-month, a * in a list, a day field naming every day) are
+# listed, each with its message, in tests/sql/test_cron_differential.py.
 QUIRKS = [
-    ("5-1 * * * *", True),  # a reversed range wraps: 5-59 then 0-1
-    ("* * 5-0 * *", True),  # wraps past the 31st, and 0 is never reached
-    ("* * 0-5 * *", False),  # but a forward range may not start below 1
-    ("* 5-5 * * *", True),  # an equal range is the whole field
-    ("* * 0-0 * *", True),
+    ("* * 0-5 * *", False),  # a range may not start below the field's minimum
     ("59/15 * * * *", True),  # a/n starting at the field's maximum is that value alone
     ("60/15 * * * *", False),
     ("* * * * 7", True),  # 7 is Sunday
@@ -309,6 +337,32 @@ def test_seven_fields_are_refused_though_croniter_reads_a_year(conn: psycopg.Con
         ("0 9 * * 1#6", 'day-of-week field "1#6": the ordinal after # must be 1-5'),
         ("0 9 * * 1#2,3", 'day-of-week field "1#2,3" mixes nth weekdays (# or L) with plain days'),
         ("0 ? * * *", 'hour field "?": ? is allowed only in day-of-month and day-of-week'),
+        (
+            "5-1 * * * *",
+            'minute field "5-1": a range must run upwards, and 5 comes after 1: to wrap past the '
+            "end of the field, write two ranges (5-59,0-1)",
+        ),
+        (
+            "0 9 * * FRI-MON",
+            'day-of-week field "FRI-MON": a range must run upwards, and FRI comes after MON: to '
+            "wrap past the end of the field, write two ranges (FRI-SAT,SUN-MON)",
+        ),
+        (
+            "* 5-5 * * *",
+            'hour field "5-5": a range needs two different ends: write 5 for that value alone, '
+            "or * for every value (croniter reads an equal range as the whole field)",
+        ),
+        (
+            "1,*,15 * * * *",
+            'minute field "1,*,15": * must stand alone (a list with * in it names every value: '
+            "write *)",
+        ),
+        (
+            "0 0 1-31 * */2",
+            'day-of-month field "1-31" names every day: write * (next to a restricted '
+            'day-of-week, here "*/2", croniter reads such a field as * or as every day depending '
+            "on how day-of-week is written)",
+        ),
         ("H * * * *", 'minute field "H": H (hashed values) is not supported'),
         ("* * * *", "expected 5 fields (or 6 with seconds as the sixth) or a macro, got 4"),
         (
@@ -322,6 +376,33 @@ def test_error_names_the_field_and_shows_the_value(
     conn: psycopg.Connection, expression: str | None, message: str
 ) -> None:
     assert cron_error(conn, expression) == message
+
+
+@pytest.mark.parametrize(
+    ("schedule", "valid"),
+    [
+        ("0 9 * * *", True),
+        ("0 9 * * * 30", True),
+        ("@weekly", True),
+        ("@Daily", True),
+        ("5-1 * * * *", False),  # croniter wraps it; refused with the plain way to write it
+        ("0 9 * * * 0 2030", False),
+        ("@reboot", False),
+        ("@hourly ", False),
+        ("H * * * *", False),
+        ("R 9 * * *", False),  # croniter accepts it; see docs/cron.md
+        ("0\xa09 * * * *", False),
+        ("0 9 30 2 *", False),  # February 30th never comes
+        ("0 9 13 * 5#2", False),  # croniter would fire on every second Friday alone
+        ("0 9 15W * 1", False),  # croniter would fire on the W day alone
+        ("0 9 * * 1#2,1", False),  # croniter would ignore the plain Monday
+        ("0 9 ? * L5", True),
+    ],
+)
+def test_the_gate_judges_schedules_as_documented(
+    conn: psycopg.Connection, schedule: str, valid: bool
+) -> None:
+    assert (cron_error(conn, schedule) is None) is valid
 
 
 def test_a_valid_schedule_has_no_error(conn: psycopg.Connection) -> None:
@@ -383,3 +464,82 @@ def test_unknown_time_zones_are_refused_by_name(conn: psycopg.Connection, timezo
 
 def test_a_missing_time_zone_is_an_error_not_an_exception(conn: psycopg.Connection) -> None:
     assert timezone_error(conn, None) == "time zone is missing"
+
+
+# --- check_schedule: the same rule, for a schedule not stored ------------------
+
+
+def test_check_schedule_returns_nothing_for_a_valid_schedule(conn: psycopg.Connection) -> None:
+    rows = conn.execute("select ceaseless.check_schedule('0 9 * * 1-5', 'Europe/Berlin')")
+    assert len(rows.fetchall()) == 1
+    # No time zone is UTC, as a routine's or loop's default.
+    conn.execute("select ceaseless.check_schedule('@daily', null)")
+    conn.execute("select ceaseless.check_schedule('@daily')")
+
+
+@pytest.mark.parametrize(
+    ("schedule", "timezone", "message"),
+    [
+        (
+            "0 9 * * 5-1",
+            "UTC",
+            'schedule: day-of-week field "5-1": a range must run upwards, and 5 comes after 1: to '
+            'wrap past the end of the field, write two ranges (5-6,0-1); got "0 9 * * 5-1"',
+        ),
+        (None, "UTC", "schedule: schedule is missing; got nothing"),
+        (
+            "@daily",
+            "Mars/Base",
+            'timezone: unknown time zone "Mars/Base": use an IANA name such as Europe/Berlin, '
+            'America/New_York or UTC; got "Mars/Base"',
+        ),
+        (
+            "0 9 * * *",
+            "europe/berlin",
+            'timezone: unknown time zone "europe/berlin": use an IANA name such as '
+            'Europe/Berlin, America/New_York or UTC; got "europe/berlin"',
+        ),
+    ],
+)
+def test_check_schedule_raises_ce422_naming_the_field_the_rule_and_the_value(
+    conn: psycopg.Connection, schedule: str | None, timezone: str, message: str
+) -> None:
+    with pytest.raises(psycopg.Error) as error:
+        conn.execute("select ceaseless.check_schedule(%s, %s)", (schedule, timezone))
+    assert error.value.sqlstate == "CE422"
+    assert error.value.diag.message_primary == message
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    ["0 9 * * 1-5", "22-2 * * * *", "0 0 30 2 *", "0 0 13 * 5#2", "61 * * * *", "R * * * *",
+     "0 0 1,*,15 * mon", "0 9 * * * 0 2030", "@reboot"],
+)  # fmt: skip
+def test_check_schedule_refuses_what_a_routine_insert_refuses_with_the_same_rule(
+    conn: psycopg.Connection, schedule: str
+) -> None:
+    make_agent(conn)
+
+    def rule(statement: Callable[[], object]) -> str | None:
+        try:
+            statement()
+        except psycopg.Error as error:
+            assert error.sqlstate == "CE422"
+            return (error.diag.message_primary or "").split(": ", 1)[1]
+        return None
+
+    checked = rule(lambda: conn.execute("select ceaseless.check_schedule(%s)", (schedule,)))
+    stored = rule(
+        lambda: make_routine(conn, trigger_type="cron", trigger_config={"schedule": schedule})
+    )
+    assert checked == stored
+
+
+def test_a_user_role_may_check_a_schedule(
+    login_role: Callable[..., psycopg.Connection],
+) -> None:
+    alice = login_role("alice")
+    alice.execute("select ceaseless.check_schedule('0 9 * * 1-5', 'Europe/Berlin')")
+    with pytest.raises(psycopg.Error) as error:
+        alice.execute("select ceaseless.check_schedule('0 9 * * 1-5', 'Mars/Base')")
+    assert error.value.sqlstate == "CE422"
