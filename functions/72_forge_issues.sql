@@ -1,5 +1,5 @@
--- Issues into jobs: the rules of the forge lane's intake (spec section 8,
--- issue part 3).
+-- Issues into jobs: the rules of the forge lane's intake, decided here so that
+-- every listener polling a repo reaches the same answer (docs/forge.md).
 --
 -- Called by: the listener's poller (listener/forge/poller.py) after each
 -- listing, and `ceaseless repo poll`.

@@ -1,4 +1,5 @@
--- What a forge run's end means (spec section 8, issue parts 5 and 6).
+-- What a forge run's end means: an agent's word is not trusted, so a run is
+-- judged by what it left on the forge and by the one block it may print.
 --
 -- Called by: finish_runs (20_agent_runs.sql), for each result of a discover,
 -- plan or implement run that its agent reported as succeeded.

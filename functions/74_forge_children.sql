@@ -1,4 +1,5 @@
--- Plan → child issues → implement jobs (spec section 8.3, issue part 5).
+-- Plan → child issues → implement jobs, queued in the database so that a
+-- retried or re-planned plan creates no child twice.
 --
 -- Called by: PostgreSQL (a plan job delivered queues its children), the
 -- listener's child-issue loop (listener/forge/children.py:

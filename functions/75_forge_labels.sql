@@ -1,5 +1,5 @@
--- Label mirroring (spec section 8.5, issue part 7): each forge job's state
--- as one label on its issue, written by a separate forge identity.
+-- Label mirroring: each forge job's state as one label on its issue, written
+-- by a separate forge identity, so people on the forge see the job's state.
 --
 -- Called by: the listener's label loop (listener/forge/labels.py):
 -- labels_due → (label token) remove the label written before, add the new

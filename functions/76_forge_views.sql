@@ -1,5 +1,5 @@
 -- The forge pipeline: the operator's view of the lane's jobs, per repo and
--- issue (issue part 9).
+-- issue.
 --
 -- Called by: operators and users (psql, `ceaseless repo show`).
 -- Guarantees: read-only; security_invoker, so a user role sees the jobs of
