@@ -241,7 +241,7 @@ alter function _tg_topology_runs_insert_metrics() security definer;
 alter function _tg_topology_runs_update_metrics() security definer;
 alter function _tg_notifications_update_metrics() security definer;
 
--- Owner budgets (96_owner_budgets.sql): a user reads its own budget and what its runs spent
+-- Owner budgets (11_lanes.sql): a user reads its own budget and what its runs spent
 -- against it (owner_budget_usage is security_invoker); operators set them.
 grant select on owner_budgets, owner_budget_usage to ceaseless_user;
 grant insert, update, delete on owner_budgets to ceaseless_operator;
