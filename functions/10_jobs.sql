@@ -333,12 +333,15 @@ begin
     with expired as (
         -- The open run's session, probed by key (agent_run_one_open_idx): a
         -- join of the CTEs below would loop over both when planned small.
+        -- The job goes where a run ending lease_expired sends it
+        -- (_job_state_after): pending while attempts are left, else abandoned.
         select j.id, j.claimed_by,
                (select r.session_id from agent_run r
                 where r.job_id = j.id and r.finished_at is null) as session_id,
-               j.attempts < coalesce(j.max_attempts,
-                                     (select a.max_attempts from agents a
-                                      where a.name = j.agent)) as attempts_left
+               _job_state_after('lease_expired', j.attempts,
+                                coalesce(j.max_attempts,
+                                         (select a.max_attempts from agents a
+                                          where a.name = j.agent))) as state
         from job j
         where j.id = any (v_candidates)
           and j.state in ('claimed', 'running')
@@ -359,11 +362,11 @@ begin
     ),
     moved as (
         update job j
-        set state = case when e.attempts_left then 'pending' else 'abandoned' end,
-            claimed_by = case when e.attempts_left then null else j.claimed_by end,
-            claim_expires_at = case when e.attempts_left then null else j.claim_expires_at end,
-            claimed_at = case when e.attempts_left then null else j.claimed_at end,
-            finished_at = case when e.attempts_left then null else p_now end,
+        set state = e.state,
+            claimed_by = case when e.state = 'pending' then null else j.claimed_by end,
+            claim_expires_at = case when e.state = 'pending' then null else j.claim_expires_at end,
+            claimed_at = case when e.state = 'pending' then null else j.claimed_at end,
+            finished_at = case when e.state = 'pending' then null else p_now end,
             run_after = p_now,
             -- The vanished listener's agent may have got far: the next
             -- attempt resumes its session (noted at its start) rather than
