@@ -13,8 +13,8 @@
 -- - the claim, the view and the explanation agree by construction: a lane is
 --   held for the reasons _lane_capacity names, and its free slots are what the
 --   claim admits;
--- - counts come from partial indexes and the window's runs (job_lane_live_idx,
---   agent_run_lane_window_idx), never from a lane's history; a claim counts
+-- - counts come from partial indexes of live jobs and from the window's runs
+--   (agent_run_lane_window_idx), never from a lane's history; a claim counts
 --   only what can bind (no window read for a lane without a budget), and
 --   nothing at all for owners when owner_budgets is empty;
 -- - like a lane's budgets, an owner's counts what a run reported when it
@@ -76,8 +76,9 @@ begin
            end
     from agents a
     left join lane_pauses p on p.agent = a.name and p.paused_until > p_now
-    -- job_lane_live_idx: partial on claimed and running, so this reads only
-    -- the lane's live jobs.
+    -- A partial index of live jobs (job_lane_live_idx or
+    -- job_claim_expiry_idx): claimed and running jobs only, never the
+    -- lane's finished ones.
     cross join lateral (
         select count(*) as n, count(*) filter (where j.state = 'claimed') as claimed
         from job j
@@ -120,10 +121,9 @@ comment on function _lane_capacity(timestamptz, text[], boolean) is
     '_explain_lane explains. With p_measure_all false (a claim), a closed lane and the window '
     'of a lane without a budget are not counted.';
 
--- Spend budgets per owner: what an owner's runs reported in its window, and
--- who is over. The spend is summed from the runs started in the window
--- through agent_run_lane_window_idx, one lane at a time.
-
+-- What an owner's runs reported in its budget window: summed from the runs
+-- started in the window through agent_run_lane_window_idx, one lane at a
+-- time, so it costs the window's runs and never the history.
 create or replace function _owner_spend(p_budget owner_budgets, p_now timestamptz)
 returns table (cost numeric, tokens numeric)
 language sql stable
