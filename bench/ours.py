@@ -67,8 +67,8 @@ def throughput(server: Server, jobs: int, listeners: int) -> Measurement:
             # the bulk insert commits, which is also when its NOTIFY wakes
             # the listeners.
             conn.execute(
-                "insert into ceaseless.job (kind, agent) "
-                "select 'task', 'noop' from generate_series(1, %s)",
+                "insert into ceaseless.job (kind, agent, prompt) "
+                "select 'task', 'noop', 'bench' from generate_series(1, %s)",
                 (jobs,),
             )
             started = time.monotonic()
@@ -91,7 +91,10 @@ def latency(server: Server, jobs: int, rate: float) -> Measurement:
             counter = DeliveredCounter(url)
             for _ in range(jobs):
                 tick = time.monotonic()
-                conn.execute("insert into ceaseless.job (kind, agent) values ('task', 'noop')")
+                conn.execute(
+                    "insert into ceaseless.job (kind, agent, prompt) "
+                    "values ('task', 'noop', 'bench')"
+                )
                 time.sleep(max(0.0, 1 / rate - (time.monotonic() - tick)))
             counter.wait_for(jobs, timeout=120)
             counter.close()
@@ -323,8 +326,8 @@ def listener_footprint(server: Server, agents: int) -> Measurement:
         ).wait_ready()
         try:
             conn.execute(
-                "insert into ceaseless.job (kind, agent) "
-                "select 'task', 'sleeper' from generate_series(1, %s)",
+                "insert into ceaseless.job (kind, agent, prompt) "
+                "select 'task', 'sleeper', 'bench' from generate_series(1, %s)",
                 (agents,),
             )
             wait_until(

@@ -83,8 +83,9 @@ create or replace trigger job_validate
     execute function _tg_job_validate();
 
 -- Claim up to p_limit due jobs for p_worker, admitting each through its
--- lane's governor (concurrency, and the rolling window's budgets of runs,
--- cost and tokens) in the same transaction.
+-- lane's governor (_lane_capacity: concurrency, and the rolling window's
+-- budgets of runs, cost and tokens) and its owner's spend budget, in the same
+-- transaction.
 --
 -- With p_start, the claimed jobs go straight to running and their agent_run
 -- rows are opened in the same statement (run_id is returned): the listener
@@ -94,7 +95,8 @@ create or replace trigger job_validate
 -- probing the governor use; such a claim ends when its lease does.
 --
 -- A lane is skipped while it is disabled or paused (a row of lane_pauses
--- whose time has not come, read against p_now).
+-- whose time has not come, read against p_now): _lane_capacity gives it no
+-- free slots, and it is not locked.
 --
 -- Locks: the rows of the enabled, unpaused lanes (FOR NO KEY UPDATE, in name
 -- order, so two claimers never deadlock) and then the claimed jobs (FOR UPDATE
@@ -156,7 +158,7 @@ begin
     order by a.name
     for no key update;
 
-    -- Owners over their spend budget (owner_budgets, 96_owner_budgets.sql):
+    -- Owners over their spend budget (owner_budgets, 11_lanes.sql):
     -- their jobs wait, in every lane. Summed only when some owner has a
     -- budget, so a database without one reads nothing more than before.
     if exists (select from owner_budgets) then
@@ -164,51 +166,14 @@ begin
     end if;
 
     return query
-    -- Free slots per lane: the smaller of what concurrency and the window
-    -- budget allow. Claimed-but-unstarted jobs count against both, or a burst
-    -- of claims would overrun the budget before the runs exist.
+    -- The lanes with free slots (_lane_capacity, 11_lanes.sql: the one rule
+    -- for what a lane may start, which governor_usage and explain_job read
+    -- too), and what opening their runs needs.
     with lane as (
-        select a.name, a.adapter, a.model,
-               least(
-                   a.max_concurrent - live.n,
-                   case when a.window_budget is null then p_limit
-                        else a.window_budget - live.claimed - (
-                            select count(*)
-                            from agent_run r
-                            where r.agent = a.name
-                              and r.started_at > p_now - make_interval(secs => a.window_secs))
-                   end,
-                   -- Cost and token budgets: nothing while what the window's
-                   -- runs reported has reached either. Summed only for a lane
-                   -- that has one, so the others read no more than before.
-                   case when a.window_cost_usd is null and a.window_tokens is null then p_limit
-                        when exists (
-                            select
-                            from (select coalesce(sum(r.cost_usd), 0) as cost,
-                                         coalesce(sum(coalesce(r.tokens_in, 0)
-                                                      + coalesce(r.tokens_out, 0)), 0) as tokens
-                                  from agent_run r
-                                  where r.agent = a.name
-                                    and r.started_at
-                                        > p_now - make_interval(secs => a.window_secs)) spent
-                            where spent.cost >= a.window_cost_usd
-                               or spent.tokens >= a.window_tokens)
-                        then 0
-                        else p_limit
-                   end,
-                   p_limit) as free
-        from agents a
-        cross join lateral (
-            select count(*) as n,
-                   count(*) filter (where l.state = 'claimed') as claimed
-            from job l
-            where l.agent = a.name and l.state in ('claimed', 'running')
-        ) live
-        where a.enabled
-          and (p_agents is null or a.name = any (p_agents))
-          -- Paused: every job of the lane would hit the same provider limit.
-          and not exists (select from lane_pauses p
-                          where p.agent = a.name and p.paused_until > p_now)
+        select l.agent as name, l.free, a.adapter, a.model
+        from _lane_capacity(p_now, p_agents) l
+        join agents a on a.name = l.agent
+        where l.free > 0
     ),
     -- Each lane walks its own slice of job_claimable_idx and stops after its
     -- free slots, so a full lane with a deep backlog costs nothing and never
@@ -225,10 +190,9 @@ begin
               and (p_kinds is null or j.kind = any (p_kinds))
               and (cardinality(v_owners_over) = 0 or j.user_id <> all (v_owners_over))
             order by j.run_after
-            limit greatest(lane.free, 0)
+            limit least(lane.free, p_limit)
             for update skip locked
         ) c
-        where lane.free > 0
         -- Across lanes, oldest due work first, up to the caller's capacity.
         order by c.run_after, c.created_at
         limit p_limit
@@ -369,12 +333,15 @@ begin
     with expired as (
         -- The open run's session, probed by key (agent_run_one_open_idx): a
         -- join of the CTEs below would loop over both when planned small.
+        -- The job goes where a run ending lease_expired sends it
+        -- (_job_state_after): pending while attempts are left, else abandoned.
         select j.id, j.claimed_by,
                (select r.session_id from agent_run r
                 where r.job_id = j.id and r.finished_at is null) as session_id,
-               j.attempts < coalesce(j.max_attempts,
-                                     (select a.max_attempts from agents a
-                                      where a.name = j.agent)) as attempts_left
+               _job_state_after('lease_expired', j.attempts,
+                                coalesce(j.max_attempts,
+                                         (select a.max_attempts from agents a
+                                          where a.name = j.agent))) as state
         from job j
         where j.id = any (v_candidates)
           and j.state in ('claimed', 'running')
@@ -395,11 +362,11 @@ begin
     ),
     moved as (
         update job j
-        set state = case when e.attempts_left then 'pending' else 'abandoned' end,
-            claimed_by = case when e.attempts_left then null else j.claimed_by end,
-            claim_expires_at = case when e.attempts_left then null else j.claim_expires_at end,
-            claimed_at = case when e.attempts_left then null else j.claimed_at end,
-            finished_at = case when e.attempts_left then null else p_now end,
+        set state = e.state,
+            claimed_by = case when e.state = 'pending' then null else j.claimed_by end,
+            claim_expires_at = case when e.state = 'pending' then null else j.claim_expires_at end,
+            claimed_at = case when e.state = 'pending' then null else j.claimed_at end,
+            finished_at = case when e.state = 'pending' then null else p_now end,
             run_after = p_now,
             -- The vanished listener's agent may have got far: the next
             -- attempt resumes its session (noted at its start) rather than

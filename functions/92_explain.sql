@@ -7,7 +7,8 @@
 -- - read only: no row is locked or written, so asking never delays a claim or
 --   a fire, and the answer is what held the row when the statement started
 --   (another listener may claim the job a moment later);
--- - the rules are those of claim_jobs (10_jobs.sql) for jobs and of
+-- - the rules are those claim_jobs admits by for jobs (the same functions:
+--   _lane_capacity and _owners_over_budget, 11_lanes.sql) and of
 --   _fire_routines (41_routine_firing.sql) for routines, judged against
 --   p_now, and a row names each rule that holds, not only the first; a job
 --   or routine nothing holds gets one row, 'ready';
@@ -17,12 +18,10 @@
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
--- What holds a lane's next claim, judged as claim_jobs judges it: the agent
--- disabled, a pause in force, its live runs at max_concurrent, its window
--- budget of runs spent (claimed-but-unstarted jobs count against both, as in
--- the claim), or the cost or tokens its window's runs reported at
--- window_cost_usd or window_tokens. Also returns the free slots, which the
--- callers need to say whether older due work comes first.
+-- What holds a lane's next claim: each reason _lane_capacity (11_lanes.sql,
+-- the rule claim_jobs admits by) names, in its order, with the counts behind
+-- it and when it clears. Also returns the free slots, which the callers need
+-- to say whether older due work comes first.
 --
 -- clears_at: the pause's end; for a window budget, when enough of the
 -- window's runs (or of their cost, or tokens) have aged out of it for the
@@ -37,117 +36,95 @@ as $$
 #variable_conflict use_column
 declare
     v_agent agents;
-    v_live bigint;
-    v_claimed bigint;
-    v_window bigint;
-    v_cost numeric;
-    v_tokens numeric;
+    v_lane record;
     v_since timestamptz;
-    v_pause lane_pauses;
-    v_over bigint;
-    v_free bigint;
-    v_held boolean := false;
+    v_reason text;
 begin
     select a.* into v_agent from agents a where a.name = p_agent;
+    select l.* into v_lane from _lane_capacity(p_now, array[p_agent], true) l;
     v_since := p_now - make_interval(secs => v_agent.window_secs);
-    select count(*), count(*) filter (where j.state = 'claimed') into v_live, v_claimed
-    from job j
-    where j.agent = p_agent and j.state in ('claimed', 'running');
-    select count(*), coalesce(sum(r.cost_usd), 0),
-           coalesce(sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)), 0)
-    into v_window, v_cost, v_tokens
-    from agent_run r
-    where r.agent = p_agent and r.started_at > v_since;
-    select p.* into v_pause from lane_pauses p where p.agent = p_agent and p.paused_until > p_now;
 
-    v_free := least(v_agent.max_concurrent - v_live,
-                    coalesce(v_agent.window_budget - v_claimed - v_window, v_agent.max_concurrent));
-
-    if not v_agent.enabled then
-        v_held := true;
-        return query select 'agent_disabled'::text,
-            format('agent %s is disabled: its lane claims nothing until '
-                   'update ceaseless.agents set enabled = true where name = %L', p_agent, p_agent),
-            null::timestamptz, v_free;
+    if cardinality(v_lane.held_by) = 0 then
+        return query select null::text, null::text, null::timestamptz, v_lane.free;
+        return;
     end if;
-    if v_pause.agent is not null then
-        v_held := true;
-        return query select 'lane_paused'::text,
-            format('lane %s is paused until %s (%s); delete its row of ceaseless.lane_pauses to '
-                   'lift the pause', p_agent, v_pause.paused_until, v_pause.reason),
-            v_pause.paused_until, v_free;
-    end if;
-    if v_live >= v_agent.max_concurrent then
-        v_held := true;
-        return query select 'lane_full'::text,
-            format('lane %s has %s live jobs (%s claimed, %s running) of max_concurrent %s; '
-                   'a slot frees when one of them ends', p_agent, v_live, v_claimed,
-                   v_live - v_claimed, v_agent.max_concurrent),
-            null::timestamptz, v_free;
-    end if;
-    if v_agent.window_budget is not null
-       and v_claimed + v_window >= v_agent.window_budget then
-        v_held := true;
-        -- One slot needs this many of the window's runs to age out of it.
-        v_over := v_claimed + v_window - v_agent.window_budget + 1;
-        return query select 'window_budget'::text,
-            format('lane %s started %s runs in the last %s s and holds %s claimed jobs, against '
-                   'window_budget %s', p_agent, v_window, v_agent.window_secs, v_claimed,
-                   v_agent.window_budget),
-            (select o.started_at + make_interval(secs => v_agent.window_secs)
-             from (select r.started_at
-                   from agent_run r
-                   where r.agent = p_agent and r.started_at > v_since
-                   order by r.started_at
-                   offset v_over - 1
-                   limit 1) o),
-            v_free;
-    end if;
-    -- The spend budgets clear when the oldest runs whose spend, aged out,
-    -- brings the window's total under the budget have left the window.
-    if v_cost >= v_agent.window_cost_usd then
-        v_held := true;
-        return query select 'cost_budget'::text,
-            format('lane %s''s runs started in the last %s s reported %s USD, against '
-                   'window_cost_usd %s', p_agent, v_agent.window_secs, v_cost,
-                   v_agent.window_cost_usd),
-            (select o.started_at + make_interval(secs => v_agent.window_secs)
-             from (select r.started_at,
-                          sum(coalesce(r.cost_usd, 0)) over (order by r.started_at, r.id) as spent
-                   from agent_run r
-                   where r.agent = p_agent and r.started_at > v_since) o
-             where o.spent > v_cost - v_agent.window_cost_usd
-             order by o.started_at
-             limit 1),
-            v_free;
-    end if;
-    if v_tokens >= v_agent.window_tokens then
-        v_held := true;
-        return query select 'token_budget'::text,
-            format('lane %s''s runs started in the last %s s reported %s tokens, against '
-                   'window_tokens %s', p_agent, v_agent.window_secs, v_tokens,
-                   v_agent.window_tokens),
-            (select o.started_at + make_interval(secs => v_agent.window_secs)
-             from (select r.started_at,
-                          sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0))
-                              over (order by r.started_at, r.id) as spent
-                   from agent_run r
-                   where r.agent = p_agent and r.started_at > v_since) o
-             where o.spent > v_tokens - v_agent.window_tokens
-             order by o.started_at
-             limit 1),
-            v_free;
-    end if;
-    if not v_held then
-        return query select null::text, null::text, null::timestamptz, v_free;
-    end if;
+    foreach v_reason in array v_lane.held_by loop
+        return query
+        select v_reason,
+               case v_reason
+                   when 'agent_disabled' then
+                       format('agent %s is disabled: its lane claims nothing until '
+                              'update ceaseless.agents set enabled = true where name = %L',
+                              p_agent, p_agent)
+                   when 'lane_paused' then
+                       format('lane %s is paused until %s (%s); delete its row of '
+                              'ceaseless.lane_pauses to lift the pause', p_agent,
+                              v_lane.paused_until, v_lane.pause_reason)
+                   when 'lane_full' then
+                       format('lane %s has %s live jobs (%s claimed, %s running) of '
+                              'max_concurrent %s; a slot frees when one of them ends', p_agent,
+                              v_lane.live, v_lane.claimed, v_lane.live - v_lane.claimed,
+                              v_agent.max_concurrent)
+                   when 'window_budget' then
+                       format('lane %s started %s runs in the last %s s and holds %s claimed '
+                              'jobs, against window_budget %s', p_agent,
+                              v_lane.started_in_window, v_agent.window_secs, v_lane.claimed,
+                              v_agent.window_budget)
+                   when 'cost_budget' then
+                       format('lane %s''s runs started in the last %s s reported %s USD, against '
+                              'window_cost_usd %s', p_agent, v_agent.window_secs,
+                              v_lane.cost_in_window, v_agent.window_cost_usd)
+                   when 'token_budget' then
+                       format('lane %s''s runs started in the last %s s reported %s tokens, '
+                              'against window_tokens %s', p_agent, v_agent.window_secs,
+                              v_lane.tokens_in_window, v_agent.window_tokens)
+               end,
+               case v_reason
+                   when 'lane_paused' then v_lane.paused_until
+                   -- One slot needs this many of the window's runs to age out
+                   -- of it; none may, when the claimed jobs alone fill it.
+                   when 'window_budget' then
+                       (select o.started_at + make_interval(secs => v_agent.window_secs)
+                        from (select r.started_at
+                              from agent_run r
+                              where r.agent = p_agent and r.started_at > v_since
+                              order by r.started_at
+                              offset v_lane.claimed + v_lane.started_in_window
+                                     - v_agent.window_budget
+                              limit 1) o)
+                   -- The spend budgets clear when the oldest runs whose spend,
+                   -- aged out, brings the window's total under the budget
+                   -- have left the window.
+                   when 'cost_budget' then
+                       (select o.started_at + make_interval(secs => v_agent.window_secs)
+                        from (select r.started_at,
+                                     sum(coalesce(r.cost_usd, 0))
+                                         over (order by r.started_at, r.id) as spent
+                              from agent_run r
+                              where r.agent = p_agent and r.started_at > v_since) o
+                        where o.spent > v_lane.cost_in_window - v_agent.window_cost_usd
+                        order by o.started_at
+                        limit 1)
+                   when 'token_budget' then
+                       (select o.started_at + make_interval(secs => v_agent.window_secs)
+                        from (select r.started_at,
+                                     sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0))
+                                         over (order by r.started_at, r.id) as spent
+                              from agent_run r
+                              where r.agent = p_agent and r.started_at > v_since) o
+                        where o.spent > v_lane.tokens_in_window - v_agent.window_tokens
+                        order by o.started_at
+                        limit 1)
+               end,
+               v_lane.free;
+    end loop;
 end;
 $$;
 
 comment on function _explain_lane(text, timestamptz) is
-    'What holds the next claim of a lane, as claim_jobs judges it (agent_disabled, lane_paused, '
-    'lane_full, window_budget, cost_budget, token_budget), each with when it clears; one row '
-    'with a NULL reason and the free slots when nothing does.';
+    'What holds the next claim of a lane, each reason _lane_capacity names (agent_disabled, '
+    'lane_paused, lane_full, window_budget, cost_budget, token_budget) with its counts and when '
+    'it clears; one row with a NULL reason and the free slots when nothing does.';
 
 -- Every reason that holds a job. A job not pending says what it is instead
 -- (claimed, running, or finished in its state); a pending one lists each of:
@@ -203,20 +180,20 @@ begin
             v_job.run_after;
     end if;
 
-    -- The owner's spend budget (owner_budgets): every lane waits for it.
-    return query
-    select 'owner_budget'::text,
-           format('owner %s''s runs started in the last %s s reported %s USD and %s tokens, '
-                  'against its budget of %s USD and %s tokens', b.user_id, b.window_secs,
-                  s.cost, s.tokens, coalesce(b.window_cost_usd::text, 'no'),
-                  coalesce(b.window_tokens::text, 'no')),
-           _owner_budget_clears(b, p_now)
-    from owner_budgets b
-    cross join lateral _owner_spend(b, p_now) s
-    where b.user_id = v_job.user_id
-      and (s.cost >= b.window_cost_usd or s.tokens >= b.window_tokens);
-    if found then
+    -- The owner's spend budget (owner_budgets): every lane waits for it,
+    -- when the claim's own rule (_owners_over_budget) says so.
+    if v_job.user_id = any (_owners_over_budget(p_now)) then
         v_held := true;
+        return query
+        select 'owner_budget'::text,
+               format('owner %s''s runs started in the last %s s reported %s USD and %s tokens, '
+                      'against its budget of %s USD and %s tokens', b.user_id, b.window_secs,
+                      s.cost, s.tokens, coalesce(b.window_cost_usd::text, 'no'),
+                      coalesce(b.window_tokens::text, 'no')),
+               _owner_budget_clears(b, p_now)
+        from owner_budgets b
+        cross join lateral _owner_spend(b, p_now) s
+        where b.user_id = v_job.user_id;
     end if;
 
     for v_lane in select l.* from _explain_lane(v_job.agent, p_now) l loop

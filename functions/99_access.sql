@@ -211,10 +211,11 @@ grant select on forge_issue, forge_child_issue, forge_pipeline to ceaseless_user
 -- caller and are granted to no user (listeners and operators have every
 -- function above). The SSE observer serves them behind its own token.
 
--- Explain and the default agent (92-93_*.sql): explain_job, explain_routine
--- and explain_topology_run count every owner's jobs and runs in a lane and
--- check the caller owns the row explained (_acts_for) themselves; the default
--- agent triggers read settings, which a user role may not read.
+-- Explain and the default agent (92_explain.sql, 12_default_agent.sql):
+-- explain_job, explain_routine and explain_topology_run count every owner's
+-- jobs and runs in a lane and check the caller owns the row explained
+-- (_acts_for) themselves; the default agent triggers read settings, which a
+-- user role may not read.
 alter function explain_job(uuid, timestamptz) security definer;
 alter function explain_routine(uuid, timestamptz) security definer;
 alter function explain_topology_run(uuid, timestamptz) security definer;
@@ -244,7 +245,7 @@ alter function _tg_topology_runs_insert_metrics() security definer;
 alter function _tg_topology_runs_update_metrics() security definer;
 alter function _tg_notifications_update_metrics() security definer;
 
--- Owner budgets (96_owner_budgets.sql): a user reads its own budget and what its runs spent
+-- Owner budgets (11_lanes.sql): a user reads its own budget and what its runs spent
 -- against it (owner_budget_usage is security_invoker); operators set them.
 grant select on owner_budgets, owner_budget_usage to ceaseless_user;
 grant insert, update, delete on owner_budgets to ceaseless_operator;

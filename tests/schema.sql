@@ -374,9 +374,10 @@ CREATE INDEX job_parent_idx ON ceaseless.job USING btree (parent_job_id) WHERE (
 CREATE INDEX job_routine_run_idx ON ceaseless.job USING btree (routine_run_id) WHERE (routine_run_id IS NOT NULL);
 CREATE INDEX job_topology_run_idx ON ceaseless.job USING btree (topology_run_id) WHERE (topology_run_id IS NOT NULL);
 CREATE INDEX job_user_idx ON ceaseless.job USING btree (user_id, created_at DESC);
+CREATE TRIGGER job_blocked AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_blocked();
 CREATE TRIGGER job_bounded_json BEFORE INSERT OR UPDATE OF payload ON ceaseless.job FOR EACH ROW WHEN (ceaseless._json_too_deep(new.payload)) EXECUTE FUNCTION ceaseless._tg_bounded_json('payload');
 CREATE TRIGGER job_default_agent BEFORE INSERT OR UPDATE OF agent ON ceaseless.job FOR EACH ROW WHEN ((new.agent IS NULL)) EXECUTE FUNCTION ceaseless._tg_default_agent();
-CREATE TRIGGER job_input BEFORE INSERT OR UPDATE OF prompt, payload ON ceaseless.job FOR EACH ROW WHEN (((char_length(new.prompt) > ceaseless._input_cap('job_prompt'::text)) OR (char_length((new.payload)::text) > ceaseless._input_cap('job_payload'::text)) OR COALESCE(((new.payload -> 'context_paths'::text) <> '[]'::jsonb), false))) EXECUTE FUNCTION ceaseless._tg_job_input();
+CREATE TRIGGER job_input BEFORE INSERT OR UPDATE OF prompt, payload ON ceaseless.job FOR EACH ROW WHEN (((char_length(new.prompt) > ceaseless._input_cap('job_prompt'::text)) OR (char_length((new.payload)::text) > ceaseless._input_cap('job_payload'::text)) OR COALESCE(((new.payload -> 'context_paths'::text) <> '[]'::jsonb), false) OR ceaseless._is_blank(new.prompt))) EXECUTE FUNCTION ceaseless._tg_job_input();
 CREATE TRIGGER job_insert AFTER INSERT ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_insert();
 CREATE TRIGGER job_plan_children AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_plan_children();
 CREATE TRIGGER job_routine_outcome AFTER UPDATE ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_routine_outcome();
@@ -1073,37 +1074,25 @@ create view ceaseless.governor_usage as
     a.adapter,
     a.enabled,
     a.max_concurrent,
-    live.n AS live,
+    l.live,
     a.window_secs,
     a.window_budget,
-    win.n AS started_in_window,
-        CASE
-            WHEN NOT a.enabled OR p.agent IS NOT NULL THEN 0::bigint
-            WHEN win.cost >= a.window_cost_usd OR win.tokens >= a.window_tokens::numeric THEN 0::bigint
-            ELSE GREATEST(LEAST(a.max_concurrent - live.n, COALESCE(a.window_budget - win.n - live.claimed, a.max_concurrent::bigint)), 0::bigint)
-        END AS free_slots,
-    p.paused_until,
+    l.started_in_window,
+    l.free AS free_slots,
+    l.paused_until,
     due.n AS pending_due,
-    p.reason AS pause_reason,
+    l.pause_reason,
     a.window_cost_usd,
-    win.cost AS cost_in_window,
+    l.cost_in_window,
     a.window_tokens,
-    win.tokens AS tokens_in_window
-   FROM ceaseless.agents a
-     LEFT JOIN ceaseless.lane_pauses p ON p.agent = a.name AND p.paused_until > now()
-     CROSS JOIN LATERAL ( SELECT count(*) AS n,
-            count(*) FILTER (WHERE j.state = 'claimed'::text) AS claimed
-           FROM ceaseless.job j
-          WHERE j.agent = a.name AND (j.state = ANY (ARRAY['claimed'::text, 'running'::text]))) live
-     CROSS JOIN LATERAL ( SELECT count(*) AS n,
-            COALESCE(sum(r.cost_usd), 0::numeric) AS cost,
-            COALESCE(sum(COALESCE(r.tokens_in, 0::bigint) + COALESCE(r.tokens_out, 0::bigint)), 0::numeric) AS tokens
-           FROM ceaseless.agent_run r
-          WHERE r.agent = a.name AND r.started_at > (now() - make_interval(secs => a.window_secs::double precision))) win
+    l.tokens_in_window,
+    l.held_by
+   FROM ceaseless._lane_capacity(now(), NULL::text[], true) l(agent, live, claimed, started_in_window, cost_in_window, tokens_in_window, paused_until, pause_reason, held_by, free)
+     JOIN ceaseless.agents a ON a.name = l.agent
      CROSS JOIN LATERAL ( SELECT count(*) AS n
            FROM ceaseless.job j
           WHERE j.agent = a.name AND j.state = 'pending'::text AND j.run_after <= now()) due;
-comment on view ceaseless.governor_usage is 'Per agent lane: live runs against max_concurrent, starts in the rolling window against window_budget, free slots (none while disabled, paused or over a cost or token budget), the pause in force and why, due work waiting, and the cost and tokens the window''s runs reported against window_cost_usd and window_tokens.';
+comment on view ceaseless.governor_usage is 'Per agent lane: live runs against max_concurrent, starts in the rolling window against window_budget, free slots (none while disabled, paused or over a cost or token budget), the pause in force and why, due work waiting, the cost and tokens the window''s runs reported against window_cost_usd and window_tokens, and what holds the lane (held_by, as explain_job names it).';
 grant select on table ceaseless.governor_usage to ceaseless_operator;
 grant select, insert, update, delete on table ceaseless.governor_usage to ceaseless_listener;
 
@@ -1590,7 +1579,7 @@ create function ceaseless._db_auth_warning(p_db_auth text)
 comment on function ceaseless._db_auth_warning(p_db_auth text) is 'The warning a listener''s database authentication (listener_reports.db_auth) calls for: trust, or no password on a server that cannot say why; NULL otherwise.';
 grant execute on function ceaseless._db_auth_warning(p_db_auth text) to ceaseless_listener, ceaseless_operator;
 
--- functions/93_default_agent.sql, body md5 7d73b45540995dc4dc3b75d863fc71a6
+-- functions/12_default_agent.sql, body md5 7d73b45540995dc4dc3b75d863fc71a6
 create function ceaseless._default_agent(p_where text)
     returns text
     language plpgsql
@@ -1665,13 +1654,13 @@ create function ceaseless._event_candidates(p_user_id text, p_content text)
 comment on function ceaseless._event_candidates(p_user_id text, p_content text) is 'The enabled event routines of a user whose literal occurs in the content, found by reading them all or by probing routines_event_key_idx, whichever is cheaper for this event.';
 grant execute on function ceaseless._event_candidates(p_user_id text, p_content text) to ceaseless_listener, ceaseless_operator;
 
--- functions/92_explain.sql, body md5 889ab32b56df7665e393b2d3f3d0b278
+-- functions/92_explain.sql, body md5 8e7099a08c10d10783f7c9a917468665
 create function ceaseless._explain_lane(p_agent text, p_now timestamp with time zone)
     returns TABLE(reason text, detail text, clears_at timestamp with time zone, free bigint)
     language plpgsql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._explain_lane(p_agent text, p_now timestamp with time zone) is 'What holds the next claim of a lane, as claim_jobs judges it (agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget), each with when it clears; one row with a NULL reason and the free slots when nothing does.';
+comment on function ceaseless._explain_lane(p_agent text, p_now timestamp with time zone) is 'What holds the next claim of a lane, each reason _lane_capacity names (agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget) with its counts and when it clears; one row with a NULL reason and the free slots when nothing does.';
 grant execute on function ceaseless._explain_lane(p_agent text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/52_topology_runs.sql, body md5 35adac426d736a9eb505105fcc03e593
@@ -1828,7 +1817,7 @@ create function ceaseless._git_branch_error(p_ref text)
 comment on function ceaseless._git_branch_error(p_ref text) is 'NULL when p_ref is a branch name git accepts (check-ref-format --branch rules), else why not; never raises.';
 grant execute on function ceaseless._git_branch_error(p_ref text) to ceaseless_listener, ceaseless_operator;
 
--- functions/93_default_agent.sql, body md5 d26722ee38af29e387d468b9d6cf826b
+-- functions/12_default_agent.sql, body md5 d26722ee38af29e387d468b9d6cf826b
 create function ceaseless._graph_with_default_agent(p_where text, p_graph jsonb)
     returns jsonb
     language plpgsql
@@ -1947,6 +1936,15 @@ create function ceaseless._is_workspace_path(p_value jsonb)
 comment on function ceaseless._is_workspace_path(p_value jsonb) is 'True for a JSON string that is a relative path without a .. component (a context path).';
 grant execute on function ceaseless._is_workspace_path(p_value jsonb) to ceaseless_listener, ceaseless_operator;
 
+-- functions/20_agent_runs.sql, body md5 36aeb1f5cb93092ab0b28f1e5c96c6ac
+create function ceaseless._job_state_after(p_outcome text, p_attempts integer, p_max_attempts integer, p_rate_limit_reset_at timestamp with time zone DEFAULT NULL::timestamp with time zone)
+    returns text
+    language plpgsql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._job_state_after(p_outcome text, p_attempts integer, p_max_attempts integer, p_rate_limit_reset_at timestamp with time zone) is 'The state a job moves to when its run ends with p_outcome, after p_attempts of p_max_attempts attempts: delivered, blocked (budget_exhausted, output_budget_exhausted, auth_failed, needs_human), cancelled, pending (another attempt, or a rate limit''s reset), abandoned (lease_expired, none left) or failed.';
+grant execute on function ceaseless._job_state_after(p_outcome text, p_attempts integer, p_max_attempts integer, p_rate_limit_reset_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
 -- functions/32_bounded_json.sql, body md5 2b4ec889281555cad16f6daf944173da
 create function ceaseless._json_too_deep(p_value jsonb)
     returns boolean
@@ -1955,6 +1953,16 @@ create function ceaseless._json_too_deep(p_value jsonb)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._json_too_deep(p_value jsonb) is 'True when the document has a value nested deeper than _input_cap(''json_depth'') levels.';
 grant execute on function ceaseless._json_too_deep(p_value jsonb) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
+-- functions/11_lanes.sql, body md5 83a10c86571f38b924eb0de135f1a17b
+create function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[] DEFAULT NULL::text[], p_measure_all boolean DEFAULT false)
+    returns TABLE(agent text, live bigint, claimed bigint, started_in_window bigint, cost_in_window numeric, tokens_in_window numeric, paused_until timestamp with time zone, pause_reason text, held_by text[], free bigint)
+    language plpgsql
+    stable
+    rows 10
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[], p_measure_all boolean) is 'Per lane (all, or those in p_agents): its live and claimed jobs, the runs, cost and tokens of its window, the pause in force, what holds it (held_by: agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget) and its free slots (0 while held), read against p_now: the one rule claim_jobs admits by, governor_usage shows and _explain_lane explains. With p_measure_all false (a claim), a closed lane and the window of a lane without a budget are not counted.';
+grant execute on function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[], p_measure_all boolean) to ceaseless_listener, ceaseless_operator;
 
 -- functions/41_routine_firing.sql, body md5 9aa169b23c6292011d128f0ea1365366
 create function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_running bigint, p_no_wait boolean)
@@ -2074,7 +2082,7 @@ create function ceaseless._observer_event(p_row ceaseless.audit_log)
 comment on function ceaseless._observer_event(p_row ceaseless.audit_log) is 'The SSE event of one audit row: its name (run, node, approval, loop) and its data (ids, states, the time, the actor and a listener''s worker id; bounded errors and notes).';
 grant execute on function ceaseless._observer_event(p_row ceaseless.audit_log) to ceaseless_listener, ceaseless_operator;
 
--- functions/96_owner_budgets.sql, body md5 7eb06864afc86304090d16b86b0f0c4b
+-- functions/11_lanes.sql, body md5 7eb06864afc86304090d16b86b0f0c4b
 create function ceaseless._owner_budget_clears(p_budget ceaseless.owner_budgets, p_now timestamp with time zone)
     returns timestamp with time zone
     language sql
@@ -2083,7 +2091,7 @@ create function ceaseless._owner_budget_clears(p_budget ceaseless.owner_budgets,
 comment on function ceaseless._owner_budget_clears(p_budget ceaseless.owner_budgets, p_now timestamp with time zone) is 'When an owner over its spend budget is under it again (enough of its window''s spend aged out); NULL when it is not over.';
 grant execute on function ceaseless._owner_budget_clears(p_budget ceaseless.owner_budgets, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/96_owner_budgets.sql, body md5 d6dde88b0494b10ee0b00f1215915d6a
+-- functions/11_lanes.sql, body md5 d6dde88b0494b10ee0b00f1215915d6a
 create function ceaseless._owner_spend(p_budget ceaseless.owner_budgets, p_now timestamp with time zone)
     returns TABLE(cost numeric, tokens numeric)
     language sql
@@ -2092,7 +2100,7 @@ create function ceaseless._owner_spend(p_budget ceaseless.owner_budgets, p_now t
 comment on function ceaseless._owner_spend(p_budget ceaseless.owner_budgets, p_now timestamp with time zone) is 'USD and tokens reported by the owner''s runs started in its budget window (every lane).';
 grant execute on function ceaseless._owner_spend(p_budget ceaseless.owner_budgets, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/96_owner_budgets.sql, body md5 f74acc20203de5b09c4d67449ecdb53a
+-- functions/11_lanes.sql, body md5 f74acc20203de5b09c4d67449ecdb53a
 create function ceaseless._owners_over_budget(p_now timestamp with time zone)
     returns text[]
     language sql
@@ -2461,7 +2469,7 @@ create function ceaseless._tg_config_changed()
 comment on function ceaseless._tg_config_changed() is 'After a change to an agents or settings row: audit it and NOTIFY ceaseless_config so listeners reload.';
 grant execute on function ceaseless._tg_config_changed() to ceaseless_listener, ceaseless_operator;
 
--- functions/93_default_agent.sql, body md5 eb2fe8ead8d9450571cfdd57ded446f8
+-- functions/12_default_agent.sql, body md5 eb2fe8ead8d9450571cfdd57ded446f8
 create function ceaseless._tg_default_agent()
     returns trigger
     language plpgsql
@@ -2481,7 +2489,7 @@ create function ceaseless._tg_events_fire()
 comment on function ceaseless._tg_events_fire() is 'Before INSERT on events: fire the user''s matching event routines in the same transaction, all in one call of _fire_routines.';
 grant execute on function ceaseless._tg_events_fire() to ceaseless_listener, ceaseless_operator;
 
--- functions/93_default_agent.sql, body md5 e2b519e719bd120206639d4567251e99
+-- functions/12_default_agent.sql, body md5 e2b519e719bd120206639d4567251e99
 create function ceaseless._tg_graph_default_agent()
     returns trigger
     language plpgsql
@@ -2491,14 +2499,23 @@ create function ceaseless._tg_graph_default_agent()
 comment on function ceaseless._tg_graph_default_agent() is 'Before a loop or a topology run is inserted, or its graph updated: write the default agent into nodes that name none.';
 grant execute on function ceaseless._tg_graph_default_agent() to ceaseless_listener, ceaseless_operator;
 
--- functions/31_job_input.sql, body md5 62d85adc5bffa94338c9448948b2a27c
+-- functions/60_notifications.sql, body md5 0f0b2b965677e70123a69ae74ca55fc1
+create function ceaseless._tg_job_blocked()
+    returns trigger
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._tg_job_blocked() is 'After UPDATE on job: queue an attention notification for each job the statement blocked because its agent could not authenticate (auth_failed) or a forge run asked for a human (needs_human), naming the fix and the retry_job call.';
+grant execute on function ceaseless._tg_job_blocked() to ceaseless_listener, ceaseless_operator;
+
+-- functions/31_job_input.sql, body md5 ca10282c9a744e1a99572918762c36e0
 create function ceaseless._tg_job_input()
     returns trigger
     language plpgsql
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._tg_job_input() is 'Before INSERT/UPDATE of prompt or payload on job: refuse (CE422) a prompt or payload over its cap, or a context path outside the workspace.';
+comment on function ceaseless._tg_job_input() is 'Before INSERT/UPDATE of prompt or payload on job: refuse (CE422) a blank prompt, a prompt or payload over its cap, or a context path outside the workspace.';
 grant execute on function ceaseless._tg_job_input() to ceaseless_listener, ceaseless_operator;
 
 -- functions/30_notify_audit.sql, body md5 494efc9219dadb1c8490bc88d2a111d9
@@ -2730,7 +2747,7 @@ create function ceaseless._tg_routines_validate()
 comment on function ceaseless._tg_routines_validate() is 'Before INSERT/UPDATE on routines: validate the configuration, fill defaults, and clear next_fire_at whenever the schedule may have changed.';
 grant execute on function ceaseless._tg_routines_validate() to ceaseless_listener, ceaseless_operator;
 
--- functions/93_default_agent.sql, body md5 6e4660a929f50cc2e9c8b1e29eb48d91
+-- functions/12_default_agent.sql, body md5 6e4660a929f50cc2e9c8b1e29eb48d91
 create function ceaseless._tg_settings_default_agent()
     returns trigger
     language plpgsql
@@ -3162,7 +3179,7 @@ create function ceaseless.child_issues_due(p_limit integer DEFAULT 10, p_now tim
 comment on function ceaseless.child_issues_due(p_limit integer, p_now timestamp with time zone) is 'Hand out up to p_limit child issues not yet created on the forge, each to one caller (SKIP LOCKED), counting the attempt and moving next_attempt_at 5 minutes on.';
 grant execute on function ceaseless.child_issues_due(p_limit integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 f68af4e0730544ad5cc6af42ee83ea6b
+-- functions/10_jobs.sql, body md5 dbab6142f6e0ba77fb87a0d55b89b56f
 create function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[] DEFAULT NULL::text[], p_agents text[] DEFAULT NULL::text[], p_now timestamp with time zone DEFAULT now(), p_lease_secs integer DEFAULT NULL::integer, p_start boolean DEFAULT false)
     returns TABLE(id uuid, kind text, agent text, prompt text, payload jsonb, max_turns integer, resume_session_id text, attempts integer, claim_expires_at timestamp with time zone, run_id uuid)
     language plpgsql
@@ -3255,7 +3272,7 @@ create function ceaseless.expire_approvals(p_now timestamp with time zone DEFAUL
 comment on function ceaseless.expire_approvals(p_now timestamp with time zone) is 'Decide undecided approvals past expires_at as expired (by ceaseless), failing their runs; returns how many. Maintenance, every listener.';
 grant execute on function ceaseless.expire_approvals(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 61b6d2a163cac7fba912224ef54debf3
+-- functions/10_jobs.sql, body md5 1b894a408c886f5862ca1c02de1ed3fb
 create function ceaseless.expire_leases(p_now timestamp with time zone DEFAULT now())
     returns integer
     language plpgsql
@@ -3264,7 +3281,7 @@ create function ceaseless.expire_leases(p_now timestamp with time zone DEFAULT n
 comment on function ceaseless.expire_leases(p_now timestamp with time zone) is 'Return jobs with passed leases to pending (or abandoned after max attempts) and finish their open runs as lease_expired. Safe to call from every listener at once.';
 grant execute on function ceaseless.expire_leases(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/92_explain.sql, body md5 f64da7b58c2fb4245c57c93fa08add3d
+-- functions/92_explain.sql, body md5 51f1007d3de4156355b40fed607b054a
 create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3321,13 +3338,13 @@ create function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with 
 comment on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) is 'Record a poll''s end (last_polled_at, last_etag on success, last_error on failure) and set next_poll_at to one clamped interval later, or to p_next_poll_at when later (rate limits).';
 grant execute on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/20_agent_runs.sql, body md5 48f9ff0136453725e6c8a008623ed6b5
+-- functions/20_agent_runs.sql, body md5 d04cd57c0c49916953359c6842c7b21b
 create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone DEFAULT now())
     returns TABLE(run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Finish a batch of agent runs and move each job by its outcome (delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job and queues a notification. A succeeded forge run gets its verdict first (_forge_verdict: an implement run without a pull request fails, a needs_human block blocks the job with a notification, a plan needs a valid children block). A result for a run that is no longer the reporter''s is kept in late_results, never written onto the closed run (recorded = false).';
+comment on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Finish a batch of agent runs and move each job by its outcome (_job_state_after: delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job, attempt refunded. A succeeded forge run gets its verdict first (_forge_verdict: an implement run without a pull request fails, a needs_human block blocks the job, a plan needs a valid children block). A result for a run that is no longer the reporter''s is kept in late_results, never written onto the closed run (recorded = false).';
 grant execute on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/57_loop_cron.sql, body md5 5e52d4e55000287df87456f3eac6cafd

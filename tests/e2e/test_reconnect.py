@@ -89,7 +89,7 @@ def test_terminated_backends_are_reconnected_and_every_job_delivered(
     )
     listener = start_listener("--poll-interval", "2", "--lease-secs", "10")
     producer = _Producer(db_url)
-    conn.execute("insert into ceaseless.job (kind, agent) values ('task', 'slow')")
+    conn.execute("insert into ceaseless.job (kind, agent, prompt) values ('task', 'slow', 'p')")
     time.sleep(0.5)
     for _ in range(3):
         killed = conn.execute(

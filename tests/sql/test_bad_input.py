@@ -16,7 +16,9 @@ def _refused(conn: psycopg.Connection, sql: str, params: tuple[object, ...] = ()
 
 def test_unknown_job_kind_names_the_field_and_value(conn: psycopg.Connection) -> None:
     make_agent(conn)
-    error = _refused(conn, "insert into ceaseless.job (kind, agent) values ('dance', 'noop')")
+    error = _refused(
+        conn, "insert into ceaseless.job (kind, agent, prompt) values ('dance', 'noop', 'p')"
+    )
     assert error.diag.constraint_name == "job_kind_check"
     assert "dance" in (error.diag.message_detail or "")
 
@@ -72,7 +74,9 @@ def test_pull_request_reference_with_three_of_six_fields_is_refused(
 
 def test_forge_job_without_an_issue_is_refused(conn: psycopg.Connection) -> None:
     make_agent(conn)
-    error = _refused(conn, "insert into ceaseless.job (kind, agent) values ('plan', 'noop')")
+    error = _refused(
+        conn, "insert into ceaseless.job (kind, agent, prompt) values ('plan', 'noop', 'p')"
+    )
     assert error.diag.constraint_name == "issue_ref_required_for_forge_kinds"
 
 
@@ -80,14 +84,16 @@ def test_partial_issue_reference_is_refused(conn: psycopg.Connection) -> None:
     make_agent(conn)
     error = _refused(
         conn,
-        "insert into ceaseless.job (kind, agent, forge, owner) "
-        "values ('task', 'noop', 'github', 'o')",
+        "insert into ceaseless.job (kind, agent, prompt, forge, owner) "
+        "values ('task', 'noop', 'p', 'github', 'o')",
     )
     assert error.diag.constraint_name == "issue_ref_complete"
 
 
 def test_job_for_an_unknown_agent_is_refused(conn: psycopg.Connection) -> None:
-    error = _refused(conn, "insert into ceaseless.job (kind, agent) values ('task', 'ghost')")
+    error = _refused(
+        conn, "insert into ceaseless.job (kind, agent, prompt) values ('task', 'ghost', 'p')"
+    )
     assert isinstance(error, psycopg.errors.ForeignKeyViolation)
     assert "ghost" in (error.diag.message_detail or "")
 
@@ -97,7 +103,8 @@ def test_second_live_job_with_one_dedup_key_is_refused(conn: psycopg.Connection)
     make_job(conn, dedup_key="nightly")
     error = _refused(
         conn,
-        "insert into ceaseless.job (kind, agent, dedup_key) values ('task', 'noop', 'nightly')",
+        "insert into ceaseless.job (kind, agent, prompt, dedup_key) "
+        "values ('task', 'noop', 'p', 'nightly')",
     )
     assert error.diag.constraint_name == "job_live_dedup_idx"
     assert "nightly" in (error.diag.message_detail or "")
@@ -113,6 +120,8 @@ def test_agent_env_must_map_names_to_strings(conn: psycopg.Connection) -> None:
 def test_one_bad_row_in_a_bulk_insert_stores_nothing(conn: psycopg.Connection) -> None:
     make_agent(conn)
     _refused(
-        conn, "insert into ceaseless.job (kind, agent) values ('task', 'noop'), ('nope', 'noop')"
+        conn,
+        "insert into ceaseless.job (kind, agent, prompt) "
+        "values ('task', 'noop', 'p'), ('nope', 'noop', 'p')",
     )
     assert conn.execute("select count(*) from ceaseless.job").fetchone() == (0,)

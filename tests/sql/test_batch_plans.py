@@ -325,3 +325,33 @@ def test_a_fire_reads_its_routine_by_key_among_a_thousand(conn: psycopg.Connecti
     ]
     assert scans == []
     assert conn.execute("select count(*) from ceaseless.routine_runs").fetchone() == (1,)
+
+
+def _block_a_batch(conn: psycopg.Connection, singles: int) -> list[str]:
+    """Finish a batch of runs as auth_failed (every job blocked, each announced by
+    _tg_job_blocked), after `singles` one-run finishes that plan the trigger for one job."""
+    runs = _young_table_with_running_jobs(conn)
+    for _, run in runs[:singles]:
+        payload = json.dumps([{"run_id": str(run), "outcome": "auth_failed"}])
+        conn.execute("select ceaseless.finish_runs('w1', %s::jsonb)", (payload,))
+    payload = json.dumps(
+        [
+            {"run_id": str(run), "outcome": "auth_failed", "error": "Not logged in"}
+            for _, run in runs[singles:]
+        ]
+    )
+    with explained(conn) as plans:
+        states = conn.execute(
+            "select job_state from ceaseless.finish_runs('w1', %s::jsonb)", (payload,)
+        ).fetchall()
+    assert states == [("blocked",)] * (BATCH - singles)
+    assert conn.execute("select count(*) from ceaseless.notifications").fetchone() == (BATCH,)
+    return _quadratic_shapes(plans)
+
+
+def test_blocking_a_batch_on_a_young_table_is_linear(conn: psycopg.Connection) -> None:
+    assert _block_a_batch(conn, 0) == []
+
+
+def test_blocking_a_batch_after_one_job_blocks_stays_linear(conn: psycopg.Connection) -> None:
+    assert _block_a_batch(conn, 10) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -100,3 +101,71 @@ def test_text_with_something_in_it_is_not_blank(conn: psycopg.Connection) -> Non
         "ceaseless._is_blank(null), ceaseless._trim_blank(e'\\u3000 ok\\n\\t')"
     ).fetchone()
     assert row == (False, True, True, "ok")
+
+
+def test_a_blank_job_prompt_is_refused_naming_the_field(conn: psycopg.Connection) -> None:
+    @settings(max_examples=60, deadline=None, derandomize=True)
+    @given(blank=BLANKS)
+    def refused(blank: str) -> None:
+        with pytest.raises(psycopg.Error) as error:
+            conn.execute(
+                "insert into ceaseless.job (kind, agent, prompt) values ('task', 'noop', %s)",
+                (blank,),
+            )
+        assert error.value.sqlstate == "CE422"
+        assert error.value.diag.message_primary == (
+            "job.prompt: a job needs a prompt that is not blank; "
+            f"got {json.dumps(blank, ensure_ascii=False)}"
+        )
+        assert (error.value.diag.table_name, error.value.diag.column_name) == ("job", "prompt")
+
+    refused()
+
+
+def test_a_job_without_a_prompt_is_refused(conn: psycopg.Connection) -> None:
+    # The column's default is the empty prompt: leaving it out asks for nothing.
+    with pytest.raises(psycopg.Error) as error:
+        conn.execute("insert into ceaseless.job (kind, agent) values ('task', 'noop')")
+    assert error.value.sqlstate == "CE422"
+    assert error.value.diag.message_primary == (
+        'job.prompt: a job needs a prompt that is not blank; got ""'
+    )
+
+
+def test_a_user_role_is_refused_a_blank_job_prompt_and_given_its_own(
+    conn: psycopg.Connection, login_role: Callable[..., psycopg.Connection]
+) -> None:
+    alice = login_role("alice")
+    with pytest.raises(psycopg.Error) as error:
+        alice.execute(
+            "insert into ceaseless.job (kind, agent, prompt) values ('task', 'noop', %s)",
+            ("\u3000\n\t",),
+        )
+    assert error.value.sqlstate == "CE422"
+    assert error.value.diag.message_primary == (
+        'job.prompt: a job needs a prompt that is not blank; got "\u3000\\n\\t"'
+    )
+
+    alice.execute(
+        "insert into ceaseless.job (kind, agent, prompt) values ('task', 'noop', ' do it ')"
+    )
+    assert alice.execute("select prompt from ceaseless.job").fetchall() == [(" do it ",)]
+
+
+def test_a_blank_prompt_is_judged_when_the_prompt_is_written(conn: psycopg.Connection) -> None:
+    # A row whose prompt is blank (stored with the triggers off, as a restore
+    # may) can still have its payload changed; its prompt cannot be blanked
+    # again or made blank.
+    conn.execute("set session_replication_role = replica")
+    (job,) = conn.execute(
+        "insert into ceaseless.job (kind, agent, prompt) values ('task', 'noop', '') returning id"
+    ).fetchone()  # type: ignore[misc]
+    conn.execute("set session_replication_role = origin")
+
+    conn.execute("update ceaseless.job set payload = '{\"k\": 1}' where id = %s", (job,))
+    with pytest.raises(psycopg.Error) as error:
+        conn.execute("update ceaseless.job set prompt = ' ' where id = %s", (job,))
+    assert error.value.sqlstate == "CE422"
+    conn.execute("update ceaseless.job set prompt = 'now say it' where id = %s", (job,))
+    with pytest.raises(psycopg.Error):
+        conn.execute("update ceaseless.job set prompt = '\u200b' where id = %s", (job,))

@@ -1,0 +1,219 @@
+-- Lanes: how many jobs each lane may start now, and whose jobs wait for their
+-- owner's spend budget. The one statement of each rule; whoever admits or
+-- explains work calls it rather than counting again.
+--
+-- Called by: claim_jobs (10_jobs.sql), which admits each lane's jobs up to its
+-- free slots and holds back the jobs of owners over budget; governor_usage
+-- (90_views.sql), which shows the same numbers to operators; _explain_lane and
+-- explain_job (92_explain.sql), which name what holds a lane or an owner;
+-- operators (owner_budget_usage).
+-- Guarantees:
+-- - read only: nothing is locked or written here, so the caller decides what
+--   to lock (claim_jobs locks the lanes first, then counts);
+-- - the claim, the view and the explanation agree by construction: a lane is
+--   held for the reasons _lane_capacity names, and its free slots are what the
+--   claim admits;
+-- - counts come from partial indexes of live jobs and from the window's runs
+--   (agent_run_lane_window_idx), never from a lane's history; a claim counts
+--   only what can bind (no window read for a lane without a budget), and
+--   nothing at all for owners when owner_budgets is empty;
+-- - like a lane's budgets, an owner's counts what a run reported when it
+--   ended, so the runs admitted before a budget was reached may overshoot it
+--   by what they cost.
+
+set local search_path = ceaseless, pg_catalog, pg_temp;
+
+-- What each lane may start now, and what holds it, read against p_now:
+--
+-- | held_by        | when                                                     |
+-- |----------------|----------------------------------------------------------|
+-- | agent_disabled | the agent is disabled                                    |
+-- | lane_paused    | a row of lane_pauses has not reached its time: every job |
+-- |                | of the lane would hit the same provider limit            |
+-- | lane_full      | claimed and running jobs reach max_concurrent            |
+-- | window_budget  | runs started in the window plus claimed jobs reach       |
+-- |                | window_budget (a claim not yet started counts, or a      |
+-- |                | burst of claims would overrun the budget before the runs |
+-- |                | exist)                                                   |
+-- | cost_budget    | what the window's runs reported reaches window_cost_usd  |
+-- | token_budget   | ... or window_tokens (tokens_in + tokens_out)            |
+--
+-- free: 0 while anything holds the lane, else the smaller of what concurrency
+-- and the window's run budget allow.
+--
+-- p_measure_all: a claim passes false and is told only what decides free
+-- slots: a disabled or paused lane is not counted (its live and window
+-- columns are 0 and held_by names only why it is closed), and the window of a
+-- lane without a budget is not read (0), so a lane with a long history and no
+-- budget costs nothing more than its live jobs. Operators' views and the
+-- explanation pass true and get every count.
+--
+-- PL/pgSQL for its cached plan: a SQL function with a SET clause is planned
+-- again on every call, and every claim calls this.
+create or replace function _lane_capacity(
+    p_now timestamptz,
+    p_agents text[] default null,
+    p_measure_all boolean default false
+)
+returns table (
+    agent text, live bigint, claimed bigint, started_in_window bigint,
+    cost_in_window numeric, tokens_in_window numeric, paused_until timestamptz,
+    pause_reason text, held_by text[], free bigint
+)
+language plpgsql stable
+rows 10
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+#variable_conflict use_column
+begin
+    return query
+    select a.name, live.n, live.claimed, win.n, win.cost, win.tokens, p.paused_until, p.reason,
+           held.reasons,
+           case when cardinality(held.reasons) > 0 then 0::bigint
+                -- least() passes over NULL: a lane without a window budget
+                -- is bounded by concurrency alone.
+                else least(a.max_concurrent - live.n, a.window_budget - live.claimed - win.n)
+           end
+    from agents a
+    left join lane_pauses p on p.agent = a.name and p.paused_until > p_now
+    -- A partial index of live jobs (job_lane_live_idx or
+    -- job_claim_expiry_idx): claimed and running jobs only, never the
+    -- lane's finished ones.
+    cross join lateral (
+        select count(*) as n, count(*) filter (where j.state = 'claimed') as claimed
+        from job j
+        where j.agent = a.name and j.state in ('claimed', 'running')
+          and (p_measure_all or (a.enabled and p.agent is null))
+    ) live
+    -- agent_run_lane_window_idx: the window's runs, never the lane's history.
+    -- The condition on the lane alone is tested once per lane, before any
+    -- read.
+    cross join lateral (
+        select count(*) as n,
+               coalesce(sum(r.cost_usd), 0) as cost,
+               coalesce(sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)), 0) as tokens
+        from agent_run r
+        where r.agent = a.name
+          and r.started_at > p_now - make_interval(secs => a.window_secs)
+          and (p_measure_all
+               or (a.enabled and p.agent is null
+                   and num_nonnulls(a.window_budget, a.window_cost_usd, a.window_tokens) > 0))
+    ) win
+    cross join lateral (
+        select array_remove(array[
+                   case when not a.enabled then 'agent_disabled' end,
+                   case when p.agent is not null then 'lane_paused' end,
+                   case when live.n >= a.max_concurrent then 'lane_full' end,
+                   case when live.claimed + win.n >= a.window_budget then 'window_budget' end,
+                   case when win.cost >= a.window_cost_usd then 'cost_budget' end,
+                   case when win.tokens >= a.window_tokens then 'token_budget' end
+               ], null) as reasons
+    ) held
+    where p_agents is null or a.name = any (p_agents);
+end;
+$$;
+
+comment on function _lane_capacity(timestamptz, text[], boolean) is
+    'Per lane (all, or those in p_agents): its live and claimed jobs, the runs, cost and tokens '
+    'of its window, the pause in force, what holds it (held_by: agent_disabled, lane_paused, '
+    'lane_full, window_budget, cost_budget, token_budget) and its free slots (0 while held), '
+    'read against p_now: the one rule claim_jobs admits by, governor_usage shows and '
+    '_explain_lane explains. With p_measure_all false (a claim), a closed lane and the window '
+    'of a lane without a budget are not counted.';
+
+-- What an owner's runs reported in its budget window: summed from the runs
+-- started in the window through agent_run_lane_window_idx, one lane at a
+-- time, so it costs the window's runs and never the history.
+create or replace function _owner_spend(p_budget owner_budgets, p_now timestamptz)
+returns table (cost numeric, tokens numeric)
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select coalesce(sum(r.cost_usd), 0),
+           coalesce(sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)), 0)
+    from agents a
+    cross join lateral (
+        select r.cost_usd, r.tokens_in, r.tokens_out
+        from agent_run r
+        join job j on j.id = r.job_id
+        where r.agent = a.name
+          and r.started_at > p_now - make_interval(secs => p_budget.window_secs)
+          and j.user_id = p_budget.user_id
+    ) r;
+$$;
+
+comment on function _owner_spend(owner_budgets, timestamptz) is
+    'USD and tokens reported by the owner''s runs started in its budget window (every lane).';
+
+-- When an owner over budget is under it again: when enough of the spend in
+-- its window has aged out (the later of the cost's and the tokens' times,
+-- for the budgets reached). NULL when it is not over budget.
+create or replace function _owner_budget_clears(p_budget owner_budgets, p_now timestamptz)
+returns timestamptz
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    with runs as (
+        select r.started_at, r.id, coalesce(r.cost_usd, 0) as cost,
+               coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0) as tokens
+        from agents a
+        cross join lateral (
+            select r.started_at, r.id, r.cost_usd, r.tokens_in, r.tokens_out
+            from agent_run r
+            join job j on j.id = r.job_id
+            where r.agent = a.name
+              and r.started_at > p_now - make_interval(secs => p_budget.window_secs)
+              and j.user_id = p_budget.user_id
+        ) r
+    ),
+    running as (
+        select started_at,
+               sum(cost) over (order by started_at, id) as cost_so_far,
+               sum(tokens) over (order by started_at, id) as tokens_so_far,
+               sum(cost) over () as cost_total,
+               sum(tokens) over () as tokens_total
+        from runs
+    )
+    select greatest(
+        (select min(started_at) from running
+         where cost_total >= p_budget.window_cost_usd
+           and cost_so_far > cost_total - p_budget.window_cost_usd),
+        (select min(started_at) from running
+         where tokens_total >= p_budget.window_tokens
+           and tokens_so_far > tokens_total - p_budget.window_tokens))
+        + make_interval(secs => p_budget.window_secs);
+$$;
+
+comment on function _owner_budget_clears(owner_budgets, timestamptz) is
+    'When an owner over its spend budget is under it again (enough of its window''s spend aged '
+    'out); NULL when it is not over.';
+
+create or replace function _owners_over_budget(p_now timestamptz)
+returns text[]
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select coalesce(array_agg(b.user_id), '{}')
+    from owner_budgets b
+    cross join lateral _owner_spend(b, p_now) s
+    where s.cost >= b.window_cost_usd or s.tokens >= b.window_tokens;
+$$;
+
+comment on function _owners_over_budget(timestamptz) is
+    'The owners whose runs in their window reported their cost or token budget: claim_jobs '
+    'claims none of their jobs until it clears.';
+
+create or replace view owner_budget_usage with (security_invoker = true) as
+select b.user_id,
+       b.window_secs,
+       b.window_cost_usd,
+       s.cost as cost_in_window,
+       b.window_tokens,
+       s.tokens as tokens_in_window,
+       (s.cost >= b.window_cost_usd or s.tokens >= b.window_tokens) is true as over_budget
+from owner_budgets b
+cross join lateral _owner_spend(b, now()) s;
+
+comment on view owner_budget_usage is
+    'Each owner budget against what the owner''s runs reported in its window; over_budget: its '
+    'jobs wait (explain_job says owner_budget).';
