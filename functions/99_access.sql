@@ -225,6 +225,10 @@ grant execute on function
     explain_routine(uuid, timestamptz),
     explain_topology_run(uuid, timestamptz)
     to ceaseless_user;
+-- explain_loop, likewise: a loop's live iteration is explained through
+-- explain_topology_run, which checks the owner again.
+alter function explain_loop(uuid, timestamptz) security definer;
+grant execute on function explain_loop(uuid, timestamptz) to ceaseless_user;
 alter function _tg_default_agent() security definer;
 alter function _tg_graph_default_agent() security definer;
 -- The spend budgets of a lane (db/0022), beside its other governor columns.
