@@ -136,7 +136,9 @@ def test_a_cron_routine_keeps_its_slots_while_its_agent_is_disabled(
     _set_agent(conn, "noop", True)
 
     # Nothing was stranded: the next slot is still there, and fires.
-    row = conn.execute(
-        "select next_fire_at from ceaseless.routines where id = %s", (routine,)
-    ).fetchone()
-    assert row == (due + timedelta(hours=1),)
+    rows = conn.execute(
+        "select status, skip_reason from ceaseless.fire_cron("
+        "array['routine'], array[%s::uuid], array[%s::timestamptz], array[0], %s)",
+        (routine, due + timedelta(hours=2), due + timedelta(hours=1, seconds=1)),
+    ).fetchall()
+    assert rows == [("running", None)]

@@ -258,3 +258,70 @@ def test_concurrent_statements_of_many_events_all_commit_and_fill_the_cap_exactl
     assert _runs(conn) == Counter({"running": 100, "global_cap": 900})
     (running,) = conn.execute("select sum(running) from ceaseless.routine_run_shards").fetchone()
     assert running == 100
+
+
+def test_a_statement_that_outgrows_its_slot_waits_for_shared_fires_then_judges_exactly(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    _set_cap(conn, 100)
+    make_routine(conn, "cd", "event", {"pattern": "cd0"}, max_concurrent=100_000)
+    errors: list[BaseException] = []
+
+    def many() -> None:
+        try:
+            with psycopg.connect(db_url, autocommit=True) as producer:
+                _insert_many(producer, 120)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with psycopg.connect(db_url) as holder:
+        # Admitted shared, in flight: its run is not yet in any count.
+        _insert_many(holder, 1)
+        thread = threading.Thread(target=many)
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive(), "the statement must wait for the shared fire to end"
+        holder.commit()
+        thread.join(30)
+    assert errors == []
+    # Judged after the holder committed: exactly the cap runs.
+    assert _runs(conn) == Counter({"running": 100, "global_cap": 21})
+
+
+def test_a_second_statement_outgrowing_its_slot_meanwhile_fails_with_40001_and_a_retry_clears_it(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    _set_cap(conn, 100)
+    make_routine(conn, "cd", "event", {"pattern": "cd0"}, max_concurrent=100_000)
+    errors: list[BaseException] = []
+
+    def many() -> None:
+        try:
+            with psycopg.connect(db_url, autocommit=True) as producer:
+                _insert_many(producer, 30)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with psycopg.connect(db_url) as holder, psycopg.connect(db_url) as second:
+        _insert_many(holder, 1)
+        _insert_many(second, 1)
+        waiting = threading.Thread(target=many)
+        waiting.start()
+        waiting.join(1.0)
+        assert waiting.is_alive()
+        # It waits for both: one of them outgrowing its slot too would wait
+        # for the other, which waits for it. A real conflict, not a wait.
+        with pytest.raises(
+            psycopg.errors.SerializationFailure, match="conflict with concurrent fires"
+        ):
+            _insert_many(second, 30)
+        second.rollback()
+        holder.commit()
+        waiting.join(30)
+        assert errors == []
+
+        # Retried, the same transaction goes through.
+        _insert_many(second, 1)
+        _insert_many(second, 30)
+        second.commit()
+    assert _runs(conn) == Counter({"running": 62})
