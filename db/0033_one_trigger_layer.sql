@@ -1,4 +1,4 @@
--- Routines and loops are fired by one trigger layer (functions/39_schedules.sql):
+-- Routines and loops are fired by one trigger layer (functions/38-39_*.sql):
 -- the scheduler's twin functions, one set per table, and the loop half of the
 -- webhook path are replaced by one set over both kinds, and dropped once here.
 
@@ -17,3 +17,6 @@ drop function if exists disable_loop(uuid, text);
 drop function if exists next_cron_fire();
 drop function if exists next_cron_loop_fire();
 drop function if exists _receive_loop_webhook(loops, bytea, jsonb);
+-- Validation names each field in full through _invalid_value (00_helpers.sql).
+drop function if exists _invalid(text, text, jsonb);
+drop function if exists _invalid_loop(text, text, jsonb);
