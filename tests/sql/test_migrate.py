@@ -770,7 +770,7 @@ REPLACED_BY_THE_TRIGGER_LAYER = [
     "disable_loop(uuid, text)",
     "next_cron_fire()",
     "next_cron_loop_fire()",
-    "_receive_loop_webhook(loops, bytea, jsonb)",
+    "_receive_loop_webhook(ceaseless.loops, bytea, jsonb)",
     "_invalid(text, text, jsonb)",
     "_invalid_loop(text, text, jsonb)",
 ]
