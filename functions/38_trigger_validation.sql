@@ -1,4 +1,5 @@
--- Triggers: the validation rules routines and loops share, written once.
+-- Triggers: the validation rules routines and loops share, written once, and
+-- the small tests of JSON values both use.
 --
 -- Called by: the validation triggers of routines (40_routine_validation.sql)
 -- and loops (55_loop_validation.sql), which name their own fields.
@@ -12,6 +13,32 @@
 -- loops.triggers.cron), the rule and the value; nothing is locked or written.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
+
+-- Is a value a JSON string with something other than whitespace in it? Any
+-- Unicode whitespace counts as blank (_is_blank), not only spaces.
+create or replace function _is_text(p_value jsonb)
+returns boolean
+language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    -- coalesce: an absent key is NULL, and "not NULL" would let it through.
+    select coalesce(jsonb_typeof(p_value) = 'string' and not _is_blank(p_value #>> '{}'), false);
+$$;
+
+comment on function _is_text(jsonb) is 'True for a JSON string that is not blank (Unicode whitespace).';
+
+-- Is a value absent, or a positive JSON integer?
+create or replace function _is_positive_int_or_null(p_value jsonb)
+returns boolean
+language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select p_value is null or jsonb_typeof(p_value) = 'null'
+        or (jsonb_typeof(p_value) = 'number' and (p_value #>> '{}') ~ '^[0-9]+$'
+            and (p_value #>> '{}')::numeric between 1 and 2147483647);
+$$;
+
+comment on function _is_positive_int_or_null(jsonb) is 'True for null/absent or a positive JSON integer.';
 
 -- A trigger object (routines.trigger_config, loops.triggers: p_object) checked
 -- and completed where a routine's rules and a loop's are one:

@@ -12,32 +12,6 @@
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
--- Is a value a JSON string with something other than whitespace in it? Any
--- Unicode whitespace counts as blank (_is_blank), not only spaces.
-create or replace function _is_text(p_value jsonb)
-returns boolean
-language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    -- coalesce: an absent key is NULL, and "not NULL" would let it through.
-    select coalesce(jsonb_typeof(p_value) = 'string' and not _is_blank(p_value #>> '{}'), false);
-$$;
-
-comment on function _is_text(jsonb) is 'True for a JSON string that is not blank (Unicode whitespace).';
-
--- Is a value absent, or a positive JSON integer?
-create or replace function _is_positive_int_or_null(p_value jsonb)
-returns boolean
-language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    select p_value is null or jsonb_typeof(p_value) = 'null'
-        or (jsonb_typeof(p_value) = 'number' and (p_value #>> '{}') ~ '^[0-9]+$'
-            and (p_value #>> '{}')::numeric between 1 and 2147483647);
-$$;
-
-comment on function _is_positive_int_or_null(jsonb) is 'True for null/absent or a positive JSON integer.';
-
 -- Check a routine's trigger_config and action_config in full, filling the
 -- defaults the spec gives (timezone UTC, channel null, context_paths []).
 -- Returns the row to store.
