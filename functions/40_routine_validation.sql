@@ -5,48 +5,12 @@
 -- every INSERT and UPDATE that changes its configuration, and the error names
 -- the field, the rule and the value (CE422); NOTIFY ceaseless_schedule when a
 -- cron routine needs its next_fire_at (created, schedule or timezone changed,
--- re-enabled); operator-visible changes are audited.
+-- re-enabled); operator-visible changes are audited. The rules a routine's
+-- trigger shares with a loop's (cron schedule and timezone, webhook scheme,
+-- when a next slot is asked for) are the trigger layer's
+-- (38_trigger_validation.sql, 39_schedules.sql).
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
-
--- Raise CE422 for a routine column, through _invalid_value (00_helpers.sql).
-create or replace function _invalid(p_field text, p_rule text, p_value jsonb)
-returns void
-language sql
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    select _invalid_value('routines.' || p_field, p_rule, p_value);
-$$;
-
-comment on function _invalid(text, text, jsonb) is
-    'Raise CE422 naming the field, the rule and the bad value, shown up to 200 characters '
-    '(routine validation).';
-
--- Is a value a JSON string with something other than whitespace in it? Any
--- Unicode whitespace counts as blank (_is_blank), not only spaces.
-create or replace function _is_text(p_value jsonb)
-returns boolean
-language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    -- coalesce: an absent key is NULL, and "not NULL" would let it through.
-    select coalesce(jsonb_typeof(p_value) = 'string' and not _is_blank(p_value #>> '{}'), false);
-$$;
-
-comment on function _is_text(jsonb) is 'True for a JSON string that is not blank (Unicode whitespace).';
-
--- Is a value absent, or a positive JSON integer?
-create or replace function _is_positive_int_or_null(p_value jsonb)
-returns boolean
-language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    select p_value is null or jsonb_typeof(p_value) = 'null'
-        or (jsonb_typeof(p_value) = 'number' and (p_value #>> '{}') ~ '^[0-9]+$'
-            and (p_value #>> '{}')::numeric between 1 and 2147483647);
-$$;
-
-comment on function _is_positive_int_or_null(jsonb) is 'True for null/absent or a positive JSON integer.';
 
 -- Check a routine's trigger_config and action_config in full, filling the
 -- defaults the spec gives (timezone UTC, channel null, context_paths []).
@@ -65,89 +29,41 @@ begin
     -- A blank name cannot be told apart in routine_status or a notification
     -- subject, and a blank user_id is a routine no event can ever fire.
     if _is_blank(p_row.name) then
-        perform _invalid('name', 'must not be blank', to_jsonb(p_row.name));
+        perform _invalid_value('routines.name', 'must not be blank', to_jsonb(p_row.name));
     end if;
     if _is_blank(p_row.user_id) then
-        perform _invalid('user_id', 'must not be blank', to_jsonb(p_row.user_id));
+        perform _invalid_value('routines.user_id', 'must not be blank', to_jsonb(p_row.user_id));
     end if;
 
     case p_row.trigger_type
     when 'cron' then
-        if not _is_text(v_trigger -> 'schedule') then
-            perform _invalid('trigger_config.schedule', 'a cron routine needs a schedule string that is not blank',
-                             v_trigger -> 'schedule');
-        end if;
-        -- Before _cron_error, which refuses it too but whose message the
-        -- error below would follow with the whole schedule.
-        perform _refuse_long('routines.trigger_config.schedule', v_trigger ->> 'schedule',
-                             'schedule');
-        v_error := _cron_error(v_trigger ->> 'schedule');
-        if v_error is not null then
-            perform _invalid('trigger_config.schedule', v_error, v_trigger -> 'schedule');
-        end if;
-        if v_trigger -> 'timezone' is null or jsonb_typeof(v_trigger -> 'timezone') = 'null' then
-            v_trigger := v_trigger || '{"timezone": "UTC"}';
-        end if;
-        if jsonb_typeof(v_trigger -> 'timezone') <> 'string' then
-            perform _invalid('trigger_config.timezone', 'must be an IANA time zone name',
-                             v_trigger -> 'timezone');
-        end if;
-        v_error := _timezone_error(v_trigger ->> 'timezone');
-        if v_error is not null then
-            perform _invalid('trigger_config.timezone', v_error, v_trigger -> 'timezone');
-        end if;
+        v_trigger := _validated_trigger('routines.trigger_config', v_trigger, 'schedule', true,
+                                        null);
     when 'event' then
-        if not _is_text(v_trigger -> 'pattern') then
-            perform _invalid('trigger_config.pattern', 'an event routine needs a regex pattern that is not blank',
-                             v_trigger -> 'pattern');
-        end if;
-        -- Before compiling it: compiling, and extracting its literal, cost
-        -- time in its length.
-        perform _refuse_long('routines.trigger_config.pattern', v_trigger ->> 'pattern', 'pattern');
-        -- Prevents a pattern that makes every event of its user as slow as
-        -- the attacker likes: with back-references PostgreSQL's regex engine
-        -- backtracks, and "(a*)(a*)(a*)\3\2\1b?$" held one INSERT INTO events
-        -- of 1,000 'a's past 4 s. Without them it runs as an automaton.
-        v_error := _regex_backreference(v_trigger ->> 'pattern');
-        if v_error is not null then
-            perform _invalid('trigger_config.pattern',
-                             format('must not contain back-references (%s); write the repeated '
-                                    'text out, or for an octal character escape use \x or \u',
-                                    v_error),
-                             v_trigger -> 'pattern');
-        end if;
-        begin
-            perform '' ~ (v_trigger ->> 'pattern');
-        exception when invalid_regular_expression then
-            perform _invalid('trigger_config.pattern', 'must be a valid regular expression ('
-                             || sqlerrm || ')', v_trigger -> 'pattern');
-        end;
+        perform _check_pattern('routines.trigger_config.pattern', v_trigger -> 'pattern');
         if v_trigger -> 'channel' is null then
             v_trigger := v_trigger || '{"channel": null}';
         elsif jsonb_typeof(v_trigger -> 'channel') not in ('string', 'null') then
-            perform _invalid('trigger_config.channel', 'must be a channel name or null',
-                             v_trigger -> 'channel');
+            perform _invalid_value('routines.trigger_config.channel',
+                                   'must be a channel name or null',
+                                   v_trigger -> 'channel');
         end if;
     when 'webhook' then
         if not _is_text(v_trigger -> 'path')
            or (v_trigger ->> 'path') !~ _webhook_token_pattern() then
-            perform _invalid('trigger_config.path',
-                             'a webhook routine needs a URL-safe path (letters, digits, . _ ~ -)',
-                             v_trigger -> 'path');
+            perform _invalid_value('routines.trigger_config.path',
+                                   'a webhook routine needs a URL-safe path (letters, digits, . _ ~ -)',
+                                   v_trigger -> 'path');
         end if;
         if not _is_text(v_trigger -> 'secret') or length(v_trigger ->> 'secret') < 16 then
-            perform _invalid('trigger_config.secret',
-                             'a webhook routine needs a signing secret of at least 16 characters, not all blank',
-                             to_jsonb(case when v_trigger ? 'secret' then '(hidden)' end));
+            perform _invalid_value('routines.trigger_config.secret',
+                                   'a webhook routine needs a signing secret of at least 16 characters, not all blank',
+                                   to_jsonb(case when v_trigger ? 'secret' then '(hidden)' end));
         end if;
-        -- A misspelt scheme would be a routine no sender can ever sign for.
-        v_error := _webhook_scheme_error(v_trigger -> 'scheme');
-        if v_error is not null then
-            perform _invalid('trigger_config.scheme', v_error, v_trigger -> 'scheme');
-        end if;
+        v_trigger := _validated_trigger('routines.trigger_config', v_trigger, null, false, 'scheme');
         v_error := _webhook_secret_error(v_trigger ->> 'scheme', v_trigger ->> 'secret');
         if v_error is not null then
-            perform _invalid('trigger_config.secret', v_error, '"(hidden)"');
+            perform _invalid_value('routines.trigger_config.secret', v_error, '"(hidden)"');
         end if;
     when 'manual' then
         null;
@@ -159,42 +75,48 @@ begin
     case p_row.action_type
     when 'lightweight' then
         if not _is_text(v_action -> 'prompt') then
-            perform _invalid('action_config.prompt', 'a lightweight routine needs a prompt that is not blank',
-                             v_action -> 'prompt');
+            perform _invalid_value('routines.action_config.prompt',
+                                   'a lightweight routine needs a prompt that is not blank',
+                                   v_action -> 'prompt');
         end if;
         perform _refuse_long('routines.action_config.prompt', v_action ->> 'prompt', 'prompt');
         if v_action -> 'context_paths' is null then
             v_action := v_action || '{"context_paths": []}';
         elsif jsonb_typeof(v_action -> 'context_paths') <> 'array' then
-            perform _invalid('action_config.context_paths', 'must be an array of relative paths',
-                             v_action -> 'context_paths');
+            perform _invalid_value('routines.action_config.context_paths',
+                                   'must be an array of relative paths',
+                                   v_action -> 'context_paths');
         end if;
         for v_path in select value from jsonb_array_elements(v_action -> 'context_paths') loop
             -- Read relative to the workspace root, never outside it.
             if not _is_workspace_path(v_path) then
-                perform _invalid('action_config.context_paths',
-                                 'each entry must be a relative path inside the workspace', v_path);
+                perform _invalid_value('routines.action_config.context_paths',
+                                       'each entry must be a relative path inside the workspace', v_path);
             end if;
         end loop;
         if not _is_positive_int_or_null(v_action -> 'max_tokens') then
-            perform _invalid('action_config.max_tokens', 'must be a positive integer',
-                             v_action -> 'max_tokens');
+            perform _invalid_value('routines.action_config.max_tokens',
+                                   'must be a positive integer',
+                                   v_action -> 'max_tokens');
         end if;
     when 'full_job' then
         if not _is_text(v_action -> 'title') then
-            perform _invalid('action_config.title', 'a full_job routine needs a title that is not blank',
-                             v_action -> 'title');
+            perform _invalid_value('routines.action_config.title',
+                                   'a full_job routine needs a title that is not blank',
+                                   v_action -> 'title');
         end if;
         if not _is_text(v_action -> 'description') then
-            perform _invalid('action_config.description', 'a full_job routine needs a description that is not blank',
-                             v_action -> 'description');
+            perform _invalid_value('routines.action_config.description',
+                                   'a full_job routine needs a description that is not blank',
+                                   v_action -> 'description');
         end if;
         perform _refuse_long('routines.action_config.title', v_action ->> 'title', 'prompt');
         perform _refuse_long('routines.action_config.description', v_action ->> 'description',
                              'prompt');
         if not _is_positive_int_or_null(v_action -> 'max_iterations') then
-            perform _invalid('action_config.max_iterations', 'must be a positive integer',
-                             v_action -> 'max_iterations');
+            perform _invalid_value('routines.action_config.max_iterations',
+                                   'must be a positive integer',
+                                   v_action -> 'max_iterations');
         end if;
     else
         null;
@@ -410,9 +332,11 @@ begin
     if new.trigger_type <> 'cron' or not new.enabled then
         new.next_fire_at := null;
     elsif tg_op = 'UPDATE'
-          and (new.trigger_config is distinct from old.trigger_config
-               or new.trigger_type is distinct from old.trigger_type
-               or (new.enabled and not old.enabled)) then
+          and _schedule_changed(new.trigger_config ->> 'schedule',
+                                new.trigger_config ->> 'timezone', new.enabled,
+                                case when old.trigger_type = 'cron'
+                                     then old.trigger_config ->> 'schedule' end,
+                                old.trigger_config ->> 'timezone', old.enabled) then
         new.next_fire_at := null;
         new.last_error := null;
     end if;
@@ -447,10 +371,10 @@ begin
                 case when old.enabled then 'enabled' else 'disabled' end);
         return null;
     end if;
-    if new.trigger_type = 'cron' and new.enabled and new.next_fire_at is null then
-        perform pg_notify('ceaseless_schedule',
-                          jsonb_build_object('table', 'routines', 'id', new.id)::text);
-    end if;
+    perform _ask_for_next_fire('routines', new.id,
+                               case when new.trigger_type = 'cron'
+                                    then new.trigger_config ->> 'schedule' end,
+                               new.enabled, new.next_fire_at);
     if tg_op = 'INSERT' then
         insert into audit_log (entity, entity_id, action, new_state)
         values ('routine', new.id, 'insert',

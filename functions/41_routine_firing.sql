@@ -1,8 +1,9 @@
--- Routines: the one firing path.
+-- Routines: the one firing path, where the trigger layer's fires of routines
+-- end.
 --
--- Called by: the events trigger (43_routine_events.sql), receive_webhook
--- (45_webhooks.sql), run_routine, retry_job (10_jobs.sql), and listeners
--- (fire_cron_routines, set_next_fires, disable_routine).
+-- Called by: the events trigger (43_routine_events.sql), retry_job
+-- (10_jobs.sql), and the trigger layer (_fire_schedules, 39_schedules.sql) for
+-- cron batches, webhooks and run_routine.
 -- Guarantees:
 -- - every fire of every kind goes through _fire_routines, one set-based
 --   statement: the guardrails are written once, and judged in this order —
@@ -17,6 +18,10 @@
 --   far, with the fires of one routine serialised when its own guardrails
 --   could bind, exclusive near the cap — so no two fires both take the last
 --   place;
+-- - a transaction's fires are admitted whatever their number (a statement
+--   inserting many events fires once per row): the fires past the cap are
+--   skipped (global_cap), never refused with an error; 40001 means only that
+--   concurrent fires conflict with this transaction's, and a retry clears it;
 -- - no deadlock between any two of: event inserts, webhook fires, manual
 --   runs, retry_job, cron batches, finish batches, lease expiry, release_jobs
 --   and cancel_job. The lock order:
@@ -34,7 +39,9 @@
 --       foreign keys take KEY SHARE, which no finish, fire or cron batch
 --       blocks), and counts its runs in a shard nobody holds; a second fire
 --       in a transaction admitted shared waits for nothing at all (40001
---       instead);
+--       instead), except the one such transaction at a time that needs more
+--       room than its slot (_admit_exactly), which waits for the other
+--       shared holders, none of which waits for it;
 --   so an admitted fire is never in a cycle, every wait for routine rows or
 --   routine fire locks is in id or key order, and a finishing statement
 --   holds its routines only for its end, not all of it.
@@ -199,12 +206,16 @@ comment on function forget_ended_backends() is
 --   is exact. Taken when the cap is near, all slots are busy, the fire is
 --   larger than a slot, or the transaction is not read committed.
 -- The locks are the transaction's until it ends. A transaction that fired
--- shared and fires again takes what more it needs without waiting (taking
--- it in order could deadlock with another such transaction) and fails with
--- 40001 (retry) when another fire holds it. How it was admitted, and the
--- room its slots have left, is in transaction_state, which only the engine
--- writes: kept in a setting, any session could pass a first fire off as a
--- later one with room to spare, and fire past the cap.
+-- shared and fires again within its slot's room takes the routine locks it
+-- needs without waiting (taking them in order could deadlock with another
+-- such transaction) and fails with 40001 (retry) when another fire holds
+-- one. One that needs more room than its slot has (a statement of many
+-- events, one fire per row) is judged exactly from then on (_admit_exactly),
+-- so a statement's fires are admitted whatever its size, and the fires past
+-- the cap are skipped (global_cap) as in exclusive mode. How it was admitted,
+-- and the room its slot has left, is in transaction_state, which only the
+-- engine writes: kept in a setting, any session could pass a first fire off
+-- as a later one with room to spare, and fire past the cap.
 --
 -- Returns the running count to judge against (in shared mode, a bound that
 -- includes every fire in flight) and the free places of the cap this fire
@@ -251,17 +262,17 @@ begin
             v_mode := 'shared';
             v_room := v_slot_size;
         end if;
+    elsif v_mode = 'shared' and v_room < v_count then
+        -- More fires than its slot has room for (a statement inserting many
+        -- events fires once per row): judged exactly from here on.
+        perform _admit_exactly();
+        v_mode := 'exclusive';
     elsif v_mode = 'shared' then
         -- Fired shared before in this transaction: nothing may be waited for
         -- now, out of order.
         select coalesce(sum(s.running), 0) + 16 * v_slot_size into o_running
         from routine_run_shards s;
-        -- More room when needed: one more slot, if the cap is still far.
-        if v_room < v_count and v_count <= v_room + v_slot_size and o_running <= v_cap
-           and _take_fire_slot() then
-            v_room := v_room + v_slot_size;
-        end if;
-        if v_room < v_count or not _lock_routines_for_fire(p_routine_ids, o_running, true) then
+        if not _lock_routines_for_fire(p_routine_ids, o_running, true) then
             raise exception 'ceaseless: this transaction''s fires conflict with concurrent fires'
                 using errcode = '40001',
                       hint = 'Retry the transaction; or fire once per transaction.';
@@ -295,6 +306,52 @@ $$;
 comment on function _admit_fires(uuid[]) is
     'Admit a fire: shared (fire lock shared, a slot, per-routine locks) while the cap is far, '
     'else exclusive; returns the running count to judge by and the free places of the cap.';
+
+-- Make a transaction admitted shared judge its fires exactly from now on,
+-- without ever waiting for what could be waiting for it. It first takes every
+-- fire slot it can, without waiting: holding all sixteen, no other shared
+-- fire is in flight and none can start (a new one finds no slot and waits for
+-- the exclusive lock, which this transaction's shared one holds off), so the
+-- running count it reads is exact. When another transaction holds a slot, it
+-- waits for the fire lock in exclusive mode instead: every other holder is a
+-- shared fire, which ends its transaction without waiting for a fire lock
+-- (its later fires fail with 40001 rather than wait), so the wait ends, and
+-- new fires queue behind it. One transaction at a time may wait so (the
+-- upgrade lock, taken without waiting): two would each hold the shared lock
+-- the other waits for. The second is a real conflict with the first, raised
+-- as 40001, and a retry clears it once the first has committed.
+--
+-- Raises: 40001 when another transaction is already waiting so.
+create or replace function _admit_exactly()
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_all boolean := true;
+begin
+    for i in 0..15 loop
+        -- A slot this transaction holds is taken again at once.
+        if not pg_try_advisory_xact_lock(hashtext('ceaseless fire slots'), i) then
+            v_all := false;
+        end if;
+    end loop;
+    if v_all then
+        return;
+    end if;
+    if not pg_try_advisory_xact_lock(hashtext('ceaseless'), hashtext('routine fire upgrade')) then
+        raise exception 'ceaseless: this transaction''s fires conflict with concurrent fires'
+            using errcode = '40001',
+                  detail = 'Another transaction of many fires is waiting for the others to end.',
+                  hint = 'Retry the transaction.';
+    end if;
+    perform pg_advisory_xact_lock(hashtext('ceaseless'), hashtext('routine fires'));
+end;
+$$;
+
+comment on function _admit_exactly() is
+    'Make a transaction admitted shared judge exactly: every fire slot, or the fire lock in '
+    'exclusive mode (one such waiter at a time; 40001 for a second).';
 
 -- One of the sixteen fire slots, taken without waiting; false when all are
 -- held by other transactions. The search starts at a different slot per
@@ -625,148 +682,3 @@ comment on function _fire_routines(uuid[], text, timestamptz, text[], text[], in
     'The one firing path: judge each routine against its guardrails (disabled, agent disabled, '
     'cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row '
     'per routine and a job per running run.';
-
--- Fire the due cron routines a listener has locked and scheduled: the
--- listener selects them FOR NO KEY UPDATE SKIP LOCKED (due_cron_routines),
--- computes each one's next slot and missed-slot count with croniter, and
--- calls this in the same transaction, so no two listeners fire one slot.
---
--- A routine changed or disabled since the listener read it is left out: its
--- new schedule gets a fresh next_fire_at through ceaseless_schedule instead.
--- The rest fire through _fire_routines; a fire refused for its cooldown is
--- deferred to the cooldown's end (spec 5.6), every other one moves to its
--- next slot.
-create or replace function fire_cron_routines(
-    p_routine_ids uuid[],
-    p_next_fire_ats timestamptz[],
-    p_missed integer[],
-    p_now timestamptz default now()
-)
-returns table (routine_id uuid, run_id uuid, status text, skip_reason text,
-               next_fire_at timestamptz)
-language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-#variable_conflict use_column
-declare
-    v_ids uuid[];
-    v_next_fire_ats timestamptz[];
-    v_missed integer[];
-    v_schedules text[];
-begin
-    if cardinality(p_routine_ids) is distinct from cardinality(p_next_fire_ats)
-       or cardinality(p_routine_ids) is distinct from cardinality(p_missed) then
-        raise exception 'fire_cron_routines: the three arrays must have one entry per routine'
-            using errcode = 'CE422';
-    end if;
-    select array_agg(r.id order by i.ord), array_agg(i.next_at order by i.ord),
-           array_agg(i.missed order by i.ord),
-           array_agg(r.trigger_config ->> 'schedule' order by i.ord)
-    into v_ids, v_next_fire_ats, v_missed, v_schedules
-    from unnest(p_routine_ids, p_next_fire_ats, p_missed) with ordinality as i(id, next_at, missed, ord)
-    join routines r on r.id = i.id
-    where r.enabled and r.trigger_type = 'cron'
-      and r.next_fire_at is not null and r.next_fire_at <= p_now;
-
-    return query
-    with fired as materialized (
-        select f.* from _fire_routines(v_ids, 'cron', p_now, v_schedules, null, v_missed) f
-    ),
-    moved as (
-        update routines r
-        set next_fire_at = case when f.skip_reason = 'cooldown'
-                                then greatest(r.last_run_at
-                                              + make_interval(secs => r.cooldown_secs), p_now)
-                                else v_next_fire_ats[f.ord] end
-        from fired f
-        where r.id = f.routine_id
-        returning r.id, r.next_fire_at
-    )
-    select f.routine_id, f.run_id, f.status, f.skip_reason, m.next_fire_at
-    from fired f
-    join moved m on m.id = f.routine_id
-    order by f.ord;
-end;
-$$;
-
-comment on function fire_cron_routines(uuid[], timestamptz[], integer[], timestamptz) is
-    'Fire a batch of due cron routines the caller locked, through the one firing path; a fire '
-    'refused for cooldown is deferred to its end, the rest move to the next slot given.';
-
--- The listener's answer to ceaseless_schedule: store freshly computed
--- next_fire_at values, but only where the schedule and timezone they were
--- computed from are still the routine's (an edit in between wins). Returns how
--- many were stored.
-create or replace function set_next_fires(
-    p_routine_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamptz[]
-)
-returns integer
-language sql
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    with computed as (
-        select * from unnest(p_routine_ids, p_schedules, p_timezones, p_next_fire_ats)
-            as c(id, schedule, timezone, next_fire_at)
-    ),
-    stored as (
-        update routines r
-        set next_fire_at = c.next_fire_at
-        from computed c
-        where r.id = c.id
-          and r.enabled and r.trigger_type = 'cron'
-          and r.trigger_config ->> 'schedule' = c.schedule
-          and r.trigger_config ->> 'timezone' = c.timezone
-        returning r.id
-    )
-    select count(*)::integer from stored;
-$$;
-
-comment on function set_next_fires(uuid[], text[], text[], timestamptz[]) is
-    'Store listener-computed next_fire_at values where the routine still has that schedule '
-    'and timezone; returns how many were stored.';
-
--- Disable a routine whose stored configuration the listener cannot use (a
--- schedule croniter rejects despite validation), recording why, so it stops
--- failing silently and never blocks the others.
-create or replace function disable_routine(p_routine_id uuid, p_error text)
-returns void
-language sql
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    update routines set enabled = false, last_error = p_error where id = p_routine_id;
-$$;
-
-comment on function disable_routine(uuid, text) is
-    'Disable a routine the engine cannot run, recording the error in last_error.';
-
--- Manual trigger: ignores cooldown, respects everything else. Returns the
--- routine_runs id (a skipped run when refused).
---
--- Raises: CE404 unknown routine.
-create or replace function run_routine(p_routine_id uuid, p_now timestamptz default now())
-returns uuid
-language plpgsql
-security definer
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-declare
-    v_run_id uuid;
-begin
-    -- Security definer, so the guardrails count every owner's runs; the
-    -- routine must then be the caller's own (or the caller an operator or a
-    -- listener), and one that is not is as unknown as one that does not exist.
-    if not exists (select from routines r where r.id = p_routine_id and _acts_for(r.user_id)) then
-        raise exception 'run_routine: no routine with id %', p_routine_id using errcode = 'CE404';
-    end if;
-    select f.run_id into v_run_id
-    from _fire_routines(array[p_routine_id], 'manual', p_now, array['manual'], null, null, true) f;
-    if v_run_id is null then
-        raise exception 'run_routine: no routine with id %', p_routine_id using errcode = 'CE404';
-    end if;
-    return v_run_id;
-end;
-$$;
-
-comment on function run_routine(uuid, timestamptz) is
-    'Fire a routine by hand (ignores cooldown, respects max_concurrent and the global cap); '
-    'returns the routine_runs id, whose status says whether it runs or was skipped and why.';

@@ -1,4 +1,6 @@
--- Webhooks: HMAC-SHA256 verification in SQL, replay protection, and firing.
+-- Webhooks: HMAC-SHA256 verification in SQL, replay protection, and the one
+-- receive path of routines and loops: look the token up, verify, fire through
+-- the trigger layer (_fire_schedules, 39_schedules.sql).
 --
 -- Called by: the listener's HTTP ingress (POST /hooks/{path}), or anyone with
 -- the raw request in hand.
@@ -62,7 +64,8 @@ comment on function _equal_constant_time(bytea, bytea) is
     'True when two byte strings are equal, examining every byte whatever the first difference.';
 
 -- The grammar of a webhook token in a URL path: routine paths are validated
--- against it (40_routine_validation.sql), and the HTTP ingress reads it once
+-- against it (40_routine_validation.sql), loop tokens are generated in it
+-- (55_loop_validation.sql), and the HTTP ingress reads it once
 -- at start, so a request for a path that cannot exist is answered without a
 -- round trip. One rule, one place.
 create or replace function _webhook_token_pattern()
@@ -92,72 +95,25 @@ $$;
 comment on function _webhook_body_text(bytea) is
     'A webhook body as text: UTF-8 as it is, anything else as \x and hex.';
 
--- The loop half of _receive_webhook: verification under the loop's scheme
--- (triggers.webhook_scheme) and signing key, the replay record under target
--- 'loop', and a fire through _fire_loop (56_loop_firing.sql) with the body in
--- the iteration's task. Returns the topology_runs id, and for a refused fire
--- (a skipped run) the SQLSTATE and message: CE410 the loop or an agent of its
--- graph disabled, CE412 an iteration still live.
---
--- Raises: CE403 stale timestamp; CE401 bad signature; CE413 replay.
-create or replace function _receive_loop_webhook(
-    p_loop loops,
-    p_body bytea,
-    p_headers jsonb
-)
-returns table (run_id uuid, refused_sqlstate text, refused_message text)
-language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-declare
-    v_now constant timestamptz := now();
-    v_window interval := make_interval(secs => _setting_int('webhook_window_secs'));
-    v_verified record;
-    v_skip text;
-begin
-    select * into v_verified
-    from _webhook_verify(p_loop.triggers ->> 'webhook_scheme', p_loop.webhook_signing_key, p_body,
-                         p_headers, v_now, v_window);
-    perform _webhook_remember('loop', p_loop.id, v_verified.replay_keys, v_verified.sent_at,
-                              v_now, v_window);
-
-    run_id := _fire_loop(p_loop.id, 'webhook', 'webhook', _webhook_body_text(p_body), v_now);
-    select r.skip_reason into v_skip from topology_runs r where r.id = run_id;
-    select refusal.sqlstate, refusal.message into refused_sqlstate, refused_message
-    from (values
-        ('disabled', 'CE410', format('loop %s is disabled', left(p_loop.title, 200))),
-        ('agent_disabled', 'CE410',
-         format('an agent of loop %s is disabled', left(p_loop.title, 200))),
-        ('live_iteration', 'CE412',
-         format('loop %s has an iteration running; it runs one at a time',
-                left(p_loop.title, 200)))
-    ) refusal (skip_reason, sqlstate, message)
-    where refusal.skip_reason = v_skip;
-    return next;
-end;
-$$;
-
-comment on function _receive_loop_webhook(loops, bytea, jsonb) is
-    'Verify a webhook request for a loop under its scheme and fire it with the body in its task; a '
-    'refused fire is returned (skipped run id, CE410 or CE412, message). Raises CE403/CE401/CE413.';
-
 -- Verify a webhook request and fire what it targets, recording a refused fire
 -- instead of raising.
 --
--- p_token is a loop's webhook_token or a routine's trigger_config.path (loops
--- are looked up first); p_body the raw request body; p_headers the request's
--- headers as a jsonb object of name → value (any case; the ingress passes
--- those named by _webhook_header_names()). The target's scheme says which
--- headers sign it (46_webhook_schemes.sql).
+-- p_token is a loop's webhook_token or a routine's trigger_config.path;
+-- p_body the raw request body; p_headers the request's headers as a jsonb
+-- object of name → value (any case; the ingress passes those named by
+-- _webhook_header_names()). The target's scheme says which headers sign it
+-- (46_webhook_schemes.sql).
 --
--- Returns the routine_runs id (for a loop: the topology_runs id) and, when a
--- guardrail refused the fire, the SQLSTATE and message receive_webhook raises
--- for it (CE410 disabled routine, loop or agent, CE411 cooldown, CE412
--- max_concurrent or a loop's live iteration, CE415 global cap, CE414
--- duplicate content): the run is then a `skipped` row. Not raising is the
--- point: the caller commits the skipped row and, above all, the replay record,
--- so a captured request refused now cannot be replayed within its window and
--- fire once the guardrail clears. The HTTP ingress calls this.
+-- Returns the run's id (a routine_runs id, or a loop's topology_runs id) and,
+-- when a guardrail refused the fire, the SQLSTATE and message receive_webhook
+-- raises for it (CE410 the routine, loop or agent disabled, CE411 cooldown,
+-- CE412 max_concurrent or a loop's live iteration, CE414 duplicate content,
+-- CE415 the global cap): the run is then a `skipped` row. Not
+-- raising is the point: the caller commits the skipped row and, above all,
+-- the replay record, so a captured request refused now cannot be replayed
+-- within its window and fire once the guardrail clears. The HTTP ingress
+-- calls this. The body reaches the run: a routine's context (and dedup key),
+-- a loop iteration's task.
 --
 -- Raises (nothing is worth keeping then): CE404 unknown token; CE403 stale
 -- timestamp; CE401 bad signature; CE413 replayed request.
@@ -176,52 +132,60 @@ set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_now constant timestamptz := now();
-    v_routine routines;
-    v_loop loops;
     v_window interval := make_interval(secs => _setting_int('webhook_window_secs'));
+    v_target record;
     v_verified record;
     v_run record;
-    v_body text;
 begin
     -- Loops first: a loop's token is generated ('loop_' + 64 hex), a
     -- routine's path chosen by its owner, so a routine named like a loop's
-    -- token must not capture the loop's requests.
-    select * into v_loop from loops where webhook_token = p_token;
-    if found then
-        return query select * from _receive_loop_webhook(v_loop, p_body, p_headers);
-        return;
-    end if;
-    select * into v_routine
-    from routines
-    where trigger_type = 'webhook' and trigger_config ->> 'path' = p_token;
+    -- token must not capture the loop's requests. What the run records as
+    -- fired it is a routine's path, never a loop's token, its credential.
+    select t.* into v_target
+    from (select 1 as precedence, 'loop'::text as kind, l.id, left(l.title, 200) as name,
+                 null::text as agent, l.triggers ->> 'webhook_scheme' as scheme,
+                 l.webhook_signing_key as signing_key, 'webhook'::text as detail
+          from loops l
+          where l.webhook_token = p_token
+          union all
+          -- idx_routines_webhook_path: the same expression and predicate.
+          select 2, 'routine', r.id, left(r.name, 200), r.agent, r.trigger_config ->> 'scheme',
+                 r.trigger_config ->> 'secret', p_token
+          from routines r
+          where r.trigger_type = 'webhook' and r.trigger_config ->> 'path' = p_token) t
+    order by t.precedence
+    limit 1;
     if not found then
         raise exception 'no webhook at %', left(p_token, 200) using errcode = 'CE404';
     end if;
 
-    -- Authenticate before saying anything else about the routine.
+    -- Authenticate before saying anything else about the target.
     select * into v_verified
-    from _webhook_verify(v_routine.trigger_config ->> 'scheme', v_routine.trigger_config ->> 'secret',
-                         p_body, p_headers, v_now, v_window);
-    perform _webhook_remember('routine', v_routine.id, v_verified.replay_keys, v_verified.sent_at,
-                              v_now, v_window);
-
-    v_body := _webhook_body_text(p_body);
+    from _webhook_verify(v_target.scheme, v_target.signing_key, p_body, p_headers, v_now,
+                         v_window);
+    perform _webhook_remember(v_target.kind, v_target.id, v_verified.replay_keys,
+                              v_verified.sent_at, v_now, v_window);
 
     select f.run_id, f.skip_reason into v_run
-    from _fire_routines(array[v_routine.id], 'webhook', v_now, array[p_token], array[v_body]) f;
+    from _fire_schedules(v_target.kind, array[v_target.id], 'webhook', v_now,
+                         array[v_target.detail], array[_webhook_body_text(p_body)]) f;
     run_id := v_run.run_id;
-    select refusal.sqlstate, refusal.message into refused_sqlstate, refused_message
+    -- Each message names the kind and the routine or loop (%1$s %2$s), and a
+    -- routine's agent (%3$s): a loop's graph has several.
+    select refusal.sqlstate, format(refusal.message, v_target.kind, v_target.name, v_target.agent)
+    into refused_sqlstate, refused_message
     from (values
-        ('disabled', 'CE410', format('routine %s is disabled', v_routine.name)),
+        ('disabled', 'CE410', '%1$s %2$s is disabled'),
         ('agent_disabled', 'CE410',
-         format('the agent %s of routine %s is disabled', v_routine.agent, v_routine.name)),
-        ('cooldown', 'CE411', format('routine %s is cooling down', v_routine.name)),
-        ('concurrency', 'CE412', format('routine %s is at its max_concurrent runs', v_routine.name)),
+         case when v_target.agent is null then 'an agent of %1$s %2$s is disabled'
+              else 'the agent %3$s of %1$s %2$s is disabled' end),
+        ('cooldown', 'CE411', '%1$s %2$s is cooling down'),
+        ('concurrency', 'CE412', '%1$s %2$s is at its max_concurrent runs'),
+        ('live_iteration', 'CE412', '%1$s %2$s has an iteration running; it runs one at a time'),
         ('global_cap', 'CE415',
-         format('routine %s cannot start: the global cap of running routine runs '
-                '(routine_max_running) is reached', v_routine.name)),
-        ('dedup', 'CE414',
-         format('routine %s already ran for this content within its dedup window', v_routine.name))
+         '%1$s %2$s cannot start: the global cap of running routine runs (routine_max_running) '
+         'is reached'),
+        ('dedup', 'CE414', '%1$s %2$s already ran for this content within its dedup window')
     ) refusal (skip_reason, sqlstate, message)
     where refusal.skip_reason = v_run.skip_reason;
     return next;

@@ -2,9 +2,9 @@
 -- (Standard Webhooks) and stripe, each verified here, in SQL, over the raw
 -- body and the request's headers.
 --
--- Called by: _receive_webhook and _receive_loop_webhook (45_webhooks.sql),
--- which look up the target and its scheme; routine and loop validation
--- (40_routine_validation.sql, 55_loop_validation.sql), which refuse an
+-- Called by: _receive_webhook (45_webhooks.sql), which looks up the target
+-- and its scheme; routine and loop validation (38_trigger_validation.sql,
+-- 40_routine_validation.sql, 55_loop_validation.sql), which refuse an
 -- unknown scheme or a secret the scheme cannot use; the HTTP ingress, which
 -- reads _webhook_header_names() once at start and passes those headers only.
 -- Guarantees: every comparison of a digest is constant time

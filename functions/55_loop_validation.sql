@@ -27,24 +27,13 @@
 --   (iteration numbers, parent_run_id) while the repeat policy counts again;
 --   re-enabling an on_completion loop starts its next iteration at once
 --   when none is live (loops_schedule, through _fire_loop, 56_loop_firing.sql);
+-- - the rules a loop's triggers share with a routine's (cron schedule and
+--   timezone, webhook scheme, when a next slot is asked for) are the trigger
+--   layer's (38_trigger_validation.sql, 39_schedules.sql);
 -- - a loop with a live iteration cannot be deleted (CE409): cancel the
 --   iteration first, or its jobs would run on for a loop that is gone.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
-
--- Raise CE422 for a loop column: where (triggers.cron, repeat_policy.spec.n),
--- the rule, and the bad value shown up to 200 characters (it is untrusted).
-create or replace function _invalid_loop(p_field text, p_rule text, p_value jsonb)
-returns void
-language sql
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    select _invalid_value('loops.' || p_field, p_rule, p_value);
-$$;
-
-comment on function _invalid_loop(text, text, jsonb) is
-    'Raise CE422 naming the loop field, the rule and the bad value, shown up to 200 characters '
-    '(loop validation).';
 
 -- The until-event names a policy accepts, and what each means. The seed's
 -- example says {event: 'ok'}: it is read as 'succeeded' (an iteration's
@@ -78,34 +67,34 @@ declare
     v_triggers jsonb := p_row.triggers;
     v_policy jsonb := p_row.repeat_policy;
     v_spec jsonb;
-    v_error text;
     v_key text;
 begin
     -- A blank title cannot be told apart in loop_status or a notification.
     if _is_blank(p_row.title) then
-        perform _invalid_loop('title', 'must not be blank', to_jsonb(p_row.title));
+        perform _invalid_value('loops.title', 'must not be blank', to_jsonb(p_row.title));
     end if;
     perform _refuse_long('loops.title', p_row.title, 'prompt');
     if p_row.description is null then
-        perform _invalid_loop('description', 'must be text (may be empty)', null);
+        perform _invalid_value('loops.description', 'must be text (may be empty)', null);
     end if;
     perform _refuse_long('loops.description', p_row.description, 'prompt');
     -- Every iteration's task starts with it: a blank one asks the agents
     -- nothing.
     if _is_blank(p_row.task_template) then
-        perform _invalid_loop('task_template', 'must not be blank', to_jsonb(p_row.task_template));
+        perform _invalid_value('loops.task_template',
+                               'must not be blank', to_jsonb(p_row.task_template));
     end if;
     perform _refuse_long('loops.task_template', p_row.task_template, 'prompt');
     if _is_blank(p_row.user_id) then
-        perform _invalid_loop('user_id', 'must not be blank', to_jsonb(p_row.user_id));
+        perform _invalid_value('loops.user_id', 'must not be blank', to_jsonb(p_row.user_id));
     end if;
 
     -- triggers -------------------------------------------------------------
     if v_triggers is null or jsonb_typeof(v_triggers) <> 'object' then
-        perform _invalid_loop('triggers',
-                              'must be an object {cron?, timezone?, on_completion?, webhook_enabled?, '
-                              'webhook_scheme?}',
-                              v_triggers);
+        perform _invalid_value('loops.triggers',
+                               'must be an object {cron?, timezone?, on_completion?, webhook_enabled?, '
+                               'webhook_scheme?}',
+                               v_triggers);
     end if;
     -- A misspelt key ("on_complete") would be a trigger that silently never
     -- fires.
@@ -113,132 +102,82 @@ begin
     where k not in ('cron', 'timezone', 'on_completion', 'webhook_enabled', 'webhook_scheme')
     limit 1;
     if v_key is not null then
-        perform _invalid_loop('triggers', format(
+        perform _invalid_value('loops.triggers', format(
             'unknown key %s (known: cron, timezone, on_completion, webhook_enabled, webhook_scheme)',
             to_jsonb(left(v_key, 60))), v_triggers);
     end if;
     if jsonb_typeof(v_triggers -> 'cron') = 'null' then
         v_triggers := v_triggers - 'cron';
     end if;
-    if v_triggers ? 'cron' then
-        if not _is_text(v_triggers -> 'cron') then
-            perform _invalid_loop('triggers.cron', 'must be a cron expression string that is not blank',
-                                  v_triggers -> 'cron');
-        end if;
-        -- Before _cron_error, whose message the error would follow with the
-        -- whole schedule.
-        perform _refuse_long('loops.triggers.cron', v_triggers ->> 'cron', 'schedule');
-        v_error := _cron_error(v_triggers ->> 'cron');
-        if v_error is not null then
-            perform _invalid_loop('triggers.cron', v_error, v_triggers -> 'cron');
-        end if;
-        if v_triggers -> 'timezone' is null or jsonb_typeof(v_triggers -> 'timezone') = 'null' then
-            v_triggers := v_triggers || '{"timezone": "UTC"}';
-        end if;
-    end if;
-    if v_triggers ? 'timezone' and jsonb_typeof(v_triggers -> 'timezone') <> 'null' then
-        if jsonb_typeof(v_triggers -> 'timezone') <> 'string' then
-            perform _invalid_loop('triggers.timezone', 'must be an IANA time zone name',
-                                  v_triggers -> 'timezone');
-        end if;
-        v_error := _timezone_error(v_triggers ->> 'timezone');
-        if v_error is not null then
-            perform _invalid_loop('triggers.timezone', v_error, v_triggers -> 'timezone');
-        end if;
-    end if;
+    v_triggers := _validated_trigger('loops.triggers', v_triggers, 'cron', false, 'webhook_scheme');
     foreach v_key in array array['on_completion', 'webhook_enabled'] loop
         if v_triggers ? v_key and jsonb_typeof(v_triggers -> v_key) <> 'boolean' then
-            perform _invalid_loop('triggers.' || v_key, 'must be true or false',
-                                  v_triggers -> v_key);
+            perform _invalid_value('loops.triggers.' || v_key, 'must be true or false',
+                                   v_triggers -> v_key);
         end if;
     end loop;
-    -- The signature scheme of the loop's webhook (46_webhook_schemes.sql); a
-    -- misspelt one would be a webhook no sender can sign for.
-    v_error := _webhook_scheme_error(v_triggers -> 'webhook_scheme');
-    if v_error is not null then
-        perform _invalid_loop('triggers.webhook_scheme', v_error, v_triggers -> 'webhook_scheme');
-    end if;
 
     -- repeat_policy ---------------------------------------------------------
     if v_policy is null or jsonb_typeof(v_policy) <> 'object'
        or v_policy ->> 'kind' is null
        or (v_policy ->> 'kind') not in ('infinite', 'iters', 'until') then
-        perform _invalid_loop('repeat_policy.kind', 'must be infinite, iters or until',
-                              coalesce(v_policy -> 'kind', v_policy));
+        perform _invalid_value('loops.repeat_policy.kind', 'must be infinite, iters or until',
+                               coalesce(v_policy -> 'kind', v_policy));
     end if;
     select k into v_key from jsonb_object_keys(v_policy) k where k not in ('kind', 'spec') limit 1;
     if v_key is not null then
-        perform _invalid_loop('repeat_policy', format('unknown key %s (known: kind, spec)',
+        perform _invalid_value('loops.repeat_policy', format('unknown key %s (known: kind, spec)',
                                                       to_jsonb(left(v_key, 60))), v_policy);
     end if;
     v_spec := coalesce(nullif(v_policy -> 'spec', 'null'::jsonb), '{}'::jsonb);
     if jsonb_typeof(v_spec) <> 'object' then
-        perform _invalid_loop('repeat_policy.spec', 'must be an object', v_spec);
+        perform _invalid_value('loops.repeat_policy.spec', 'must be an object', v_spec);
     end if;
     case v_policy ->> 'kind'
     when 'infinite' then
         if v_spec <> '{}'::jsonb then
-            perform _invalid_loop('repeat_policy.spec', 'an infinite policy takes no spec', v_spec);
+            perform _invalid_value('loops.repeat_policy.spec',
+                                   'an infinite policy takes no spec', v_spec);
         end if;
     when 'iters' then
         select k into v_key from jsonb_object_keys(v_spec) k where k <> 'n' limit 1;
         if v_key is not null then
-            perform _invalid_loop('repeat_policy.spec', format(
+            perform _invalid_value('loops.repeat_policy.spec', format(
                 'unknown key %s (an iters policy takes {n})', to_jsonb(left(v_key, 60))), v_spec);
         end if;
         if jsonb_typeof(v_spec -> 'n') is distinct from 'number'
            or not _is_positive_int_or_null(v_spec -> 'n') then
-            perform _invalid_loop('repeat_policy.spec.n', 'must be a positive integer',
-                                  v_spec -> 'n');
+            perform _invalid_value('loops.repeat_policy.spec.n', 'must be a positive integer',
+                                   v_spec -> 'n');
         end if;
     when 'until' then
         select k into v_key from jsonb_object_keys(v_spec) k
         where k not in ('event', 'match', 'within_iters') limit 1;
         if v_key is not null then
-            perform _invalid_loop('repeat_policy.spec', format(
+            perform _invalid_value('loops.repeat_policy.spec', format(
                 'unknown key %s (an until policy takes {event, within_iters} or '
                 '{match, within_iters})', to_jsonb(left(v_key, 60))), v_spec);
         end if;
         if (v_spec ? 'event') = (v_spec ? 'match') then
-            perform _invalid_loop('repeat_policy.spec',
-                                  'an until policy takes exactly one of event and match', v_spec);
+            perform _invalid_value('loops.repeat_policy.spec',
+                                   'an until policy takes exactly one of event and match', v_spec);
         end if;
         if v_spec ? 'event' then
             if _loop_until_event(v_spec -> 'event') is null then
-                perform _invalid_loop('repeat_policy.spec.event',
-                                      'must be succeeded or failed (ok means succeeded)',
-                                      v_spec -> 'event');
+                perform _invalid_value('loops.repeat_policy.spec.event',
+                                       'must be succeeded or failed (ok means succeeded)',
+                                       v_spec -> 'event');
             end if;
             v_spec := jsonb_set(v_spec, '{event}', to_jsonb(_loop_until_event(v_spec -> 'event')));
         else
-            if not _is_text(v_spec -> 'match') then
-                perform _invalid_loop('repeat_policy.spec.match',
-                                      'must be a regular expression that is not blank',
-                                      v_spec -> 'match');
-            end if;
-            -- Bounded, and free of back-references, like routines' event
-            -- patterns: it runs against every iteration's agent output.
-            perform _refuse_long('loops.repeat_policy.spec.match', v_spec ->> 'match', 'pattern');
-            v_error := _regex_backreference(v_spec ->> 'match');
-            if v_error is not null then
-                perform _invalid_loop('repeat_policy.spec.match',
-                                      format('must not contain back-references (%s)', v_error),
-                                      v_spec -> 'match');
-            end if;
-            begin
-                perform '' ~ (v_spec ->> 'match');
-            exception when invalid_regular_expression then
-                perform _invalid_loop('repeat_policy.spec.match',
-                                      'must be a valid regular expression (' || sqlerrm || ')',
-                                      v_spec -> 'match');
-            end;
+            perform _check_pattern('loops.repeat_policy.spec.match', v_spec -> 'match');
         end if;
         -- Required: an until policy that never gives up is an infinite loop
         -- that only looks bounded.
         if jsonb_typeof(v_spec -> 'within_iters') is distinct from 'number'
            or not _is_positive_int_or_null(v_spec -> 'within_iters') then
-            perform _invalid_loop('repeat_policy.spec.within_iters',
-                                  'an until policy needs a positive integer', v_spec -> 'within_iters');
+            perform _invalid_value('loops.repeat_policy.spec.within_iters',
+                                   'an until policy needs a positive integer', v_spec -> 'within_iters');
         end if;
     end case;
     v_policy := case when v_policy ->> 'kind' = 'infinite' then jsonb_build_object('kind', 'infinite')
@@ -321,20 +260,23 @@ begin
     -- The error names the column that was set (the token when both were).
     if tg_op = 'INSERT' then
         if new.webhook_token is not null or new.webhook_signing_key is not null then
-            perform _invalid_loop(case when new.webhook_token is not null then 'webhook_token'
-                                       else 'webhook_signing_key' end,
-                                  'is generated when triggers.webhook_enabled is true; do not set it',
-                                  '"(hidden)"');
+            perform _invalid_value(case when new.webhook_token is not null
+                                        then 'loops.webhook_token'
+                                        else 'loops.webhook_signing_key' end,
+                                   'is generated when triggers.webhook_enabled is true; do not set '
+                                   'it',
+                                   '"(hidden)"');
         end if;
         v_was_webhook := false;
     else
         if new.webhook_token is distinct from old.webhook_token
            or new.webhook_signing_key is distinct from old.webhook_signing_key then
-            perform _invalid_loop(case when new.webhook_token is distinct from old.webhook_token
-                                       then 'webhook_token' else 'webhook_signing_key' end,
-                                  'is generated when triggers.webhook_enabled is turned on; to '
-                                  'rotate it, set webhook_enabled false, then true',
-                                  '"(hidden)"');
+            perform _invalid_value(case when new.webhook_token is distinct from old.webhook_token
+                                        then 'loops.webhook_token'
+                                        else 'loops.webhook_signing_key' end,
+                                   'is generated when triggers.webhook_enabled is turned on; to '
+                                   'rotate it, set webhook_enabled false, then true',
+                                   '"(hidden)"');
         end if;
         v_was_webhook := coalesce((old.triggers ->> 'webhook_enabled')::boolean, false);
     end if;
@@ -376,9 +318,9 @@ begin
     if not new.enabled or not (new.triggers ? 'cron') then
         new.next_fire_at := null;
     elsif tg_op = 'UPDATE'
-          and (new.triggers -> 'cron' is distinct from old.triggers -> 'cron'
-               or new.triggers -> 'timezone' is distinct from old.triggers -> 'timezone'
-               or not old.enabled) then
+          and _schedule_changed(new.triggers ->> 'cron', new.triggers ->> 'timezone', new.enabled,
+                                old.triggers ->> 'cron', old.triggers ->> 'timezone', old.enabled)
+    then
         new.next_fire_at := null;
         new.last_error := null;
     end if;
@@ -404,10 +346,8 @@ language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
-    if new.enabled and new.triggers ? 'cron' and new.next_fire_at is null then
-        perform pg_notify('ceaseless_schedule',
-                          jsonb_build_object('table', 'loops', 'id', new.id)::text);
-    end if;
+    perform _ask_for_next_fire('loops', new.id, new.triggers ->> 'cron', new.enabled,
+                               new.next_fire_at);
     -- Re-enabling an on_completion loop continues the chain at once: waiting
     -- for a completion that will never come (nothing is live) would leave it
     -- enabled and idle. _fire_loop records a skip when an iteration is live.

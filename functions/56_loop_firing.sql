@@ -1,11 +1,13 @@
--- Loops: the one firing path, chaining, and repeat policies.
+-- Loops: the one firing path, where the trigger layer's fires of loops end;
+-- chaining, and repeat policies.
 --
--- Called by: run_loop (manual), fire_cron_loops (57_loop_cron.sql, the
--- listener's cron), _receive_webhook (45_webhooks.sql), the loops_schedule
--- trigger (55_loop_validation.sql, re-enabling an on_completion loop), and
--- PostgreSQL after a loop iteration's status becomes terminal (the engine
--- moves it there, 5x_topology_*.sql, in the transaction that ends its last
--- job or cancels it).
+-- Called by: the trigger layer (_fire_schedules, 39_schedules.sql) for cron
+-- batches, webhooks and run_loop; the loops_schedule trigger
+-- (55_loop_validation.sql, re-enabling an on_completion loop); the
+-- agents_enabled trigger (below, re-enabling an agent); and PostgreSQL after
+-- a loop iteration's status becomes terminal (the engine moves it there,
+-- 5x_topology_*.sql, in the transaction that ends its last job or cancels
+-- it).
 -- Guarantees:
 -- - every fire of every kind goes through _fire_loop: refused fires (loop
 --   disabled, an agent of its graph disabled or gone, an iteration still
@@ -23,6 +25,10 @@
 --   applied (loop_outcome below) and the loop either stops (disabled,
 --   next_fire_at NULL, stopped_reason, stopped_at, a `stopped` notification
 --   to its owner) or, with triggers.on_completion, fires its next iteration;
+-- - an enabled on_completion loop is never left with nothing to fire it: a
+--   fire refused because an agent of its graph was disabled is fired again
+--   when the last of its disabled agents is enabled (agents_enabled, below),
+--   as re-enabling the loop would have;
 -- - an iteration row is inserted only by _fire_loop (topology_runs_loop_lock
 --   refuses others; a skipped record may be inserted directly), so every
 --   insert of a live iteration holds its loop.
@@ -33,7 +39,9 @@
 --     the run (its row), then loop_outcome locks the loop (FOR NO KEY UPDATE)
 --     last, and may fire the next iteration under it;
 --   * a fire (run_loop, webhook, cron batch, re-enable) locks the loop first
---     (cron: due_cron_loops, SKIP LOCKED, so a batch never waits for a loop),
+--     (cron: due_schedules, SKIP LOCKED, so a batch never waits for a loop,
+--     and a loop batch takes no fire lock), re-enabling agents after their
+--     rows (loops in id order),
 --     and then waits for nothing another transaction holds while waiting for
 --     that loop: it reads the runs without locking them, and it inserts a
 --     live iteration only when it saw none, so the unique index entry it
@@ -66,6 +74,24 @@ $$;
 comment on function _loop_prior_context(text, text, integer) is
     'The prior-iteration context of a loop''s next task: the parent''s final message, cut to '
     'p_cap characters with a marker (or a line saying it has none).';
+
+-- The nodes of a graph whose agent is disabled, or not registered at all: a
+-- fire of a loop with such a graph is refused (agent_disabled), and
+-- explain_loop names each of them.
+create or replace function _graph_agents_disabled(p_graph jsonb)
+returns table (node_id text, agent text, registered boolean)
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select n ->> 'id', n ->> 'agent', a.name is not null
+    from jsonb_array_elements(p_graph -> 'nodes') n
+    left join agents a on a.name = n ->> 'agent'
+    where a.name is null or not a.enabled;
+$$;
+
+comment on function _graph_agents_disabled(jsonb) is
+    'The nodes of a topology graph whose agent is disabled or not registered (node, agent, '
+    'registered): what refuses a loop''s fire as agent_disabled.';
 
 -- Mark p_run_id as the run _fire_loop is inserting (transaction_state, db/0026),
 -- keeping what else this transaction's row holds.
@@ -119,10 +145,7 @@ begin
         when not v_loop.enabled then 'disabled'
         -- A node whose agent is disabled would queue a job nobody claims,
         -- and hold the loop's one live iteration until someone cancels it.
-        when exists (select from jsonb_array_elements(v_loop.graph -> 'nodes') n
-                     left join agents a on a.name = n ->> 'agent'
-                     where a.name is null or not a.enabled)
-            then 'agent_disabled'
+        when exists (select from _graph_agents_disabled(v_loop.graph)) then 'agent_disabled'
         when exists (select from topology_runs r
                      where r.loop_id = v_loop.id
                        and r.status in ('pending', 'running', 'awaiting_approval'))
@@ -170,35 +193,6 @@ comment on function _fire_loop(uuid, text, text, text, timestamptz) is
     'The one firing path of loops: lock the loop, record a skipped run (disabled, agent_disabled, '
     'live_iteration) or insert the next pending iteration chained to the last, with the webhook '
     'body and the prior iteration''s final message in its task; returns the run id.';
-
--- Manual trigger. Returns the topology_runs id (a skipped run when refused).
---
--- Raises: CE404 unknown loop, or one the caller does not own.
-create or replace function run_loop(p_loop_id uuid, p_now timestamptz default now())
-returns uuid
-language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-declare
-    v_run_id uuid;
-begin
-    -- Security definer, so the live-iteration check sees every run; the loop
-    -- must then be the caller's own (or the caller an operator or a
-    -- listener), and one that is not is as unknown as one that does not exist.
-    if not exists (select from loops l where l.id = p_loop_id and _acts_for(l.user_id)) then
-        raise exception 'run_loop: no loop with id %', p_loop_id using errcode = 'CE404';
-    end if;
-    v_run_id := _fire_loop(p_loop_id, 'manual', 'manual', null, p_now);
-    if v_run_id is null then
-        raise exception 'run_loop: no loop with id %', p_loop_id using errcode = 'CE404';
-    end if;
-    return v_run_id;
-end;
-$$;
-
-comment on function run_loop(uuid, timestamptz) is
-    'Fire a loop by hand; returns the topology_runs id, whose status says whether the iteration '
-    'runs (pending) or was skipped and why. CE404 for an unknown loop or someone else''s.';
 
 -- An iteration is inserted by _fire_loop and by nothing else: a number
 -- chosen by hand could skip or take N + 1, and an insert that did not hold
@@ -333,3 +327,68 @@ create or replace trigger topology_runs_loop_outcome
           and old.status in ('pending', 'running', 'awaiting_approval')
           and new.status in ('succeeded', 'failed', 'cancelled'))
     execute function _tg_topology_runs_loop_outcome();
+
+-- After agents are enabled, fire again the on_completion loops their
+-- disabling left with nothing to fire them: enabled, nothing live, naming one
+-- of these agents, and no iteration since their latest fire, which was
+-- refused for a disabled agent. On_completion is the only trigger that needs
+-- this: cron fires at its next slot, webhooks and people fire from outside,
+-- but a chain whose next link was refused waits for an iteration's end that
+-- will never come. A loop whose graph still names a disabled agent is left
+-- alone (its fire would be refused again): the last of its agents to be
+-- enabled resumes it. Statement-level, so agents enabled together resume a
+-- loop that needs them all once.
+--
+-- Locks: after the agents' rows, each loop in id order (_fire_loop).
+create or replace function _tg_agents_enabled()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_agents text[];
+    v_loop uuid;
+begin
+    select array_agg(n.name order by n.name) into v_agents
+    from new_rows n
+    join old_rows o on o.name = n.name
+    where n.enabled and not o.enabled;
+    if v_agents is null then
+        return null;
+    end if;
+    for v_loop in
+        select l.id
+        from loops l
+        where l.enabled and coalesce((l.triggers ->> 'on_completion')::boolean, false)
+          and exists (select from jsonb_array_elements(l.graph -> 'nodes') n
+                      where n ->> 'agent' = any (v_agents))
+          and not exists (select from _graph_agents_disabled(l.graph))
+          and not exists (select from topology_runs r
+                          where r.loop_id = l.id
+                            and r.status in ('pending', 'running', 'awaiting_approval'))
+          -- topology_runs_loop_skipped_idx, newest first.
+          and (select r.skip_reason from topology_runs r
+               where r.loop_id = l.id and r.status = 'skipped'
+               order by r.created_at desc limit 1) = 'agent_disabled'
+          and not exists (select from topology_runs i
+                          where i.loop_id = l.id and i.iteration is not null
+                            and i.created_at > (select max(r.created_at) from topology_runs r
+                                                where r.loop_id = l.id
+                                                  and r.status = 'skipped'))
+        order by l.id
+    loop
+        perform _fire_loop(v_loop, 'on_completion',
+                           'agent ' || array_to_string(v_agents, ', ') || ' enabled', null, now());
+    end loop;
+    return null;
+end;
+$$;
+
+comment on function _tg_agents_enabled() is
+    'After agents are enabled: fire again the on_completion loops a fire refused for a disabled '
+    'agent left idle, once all of their agents are enabled.';
+
+create or replace trigger agents_enabled
+    after update on agents
+    referencing old table as old_rows new table as new_rows
+    for each statement execute function _tg_agents_enabled();

@@ -431,3 +431,132 @@ comment on function explain_topology_run(uuid, timestamptz) is
     'Every reason that holds a topology run: nodes awaiting approval (clears_at: the '
     'approval''s expiry) and the reasons of its nodes'' pending jobs (explain_job), one row '
     'each; ''ready'' when nothing does. CE404 for an unknown run.';
+
+-- Every reason that holds a loop's next iteration, in the order _fire_loop
+-- (56_loop_firing.sql) judges a fire: stopped (its repeat policy or an
+-- iteration's end disabled it: why and when) or disabled (by hand, or by the
+-- engine, with its last_error), both until it is re-enabled; agent_disabled,
+-- one row per node whose agent is disabled or not registered; live_iteration
+-- (a loop runs one iteration at a time: a fire now is skipped), followed by
+-- what holds that iteration (explain_topology_run: awaiting_approval, whose
+-- clears_at is when an undecided approval fails it, and the reasons of its
+-- nodes' pending jobs), each prefixed with the iteration; and for a cron
+-- loop, not_scheduled while no listener has computed its slot, or not_due
+-- until next_fire_at. Nothing: one row, 'ready', naming what fires it.
+--
+-- Raises: CE404 when no loop has the id, or it is someone else's.
+create or replace function explain_loop(p_loop_id uuid, p_now timestamptz default now())
+returns table (reason text, detail text, clears_at timestamptz)
+language plpgsql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_loop loops;
+    v_live topology_runs;
+    v_on_completion boolean;
+    v_held boolean := false;
+    v_row record;
+begin
+    select l.* into v_loop from loops l where l.id = p_loop_id and _acts_for(l.user_id);
+    if v_loop.id is null then
+        raise exception 'explain_loop: no loop with id %', p_loop_id using errcode = 'CE404';
+    end if;
+    v_on_completion := coalesce((v_loop.triggers ->> 'on_completion')::boolean, false);
+
+    if not v_loop.enabled then
+        v_held := true;
+        return query select
+            case when v_loop.stopped_reason is not null then 'stopped' else 'disabled' end,
+            case when v_loop.stopped_reason is not null
+                 then format('loop %s stopped at %s: %s; re-enabling it continues the chain and '
+                             'counts its policy again: update ceaseless.loops set enabled = true '
+                             'where id = %L;',
+                             left(v_loop.title, 200), v_loop.stopped_at,
+                             case v_loop.stopped_reason
+                                 when 'completed' then 'its repeat policy is met'
+                                 when 'exhausted' then 'its repeat policy gave up (within_iters '
+                                                       'passed without the condition)'
+                                 when 'failed' then 'an iteration failed'
+                                 when 'cancelled' then 'an iteration was cancelled'
+                                 else v_loop.stopped_reason
+                             end,
+                             v_loop.id)
+                 else format('loop %s is disabled%s: fires are skipped (disabled) until it is '
+                             're-enabled', left(v_loop.title, 200),
+                             case when v_loop.last_error is not null
+                                  then format(' (last error: %s)', left(v_loop.last_error, 200))
+                                  else '' end)
+            end,
+            null::timestamptz;
+    end if;
+
+    for v_row in select d.* from _graph_agents_disabled(v_loop.graph) d order by d.node_id loop
+        v_held := true;
+        return query select 'agent_disabled'::text,
+            format('node %s runs on agent %s, which is %s: fires are skipped (agent_disabled)%s',
+                   v_row.node_id, v_row.agent,
+                   case when v_row.registered then 'disabled' else 'not registered' end,
+                   case when v_on_completion and v_loop.enabled
+                        then '; enabling it starts the next iteration' else '' end),
+            null::timestamptz;
+    end loop;
+
+    -- topology_runs_one_live_iteration_idx: at most one.
+    select r.* into v_live
+    from topology_runs r
+    where r.loop_id = v_loop.id and r.status in ('pending', 'running', 'awaiting_approval');
+    if v_live.id is not null then
+        v_held := true;
+        return query select 'live_iteration'::text,
+            format('iteration %s (run %s) is %s since %s: a loop runs one iteration at a time, '
+                   'so a fire now is skipped (live_iteration)%s', v_live.iteration, v_live.id,
+                   v_live.status, coalesce(v_live.started_at, v_live.created_at),
+                   case when v_on_completion and v_loop.enabled
+                        then '; its end starts the next (on_completion)' else '' end),
+            null::timestamptz;
+        for v_row in
+            select e.* from explain_topology_run(v_live.id, p_now) e where e.reason <> 'ready'
+        loop
+            return query select v_row.reason,
+                                format('iteration %s: %s', v_live.iteration, v_row.detail),
+                                v_row.clears_at;
+        end loop;
+    end if;
+
+    if v_loop.enabled and v_loop.triggers ? 'cron' then
+        if v_loop.next_fire_at is null then
+            v_held := true;
+            return query select 'not_scheduled'::text,
+                'no next fire computed yet: a running listener computes it when the loop is '
+                'created, changed or enabled'::text,
+                null::timestamptz;
+        elsif v_loop.next_fire_at > p_now then
+            v_held := true;
+            return query select 'not_due'::text,
+                format('next slot of %s (%s)', v_loop.triggers ->> 'cron',
+                       v_loop.triggers ->> 'timezone'),
+                v_loop.next_fire_at;
+        end if;
+    end if;
+
+    if not v_held then
+        return query select 'ready'::text,
+            'fires on ' || concat_ws(', ',
+                case when v_loop.triggers ? 'cron'
+                     then format('its cron slot %s, at the next cron tick', v_loop.next_fire_at) end,
+                case when v_loop.webhook_token is not null
+                     then 'a signed POST to its webhook' end,
+                'run_loop (ceaseless loop run)')
+            || case when v_on_completion then '; then each iteration''s end fires the next'
+                    else '' end,
+            null::timestamptz;
+    end if;
+end;
+$$;
+
+comment on function explain_loop(uuid, timestamptz) is
+    'Every reason that holds a loop''s next iteration (stopped, disabled, agent_disabled, '
+    'live_iteration and what holds it: awaiting_approval, its nodes'' jobs; not_scheduled, '
+    'not_due), one row each with the time it clears when known; ''ready'' when nothing does. '
+    'CE404 for an unknown loop.';

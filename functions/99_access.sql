@@ -107,7 +107,7 @@ grant execute on function
 -- INSERT must be able to count every owner's running work against the caps,
 -- read settings, and append to audit_log, none of which it may do itself.
 -- Each is a trigger function (never callable directly), or checks that the
--- caller owns the row (run_routine, in 41_routine_firing.sql).
+-- caller owns the row (run_routine, in 39_schedules.sql).
 alter function _tg_job_insert() security definer;
 alter function _tg_job_update() security definer;
 alter function _tg_routines_validate() security definer;
@@ -118,6 +118,7 @@ alter function _tg_events_fire() security definer;
 alter function _tg_routines_quiet_checks() security definer;
 alter function _tg_config_changed() security definer;
 alter function _tg_agents_disabled() security definer;
+alter function _tg_agents_enabled() security definer;
 alter function _tg_agents_quiet_checks() security definer;
 alter function _tg_settings_quiet_checks() security definer;
 -- The verbs on jobs, which neither operators nor users may UPDATE
@@ -172,6 +173,10 @@ alter function _tg_topology_runs_loop_outcome() security definer;
 alter function run_loop(uuid, timestamptz) security definer;
 grant execute on function run_loop(uuid, timestamptz) to ceaseless_user;
 grant select on loop_status to ceaseless_user;
+-- The trigger layer (38-39_*.sql): schedules is security_invoker, so a user
+-- sees its own routines and loops; the scheduler's functions are the
+-- listener's.
+grant select on schedules to ceaseless_user;
 
 -- Tracked repos (70-71_*.sql): owned rows like loops. Validation reads the
 -- zone list and _repo_interval reads settings, neither of which a user role
@@ -224,6 +229,10 @@ grant execute on function
     explain_routine(uuid, timestamptz),
     explain_topology_run(uuid, timestamptz)
     to ceaseless_user;
+-- explain_loop, likewise: a loop's live iteration is explained through
+-- explain_topology_run, which checks the owner again.
+alter function explain_loop(uuid, timestamptz) security definer;
+grant execute on function explain_loop(uuid, timestamptz) to ceaseless_user;
 alter function _tg_default_agent() security definer;
 alter function _tg_graph_default_agent() security definer;
 -- The spend budgets of a lane (db/0022), beside its other governor columns.

@@ -6,8 +6,8 @@
   of topology runs that have ended (expire_approvals,
   cancel_orphaned_topology_jobs), and folds the metric counters' deltas
   (_metrics_fold);
-- cron keeps time: computes next slots for routines and loops that ask, fires what is
-  due, and sleeps until the next slot (listener/scheduler.py);
+- cron keeps time: computes next slots for the schedules (routines and loops) that ask,
+  fires what is due, and sleeps until the next slot (listener/scheduler.py);
 - the outbox delivers due notifications (listener/outbox.py).
 
 Guarantees: each loop waits on the database through the shared retry policy
@@ -42,8 +42,9 @@ class Maintenance:
         self._ledger = ledger
         self.cron_wake = asyncio.Event()
         self.outbox_wake = asyncio.Event()
+        # Routines and loops whose next slot a ceaseless_schedule NOTIFY asked
+        # for: one set, as the trigger layer schedules both alike.
         self.to_schedule: set[UUID] = set()
-        self.to_schedule_loops: set[UUID] = set()
 
     async def sweep_leases(self) -> None:
         while True:
@@ -79,15 +80,6 @@ class Maintenance:
                 await self._db.retry(
                     "cron.schedule",
                     lambda c, ids=ids: scheduler.schedule(c, scheduler.utcnow(), ids),
-                )
-            if self.to_schedule_loops:
-                loop_ids = list(self.to_schedule_loops)
-                self.to_schedule_loops.clear()
-                await self._db.retry(
-                    "cron.schedule",
-                    lambda c, ids=loop_ids: scheduler.schedule(
-                        c, scheduler.utcnow(), ids, scheduler.LOOPS
-                    ),
                 )
             report = await self._db.retry(
                 "cron.fire", lambda c: scheduler.fire_due(c, scheduler.utcnow())

@@ -60,12 +60,9 @@ class Router:
             if self.on_job_changed is not None:
                 self.on_job_changed(event)
         elif isinstance(event, ScheduleChanged):
-            if event.table == "routines":
-                self._maintenance.to_schedule.add(event.id)
-                self._maintenance.cron_wake.set()
-            elif event.table == "loops":
-                self._maintenance.to_schedule_loops.add(event.id)
-                self._maintenance.cron_wake.set()
+            # A routine's or a loop's: the scheduler computes both alike.
+            self._maintenance.to_schedule.add(event.id)
+            self._maintenance.cron_wake.set()
         elif isinstance(event, NotificationQueued):
             self._maintenance.outbox_wake.set()
         elif isinstance(event, RunChanged):

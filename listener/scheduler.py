@@ -1,21 +1,22 @@
 """Cron: the listener's half of scheduling. SQL fires; this module keeps time.
 
 croniter is the authority for times, and it runs here, so the listener
-computes every cron routine's and cron loop's next_fire_at:
+computes every schedule's next_fire_at (a routine's or a loop's: one kind of
+thing here, the trigger layer's, functions/39_schedules.sql):
 - on NOTIFY ceaseless_schedule (a routine or loop was created, changed or re-enabled),
-- at startup for every cron routine and loop still waiting for one (reconcile),
-- when it fires due routines and loops: it locks them (due_cron_routines /
-  due_cron_loops, SKIP LOCKED), computes each next slot and how many slots were
-  missed, and hands both to fire_cron_routines / fire_cron_loops in the same
-  transaction. Routines and loops are fired in transactions of their own.
+- at startup for every schedule still waiting for one (reconcile),
+- when it fires what is due: it locks a batch (due_schedules, SKIP LOCKED; one
+  kind per batch), computes each next slot and how many slots were missed, and
+  hands both to fire_cron in the same transaction, a batch per transaction,
+  until nothing is due.
 
 Guarantees: no slot fires twice, whatever the number of listeners (the row
-locks and the updated next_fire_at decide); a routine whose stored schedule
-croniter rejects is disabled with its error recorded and never stops the others;
-croniter runs in a worker thread, a batch per call, never on the event loop, so
-computing slots cannot delay lease heartbeats or the webhook ingress (its cost
-per schedule is bounded by the caps on a schedule's length and list items,
-checked in SQL when the row is stored).
+locks and the updated next_fire_at decide); a schedule croniter rejects is
+disabled with its error recorded and never stops the others; croniter runs in
+a worker thread, a batch per call, never on the event loop, so computing slots
+cannot delay lease heartbeats or the webhook ingress (its cost per schedule is
+bounded by the caps on a schedule's length and list items, checked in SQL when
+the row is stored).
 """
 
 from __future__ import annotations
@@ -34,9 +35,6 @@ from listener.queries import schedule as queries
 
 _BATCH = 2000
 
-# The loops' functions, for callers that schedule loops (Maintenance).
-LOOPS = queries.LOOPS
-
 
 @dataclass(frozen=True)
 class FireReport:
@@ -46,124 +44,111 @@ class FireReport:
 
 
 async def schedule(
-    conn: psycopg.AsyncConnection,
-    now: datetime,
-    routine_ids: list[UUID] | None = None,
-    table: queries.CronTable = queries.ROUTINES,
+    conn: psycopg.AsyncConnection, now: datetime, ids: list[UUID] | None = None
 ) -> int:
-    """Give cron routines (or loops: `table`) waiting for one their next_fire_at.
+    """Give the schedules waiting for one their next_fire_at.
 
-    `routine_ids` limits it to those rows (the ids a ceaseless_schedule
-    NOTIFY named); None schedules every waiting row (startup, catch-up).
+    `ids` limits it to those rows (the ids ceaseless_schedule NOTIFYs named,
+    routines' and loops' alike); None schedules every waiting row (startup,
+    catch-up).
     """
-    waiting = await queries.unscheduled(conn, routine_ids, table)
+    waiting = await queries.unscheduled(conn, ids)
     if not waiting:
         return 0
-    computable: list[queries.CronRoutine] = []
+    computable: list[queries.Unscheduled] = []
     nexts: list[datetime] = []
-    for routine, answer in zip(
-        waiting, await asyncio.to_thread(_next_fires, waiting, now), strict=True
-    ):
+    answers = await asyncio.to_thread(_next_fires, waiting, now)
+    for row, answer in zip(waiting, answers, strict=True):
         if isinstance(answer, cron.CronError):
-            await _disable(conn, routine.id, routine.schedule, answer, table)
+            await _disable(conn, row.kind, row.id, row.schedule, answer)
             continue
-        computable.append(routine)
+        computable.append(row)
         nexts.append(answer)
     if not computable:
         return 0
-    stored = await queries.set_next_fires(conn, computable, nexts, table)
-    log.debug("cron.scheduled", table=table.name, rows=stored)
+    stored = await queries.set_next_fires(conn, computable, nexts)
+    log.debug("cron.scheduled", rows=stored)
     return stored
 
 
 async def reconcile(conn: psycopg.AsyncConnection, now: datetime) -> int:
-    """Schedule every enabled cron routine and loop with no next_fire_at (startup, catch-up)."""
-    return await schedule(conn, now) + await schedule(conn, now, None, queries.LOOPS)
+    """Schedule every enabled routine and loop with a schedule and no next_fire_at."""
+    return await schedule(conn, now)
 
 
 async def _disable(
-    conn: psycopg.AsyncConnection,
-    row_id: UUID,
-    schedule: str,
-    error: Exception,
-    table: queries.CronTable,
+    conn: psycopg.AsyncConnection, kind: str, row_id: UUID, schedule: str, error: Exception
 ) -> None:
     # A schedule stored before the caps may be huge: show its start only.
     shown = schedule if len(schedule) <= 80 else schedule[:80] + "…"
     message = f"schedule {shown!r} cannot be used: {error}"
-    await queries.disable_routine(conn, row_id, message, table)
-    log.warning("cron.disabled", table=table.name, id=str(row_id), error=message)
+    await queries.disable(conn, kind, row_id, message)
+    log.warning("cron.disabled", kind=kind, id=str(row_id), error=message)
 
 
 async def fire_due(conn: psycopg.AsyncConnection, now: datetime) -> FireReport:
-    """Fire every cron routine and loop due at `now`, a batch per transaction."""
+    """Fire every schedule due at `now`, a batch per transaction, until none is left."""
     fired = skipped = 0
-    next_due: datetime | None = None
-    for table in (queries.ROUTINES, queries.LOOPS):
-        while True:
-            batch_fired, batch_skipped, full = await _fire_batch(conn, now, table)
-            fired += batch_fired
-            skipped += batch_skipped
-            if not full:
-                break
-        table_next = await queries.next_fire(conn, table)
-        if table_next is not None and (next_due is None or table_next < next_due):
-            next_due = table_next
-    return FireReport(fired, skipped, next_due)
+    while True:
+        batch_fired, batch_skipped, moved = await _fire_batch(conn, now)
+        fired += batch_fired
+        skipped += batch_skipped
+        # A batch that moved nothing (none due, or the rest locked by
+        # another listener) would come back the same.
+        if not moved:
+            break
+    return FireReport(fired, skipped, await queries.next_fire(conn))
 
 
-async def _fire_batch(
-    conn: psycopg.AsyncConnection, now: datetime, table: queries.CronTable
-) -> tuple[int, int, bool]:
+async def _fire_batch(conn: psycopg.AsyncConnection, now: datetime) -> tuple[int, int, bool]:
+    """Fire one batch: (fired, skipped, whether any row was fired or disabled)."""
     async with conn.transaction():
-        due = await queries.lock_due(conn, now, _BATCH, table)
-        ids: list[UUID] = []
+        due = await queries.lock_due(conn, now, _BATCH)
+        rows: list[queries.Due] = []
         nexts: list[datetime] = []
         missed: list[int] = []
-        for routine, answer in zip(due, await asyncio.to_thread(_due_slots, due, now), strict=True):
+        for row, answer in zip(due, await asyncio.to_thread(_due_slots, due, now), strict=True):
             if isinstance(answer, cron.CronError):
-                await _disable(conn, routine.id, routine.schedule, answer, table)
+                await _disable(conn, row.kind, row.id, row.schedule, answer)
                 continue
-            ids.append(routine.id)
+            rows.append(row)
             nexts.append(answer[0])
             missed.append(answer[1])
-        if not ids:
-            return 0, 0, len(due) == _BATCH
-        statuses = await queries.fire(conn, ids, nexts, missed, now, table)
+        statuses = await queries.fire(conn, rows, nexts, missed, now) if rows else []
     fired = sum(1 for status in statuses if status != "skipped")
     if statuses:
-        log.event("cron.fired", table=table.name, fired=fired, skipped=len(statuses) - fired)
-    return fired, len(statuses) - fired, len(due) == _BATCH
+        log.event("cron.fired", kind=due[0].kind, fired=fired, skipped=len(statuses) - fired)
+    return fired, len(statuses) - fired, bool(statuses) or len(rows) < len(due)
 
 
 def _next_fires(
-    routines: Sequence[queries.CronRoutine], now: datetime
+    rows: Sequence[queries.Unscheduled], now: datetime
 ) -> list[datetime | cron.CronError]:
-    """Each routine's next slot after `now`, or why it has none (in a worker thread)."""
+    """Each row's next slot after `now`, or why it has none (in a worker thread)."""
     answers: list[datetime | cron.CronError] = []
-    for routine in routines:
+    for row in rows:
         try:
-            answers.append(cron.next_fire(routine.schedule, routine.timezone, now))
+            answers.append(cron.next_fire(row.schedule, row.timezone, now))
         except cron.CronError as exc:
             answers.append(exc)
     return answers
 
 
 def _due_slots(
-    due: Sequence[queries.DueRoutine], now: datetime
+    due: Sequence[queries.Due], now: datetime
 ) -> list[tuple[datetime, int] | cron.CronError]:
-    """Each due routine's next slot and missed-slot count, or why not (in a worker thread)."""
-    # Routines of a fan-out share schedules: compute each distinct answer
-    # once per batch (croniter costs a few hundred microseconds a call).
+    """Each due row's next slot and missed-slot count, or why not (in a worker thread)."""
+    # Rows of a fan-out share schedules: compute each distinct answer once
+    # per batch (croniter costs a few hundred microseconds a call).
     next_fire = functools.cache(cron.next_fire)
     slots_between = functools.cache(cron.slots_between)
     answers: list[tuple[datetime, int] | cron.CronError] = []
-    for routine in due:
+    for row in due:
         try:
-            next_at = next_fire(routine.schedule, routine.timezone, now)
+            next_at = next_fire(row.schedule, row.timezone, now)
             # One fire stands for the latest due slot; the slots after the
             # one it was due at were missed (spec 5.2).
-            missed = slots_between(routine.schedule, routine.timezone, routine.next_fire_at, now)
+            missed = slots_between(row.schedule, row.timezone, row.next_fire_at, now)
         except cron.CronError as exc:
             answers.append(exc)
             continue

@@ -125,6 +125,7 @@ create table ceaseless.agents (
 CREATE TRIGGER agents_bounded_json BEFORE INSERT OR UPDATE OF env ON ceaseless.agents FOR EACH ROW WHEN (ceaseless._json_too_deep(new.env)) EXECUTE FUNCTION ceaseless._tg_bounded_json('env');
 CREATE TRIGGER agents_changed AFTER INSERT OR DELETE OR UPDATE ON ceaseless.agents FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_config_changed();
 CREATE TRIGGER agents_disabled AFTER UPDATE OF enabled ON ceaseless.agents FOR EACH ROW WHEN ((old.enabled AND (NOT new.enabled))) EXECUTE FUNCTION ceaseless._tg_agents_disabled();
+CREATE TRIGGER agents_enabled AFTER UPDATE ON ceaseless.agents REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_agents_enabled();
 CREATE TRIGGER agents_validate_egress BEFORE INSERT OR UPDATE OF egress ON ceaseless.agents FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_agents_validate_egress();
 CREATE TRIGGER agents_zz_quiet_checks BEFORE INSERT OR UPDATE ON ceaseless.agents FOR EACH ROW WHEN (true) EXECUTE FUNCTION ceaseless._tg_agents_quiet_checks();
 comment on table ceaseless.agents is 'The agent registry: one row per lane. Listeners cache it and reload on NOTIFY ceaseless_config.';
@@ -1348,6 +1349,41 @@ comment on view ceaseless.routine_status is 'One row per routine: trigger, sched
 grant select on table ceaseless.routine_status to ceaseless_operator;
 grant select, insert, update, delete on table ceaseless.routine_status to ceaseless_listener;
 
+create view ceaseless.schedules with (security_invoker=true) as
+ SELECT 'routine'::text AS kind,
+    r.id,
+    r.user_id AS owner,
+    r.name,
+    r.enabled,
+        CASE
+            WHEN r.trigger_type = 'cron'::text THEN r.trigger_config ->> 'schedule'::text
+            ELSE NULL::text
+        END AS schedule,
+        CASE
+            WHEN r.trigger_type = 'cron'::text THEN r.trigger_config ->> 'timezone'::text
+            ELSE NULL::text
+        END AS timezone,
+    r.next_fire_at,
+    r.last_error
+   FROM ceaseless.routines r
+UNION ALL
+ SELECT 'loop'::text AS kind,
+    l.id,
+    l.user_id AS owner,
+    l.title AS name,
+    l.enabled,
+    l.triggers ->> 'cron'::text AS schedule,
+        CASE
+            WHEN l.triggers ? 'cron'::text THEN l.triggers ->> 'timezone'::text
+            ELSE NULL::text
+        END AS timezone,
+    l.next_fire_at,
+    l.last_error
+   FROM ceaseless.loops l;
+comment on view ceaseless.schedules is 'Every routine (kind routine) and loop (kind loop) as a schedule: owner, name or title, enabled, cron schedule and timezone (NULL when it has none), next_fire_at, last_error.';
+grant select on table ceaseless.schedules to ceaseless_operator, ceaseless_user;
+grant select, insert, update, delete on table ceaseless.schedules to ceaseless_listener;
+
 create view ceaseless.stuck_jobs as
  SELECT q.id,
     q.kind,
@@ -1461,7 +1497,16 @@ create function ceaseless._acts_for_job_refs(p_job ceaseless.job)
 comment on function ceaseless._acts_for_job_refs(p_job ceaseless.job) is 'True when the caller may act for the owners of the routine run, topology run and parent job a job names (_acts_for), as well as for the job''s own.';
 grant execute on function ceaseless._acts_for_job_refs(p_job ceaseless.job) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_routine_firing.sql, body md5 54c44140da565a80c558bfa3941367c4
+-- functions/41_routine_firing.sql, body md5 4bf773298869d8a13c46fbf2509d4274
+create function ceaseless._admit_exactly()
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._admit_exactly() is 'Make a transaction admitted shared judge exactly: every fire slot, or the fire lock in exclusive mode (one such waiter at a time; 40001 for a second).';
+grant execute on function ceaseless._admit_exactly() to ceaseless_listener, ceaseless_operator;
+
+-- functions/41_routine_firing.sql, body md5 1cbb8f39df475d45a1a7e2bcebb8c1c0
 create function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint)
     returns record
     language plpgsql
@@ -1469,6 +1514,15 @@ create function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigin
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint) is 'Admit a fire: shared (fire lock shared, a slot, per-routine locks) while the cap is far, else exclusive; returns the running count to judge by and the free places of the cap.';
 grant execute on function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint) to ceaseless_listener, ceaseless_operator;
+
+-- functions/39_schedules.sql, body md5 4078c06d4f9ec886faff1bbcd0c19032
+create function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamp with time zone)
+    returns void
+    language sql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamp with time zone) is 'NOTIFY ceaseless_schedule {table, id} for an enabled row with a schedule and no next_fire_at.';
+grant execute on function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/52_topology_runs.sql, body md5 8e317f27312e5485ba8702f3ab8b7bdc
 create function ceaseless._cancel_topology_jobs(p_run_ids uuid[], p_reason text, p_now timestamp with time zone)
@@ -1478,6 +1532,15 @@ create function ceaseless._cancel_topology_jobs(p_run_ids uuid[], p_reason text,
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._cancel_topology_jobs(p_run_ids uuid[], p_reason text, p_now timestamp with time zone) is 'Cancel the live jobs of these runs (their open agent runs too), skipping any another statement holds; returns how many. The orphan sweep catches the skipped ones.';
 grant execute on function ceaseless._cancel_topology_jobs(p_run_ids uuid[], p_reason text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
+-- functions/38_trigger_validation.sql, body md5 f42d828e7a1a81ce51c38cc20fc588d0
+create function ceaseless._check_pattern(p_field text, p_pattern jsonb)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._check_pattern(p_field text, p_pattern jsonb) is 'Refuse (CE422) a regular expression that is blank, too long, uses back-references or does not compile: the rule for patterns run against untrusted text.';
+grant execute on function ceaseless._check_pattern(p_field text, p_pattern jsonb) to ceaseless_listener, ceaseless_operator;
 
 -- functions/74_forge_children.sql, body md5 a311a36bf21c9dcc2b0563a4fa027e9a
 create function ceaseless._child_marker(p_parent_number bigint, p_key text)
@@ -1672,7 +1735,16 @@ create function ceaseless._fail_topology_node(p_run_id uuid, p_node_id text, p_e
 comment on function ceaseless._fail_topology_node(p_run_id uuid, p_node_id text, p_error text, p_now timestamp with time zone) is 'Mark a node failed and fail its run (error naming the node), cancelling the rest. Caller holds the run row.';
 grant execute on function ceaseless._fail_topology_node(p_run_id uuid, p_node_id text, p_error text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/56_loop_firing.sql, body md5 c7d15e896b10c43d2de6a28a9cd1c080
+-- functions/39_schedules.sql, body md5 e90e2a914ba5ce7d85d81afd0f65fac1
+create function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone)
+    returns uuid
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) is 'Fire a routine or loop by hand for its owner (or an operator, a listener); its run''s id. CE404 when unknown or someone else''s.';
+grant execute on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
+-- functions/56_loop_firing.sql, body md5 d9075d8b79078f858e14fe15e94edc20
 create function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone)
     returns uuid
     language plpgsql
@@ -1690,6 +1762,15 @@ create function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p
     set plan_cache_mode = force_generic_plan;
 comment on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[]) is 'The one firing path: judge each routine against its guardrails (disabled, agent disabled, cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row per routine and a job per running run.';
 grant execute on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[]) to ceaseless_listener, ceaseless_operator;
+
+-- functions/39_schedules.sql, body md5 da048e68341d3ef0b1b84c853144d636
+create function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false)
+    returns TABLE(ord bigint, id uuid, run_id uuid, status text, skip_reason text)
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean) is 'Fire routines (_fire_routines) or loops (_fire_loop): the end of every cron, webhook and manual fire; one row per row fired with its run, status and skip reason.';
+grant execute on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean) to ceaseless_listener, ceaseless_operator;
 
 -- functions/72_forge_issues.sql, body md5 ec4beb4983fa7a9e457220ce3580efc6
 create function ceaseless._forge_admitted(p_repo ceaseless.tracked_repo, p_issue ceaseless.forge_issue, p_kind text)
@@ -1817,6 +1898,15 @@ create function ceaseless._git_branch_error(p_ref text)
 comment on function ceaseless._git_branch_error(p_ref text) is 'NULL when p_ref is a branch name git accepts (check-ref-format --branch rules), else why not; never raises.';
 grant execute on function ceaseless._git_branch_error(p_ref text) to ceaseless_listener, ceaseless_operator;
 
+-- functions/56_loop_firing.sql, body md5 b406a2d4231ec87fa400dca90d8587a7
+create function ceaseless._graph_agents_disabled(p_graph jsonb)
+    returns TABLE(node_id text, agent text, registered boolean)
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._graph_agents_disabled(p_graph jsonb) is 'The nodes of a topology graph whose agent is disabled or not registered (node, agent, registered): what refuses a loop''s fire as agent_disabled.';
+grant execute on function ceaseless._graph_agents_disabled(p_graph jsonb) to ceaseless_listener, ceaseless_operator;
+
 -- functions/12_default_agent.sql, body md5 d26722ee38af29e387d468b9d6cf826b
 create function ceaseless._graph_with_default_agent(p_where text, p_graph jsonb)
     returns jsonb
@@ -1864,24 +1954,6 @@ create function ceaseless._install_quiet_checks(p_table regclass, p_when text, p
 comment on function ceaseless._install_quiet_checks(p_table regclass, p_when text, p_secret_columns text[]) is 'Generate a BEFORE trigger on a table that raises its NOT NULL and CHECK violations with the values the rule read, but never the whole row or p_secret_columns; p_when selects the rows.';
 grant execute on function ceaseless._install_quiet_checks(p_table regclass, p_when text, p_secret_columns text[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/40_routine_validation.sql, body md5 3088e3ff3a1ebdd7754b889829ada1c0
-create function ceaseless._invalid(p_field text, p_rule text, p_value jsonb)
-    returns void
-    language sql
-    volatile
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._invalid(p_field text, p_rule text, p_value jsonb) is 'Raise CE422 naming the field, the rule and the bad value, shown up to 200 characters (routine validation).';
-grant execute on function ceaseless._invalid(p_field text, p_rule text, p_value jsonb) to ceaseless_listener, ceaseless_operator;
-
--- functions/55_loop_validation.sql, body md5 4656a2be93715038c47caf6ca8f8d102
-create function ceaseless._invalid_loop(p_field text, p_rule text, p_value jsonb)
-    returns void
-    language sql
-    volatile
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._invalid_loop(p_field text, p_rule text, p_value jsonb) is 'Raise CE422 naming the loop field, the rule and the bad value, shown up to 200 characters (loop validation).';
-grant execute on function ceaseless._invalid_loop(p_field text, p_rule text, p_value jsonb) to ceaseless_listener, ceaseless_operator;
-
 -- functions/70_tracked_repo.sql, body md5 5e82d16ebc20dd713313cf4219d549c1
 create function ceaseless._invalid_repo(p_field text, p_rule text, p_value jsonb)
     returns void
@@ -1909,7 +1981,7 @@ create function ceaseless._is_blank(p_value text)
 comment on function ceaseless._is_blank(p_value text) is 'True for NULL, empty, or only Unicode whitespace (White_Space plus zero-width characters).';
 grant execute on function ceaseless._is_blank(p_value text) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/40_routine_validation.sql, body md5 d71faf30647711395148755680b1986e
+-- functions/38_trigger_validation.sql, body md5 d71faf30647711395148755680b1986e
 create function ceaseless._is_positive_int_or_null(p_value jsonb)
     returns boolean
     language sql
@@ -1918,7 +1990,7 @@ create function ceaseless._is_positive_int_or_null(p_value jsonb)
 comment on function ceaseless._is_positive_int_or_null(p_value jsonb) is 'True for null/absent or a positive JSON integer.';
 grant execute on function ceaseless._is_positive_int_or_null(p_value jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/40_routine_validation.sql, body md5 6ec2e987481b4c0edf5ee8997b84a426
+-- functions/38_trigger_validation.sql, body md5 6ec2e987481b4c0edf5ee8997b84a426
 create function ceaseless._is_text(p_value jsonb)
     returns boolean
     language sql
@@ -2127,16 +2199,7 @@ create function ceaseless._plan_children_problem(p_children jsonb)
 comment on function ceaseless._plan_children_problem(p_children jsonb) is 'Why a plan''s children array is invalid (child and rule named), or NULL when it is valid.';
 grant execute on function ceaseless._plan_children_problem(p_children jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/45_webhooks.sql, body md5 73909a180024bad07e85320d4acc94a2
-create function ceaseless._receive_loop_webhook(p_loop ceaseless.loops, p_body bytea, p_headers jsonb)
-    returns TABLE(run_id uuid, refused_sqlstate text, refused_message text)
-    language plpgsql
-    volatile
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._receive_loop_webhook(p_loop ceaseless.loops, p_body bytea, p_headers jsonb) is 'Verify a webhook request for a loop under its scheme and fire it with the body in its task; a refused fire is returned (skipped run id, CE410 or CE412, message). Raises CE403/CE401/CE413.';
-grant execute on function ceaseless._receive_loop_webhook(p_loop ceaseless.loops, p_body bytea, p_headers jsonb) to ceaseless_listener, ceaseless_operator;
-
--- functions/45_webhooks.sql, body md5 a3a7807732e7b2fef34914ab32bec4c0
+-- functions/45_webhooks.sql, body md5 0f69568cc4b0ec0a5c88c5832d7b2c85
 create function ceaseless._receive_webhook(p_token text, p_body bytea, p_headers jsonb)
     returns TABLE(run_id uuid, refused_sqlstate text, refused_message text)
     language plpgsql
@@ -2299,6 +2362,15 @@ create function ceaseless._run_status_final(p_status text)
 comment on function ceaseless._run_status_final(p_status text) is 'True for the statuses a topology run never leaves (succeeded, failed, cancelled, skipped): the run stream of the SSE observer ends there.';
 grant execute on function ceaseless._run_status_final(p_status text) to ceaseless_listener, ceaseless_operator;
 
+-- functions/39_schedules.sql, body md5 b6ec807d6a84e1f39414e79d5045bcfd
+create function ceaseless._schedule_changed(p_schedule text, p_timezone text, p_enabled boolean, p_old_schedule text, p_old_timezone text, p_old_enabled boolean)
+    returns boolean
+    language sql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._schedule_changed(p_schedule text, p_timezone text, p_enabled boolean, p_old_schedule text, p_old_timezone text, p_old_enabled boolean) is 'True when an enabled row with a schedule changed its schedule, timezone or enabling: its next_fire_at must be computed again.';
+grant execute on function ceaseless._schedule_changed(p_schedule text, p_timezone text, p_enabled boolean, p_old_schedule text, p_old_timezone text, p_old_enabled boolean) to ceaseless_listener, ceaseless_operator;
+
 -- functions/20_agent_runs.sql, body md5 f74bd2e5cd23f7f74dac5702a28f3cf8
 create function ceaseless._session_id_ok(p_session_id text)
     returns boolean
@@ -2402,6 +2474,16 @@ create function ceaseless._tg_agents_disabled()
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._tg_agents_disabled() is 'After an agent is disabled: cancel its pending routine and topology node jobs (their runs fail, naming the agent); its plain and forge jobs wait for it.';
 grant execute on function ceaseless._tg_agents_disabled() to ceaseless_listener, ceaseless_operator;
+
+-- functions/56_loop_firing.sql, body md5 97d172b96cf861061e07ac77d21e1304
+create function ceaseless._tg_agents_enabled()
+    returns trigger
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._tg_agents_enabled() is 'After agents are enabled: fire again the on_completion loops a fire refused for a disabled agent left idle, once all of their agents are enabled.';
+grant execute on function ceaseless._tg_agents_enabled() to ceaseless_listener, ceaseless_operator;
 
 -- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 f907d95e70a9fb2c8e2e64bc64da47d4
 create function ceaseless._tg_agents_quiet_checks()
@@ -2627,7 +2709,7 @@ create function ceaseless._tg_loops_quiet_checks()
 comment on function ceaseless._tg_loops_quiet_checks() is 'Before INSERT/UPDATE on loops: raise NOT NULL and CHECK violations without printing the row, which may hold secrets (generated by _install_quiet_checks).';
 grant execute on function ceaseless._tg_loops_quiet_checks() to ceaseless_listener, ceaseless_operator;
 
--- functions/55_loop_validation.sql, body md5 263817c3c27e9d8a62a5543cf3627d78
+-- functions/55_loop_validation.sql, body md5 73b1540a98b88943a24e8d00c9d1e6d6
 create function ceaseless._tg_loops_schedule()
     returns trigger
     language plpgsql
@@ -2637,7 +2719,7 @@ create function ceaseless._tg_loops_schedule()
 comment on function ceaseless._tg_loops_schedule() is 'After a loop is inserted or updated: NOTIFY ceaseless_schedule when it needs a next_fire_at; start the next iteration of an on_completion loop that was re-enabled with none live.';
 grant execute on function ceaseless._tg_loops_schedule() to ceaseless_listener, ceaseless_operator;
 
--- functions/55_loop_validation.sql, body md5 e95c34263030b5136a645f88716604e0
+-- functions/55_loop_validation.sql, body md5 918fa568937f6754df4c29984a0efb23
 create function ceaseless._tg_loops_validate()
     returns trigger
     language plpgsql
@@ -2717,7 +2799,7 @@ create function ceaseless._tg_routine_runs_update_metrics()
 comment on function ceaseless._tg_routine_runs_update_metrics() is 'After UPDATE on routine_runs: count runs that became skipped, by trigger and reason.';
 grant execute on function ceaseless._tg_routine_runs_update_metrics() to ceaseless_listener, ceaseless_operator;
 
--- functions/40_routine_validation.sql, body md5 87eef563397d3de41789908c2f345638
+-- functions/40_routine_validation.sql, body md5 3af2548e809b7f03e9c8a1d238632250
 create function ceaseless._tg_routines_changed()
     returns trigger
     language plpgsql
@@ -2737,7 +2819,7 @@ create function ceaseless._tg_routines_quiet_checks()
 comment on function ceaseless._tg_routines_quiet_checks() is 'Before INSERT/UPDATE on routines: raise NOT NULL and CHECK violations without printing the row, which may hold secrets (generated by _install_quiet_checks).';
 grant execute on function ceaseless._tg_routines_quiet_checks() to ceaseless_listener, ceaseless_operator;
 
--- functions/40_routine_validation.sql, body md5 a333ebfa3f92bd252da61f373a067cc4
+-- functions/40_routine_validation.sql, body md5 4cb8270980344651f35e55d721e2a732
 create function ceaseless._tg_routines_validate()
     returns trigger
     language plpgsql
@@ -2956,7 +3038,7 @@ create function ceaseless._validate_topology_graph(p_where text, p_graph jsonb)
 comment on function ceaseless._validate_topology_graph(p_where text, p_graph jsonb) is 'Raise CE422 unless p_graph is a valid topology graph (shape, known agents, unique safe ids, bounded prompts and size, edges between known nodes, acyclic), naming the culprit.';
 grant execute on function ceaseless._validate_topology_graph(p_where text, p_graph jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/55_loop_validation.sql, body md5 52cd6eec4944ed24ce5c3a91cffdab73
+-- functions/55_loop_validation.sql, body md5 608f6ac708916cfdd996e31e1a167351
 create function ceaseless._validated_loop(p_row ceaseless.loops)
     returns ceaseless.loops
     language plpgsql
@@ -2974,7 +3056,7 @@ create function ceaseless._validated_repo(p_row ceaseless.tracked_repo)
 comment on function ceaseless._validated_repo(p_row ceaseless.tracked_repo) is 'Check a tracked repo in full and fill api_url''s default (GitHub''s); raises CE422 naming the field, the rule and the value at the first bad one.';
 grant execute on function ceaseless._validated_repo(p_row ceaseless.tracked_repo) to ceaseless_listener, ceaseless_operator;
 
--- functions/40_routine_validation.sql, body md5 a98c44cc40cddf7941bd065a650b720d
+-- functions/40_routine_validation.sql, body md5 59a62c3343ad09e7620f114d47c3b962
 create function ceaseless._validated_routine(p_row ceaseless.routines)
     returns ceaseless.routines
     language plpgsql
@@ -2982,6 +3064,15 @@ create function ceaseless._validated_routine(p_row ceaseless.routines)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._validated_routine(p_row ceaseless.routines) is 'Validate a routine''s trigger_config and action_config (CE422 naming field, rule, value) and fill their defaults.';
 grant execute on function ceaseless._validated_routine(p_row ceaseless.routines) to ceaseless_listener, ceaseless_operator;
+
+-- functions/38_trigger_validation.sql, body md5 36e4c9d97fbfd7bd2a39479817e9d013
+create function ceaseless._validated_trigger(p_object text, p_config jsonb, p_schedule_key text, p_cron boolean, p_scheme_key text)
+    returns jsonb
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._validated_trigger(p_object text, p_config jsonb, p_schedule_key text, p_cron boolean, p_scheme_key text) is 'Check a trigger object where routines and loops share the rules (cron schedule: not blank, bounded, accepted by the cron gate; timezone: IANA, UTC when absent; webhook scheme), CE422 naming the field; returns the object with its defaults filled.';
+grant execute on function ceaseless._validated_trigger(p_object text, p_config jsonb, p_schedule_key text, p_cron boolean, p_scheme_key text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/45_webhooks.sql, body md5 fb371b3f8f43893370ce43a36a47983c
 create function ceaseless._webhook_body_text(p_body bytea)
@@ -3209,41 +3300,14 @@ create function ceaseless.decide_approval(p_approval_id uuid, p_approve boolean,
 comment on function ceaseless.decide_approval(p_approval_id uuid, p_approve boolean, p_decided_by text, p_note text, p_now timestamp with time zone) is 'Approve (the node''s job is enqueued) or reject (the node and its run fail) a pending approval. Raises CE404 (unknown), CE409 (already decided, or its run ended), CE422.';
 grant execute on function ceaseless.decide_approval(p_approval_id uuid, p_approve boolean, p_decided_by text, p_note text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/57_loop_cron.sql, body md5 231d00af923f90a6979b4fa590c446a2
-create function ceaseless.disable_loop(p_id uuid, p_error text)
+-- functions/39_schedules.sql, body md5 ccb757fcb90f0e3c3c89ba3a7d5cbdb0
+create function ceaseless.disable_schedule(p_kind text, p_id uuid, p_error text)
     returns void
     language sql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.disable_loop(p_id uuid, p_error text) is 'Disable a loop the engine cannot run, recording the error in last_error.';
-grant execute on function ceaseless.disable_loop(p_id uuid, p_error text) to ceaseless_listener, ceaseless_operator;
-
--- functions/41_routine_firing.sql, body md5 b1a440b6598993978d22b2ae2f791c07
-create function ceaseless.disable_routine(p_routine_id uuid, p_error text)
-    returns void
-    language sql
-    volatile
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.disable_routine(p_routine_id uuid, p_error text) is 'Disable a routine the engine cannot run, recording the error in last_error.';
-grant execute on function ceaseless.disable_routine(p_routine_id uuid, p_error text) to ceaseless_listener, ceaseless_operator;
-
--- functions/57_loop_cron.sql, body md5 06d2c4df8e0a2c663264afee6d73bf8d
-create function ceaseless.due_cron_loops(p_now timestamp with time zone, p_limit integer)
-    returns TABLE(id uuid, schedule text, timezone text, next_fire_at timestamp with time zone)
-    language sql
-    volatile
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.due_cron_loops(p_now timestamp with time zone, p_limit integer) is 'Lock and return up to p_limit loops due at p_now (FOR NO KEY UPDATE SKIP LOCKED); fire them with fire_cron_loops in the same transaction.';
-grant execute on function ceaseless.due_cron_loops(p_now timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
-
--- functions/42_cron_schedule.sql, body md5 0271a78ef9b228b3ed0405651d73f797
-create function ceaseless.due_cron_routines(p_now timestamp with time zone, p_limit integer)
-    returns TABLE(id uuid, schedule text, timezone text, next_fire_at timestamp with time zone)
-    language sql
-    volatile
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.due_cron_routines(p_now timestamp with time zone, p_limit integer) is 'Lock and return up to p_limit routines due at p_now (FOR NO KEY UPDATE SKIP LOCKED); fire them with fire_cron_routines in the same transaction.';
-grant execute on function ceaseless.due_cron_routines(p_now timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless.disable_schedule(p_kind text, p_id uuid, p_error text) is 'Disable a routine or loop the engine cannot run, recording the error in last_error.';
+grant execute on function ceaseless.disable_schedule(p_kind text, p_id uuid, p_error text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/70_tracked_repo.sql, body md5 d4d96e6b678d89aa0d1a6cf318d1bea1
 create function ceaseless.due_repos(p_now timestamp with time zone DEFAULT now(), p_limit integer DEFAULT 10)
@@ -3253,6 +3317,15 @@ create function ceaseless.due_repos(p_now timestamp with time zone DEFAULT now()
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless.due_repos(p_now timestamp with time zone, p_limit integer) is 'Hand out up to p_limit enabled repos due at p_now and outside their quiet window, each to one caller only (SKIP LOCKED), moving their next_poll_at one clamped interval on.';
 grant execute on function ceaseless.due_repos(p_now timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
+
+-- functions/39_schedules.sql, body md5 156b8dac058021c45e99781d7f40f8a2
+create function ceaseless.due_schedules(p_now timestamp with time zone, p_limit integer)
+    returns TABLE(kind text, id uuid, schedule text, timezone text, next_fire_at timestamp with time zone)
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.due_schedules(p_now timestamp with time zone, p_limit integer) is 'Lock and return up to p_limit routines due at p_now, or when none is, up to p_limit loops (FOR NO KEY UPDATE SKIP LOCKED); fire them with fire_cron in the same transaction.';
+grant execute on function ceaseless.due_schedules(p_now timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
 
 -- functions/15_job_directories.sql, body md5 1624447290fa8929afab906ce2aee682
 create function ceaseless.ended_jobs(p_ids uuid[])
@@ -3290,6 +3363,16 @@ create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time z
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) is 'Every reason that holds a job (not_due, owner_budget, agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget, behind_older_jobs; or claimed, running, finished), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown job.';
 grant execute on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
+-- functions/92_explain.sql, body md5 8658a71c437efc65ed5e15bfbc2bc5ac
+create function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone DEFAULT now())
+    returns TABLE(reason text, detail text, clears_at timestamp with time zone)
+    language plpgsql
+    stable
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) is 'Every reason that holds a loop''s next iteration (stopped, disabled, agent_disabled, live_iteration and what holds it: awaiting_approval, its nodes'' jobs; not_scheduled, not_due), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown loop.';
+grant execute on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/92_explain.sql, body md5 5b0033507cea3ab264ab58a1fe4a3a22
 create function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone DEFAULT now())
@@ -3347,23 +3430,14 @@ create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now time
 comment on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Finish a batch of agent runs and move each job by its outcome (_job_state_after: delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job, attempt refunded. A succeeded forge run gets its verdict first (_forge_verdict: an implement run without a pull request fails, a needs_human block blocks the job, a plan needs a valid children block). A result for a run that is no longer the reporter''s is kept in late_results, never written onto the closed run (recorded = false).';
 grant execute on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/57_loop_cron.sql, body md5 5e52d4e55000287df87456f3eac6cafd
-create function ceaseless.fire_cron_loops(p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone DEFAULT now())
-    returns TABLE(loop_id uuid, run_id uuid, status text, skip_reason text, next_fire_at timestamp with time zone)
+-- functions/39_schedules.sql, body md5 5f5a83d96242264d9005c06537001165
+create function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone DEFAULT now())
+    returns TABLE(kind text, id uuid, run_id uuid, status text, skip_reason text, next_fire_at timestamp with time zone)
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.fire_cron_loops(p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) is 'Fire a batch of due cron loops the caller locked, through _fire_loop (missed slots fire once), and move each to the next slot given.';
-grant execute on function ceaseless.fire_cron_loops(p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
-
--- functions/41_routine_firing.sql, body md5 ec494cb76db4f98510cc2b809a67a0db
-create function ceaseless.fire_cron_routines(p_routine_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone DEFAULT now())
-    returns TABLE(routine_id uuid, run_id uuid, status text, skip_reason text, next_fire_at timestamp with time zone)
-    language plpgsql
-    volatile
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.fire_cron_routines(p_routine_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) is 'Fire a batch of due cron routines the caller locked, through the one firing path; a fire refused for cooldown is deferred to its end, the rest move to the next slot given.';
-grant execute on function ceaseless.fire_cron_routines(p_routine_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) is 'Fire a batch of due routines and loops the caller locked (due_schedules), each once however many slots it missed; a routine refused for cooldown is deferred to its end, the rest move to the next slot given. CE422 when the arrays differ in length.';
+grant execute on function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/41_routine_firing.sql, body md5 c56ef8d7f8f9790d2b0b62dd3aa25d50
 create function ceaseless.forget_ended_backends()
@@ -3437,23 +3511,14 @@ create function ceaseless.metrics_snapshot(p_now timestamp with time zone DEFAUL
 comment on function ceaseless.metrics_snapshot(p_now timestamp with time zone) is 'Every database-wide series of GET /metrics, one row a sample: live queue depth and lane usage from partial indexes, counters from metric_totals + metric_deltas. Reads no history.';
 grant execute on function ceaseless.metrics_snapshot(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/42_cron_schedule.sql, body md5 70d02be0238b1c7c5223351d7c3d4b67
-create function ceaseless.next_cron_fire()
+-- functions/39_schedules.sql, body md5 8dc0990ba366173eb81747597590c02b
+create function ceaseless.next_schedule_fire()
     returns timestamp with time zone
     language sql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.next_cron_fire() is 'The earliest next_fire_at among enabled routines, or NULL.';
-grant execute on function ceaseless.next_cron_fire() to ceaseless_listener, ceaseless_operator;
-
--- functions/57_loop_cron.sql, body md5 c0068a0c9b31e24c13aebc8d389a5387
-create function ceaseless.next_cron_loop_fire()
-    returns timestamp with time zone
-    language sql
-    stable
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.next_cron_loop_fire() is 'The earliest next_fire_at among enabled loops, or NULL.';
-grant execute on function ceaseless.next_cron_loop_fire() to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless.next_schedule_fire() is 'The earliest next_fire_at among enabled routines and loops, or NULL.';
+grant execute on function ceaseless.next_schedule_fire() to ceaseless_listener, ceaseless_operator;
 
 -- functions/72_forge_issues.sql, body md5 5a67fa31e5c021d5730b4595e8946242
 create function ceaseless.note_labellers(p_repo_id uuid, p_labellers jsonb, p_now timestamp with time zone DEFAULT now())
@@ -3547,20 +3612,20 @@ create function ceaseless.run_events(p_run_id uuid, p_after bigint DEFAULT 0, p_
 comment on function ceaseless.run_events(p_run_id uuid, p_after bigint, p_limit integer) is 'The events of a topology run after audit id p_after, in order (at most p_limit, up to 5000): run, node and approval changes with ids, states and times; `last` marks the final status. What GET /runs/{id}/events streams.';
 grant execute on function ceaseless.run_events(p_run_id uuid, p_after bigint, p_limit integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/56_loop_firing.sql, body md5 01e40cc206955154e5afcaabc0e32b22
+-- functions/39_schedules.sql, body md5 929d60a6e2087b4e897ba2fd657b3e01
 create function ceaseless.run_loop(p_loop_id uuid, p_now timestamp with time zone DEFAULT now())
     returns uuid
-    language plpgsql
+    language sql
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless.run_loop(p_loop_id uuid, p_now timestamp with time zone) is 'Fire a loop by hand; returns the topology_runs id, whose status says whether the iteration runs (pending) or was skipped and why. CE404 for an unknown loop or someone else''s.';
 grant execute on function ceaseless.run_loop(p_loop_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/41_routine_firing.sql, body md5 bcc04169efbe9b3c778923490316997b
+-- functions/39_schedules.sql, body md5 5df74ad5917f6a5e6b1cfb1fe5c6d277
 create function ceaseless.run_routine(p_routine_id uuid, p_now timestamp with time zone DEFAULT now())
     returns uuid
-    language plpgsql
+    language sql
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
@@ -3576,38 +3641,20 @@ create function ceaseless.run_snapshot(p_run_id uuid)
 comment on function ceaseless.run_snapshot(p_run_id uuid) is 'A topology run as it stands (the run, every node, the open approvals, whether it is final) and last_event_id, the audit id it is current to: what a new follower of GET /runs/{id}/events receives first. NULL when there is no such run.';
 grant execute on function ceaseless.run_snapshot(p_run_id uuid) to ceaseless_listener, ceaseless_operator;
 
--- functions/57_loop_cron.sql, body md5 b7e1a289e26343b8df3f696107c65b58
-create function ceaseless.set_loop_next_fires(p_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[])
+-- functions/39_schedules.sql, body md5 c77262ef27d1ded9401d305d08efc6c7
+create function ceaseless.set_next_fires(p_kinds text[], p_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[])
     returns integer
     language sql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.set_loop_next_fires(p_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[]) is 'Store listener-computed next_fire_at values where the loop still has that schedule and timezone; returns how many were stored.';
-grant execute on function ceaseless.set_loop_next_fires(p_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[]) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless.set_next_fires(p_kinds text[], p_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[]) is 'Store listener-computed next_fire_at values where the routine or loop still has that schedule and timezone; returns how many were stored.';
+grant execute on function ceaseless.set_next_fires(p_kinds text[], p_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_routine_firing.sql, body md5 034964a5016bb75b10d21b34ee6f7b45
-create function ceaseless.set_next_fires(p_routine_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[])
-    returns integer
-    language sql
-    volatile
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.set_next_fires(p_routine_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[]) is 'Store listener-computed next_fire_at values where the routine still has that schedule and timezone; returns how many were stored.';
-grant execute on function ceaseless.set_next_fires(p_routine_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[]) to ceaseless_listener, ceaseless_operator;
-
--- functions/57_loop_cron.sql, body md5 5854aa4051f67a5dbaac69116f6d4ade
-create function ceaseless.unscheduled_cron_loops(p_ids uuid[] DEFAULT NULL::uuid[])
-    returns TABLE(id uuid, schedule text, timezone text)
+-- functions/39_schedules.sql, body md5 890ffb0bd10978a1481ccb9603a7f8d8
+create function ceaseless.unscheduled_schedules(p_ids uuid[] DEFAULT NULL::uuid[])
+    returns TABLE(kind text, id uuid, schedule text, timezone text)
     language sql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.unscheduled_cron_loops(p_ids uuid[]) is 'Enabled cron loops waiting for the listener to compute their next_fire_at (all of them, or those among p_ids).';
-grant execute on function ceaseless.unscheduled_cron_loops(p_ids uuid[]) to ceaseless_listener, ceaseless_operator;
-
--- functions/42_cron_schedule.sql, body md5 811268cd6aed627def41556544f4a2ae
-create function ceaseless.unscheduled_cron_routines(p_ids uuid[] DEFAULT NULL::uuid[])
-    returns TABLE(id uuid, schedule text, timezone text)
-    language sql
-    stable
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.unscheduled_cron_routines(p_ids uuid[]) is 'Enabled cron routines waiting for the listener to compute their next_fire_at (all of them, or those among p_ids).';
-grant execute on function ceaseless.unscheduled_cron_routines(p_ids uuid[]) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless.unscheduled_schedules(p_ids uuid[]) is 'Enabled routines and loops with a schedule and no next_fire_at (all of them, or those among p_ids): what the listener computes next slots for.';
+grant execute on function ceaseless.unscheduled_schedules(p_ids uuid[]) to ceaseless_listener, ceaseless_operator;

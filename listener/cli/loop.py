@@ -307,6 +307,17 @@ def loop_show(
             note(_webhook_hint(ref))
 
 
+@app.command("why")
+def loop_why(loop: LoopArg, output: OutputOpt = Output.TABLE) -> None:
+    """Why is this loop not running? Every reason that holds its next iteration, and when
+    each clears (explain_loop)."""
+    rows = query(
+        "select reason, clears_at, detail from ceaseless.explain_loop(%s)", (loop_id(loop),)
+    )
+    with emitting(output):
+        table(rows, ["reason", "clears_at", "detail"])
+
+
 @app.command("run")
 def loop_run(loop: LoopArg) -> None:
     """Fire the loop now (run_loop).

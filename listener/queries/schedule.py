@@ -1,103 +1,60 @@
 """Cron's calls: what waits for a slot, what is due now, and the answers croniter gave.
 
-Routines and loops are scheduled alike, each through its own SQL functions
-(42_cron_schedule.sql / 41_routine_firing.sql, 57_loop_cron.sql), named by a
-`CronTable`.
+Routines and loops are one kind of thing here, a schedule, named by its kind and id
+(functions/39_schedules.sql, the trigger layer): one function per step, whichever the
+rows are.
 
-Guarantees: the `due` function locks what it returns until the caller's
-transaction ends, so the caller fires them with the `fire` function inside that
-same transaction (listener/scheduler.py does).
+Guarantees: `lock_due` locks what it returns until the caller's transaction ends, so the
+caller fires them with `fire` inside that same transaction (listener/scheduler.py does).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 from uuid import UUID
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import args_row
 
 
-@dataclass(frozen=True)
-class CronTable:
-    """The SQL functions that schedule one kind of cron-bearing row."""
-
-    name: str
-    unscheduled: str
-    set_next_fires: str
-    disable: str
-    due: str
-    fire: str
-    next_fire: str
-
-    def call(self, function: str, args: int) -> sql.Composed:
-        return sql.SQL("ceaseless.{}({})").format(
-            sql.Identifier(function), sql.SQL(", ").join([sql.Placeholder()] * args)
-        )
-
-
-ROUTINES = CronTable(
-    name="routines",
-    unscheduled="unscheduled_cron_routines",
-    set_next_fires="set_next_fires",
-    disable="disable_routine",
-    due="due_cron_routines",
-    fire="fire_cron_routines",
-    next_fire="next_cron_fire",
-)
-LOOPS = CronTable(
-    name="loops",
-    unscheduled="unscheduled_cron_loops",
-    set_next_fires="set_loop_next_fires",
-    disable="disable_loop",
-    due="due_cron_loops",
-    fire="fire_cron_loops",
-    next_fire="next_cron_loop_fire",
-)
-
-
-class CronRoutine(NamedTuple):
+class Unscheduled(NamedTuple):
     """A routine or loop waiting for its next slot."""
 
+    kind: str
     id: UUID
     schedule: str
     timezone: str
 
 
-class DueRoutine(NamedTuple):
+class Due(NamedTuple):
     """A routine or loop due now, locked by the caller's transaction."""
 
+    kind: str
     id: UUID
     schedule: str
     timezone: str
     next_fire_at: datetime
 
 
-async def unscheduled(
-    conn: psycopg.AsyncConnection, ids: list[UUID] | None, table: CronTable = ROUTINES
-) -> list[CronRoutine]:
-    async with conn.cursor(row_factory=args_row(CronRoutine)) as cur:
+async def unscheduled(conn: psycopg.AsyncConnection, ids: list[UUID] | None) -> list[Unscheduled]:
+    async with conn.cursor(row_factory=args_row(Unscheduled)) as cur:
         await cur.execute(
-            sql.SQL("select * from {}").format(table.call(table.unscheduled, 1)), (ids,)
+            "select kind, id, schedule, timezone from ceaseless.unscheduled_schedules(%s)", (ids,)
         )
         return await cur.fetchall()
 
 
 async def set_next_fires(
-    conn: psycopg.AsyncConnection,
-    routines: list[CronRoutine],
-    nexts: list[datetime],
-    table: CronTable = ROUTINES,
+    conn: psycopg.AsyncConnection, rows: list[Unscheduled], nexts: list[datetime]
 ) -> int:
     cur = await conn.execute(
-        sql.SQL("select {}").format(table.call(table.set_next_fires, 4)),
+        "select ceaseless.set_next_fires(%s, %s, %s, %s, %s)",
         (
-            [r.id for r in routines],
-            [r.schedule for r in routines],
-            [r.timezone for r in routines],
+            [r.kind for r in rows],
+            [r.id for r in rows],
+            [r.schedule for r in rows],
+            [r.timezone for r in rows],
             nexts,
         ),
     )
@@ -105,42 +62,37 @@ async def set_next_fires(
     return int(row[0]) if row else 0
 
 
-async def disable_routine(
-    conn: psycopg.AsyncConnection, routine_id: UUID, error: str, table: CronTable = ROUTINES
-) -> None:
-    await conn.execute(
-        sql.SQL("select {}").format(table.call(table.disable, 2)), (routine_id, error)
-    )
+async def disable(conn: psycopg.AsyncConnection, kind: str, row_id: UUID, error: str) -> None:
+    await conn.execute("select ceaseless.disable_schedule(%s, %s, %s)", (kind, row_id, error))
 
 
-async def lock_due(
-    conn: psycopg.AsyncConnection, now: datetime, limit: int, table: CronTable = ROUTINES
-) -> list[DueRoutine]:
-    """Rows due at `now`, locked until the caller's transaction ends."""
-    async with conn.cursor(row_factory=args_row(DueRoutine)) as cur:
+async def lock_due(conn: psycopg.AsyncConnection, now: datetime, limit: int) -> list[Due]:
+    """Rows due at `now` (one kind per batch), locked until the caller's transaction ends."""
+    async with conn.cursor(row_factory=args_row(Due)) as cur:
         await cur.execute(
-            sql.SQL("select * from {}").format(table.call(table.due, 2)), (now, limit)
+            "select kind, id, schedule, timezone, next_fire_at "
+            "from ceaseless.due_schedules(%s, %s)",
+            (now, limit),
         )
         return await cur.fetchall()
 
 
 async def fire(
     conn: psycopg.AsyncConnection,
-    ids: list[UUID],
+    rows: list[Due],
     nexts: list[datetime],
     missed: list[int],
     now: datetime,
-    table: CronTable = ROUTINES,
 ) -> list[str]:
     """Fire locked due rows; returns each fire's run status (running / pending, or skipped)."""
     cur = await conn.execute(
-        sql.SQL("select status from {}").format(table.call(table.fire, 4)),
-        (ids, nexts, missed, now),
+        "select status from ceaseless.fire_cron(%s, %s, %s, %s, %s)",
+        ([r.kind for r in rows], [r.id for r in rows], nexts, missed, now),
     )
     return [row[0] for row in await cur.fetchall()]
 
 
-async def next_fire(conn: psycopg.AsyncConnection, table: CronTable = ROUTINES) -> datetime | None:
-    cur = await conn.execute(sql.SQL("select {}").format(table.call(table.next_fire, 0)))
+async def next_fire(conn: psycopg.AsyncConnection) -> datetime | None:
+    cur = await conn.execute("select ceaseless.next_schedule_fire()")
     row = await cur.fetchone()
     return row[0] if row else None

@@ -80,12 +80,18 @@ def _cron(conn: psycopg.Connection, rng: random.Random) -> None:
             (now - timedelta(seconds=1),),
         )
     with conn.transaction():
-        due = [
-            r[0] for r in conn.execute("select id from ceaseless.due_cron_routines(%s, 10)", (now,))
-        ]
+        due = conn.execute(
+            "select kind, id from ceaseless.due_schedules(%s, 10)", (now,)
+        ).fetchall()
         conn.execute(
-            "select * from ceaseless.fire_cron_routines(%s, %s, %s, %s)",
-            (due, [now + timedelta(minutes=1)] * len(due), [rng.randint(0, 2)] * len(due), now),
+            "select * from ceaseless.fire_cron(%s, %s, %s, %s, %s)",
+            (
+                [kind for kind, _ in due],
+                [id_ for _, id_ in due],
+                [now + timedelta(minutes=1)] * len(due),
+                [rng.randint(0, 2)] * len(due),
+                now,
+            ),
         )
 
 

@@ -1,14 +1,19 @@
-"""`ceaseless job why`, `ceaseless routine why`, and `routine add` without --agent."""
+"""`ceaseless job why`, `ceaseless routine why`, `ceaseless loop why`, and `routine add` without
+--agent."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
+from tests.conftest import PASSWORD
 from tests.e2e.support import run_cli
 from tests.factories import make_agent, make_job, make_routine, pause_lane
+from tests.sql.topology import graph, node
 
 
 def test_job_why_lists_every_reason_with_when_it_clears(
@@ -72,3 +77,40 @@ def test_routine_add_without_agent_takes_the_default_or_names_the_field(
         "select agent from ceaseless.routines where id = %s", (added.stdout.strip(),)
     ).fetchone()
     assert row == ("noop",)
+
+
+def test_loop_why_as_a_user_lists_its_reasons_and_someone_elses_loop_is_unknown(
+    db_url: str, conn: psycopg.Connection, login_role: Callable[..., psycopg.Connection]
+) -> None:
+    make_agent(conn)
+    alice = login_role("alice")
+    bob = login_role("bob")
+    row = alice.execute(
+        "insert into ceaseless.loops (title, description, graph, task_template, triggers, "
+        "enabled) values ('nightly notes', '', %s, 'write them', '{\"cron\": \"0 9 * * *\"}', "
+        "false) returning id",
+        (json.dumps(graph([node("A")])),),
+    ).fetchone()
+    assert row is not None
+
+    def as_role(role: psycopg.Connection) -> str:
+        return make_conninfo(db_url, user=role.info.user, password=PASSWORD)
+
+    result = run_cli(as_role(alice), "loop", "why", "nightly notes")
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["reason", "clears_at", "detail"]
+    assert lines[2].startswith("disabled") and "loop nightly notes is disabled" in lines[2]
+
+    alice.execute("update ceaseless.loops set enabled = true where id = %s", (row[0],))
+    scripted = run_cli(as_role(alice), "loop", "why", str(row[0]), "--output", "json")
+    assert scripted.returncode == 0, scripted.stderr
+    assert [r["reason"] for r in json.loads(scripted.stdout)] == ["not_scheduled"]
+
+    # Bob cannot see it at all: by id, it is no loop of his.
+    refused = run_cli(as_role(bob), "loop", "why", str(row[0]))
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        f"error: no loop with the id or title '{row[0]}' (see: ceaseless loop list)"
+    )

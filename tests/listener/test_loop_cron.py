@@ -57,7 +57,7 @@ def test_schedule_by_id_sets_only_the_loops_named(conn: psycopg.Connection, db_u
     named = _cron_loop(conn, "*/5 * * * *")
     other = _cron_loop(conn, "*/5 * * * *")
     now = datetime(2026, 6, 1, 12, 1, tzinfo=UTC)
-    stored = _run(db_url, lambda c: scheduler.schedule(c, now, [named], scheduler.LOOPS))
+    stored = _run(db_url, lambda c: scheduler.schedule(c, now, [named]))
     assert stored == 1
     assert loop_row(conn, named)["next_fire_at"] == datetime(2026, 6, 1, 12, 5, tzinfo=UTC)
     assert loop_row(conn, other)["next_fire_at"] is None
@@ -123,7 +123,7 @@ def test_a_disabled_or_edited_loop_is_not_fired_from_a_stale_read(
     _set_next(conn, loop, due)
     conn.execute("update ceaseless.loops set enabled = false where id = %s", (loop,))
     rows = conn.execute(
-        "select * from ceaseless.fire_cron_loops(%s, %s, %s, %s)",
+        "select * from ceaseless.fire_cron(array['loop'], %s, %s, %s, %s)",
         ([loop], [due + timedelta(minutes=1)], [0], due + timedelta(seconds=1)),
     ).fetchall()
     assert rows == [] and runs(conn, loop) == []
@@ -133,7 +133,7 @@ def test_a_disabled_or_edited_loop_is_not_fired_from_a_stale_read(
         (json.dumps({"cron": "0 * * * *"}), loop),
     )
     stored = conn.execute(
-        "select ceaseless.set_loop_next_fires(%s, %s, %s, %s)",
+        "select ceaseless.set_next_fires(array['loop'], %s, %s, %s, %s)",
         ([loop], ["* * * * *"], ["UTC"], [due]),
     ).fetchone()
     assert stored == (0,)

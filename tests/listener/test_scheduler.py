@@ -1,17 +1,23 @@
-"""The listener's cron half against a real database, with time passed in explicitly."""
+"""The listener's cron half against a real database, with time passed in explicitly: routines
+and loops are scheduled alike, as one kind of thing."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
-from uuid import UUID
+from uuid import UUID, uuid4
 from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
 
 from listener import scheduler
+from listener.config import ListenerConfig
+from listener.events import ScheduleChanged
+from listener.maintenance import Maintenance
+from listener.router import Router
 from tests.factories import make_agent, make_routine
+from tests.sql.loops import loop_row, make_loop
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -146,3 +152,50 @@ def test_two_schedulers_racing_fire_each_due_routine_once(
         "select count(*) from ceaseless.routine_runs group by routine_id"
     ).fetchall()
     assert len(per_routine) == 1000 and {n for (n,) in per_routine} == {1}
+
+
+def test_one_set_of_ids_schedules_routines_and_loops_alike(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    routine = _cron(conn, "*/5 * * * *")
+    loop = make_loop(conn, triggers={"cron": "0 9 * * *", "timezone": "Europe/Berlin"})
+    untouched = _cron(conn, "*/5 * * * *", name="other")
+    now = datetime(2026, 6, 1, 12, 1, tzinfo=UTC)
+
+    async def go() -> int:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as aconn:
+            return await scheduler.schedule(aconn, now, [routine, loop])
+
+    assert asyncio.run(go()) == 2
+    assert _next(conn, routine) == datetime(2026, 6, 1, 12, 5, tzinfo=UTC)
+    assert loop_row(conn, loop)["next_fire_at"] == datetime(2026, 6, 2, 9, 0, tzinfo=BERLIN)
+    assert _next(conn, untouched) is None
+
+
+def test_one_pass_fires_what_is_due_of_both_kinds_and_sleeps_until_the_earliest_next(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    routine = _cron(conn, "0 * * * *")
+    loop = make_loop(conn, triggers={"cron": "*/30 * * * *"})
+    due = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    _set_next(conn, routine, due)
+    conn.execute("update ceaseless.loops set next_fire_at = %s where id = %s", (due, loop))
+
+    report = _fire(db_url, due + timedelta(seconds=1))
+
+    assert (report.fired, report.skipped) == (2, 0)
+    assert _next(conn, routine) == due + timedelta(hours=1)
+    assert loop_row(conn, loop)["next_fire_at"] == due + timedelta(minutes=30)
+    assert report.next_due == due + timedelta(minutes=30)
+
+
+def test_a_notice_of_either_table_joins_the_one_set_to_schedule() -> None:
+    maintenance = Maintenance(ListenerConfig(url=""), None, None)  # type: ignore[arg-type]
+    router = Router(None, None, None, maintenance)  # type: ignore[arg-type]
+    routine, loop = uuid4(), uuid4()
+
+    router.route(ScheduleChanged(table="routines", id=routine))
+    router.route(ScheduleChanged(table="loops", id=loop))
+
+    assert maintenance.to_schedule == {routine, loop}
+    assert maintenance.cron_wake.is_set()

@@ -246,7 +246,9 @@ def test_an_event_routine_nothing_holds_is_ready_and_says_what_fires_it(
 def test_a_disabled_routine_says_so_with_its_last_error(conn: psycopg.Connection) -> None:
     make_agent(conn)
     routine = make_routine(conn)
-    conn.execute("select ceaseless.disable_routine(%s, 'croniter refused it')", (routine,))
+    conn.execute(
+        "select ceaseless.disable_schedule('routine', %s, 'croniter refused it')", (routine,)
+    )
 
     detail, clears = _one(_why_routine(conn, routine), "disabled")
 
@@ -316,8 +318,8 @@ def test_a_cron_routine_is_not_due_until_its_next_slot(conn: psycopg.Connection)
     # Before any listener computed its slot.
     assert _reasons(_why_routine(conn, routine, T0)) == ["not_scheduled"]
     conn.execute(
-        "select ceaseless.set_next_fires(array[%s::uuid], array['0 9 * * *'], array['UTC'], "
-        "array[%s::timestamptz])",
+        "select ceaseless.set_next_fires(array['routine'], array[%s::uuid], array['0 9 * * *'], "
+        "array['UTC'], array[%s::timestamptz])",
         (routine, T0 + timedelta(hours=21)),
     )
 

@@ -183,3 +183,145 @@ def test_a_first_fire_waits_for_its_routine_rather_than_failing(
     assert waiter_errors == []
     # It waited, then saw the first run: a duplicate.
     assert _runs(conn) == Counter({"running": 1, "dedup": 1})
+
+
+def _insert_many(conn: psycopg.Connection, rows: int, prefix: str = "cd0") -> None:
+    conn.execute(
+        "insert into ceaseless.events (user_id, content) "
+        "select 'alice', %s || ' ' || g from generate_series(1, %s) g",
+        (prefix, rows),
+    )
+
+
+@pytest.mark.parametrize(("cap", "rows"), [(100, 60), (1000, 1000)])
+def test_a_statement_of_many_events_below_the_cap_fires_every_one(
+    conn: psycopg.Connection, cap: int, rows: int
+) -> None:
+    # Its first row is admitted shared, with the room of one slot; the rest
+    # of the statement must be admitted too, whatever its size.
+    _set_cap(conn, cap)
+    make_routine(conn, "cd", "event", {"pattern": "cd0"}, max_concurrent=100_000)
+
+    _insert_many(conn, rows)
+
+    assert _runs(conn) == Counter({"running": rows})
+    fired = conn.execute("select sum(fired_count) from ceaseless.events").fetchone()
+    assert fired == (rows,)
+
+
+def test_a_statement_of_events_past_the_cap_records_the_rest_as_skipped(
+    conn: psycopg.Connection,
+) -> None:
+    _set_cap(conn, 100)
+    make_routine(conn, "cd", "event", {"pattern": "cd0"}, max_concurrent=100_000)
+
+    _insert_many(conn, 150)
+
+    assert _runs(conn) == Counter({"running": 100, "global_cap": 50})
+    (running,) = conn.execute("select sum(running) from ceaseless.routine_run_shards").fetchone()
+    assert running == 100
+
+
+def test_concurrent_statements_of_many_events_all_commit_and_fill_the_cap_exactly(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    # Ten producers of a hundred rows each: a conflict between two of them is
+    # real (40001), and a retry clears it, so every statement commits.
+    _set_cap(conn, 100)
+    make_routine(conn, "cd", "event", {"pattern": "cd0"}, max_concurrent=100_000)
+    go = threading.Barrier(10)
+    failures: list[BaseException] = []
+    retries: Counter[str] = Counter()
+
+    def produce(p: int) -> None:
+        with psycopg.connect(db_url, autocommit=True) as producer:
+            go.wait()
+            for _ in range(100):
+                try:
+                    _insert_many(producer, 100, f"cd0 p{p}")
+                    return
+                except psycopg.errors.SerializationFailure:
+                    retries["40001"] += 1
+                except BaseException as exc:
+                    failures.append(exc)
+                    return
+            failures.append(AssertionError(f"producer {p} never committed"))
+
+    threads = [threading.Thread(target=produce, args=(p,)) for p in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+
+    assert failures == []
+    assert conn.execute("select count(*) from ceaseless.events").fetchone() == (1000,)
+    assert _runs(conn) == Counter({"running": 100, "global_cap": 900})
+    (running,) = conn.execute("select sum(running) from ceaseless.routine_run_shards").fetchone()
+    assert running == 100
+
+
+def test_a_statement_that_outgrows_its_slot_waits_for_shared_fires_then_judges_exactly(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    _set_cap(conn, 100)
+    make_routine(conn, "cd", "event", {"pattern": "cd0"}, max_concurrent=100_000)
+    errors: list[BaseException] = []
+
+    def many() -> None:
+        try:
+            with psycopg.connect(db_url, autocommit=True) as producer:
+                _insert_many(producer, 120)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with psycopg.connect(db_url) as holder:
+        # Admitted shared, in flight: its run is not yet in any count.
+        _insert_many(holder, 1)
+        thread = threading.Thread(target=many)
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive(), "the statement must wait for the shared fire to end"
+        holder.commit()
+        thread.join(30)
+    assert errors == []
+    # Judged after the holder committed: exactly the cap runs.
+    assert _runs(conn) == Counter({"running": 100, "global_cap": 21})
+
+
+def test_a_second_statement_outgrowing_its_slot_meanwhile_fails_with_40001_and_a_retry_clears_it(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    _set_cap(conn, 100)
+    make_routine(conn, "cd", "event", {"pattern": "cd0"}, max_concurrent=100_000)
+    errors: list[BaseException] = []
+
+    def many() -> None:
+        try:
+            with psycopg.connect(db_url, autocommit=True) as producer:
+                _insert_many(producer, 30)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with psycopg.connect(db_url) as holder, psycopg.connect(db_url) as second:
+        _insert_many(holder, 1)
+        _insert_many(second, 1)
+        waiting = threading.Thread(target=many)
+        waiting.start()
+        waiting.join(1.0)
+        assert waiting.is_alive()
+        # It waits for both: one of them outgrowing its slot too would wait
+        # for the other, which waits for it. A real conflict, not a wait.
+        with pytest.raises(
+            psycopg.errors.SerializationFailure, match="conflict with concurrent fires"
+        ):
+            _insert_many(second, 30)
+        second.rollback()
+        holder.commit()
+        waiting.join(30)
+        assert errors == []
+
+        # Retried, the same transaction goes through.
+        _insert_many(second, 1)
+        _insert_many(second, 30)
+        second.commit()
+    assert _runs(conn) == Counter({"running": 62})

@@ -187,7 +187,7 @@ def test_missed_cron_slots_leave_a_skipped_row_with_their_count(
         (now - timedelta(minutes=5), routine),
     )
     conn.execute(
-        "select * from ceaseless.fire_cron_routines(%s, %s, %s, %s)",
+        "select * from ceaseless.fire_cron(array['routine'], %s, %s, %s, %s)",
         ([routine], [now + timedelta(minutes=1)], [4], now),
     )
     rows = conn.execute(

@@ -71,13 +71,14 @@ def _webhook(loop_row_: dict[str, Any], body: bytes) -> Callable[[psycopg.Connec
 def _cron(c: psycopg.Connection) -> Any:
     """A listener's cron pass: lock what is due, fire it with its next slot, commit."""
     with c.transaction():
-        due = c.execute("select id from ceaseless.due_cron_loops(now(), 10)").fetchall()
+        due = c.execute("select kind, id from ceaseless.due_schedules(now(), 10)").fetchall()
         if not due:
             return None
-        ids = [r[0] for r in due]
+        kinds = [r[0] for r in due]
+        ids = [r[1] for r in due]
         rows = c.execute(
-            "select run_id from ceaseless.fire_cron_loops(%s, %s, %s)",
-            (ids, [datetime(2100, 1, 1, tzinfo=UTC)] * len(ids), [0] * len(ids)),
+            "select run_id from ceaseless.fire_cron(%s, %s, %s, %s)",
+            (kinds, ids, [datetime(2100, 1, 1, tzinfo=UTC)] * len(ids), [0] * len(ids)),
         ).fetchall()
     return rows[0][0] if rows else None
 

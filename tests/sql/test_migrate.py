@@ -754,3 +754,47 @@ def test_no_drop_in_functions_names_an_object_that_exists(conn: psycopg.Connecti
         if found != (False,):
             existing.append((name, statement))
     assert existing == []
+
+
+# Functions the one trigger layer (functions/38-39_*.sql) replaced; db/0033 drops them.
+REPLACED_BY_THE_TRIGGER_LAYER = [
+    "unscheduled_cron_routines(uuid[])",
+    "unscheduled_cron_loops(uuid[])",
+    "due_cron_routines(timestamptz, integer)",
+    "due_cron_loops(timestamptz, integer)",
+    "fire_cron_routines(uuid[], timestamptz[], integer[], timestamptz)",
+    "fire_cron_loops(uuid[], timestamptz[], integer[], timestamptz)",
+    "set_next_fires(uuid[], text[], text[], timestamptz[])",
+    "set_loop_next_fires(uuid[], text[], text[], timestamptz[])",
+    "disable_routine(uuid, text)",
+    "disable_loop(uuid, text)",
+    "next_cron_fire()",
+    "next_cron_loop_fire()",
+    "_receive_loop_webhook(ceaseless.loops, bytea, jsonb)",
+    "_invalid(text, text, jsonb)",
+    "_invalid_loop(text, text, jsonb)",
+]
+
+
+def test_a_database_from_before_the_one_trigger_layer_keeps_none_of_what_it_replaced(
+    db_url: str,
+) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("set search_path = ceaseless, pg_catalog")
+        for signature in REPLACED_BY_THE_TRIGGER_LAYER:
+            conn.execute(f"create function {signature} returns void language sql as 'select'")
+        conn.execute("delete from ceaseless.schema_migrations where name = 'one_trigger_layer'")
+
+    report = migrate(db_url)
+
+    assert _names(report) == ["0033_one_trigger_layer.sql"]
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        left = [
+            signature
+            for signature in REPLACED_BY_THE_TRIGGER_LAYER
+            if conn.execute(
+                "select to_regprocedure('ceaseless.' || %s) is not null", (signature,)
+            ).fetchone()
+            != (False,)
+        ]
+    assert left == []

@@ -203,8 +203,8 @@ def test_cron_fire_defers_a_cooldown_to_its_end(conn: psycopg.Connection) -> Non
         (now - timedelta(seconds=1), routine),
     )
     rows = conn.execute(
-        "select status, skip_reason, next_fire_at from ceaseless.fire_cron_routines("
-        "%s, %s, %s, %s)",
+        "select status, skip_reason, next_fire_at from ceaseless.fire_cron("
+        "array['routine'], %s, %s, %s, %s)",
         ([routine], [now + timedelta(minutes=1)], [0], now),
     ).fetchall()
     assert rows == [("skipped", "cooldown", finished + timedelta(seconds=600))]

@@ -1,0 +1,491 @@
+-- Schedules: the one trigger layer of routines and loops.
+--
+-- A routine and a loop are both things a trigger fires: a cron slot, a signed
+-- webhook request, a person. This file is that layer, once for both kinds:
+-- the schedules view, the cron scheduler's calls, next-fire bookkeeping,
+-- disabling what the engine cannot run, and manual firing. Every fire it makes
+-- goes through _fire_schedules, which dispatches at the very end to "start a
+-- routine run" (_fire_routines, 41_routine_firing.sql) or "start a loop
+-- iteration" (_fire_loop, 56_loop_firing.sql); what only one kind has (a
+-- routine's cooldown, dedup and global cap, a loop's one live iteration and
+-- on_completion chain) stays in its kind's file.
+--
+-- Called by: listeners (listener/scheduler.py through
+-- listener/queries/schedule.py: unscheduled_schedules, set_next_fires,
+-- due_schedules, fire_cron, disable_schedule, next_schedule_fire), users and
+-- operators (run_routine, run_loop, the schedules view), the webhook path
+-- (_receive_webhook, 45_webhooks.sql), and the validation triggers of
+-- routines and loops (_schedule_changed, _ask_for_next_fire).
+-- Guarantees:
+-- - next_fire_at is the listener's to compute (croniter): a row stores one
+--   only while it is enabled with a schedule, it is cleared whenever the
+--   answer may have changed (schedule, timezone, re-enabled), and then
+--   NOTIFY ceaseless_schedule {"table": "routines" | "loops", "id"} asks for
+--   a new one; set_next_fires stores an answer only where the schedule and
+--   timezone it was computed from are still the row's;
+-- - due_schedules locks what it returns (FOR NO KEY UPDATE SKIP LOCKED) until
+--   the caller's transaction ends, so the caller fires them (fire_cron) in
+--   that transaction and two listeners never fire one slot. A batch is of one
+--   kind, routines first: a routine batch is admitted after its routines (the
+--   lock order of 41_routine_firing.sql), a loop batch takes no fire lock
+--   (56_loop_firing.sql), so no batch holds a loop while it waits for fire
+--   admission;
+-- - fire_cron fires each row once however many slots it missed, leaves out a
+--   row no longer enabled and due, defers a routine refused for its cooldown
+--   to the cooldown's end (spec 5.6) and moves every other row to the slot
+--   the listener computed;
+-- - every fire, refused ones too, leaves a run of its kind (routine_runs or
+--   topology_runs) with its trigger and, when refused, the reason.
+
+set local search_path = ceaseless, pg_catalog, pg_temp;
+
+-- Every routine and loop as a schedule: what fires it on a clock (schedule and
+-- timezone, NULL for neither), when next, and whether it may fire at all.
+-- security_invoker, so a user role sees its own rows (row-level security of
+-- routines and loops); no credential is shown.
+create or replace view schedules with (security_invoker = true) as
+select 'routine'::text as kind,
+       r.id,
+       r.user_id as owner,
+       r.name,
+       r.enabled,
+       case when r.trigger_type = 'cron' then r.trigger_config ->> 'schedule' end as schedule,
+       case when r.trigger_type = 'cron' then r.trigger_config ->> 'timezone' end as timezone,
+       r.next_fire_at,
+       r.last_error
+from routines r
+union all
+select 'loop'::text,
+       l.id,
+       l.user_id,
+       l.title,
+       l.enabled,
+       l.triggers ->> 'cron',
+       case when l.triggers ? 'cron' then l.triggers ->> 'timezone' end,
+       l.next_fire_at,
+       l.last_error
+from loops l;
+
+comment on view schedules is
+    'Every routine (kind routine) and loop (kind loop) as a schedule: owner, name or title, '
+    'enabled, cron schedule and timezone (NULL when it has none), next_fire_at, last_error.';
+
+-- Whether a row's stored next slot may no longer be right: it is enabled with
+-- a schedule, and the schedule, its timezone or its enabling changed. The
+-- validation triggers then clear next_fire_at (and the error of a schedule
+-- the engine disabled) for a listener to compute again.
+create or replace function _schedule_changed(
+    p_schedule text, p_timezone text, p_enabled boolean,
+    p_old_schedule text, p_old_timezone text, p_old_enabled boolean
+)
+returns boolean
+language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select p_enabled and p_schedule is not null
+           and (p_schedule is distinct from p_old_schedule
+                or p_timezone is distinct from p_old_timezone
+                or not p_old_enabled);
+$$;
+
+comment on function _schedule_changed(text, text, boolean, text, text, boolean) is
+    'True when an enabled row with a schedule changed its schedule, timezone or enabling: its '
+    'next_fire_at must be computed again.';
+
+-- Ask the listeners for a row's next slot when it is enabled with a schedule
+-- and has none (created, changed or re-enabled): NOTIFY ceaseless_schedule,
+-- naming the table as listener/notify_schemas.json says.
+create or replace function _ask_for_next_fire(
+    p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamptz
+)
+returns void
+language sql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select pg_notify('ceaseless_schedule', jsonb_build_object('table', p_table, 'id', p_id)::text)
+    where p_enabled and p_schedule is not null and p_next_fire_at is null;
+$$;
+
+comment on function _ask_for_next_fire(text, uuid, text, boolean, timestamptz) is
+    'NOTIFY ceaseless_schedule {table, id} for an enabled row with a schedule and no next_fire_at.';
+
+-- Enabled schedules waiting for the listener to compute their next_fire_at
+-- (created, changed or re-enabled since it last looked); p_ids limits it to
+-- the rows a ceaseless_schedule NOTIFY named, NULL means all (startup,
+-- catch-up). An id names a row of either kind.
+create or replace function unscheduled_schedules(p_ids uuid[] default null)
+returns table (kind text, id uuid, schedule text, timezone text)
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    -- Two branches rather than `p_ids is null or id = any (p_ids)`, which no
+    -- index serves: named rows are probed by key, and the branch not asked
+    -- for is skipped before it reads anything.
+    select s.kind, s.id, s.schedule, s.timezone
+    from schedules s
+    where p_ids is null
+      and s.enabled and s.schedule is not null and s.next_fire_at is null
+    union all
+    select s.kind, s.id, s.schedule, s.timezone
+    from schedules s
+    where s.id = any (p_ids)
+      and s.enabled and s.schedule is not null and s.next_fire_at is null;
+$$;
+
+comment on function unscheduled_schedules(uuid[]) is
+    'Enabled routines and loops with a schedule and no next_fire_at (all of them, or those among '
+    'p_ids): what the listener computes next slots for.';
+
+-- The listener's answer to ceaseless_schedule: store freshly computed
+-- next_fire_at values, one entry per row (kind, id, and the schedule and
+-- timezone the answer was computed from), but only where those are still the
+-- row's (an edit in between wins). Returns how many were stored.
+--
+-- The test is on each table's own columns, not on the view: an UPDATE that
+-- waits for a concurrent edit re-checks its conditions on the edited row.
+create or replace function set_next_fires(
+    p_kinds text[], p_ids uuid[], p_schedules text[], p_timezones text[],
+    p_next_fire_ats timestamptz[]
+)
+returns integer
+language sql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    with computed as (
+        select * from unnest(p_kinds, p_ids, p_schedules, p_timezones, p_next_fire_ats)
+            as c(kind, id, schedule, timezone, next_fire_at)
+    ),
+    routines_stored as (
+        update routines r
+        set next_fire_at = c.next_fire_at
+        from computed c
+        where c.kind = 'routine' and r.id = c.id
+          and r.enabled and r.trigger_type = 'cron'
+          and r.trigger_config ->> 'schedule' = c.schedule
+          and r.trigger_config ->> 'timezone' = c.timezone
+        returning r.id
+    ),
+    loops_stored as (
+        update loops l
+        set next_fire_at = c.next_fire_at
+        from computed c
+        where c.kind = 'loop' and l.id = c.id
+          and l.enabled
+          and l.triggers ->> 'cron' = c.schedule
+          and l.triggers ->> 'timezone' = c.timezone
+        returning l.id
+    )
+    select ((select count(*) from routines_stored) + (select count(*) from loops_stored))::integer;
+$$;
+
+comment on function set_next_fires(text[], uuid[], text[], text[], timestamptz[]) is
+    'Store listener-computed next_fire_at values where the routine or loop still has that '
+    'schedule and timezone; returns how many were stored.';
+
+-- The schedules due at p_now, oldest slot first, locked for the caller's
+-- transaction: up to p_limit routines, or when none is due, up to p_limit
+-- loops (one kind per batch; see the header). SKIP LOCKED: a row another
+-- listener is firing, or a loop whose iteration is ending right now, is not
+-- waited for; its slot stays due and the next pass takes it.
+--
+-- Locks: the returned rows, FOR NO KEY UPDATE, until the caller commits. Not
+-- FOR UPDATE: that would block the KEY SHARE a manual run's foreign key takes
+-- on the same routine while it holds the fire lock, which a routine batch is
+-- about to wait for (a deadlock). FOR NO KEY UPDATE is also the lock
+-- _fire_loop takes, so firing a loop batch waits for nothing.
+create or replace function due_schedules(p_now timestamptz, p_limit integer)
+returns table (kind text, id uuid, schedule text, timezone text, next_fire_at timestamptz)
+language plpgsql volatile
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    -- idx_routines_next_fire and loops_next_fire_idx: partial on enabled rows
+    -- with a slot, so each scan reads only what is due, however many rows
+    -- exist. The schedule tests match fire_cron's, so every row returned is
+    -- fired (or disabled by the caller) and a caller that repeats until
+    -- nothing is returned ends.
+    return query
+    select 'routine'::text, r.id, r.trigger_config ->> 'schedule', r.trigger_config ->> 'timezone',
+           r.next_fire_at
+    from routines r
+    where r.enabled and r.next_fire_at is not null and r.next_fire_at <= p_now
+      and r.trigger_type = 'cron'
+    order by r.next_fire_at
+    limit p_limit
+    for no key update skip locked;
+    if found then
+        return;
+    end if;
+    return query
+    select 'loop'::text, l.id, l.triggers ->> 'cron', l.triggers ->> 'timezone', l.next_fire_at
+    from loops l
+    where l.enabled and l.next_fire_at is not null and l.next_fire_at <= p_now
+      and l.triggers ? 'cron'
+    order by l.next_fire_at
+    limit p_limit
+    for no key update skip locked;
+end;
+$$;
+
+comment on function due_schedules(timestamptz, integer) is
+    'Lock and return up to p_limit routines due at p_now, or when none is, up to p_limit loops '
+    '(FOR NO KEY UPDATE SKIP LOCKED); fire them with fire_cron in the same transaction.';
+
+-- Fire schedules of one kind: the end of every path of this layer. p_details[i]
+-- is what fired row i (the schedule, the webhook path, 'manual'), at most 200
+-- characters kept; p_contexts[i] what the run reacts to (a routine's context
+-- and dedup key, a loop iteration's webhook body); p_missed[i] the cron slots
+-- collapsed into this fire (a routine records them as a skipped run of their
+-- own, a loop in its run's trigger_detail); p_manual skips a routine's
+-- cooldown. Returns one row per row fired, in input order: its run (a
+-- routine_runs or topology_runs id), and the status with the skip reason. An
+-- id that names no row of the kind returns no row.
+--
+-- Locks: those of _fire_routines (fire admission) or _fire_loop (each loop,
+-- in the order given).
+create or replace function _fire_schedules(
+    p_kind text,
+    p_ids uuid[],
+    p_trigger text,
+    p_now timestamptz,
+    p_details text[] default null,
+    p_contexts text[] default null,
+    p_missed integer[] default null,
+    p_manual boolean default false
+)
+returns table (ord bigint, id uuid, run_id uuid, status text, skip_reason text)
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_run uuid;
+    v_missed integer;
+begin
+    if p_kind = 'routine' then
+        return query
+        select f.ord, f.routine_id, f.run_id, f.status, f.skip_reason
+        from _fire_routines(p_ids, p_trigger, p_now, p_details, p_contexts, p_missed, p_manual) f;
+    elsif p_kind = 'loop' then
+        -- One at a time: a loop has at most one live iteration, judged under
+        -- its own lock.
+        for i in 1 .. coalesce(cardinality(p_ids), 0) loop
+            v_missed := greatest(coalesce(p_missed[i], 0), 0);
+            v_run := _fire_loop(p_ids[i], p_trigger,
+                                p_details[i] || case when v_missed > 0
+                                                     then format(' (%s missed slots)', v_missed)
+                                                     else '' end,
+                                p_contexts[i], p_now);
+            return query
+            select i::bigint, p_ids[i], r.id, r.status, r.skip_reason
+            from topology_runs r
+            where r.id = v_run;
+        end loop;
+    else
+        perform _invalid_value('kind', 'must be routine or loop', to_jsonb(p_kind));
+    end if;
+end;
+$$;
+
+comment on function _fire_schedules(text, uuid[], text, timestamptz, text[], text[], integer[],
+                                    boolean) is
+    'Fire routines (_fire_routines) or loops (_fire_loop): the end of every cron, webhook and '
+    'manual fire; one row per row fired with its run, status and skip reason.';
+
+-- Fire the due schedules a listener has locked and scheduled: the listener
+-- selects them with due_schedules, computes each one's next slot and
+-- missed-slot count with croniter, and calls this in the same transaction, so
+-- no two listeners fire one slot. Arrays give one entry per schedule.
+--
+-- A row changed or disabled since the listener read it is left out: its new
+-- schedule gets a fresh next_fire_at through ceaseless_schedule instead. The
+-- rest fire through _fire_schedules, routines before loops; a routine fire
+-- refused for its cooldown is deferred to the cooldown's end (spec 5.6), every
+-- other row moves to its next slot, refused or not: the slot is spent.
+--
+-- Raises: CE422 when the arrays differ in length.
+create or replace function fire_cron(
+    p_kinds text[],
+    p_ids uuid[],
+    p_next_fire_ats timestamptz[],
+    p_missed integer[],
+    p_now timestamptz default now()
+)
+returns table (kind text, id uuid, run_id uuid, status text, skip_reason text,
+               next_fire_at timestamptz)
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_kind text;
+    v_ids uuid[];
+    v_next_fire_ats timestamptz[];
+    v_missed integer[];
+    v_schedules text[];
+    v_fired record;
+begin
+    if cardinality(p_ids) is distinct from cardinality(p_kinds)
+       or cardinality(p_ids) is distinct from cardinality(p_next_fire_ats)
+       or cardinality(p_ids) is distinct from cardinality(p_missed) then
+        raise exception 'fire_cron: the four arrays must have one entry per schedule'
+            using errcode = 'CE422';
+    end if;
+    foreach v_kind in array array['routine', 'loop'] loop
+        select array_agg(s.id order by i.ord), array_agg(i.next_at order by i.ord),
+               array_agg(i.missed order by i.ord), array_agg(s.schedule order by i.ord)
+        into v_ids, v_next_fire_ats, v_missed, v_schedules
+        from unnest(p_kinds, p_ids, p_next_fire_ats, p_missed)
+            with ordinality as i(kind, id, next_at, missed, ord)
+        join schedules s on s.kind = i.kind and s.id = i.id
+        where i.kind = v_kind
+          and s.enabled and s.schedule is not null
+          and s.next_fire_at is not null and s.next_fire_at <= p_now;
+        if v_ids is null then
+            continue;
+        end if;
+
+        -- A statement of its own: firing a loop writes its row (last_run_id),
+        -- which the move below writes again.
+        select array_agg(f.ord order by f.ord) as ords, array_agg(f.id order by f.ord) as ids,
+               array_agg(f.run_id order by f.ord) as runs,
+               array_agg(f.status order by f.ord) as statuses,
+               array_agg(f.skip_reason order by f.ord) as reasons
+        into v_fired
+        from _fire_schedules(v_kind, v_ids, 'cron', p_now, v_schedules, null, v_missed) f;
+
+        return query
+        with fired as (
+            select *
+            from unnest(v_fired.ords, v_fired.ids, v_fired.runs, v_fired.statuses,
+                        v_fired.reasons) as f(ord, id, run_id, status, skip_reason)
+        ),
+        routines_moved as (
+            update routines r
+            set next_fire_at = case when f.skip_reason = 'cooldown'
+                                    then greatest(r.last_run_at
+                                                  + make_interval(secs => r.cooldown_secs), p_now)
+                                    else v_next_fire_ats[f.ord] end
+            from fired f
+            where v_kind = 'routine' and r.id = f.id
+            returning r.id, r.next_fire_at
+        ),
+        -- A loop the fire left disabled keeps no slot (loops_validate would
+        -- clear it anyway).
+        loops_moved as (
+            update loops l
+            set next_fire_at = v_next_fire_ats[f.ord]
+            from fired f
+            where v_kind = 'loop' and l.id = f.id and l.enabled
+            returning l.id, l.next_fire_at
+        )
+        select v_kind, f.id, f.run_id, f.status, f.skip_reason, m.next_fire_at
+        from fired f
+        left join (select * from routines_moved union all select * from loops_moved) m
+            on m.id = f.id
+        order by f.ord;
+    end loop;
+end;
+$$;
+
+comment on function fire_cron(text[], uuid[], timestamptz[], integer[], timestamptz) is
+    'Fire a batch of due routines and loops the caller locked (due_schedules), each once however '
+    'many slots it missed; a routine refused for cooldown is deferred to its end, the rest move '
+    'to the next slot given. CE422 when the arrays differ in length.';
+
+-- Disable a routine or loop whose stored configuration the listener cannot use
+-- (a schedule croniter rejects despite validation), recording why, so it
+-- stops failing silently and never blocks the others.
+create or replace function disable_schedule(p_kind text, p_id uuid, p_error text)
+returns void
+language sql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    update routines set enabled = false, last_error = left(p_error, 2000)
+    where p_kind = 'routine' and id = p_id;
+    update loops set enabled = false, last_error = left(p_error, 2000)
+    where p_kind = 'loop' and id = p_id;
+$$;
+
+comment on function disable_schedule(text, uuid, text) is
+    'Disable a routine or loop the engine cannot run, recording the error in last_error.';
+
+-- When the earliest scheduled routine or loop is due, so the scheduler can
+-- sleep exactly until then; NULL when nothing is scheduled.
+create or replace function next_schedule_fire()
+returns timestamptz
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    -- Ordered and limited rather than min(): the two partial indexes on
+    -- next_fire_at are merged, and only their first entries are read.
+    select s.next_fire_at
+    from schedules s
+    where s.enabled and s.next_fire_at is not null
+    order by s.next_fire_at
+    limit 1;
+$$;
+
+comment on function next_schedule_fire() is
+    'The earliest next_fire_at among enabled routines and loops, or NULL.';
+
+-- Fire a routine or loop by hand: a routine's cooldown is ignored, everything
+-- else is judged as for any fire. Returns its run's id (a skipped run when
+-- refused).
+--
+-- Raises: CE404 when no row of the kind has the id, or the caller does not own it.
+create or replace function _fire_by_hand(p_kind text, p_id uuid, p_now timestamptz)
+returns uuid
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_run_id uuid;
+begin
+    -- Its callers are security definer, so the guardrails see every owner's
+    -- runs; the row must then be the caller's own (or the caller an operator
+    -- or a listener), and one that is not is as unknown as one that does not
+    -- exist.
+    if exists (select from schedules s
+               where s.kind = p_kind and s.id = p_id and _acts_for(s.owner)) then
+        select f.run_id into v_run_id
+        from _fire_schedules(p_kind, array[p_id], 'manual', p_now, array['manual'], null, null,
+                             true) f;
+    end if;
+    if v_run_id is null then
+        raise exception 'run_%: no % with id %', p_kind, p_kind, p_id using errcode = 'CE404';
+    end if;
+    return v_run_id;
+end;
+$$;
+
+comment on function _fire_by_hand(text, uuid, timestamptz) is
+    'Fire a routine or loop by hand for its owner (or an operator, a listener); its run''s id. '
+    'CE404 when unknown or someone else''s.';
+
+-- Manual trigger of a routine: ignores cooldown, respects everything else.
+create or replace function run_routine(p_routine_id uuid, p_now timestamptz default now())
+returns uuid
+language sql
+security definer
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select _fire_by_hand('routine', p_routine_id, p_now);
+$$;
+
+comment on function run_routine(uuid, timestamptz) is
+    'Fire a routine by hand (ignores cooldown, respects max_concurrent and the global cap); '
+    'returns the routine_runs id, whose status says whether it runs or was skipped and why.';
+
+-- Manual trigger of a loop.
+create or replace function run_loop(p_loop_id uuid, p_now timestamptz default now())
+returns uuid
+language sql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select _fire_by_hand('loop', p_loop_id, p_now);
+$$;
+
+comment on function run_loop(uuid, timestamptz) is
+    'Fire a loop by hand; returns the topology_runs id, whose status says whether the iteration '
+    'runs (pending) or was skipped and why. CE404 for an unknown loop or someone else''s.';
