@@ -27,8 +27,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from listener.embedded import EmbeddedServer
-from listener.migrate import migrate
+from listener.database.embedded import EmbeddedServer
+from listener.database.migrate import migrate
 
 
 @dataclass(frozen=True)

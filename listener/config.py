@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 # Under the workspace root: the directory holding each job's own working
-# directory (listener/producer/workdirs.py), which no context path may reach.
+# directory (listener/daemon/producer/workdirs.py), which no context path may reach.
 JOB_DIRECTORIES = ".ceaseless-jobs"
 
 
@@ -65,7 +65,7 @@ def forge_root(option: str | None, workspace: Path) -> Path:
     inside CEASELESS_HOME (hidden from every agent, so a forge agent would find
     its checkout empty).
     """
-    from listener.embedded import default_home
+    from listener.database.embedded import default_home
 
     root = Path(option).resolve() if option is not None else default_forge_root()
     given = f"--forge-root {option!r}" if option is not None else "the default forge root"

@@ -2,7 +2,7 @@
 
 The parts that count (producer/claimer.py, router.py, notifier.py, the
 ingress's middleware) import this module and nothing of the web server;
-listener/metrics.py serves the registry on GET /metrics beside the
+listener/web/metrics.py serves the registry on GET /metrics beside the
 database's series.
 
 Guarantees: every series here lives in REGISTRY, which only this process

@@ -24,8 +24,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from listener.embedded import EmbeddedServer
-from listener.migrate import migrate
+from listener.database.embedded import EmbeddedServer
+from listener.database.migrate import migrate
 from tests.fakes.forge import FakeForge, check_no_violations
 from tests.fakes.github_openapi import Description, description_path
 
@@ -64,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
         server_url = url
     else:
         # World-searchable (not mkdtemp's 0700) so that, as root, the server's
-        # own OS user can reach its data directory; see listener/embedded.py.
+        # own OS user can reach its data directory; see listener/database/embedded.py.
         home = Path(tempfile.mkdtemp(prefix="ceaseless-test-"))
         home.chmod(0o755)
         os.environ[_HOME_VAR] = str(home)

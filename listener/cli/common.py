@@ -27,8 +27,8 @@ import psycopg
 import typer
 from psycopg import sql
 
-from listener import db
-from listener.embedded import EmbeddedError
+from listener.database import connections
+from listener.database.embedded import EmbeddedError
 
 Params = Mapping[str, object] | tuple[object, ...]
 
@@ -42,7 +42,7 @@ def fail(message: str) -> typer.Exit:
 def url() -> str:
     """The database's conninfo, starting the embedded server when it is the database."""
     try:
-        return db.database_url()
+        return connections.database_url()
     except EmbeddedError as exc:
         raise fail(str(exc)) from None
 
@@ -50,7 +50,7 @@ def url() -> str:
 def query(statement: str | sql.Composable, params: Params = ()) -> list[tuple[object, ...]]:
     """Run one statement in its own transaction and return its rows (none for a command)."""
     try:
-        with db.connect(url(), application_name="ceaseless cli") as conn:
+        with connections.connect(url(), application_name="ceaseless cli") as conn:
             # psycopg types a str query as LiteralString; ours are fixed statements.
             text = statement.encode() if isinstance(statement, str) else statement
             cur = conn.execute(text, params)

@@ -20,8 +20,9 @@ from zoneinfo import ZoneInfo
 import psycopg
 import typer
 
-from listener import cron, db
+from listener import cron
 from listener.cli.common import Output, OutputOpt, collecting, emitting, fail, table, url
+from listener.database import connections
 from listener.queries import cron as queries
 
 app = typer.Typer(
@@ -42,7 +43,7 @@ def upcoming(schedule: str, timezone: str, count: int, after: datetime) -> list[
 def check(schedule: str, timezone: str) -> None:
     """Return when the database would store `schedule` read in `timezone`; else fail, saying why."""
     try:
-        conn = db.connect(url(), application_name="ceaseless cli")
+        conn = connections.connect(url(), application_name="ceaseless cli")
     except psycopg.OperationalError as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise fail(

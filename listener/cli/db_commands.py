@@ -1,7 +1,7 @@
 """`ceaseless db …`: the embedded PostgreSQL's lifecycle, its URL, and psql on it.
 
-Named for its group, so it is mistaken neither for `listener.db` (the module
-that opens connections) nor for `listener.database` (the listener's pool).
+Named for its group, so it is mistaken neither for `listener.database.connections` (the module
+that opens connections) nor for `listener.database.pool` (the listener's pool).
 start and stop refuse politely when DATABASE_URL or PG* variables point
 elsewhere; `db status` exits 3 when the embedded server is not running.
 """
@@ -13,9 +13,9 @@ import sys
 
 import typer
 
-from listener import db
 from listener.cli.common import fail, url
-from listener.embedded import EmbeddedError, EmbeddedServer, default_home, wheel_bin_dir
+from listener.database import connections
+from listener.database.embedded import EmbeddedError, EmbeddedServer, default_home, wheel_bin_dir
 
 app = typer.Typer(
     help="The database: embedded PostgreSQL unless DATABASE_URL is set.", no_args_is_help=True
@@ -23,7 +23,7 @@ app = typer.Typer(
 
 
 def _embedded() -> EmbeddedServer:
-    if not db.uses_embedded():
+    if not connections.uses_embedded():
         raise fail("DATABASE_URL (or PG* variables) is set: the embedded database is not in use")
     return EmbeddedServer(default_home())
 
@@ -49,7 +49,7 @@ def db_stop() -> None:
 @app.command("status")
 def db_status() -> None:
     """Say whether the embedded PostgreSQL is running, and where its data lives."""
-    if not db.uses_embedded():
+    if not connections.uses_embedded():
         typer.echo("using DATABASE_URL / PG* variables, not the embedded database")
         return
     state = _embedded().state()

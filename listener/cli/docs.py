@@ -1,6 +1,6 @@
 """`ceaseless docs …`: documentation generated from the database itself.
 
-The SQL reference is rendered from the schema's COMMENT ONs (listener.reference),
+The SQL reference is rendered from the schema's COMMENT ONs (listener.database.reference),
 so it describes the schema the command is pointed at and cannot drift from it.
 """
 
@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from listener import db
 from listener.cli.common import url
+from listener.database import connections
 
 app = typer.Typer(help="Generated documentation.", no_args_is_help=True)
 
@@ -24,9 +24,9 @@ def docs_sql_reference(
     ] = None,
 ) -> None:
     """Render the SQL reference (tables, views, functions) from the schema's comments."""
-    from listener.reference import render
+    from listener.database.reference import render
 
-    with db.connect(url(), application_name="ceaseless docs") as conn:
+    with connections.connect(url(), application_name="ceaseless docs") as conn:
         text = render(conn)
     if output is None:
         typer.echo(text, nl=False)

@@ -38,7 +38,7 @@ from listener.cli.common import (
     table,
     url,
 )
-from listener.database import Database
+from listener.database.pool import Database
 from listener.enums import Forge
 from listener.forge.poller import PollReport, poll_repo
 from listener.queries import forge_loops

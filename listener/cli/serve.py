@@ -1,6 +1,6 @@
 """The main job: `up`, `listen`, `migrate`, `status` and `dashboard`, the top-level commands.
 
-`up` is `migrate` then `listen`. Both serve through `listener.supervisor.run`
+`up` is `migrate` then `listen`. Both serve through `listener.daemon.supervisor.run`
 until Ctrl-C / SIGTERM, with the options `listener_options` builds from
 ListenerConfig, and exit with the status it returns (non-zero when the listener
 could not record every result).
@@ -12,11 +12,12 @@ from typing import Annotated
 
 import typer
 
-from listener import db, log
+from listener import log
 from listener.cli.common import fail, query, table, url
 from listener.cli.options import ListenerOptions, listener_options
 from listener.config import ListenerConfig
-from listener.migrate import MigrationError, migrate
+from listener.database import connections
+from listener.database.migrate import MigrationError, migrate
 
 app = typer.Typer()
 
@@ -24,7 +25,7 @@ app = typer.Typer()
 def _serve(config: ListenerConfig) -> None:
     # Imported here: the listener's own imports (aiohttp, the adapters) are
     # only paid for by the commands that serve.
-    from listener import supervisor
+    from listener.daemon import supervisor
 
     status = supervisor.run(config)
     if status:
@@ -46,7 +47,7 @@ def up(options: ListenerOptions) -> None:
         applied=[m.path.name for m in report.applied],
         functions="unchanged" if report.functions_skipped else "re-applied",
     )
-    if db.uses_embedded():
+    if connections.uses_embedded():
         log.event("db.embedded", url=database, psql="ceaseless db psql")
     _serve(options.config(database))
 
@@ -148,12 +149,12 @@ def dashboard() -> None:
     CEASELESS_HOME/http/; opening it signs the browser in (an HttpOnly cookie)
     and drops the token from the address bar.
     """
-    from listener import http_token
+    from listener.web import token
 
-    found = http_token.serving()
+    found = token.serving()
     if not found:
         raise fail(
-            f"no listener serving HTTP has a token file in {http_token.directory()}: start one "
+            f"no listener serving HTTP has a token file in {token.directory()}: start one "
             "with --http, run this as the OS user it runs as, with the same CEASELESS_HOME"
         )
     for entry in found:

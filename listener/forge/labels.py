@@ -24,7 +24,7 @@ from itertools import groupby
 from typing import Any
 
 from listener import log
-from listener.database import Database
+from listener.database.pool import Database
 from listener.forge.client import ForgeClient, ForgeError, ForgeRepo
 from listener.forge.poller import utcnow
 from listener.forge.tokens import TokenSourceError, not_allowed_hint, tokens_for

@@ -1,6 +1,6 @@
 """The forge lane's loops in a listener: poll due repos, mirror labels, create child issues.
 
-Three tasks the supervisor starts beside cron and the outbox (listener/supervisor.py):
+Three tasks the supervisor starts beside cron and the outbox (listener/daemon/supervisor.py):
 - `poll`: every tick asks `due_repos` for the repos due now, and polls each in
   a task of its own (listener/forge/poller.py), at most `max_polls` at once;
   the tick does not wait for them, so a hung forge delays only its own repo;
@@ -28,7 +28,7 @@ import psycopg
 
 from listener import log
 from listener.backoff import Backoff, wait_for
-from listener.database import Database
+from listener.database.pool import Database
 from listener.enums import FORGE_KINDS, JobKind, JobState
 from listener.events import JobChanged
 from listener.forge.children import create_children

@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 
 from listener import log
-from listener.database import Database
+from listener.database.pool import Database
 from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, RateLimited
 from listener.forge.tokens import TokenSourceError, not_allowed_hint, tokens_for
 from listener.queries import forge_loops as queries

@@ -1,6 +1,6 @@
 """Running one forge job (discover, plan, implement): checkout, prompt, agent, delivery, cleanup.
 
-The runner (listener/producer/runner.py) hands a claimed forge job here with a
+The runner (listener/daemon/producer/runner.py) hands a claimed forge job here with a
 function that runs its agent; this module wraps that call:
 
 1. reads the job's issue reference, its tracked repo and the forge settings
@@ -53,7 +53,7 @@ from listener import log
 from listener.agents.base import RunResult
 from listener.agents.environment import Identity
 from listener.agents.sandbox import Isolation
-from listener.database import Database
+from listener.database.pool import Database
 from listener.enums import Outcome
 from listener.forge import delivery
 from listener.forge.checkout import CheckoutError, branch_for, prepare_checkout, remove_workspace

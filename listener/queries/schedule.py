@@ -5,7 +5,7 @@ Routines and loops are one kind of thing here, a schedule, named by its kind and
 rows are.
 
 Guarantees: `lock_due` locks what it returns until the caller's transaction ends, so the
-caller fires them with `fire` inside that same transaction (listener/scheduler.py does).
+caller fires them with `fire` inside that same transaction (listener/daemon/scheduler.py does).
 """
 
 from __future__ import annotations

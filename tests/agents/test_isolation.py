@@ -28,9 +28,9 @@ from psycopg.conninfo import conninfo_to_dict
 from listener.agents import adapter_for, run_agent
 from listener.agents.environment import agent_environment
 from listener.agents.sandbox import Isolation
-from listener.embedded import EmbeddedServer, wheel_bin_dir
+from listener.database.embedded import EmbeddedServer, wheel_bin_dir
+from listener.database.migrate import migrate
 from listener.enums import Adapter, Outcome
-from listener.migrate import migrate
 from tests.e2e.support import ROOT, ListenerProcess, wait_until
 from tests.factories import make_agent, make_job
 

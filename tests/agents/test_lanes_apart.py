@@ -29,9 +29,9 @@ from listener.agents.containment import CONTAINMENT_VAR
 from listener.agents.sandbox import SANDBOX_VAR, Isolation
 from listener.agents.users import lane_user_name
 from listener.config import JOB_DIRECTORIES
+from listener.daemon.producer.ledger import Ledger
+from listener.daemon.producer.workdirs import JobDirectories, give_to
 from listener.enums import Adapter, Outcome
-from listener.producer.ledger import Ledger
-from listener.producer.workdirs import JobDirectories, give_to
 from tests.e2e.support import ROOT, ListenerProcess, wait_until
 from tests.factories import make_agent, make_job
 

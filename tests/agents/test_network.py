@@ -31,7 +31,7 @@ from listener.agents.base import AgentConfig, RunResult
 from listener.agents.egress import PROXY_URL
 from listener.agents.network import HOSTS_VAR
 from listener.agents.sandbox import Isolation
-from listener.embedded import wheel_bin_dir
+from listener.database.embedded import wheel_bin_dir
 from listener.enums import Adapter, Outcome
 from listener.queries.registry import load_agents
 from tests.e2e.support import ListenerProcess, wait_until

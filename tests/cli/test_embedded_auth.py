@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from listener.embedded import EmbeddedServer
+from listener.database.embedded import EmbeddedServer
 from tests.e2e.support import ROOT
 
 

@@ -123,7 +123,7 @@ def test_options_left_out_get_the_configs_defaults() -> None:
 
 
 class _Supervisor:
-    """Stands in for listener.supervisor.run: records the config, returns a chosen status."""
+    """Stands in for listener.daemon.supervisor.run: records the config, returns a chosen status."""
 
     def __init__(
         self, status: int, check: typing.Callable[[ListenerConfig], None] | None = None
@@ -152,7 +152,7 @@ def test_listen_serves_the_options_and_exits_with_the_supervisors_status(
     monkeypatch: pytest.MonkeyPatch, quiet_logging: list[str], status: int
 ) -> None:
     supervisor = _Supervisor(status)
-    monkeypatch.setattr("listener.supervisor.run", supervisor)
+    monkeypatch.setattr("listener.daemon.supervisor.run", supervisor)
     result = CliRunner().invoke(
         app,
         ["listen", "--concurrency", "3", "--kind", "task", "--log-format", "json"],
@@ -172,7 +172,7 @@ def test_up_migrates_before_it_serves(
             assert conn.execute("select to_regclass('ceaseless.job')").fetchone() != (None,)
 
     supervisor = _Supervisor(0, migrated)
-    monkeypatch.setattr("listener.supervisor.run", supervisor)
+    monkeypatch.setattr("listener.daemon.supervisor.run", supervisor)
     result = CliRunner().invoke(
         app, ["up", "--poll-interval", "60"], env={"DATABASE_URL": empty_db_url}
     )

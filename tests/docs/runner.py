@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from listener.embedded import wheel_bin_dir
+from listener.database.embedded import wheel_bin_dir
 from tests.docs.markdown import ROOT, Block, Page
 from tests.e2e.support import ListenerProcess
 

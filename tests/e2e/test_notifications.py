@@ -24,7 +24,7 @@ import pytest
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
-from listener.outbox import NOTIFICATION_CHANNEL, deliver_due
+from listener.daemon.outbox import NOTIFICATION_CHANNEL, deliver_due
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from listener.embedded import EmbeddedServer
-from listener.migrate import migrate
+from listener.database.embedded import EmbeddedServer
+from listener.database.migrate import migrate
 from tests.e2e.support import FAKES, ListenerProcess, wait_until
 from tests.factories import make_agent
 

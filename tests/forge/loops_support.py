@@ -1,6 +1,6 @@
 """What the forge loop tests share: tracked repos on the fake forge, and one round of a loop.
 
-Rounds run in the test process, on a real pool (listener.database.Database)
+Rounds run in the test process, on a real pool (listener.database.pool.Database)
 against the test's own database, exactly as the listener's loops call them.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 
-from listener.database import Database
+from listener.database.pool import Database
 from listener.forge.children import create_children
 from listener.forge.labels import sync_labels
 from listener.forge.poller import PollReport, poll_repo, utcnow

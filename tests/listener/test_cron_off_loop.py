@@ -18,7 +18,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from listener import cron, scheduler
+from listener import cron
+from listener.daemon import scheduler
 from tests.e2e.support import ROOT
 from tests.factories import make_agent, make_routine
 

@@ -20,8 +20,8 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from listener import scheduler
-from listener.migrate import migrate
+from listener.daemon import scheduler
+from listener.database.migrate import migrate
 from tests.factories import make_agent, make_routine
 from tests.sql.loops import loop_row, make_loop
 

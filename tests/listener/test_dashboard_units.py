@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp.test_utils import make_mocked_request
 
-from listener import access
-from listener.dashboard import graph
+from listener.web import access
+from listener.web.dashboard import graph
 
 _DIAMOND = {
     "nodes": [{"id": n} for n in "ABCD"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from listener.producer.leases import fence_margin, heartbeat_interval
+from listener.daemon.producer.leases import fence_margin, heartbeat_interval
 
 
 @pytest.mark.parametrize("lease", [1, 2, 3, 4, 5, 10, 60, 3600])

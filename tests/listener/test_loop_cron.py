@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 
-from listener import scheduler
+from listener.daemon import scheduler
 from tests.factories import make_agent
 from tests.sql.loops import iterations, loop_row, make_loop, runs
 

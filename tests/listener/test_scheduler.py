@@ -11,11 +11,11 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 
-from listener import scheduler
 from listener.config import ListenerConfig
+from listener.daemon import scheduler
+from listener.daemon.maintenance import Maintenance
+from listener.daemon.router import Router
 from listener.events import ScheduleChanged
-from listener.maintenance import Maintenance
-from listener.router import Router
 from tests.factories import make_agent, make_routine
 from tests.sql.loops import loop_row, make_loop
 

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from listener.cli import app
 from listener.config import JOB_DIRECTORIES, ConfigError, ListenerConfig, workspace_root
-from listener.context import compose_prompt
+from listener.daemon.producer.context import compose_prompt
 
 URL = "postgresql://nobody@127.0.0.1:1/nothing"
 

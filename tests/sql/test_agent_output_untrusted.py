@@ -14,7 +14,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from listener.migrate import migrate, sql_root
+from listener.database.migrate import migrate, sql_root
 from tests.factories import claim_started, make_agent, make_job
 
 # Claude Code prints UUIDs, opencode ses_ and 26 letters or digits.

@@ -15,7 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from listener import cron, db
+from listener import cron
+from listener.database import connections
 from tests.factories import make_agent, make_job, make_routine
 
 # The caps of _input_cap (functions/00_helpers.sql), written out: a test that read
@@ -397,13 +398,13 @@ def test_a_slow_allowed_pattern_is_cut_off_by_the_connections_statement_timeout(
 
     PostgreSQL arms statement_timeout when a statement arrives, so a SET inside
     the trigger could not bound it; the regex engine does honour a cancel. Our
-    connections carry the timeout (db.connection_kwargs with a server deadline,
+    connections carry the timeout (connections.connection_kwargs with a server deadline,
     as the listener and ingress use); a user role gets it as a role setting.
     """
     make_routine(conn, trigger_type="event", trigger_config={"pattern": SLOW_PATTERN})
     content = "select string_agg(case when random() < 0.5 then 'a' else 'b' end, '') "
     deadline = 0.5
-    kwargs = db.connection_kwargs("test", server_deadline=deadline, url=db_url)
+    kwargs = connections.connection_kwargs("test", server_deadline=deadline, url=db_url)
     with psycopg.connect(db_url, **kwargs) as ours:
         started = time.monotonic()
         with pytest.raises(psycopg.errors.QueryCanceled):

@@ -25,6 +25,7 @@ from pglast.enums import (
 )
 from pglast.stream import RawStream
 
+from listener.database.migrate import migrate, migrations, sql_root
 from listener.enums import (
     ActionType,
     Adapter,
@@ -48,7 +49,6 @@ from listener.enums import (
     TopologyRunStatus,
     TriggerType,
 )
-from listener.migrate import migrate, migrations, sql_root
 
 Key = tuple[str, str]  # (table, column or expression)
 

@@ -11,7 +11,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from listener.migrate import migrate, sql_root
+from listener.database.migrate import migrate, sql_root
 from tests.factories import (
     claim,
     claim_started,

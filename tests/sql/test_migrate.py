@@ -19,7 +19,7 @@ from pglast import ast, parse_plpgsql, parse_sql
 from pglast.parser import ParseError
 from psycopg import sql
 
-from listener.migrate import (
+from listener.database.migrate import (
     MigrateReport,
     MigrationError,
     function_files,

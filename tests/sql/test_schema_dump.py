@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psycopg
 
-from listener.reference import schema_dump
+from listener.database.reference import schema_dump
 
 DUMP = Path(__file__).resolve().parents[2] / "tests" / "schema.sql"
 

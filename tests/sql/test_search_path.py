@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from listener.migrate import function_files, migrate
+from listener.database.migrate import function_files, migrate
 from tests.factories import make_agent
 from tests.sql.topology import graph, node, start_run, states
 

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from listener.embedded import EmbeddedServer
+from listener.database.embedded import EmbeddedServer
 from tests.e2e.support import run_cli
 from tests.factories import make_agent, make_routine
 

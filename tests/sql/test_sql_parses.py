@@ -21,7 +21,7 @@ import pytest
 from pglast import ast, parse_plpgsql, parse_sql
 from pglast.parser import ParseError, scan
 
-from listener.migrate import function_files, migrations
+from listener.database.migrate import function_files, migrations
 
 MIGRATIONS = [m.path for m in migrations()]
 FUNCTION_FILES = function_files()

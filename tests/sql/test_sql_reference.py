@@ -8,7 +8,14 @@ from pathlib import Path
 
 import psycopg
 
-from listener.reference import Parameter, _function_files, _functions, parameters, render, triggers
+from listener.database.reference import (
+    Parameter,
+    _function_files,
+    _functions,
+    parameters,
+    render,
+    triggers,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "sql-reference.md"

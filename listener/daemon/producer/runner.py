@@ -21,13 +21,13 @@ from listener import log
 from listener.agents import adapter_for, run_agent
 from listener.agents.base import AgentConfig, RunResult, Task
 from listener.agents.sandbox import Isolation
-from listener.context import compose_prompt
-from listener.database import Database
+from listener.daemon.producer.context import compose_prompt
+from listener.daemon.producer.ledger import Held, Ledger, StopReason
+from listener.daemon.producer.recorder import Recorder
+from listener.daemon.producer.workdirs import JobDirectories
+from listener.database.pool import Database
 from listener.enums import FORGE_KINDS, Outcome
 from listener.forge.run import run_forge_job
-from listener.producer.ledger import Held, Ledger, StopReason
-from listener.producer.recorder import Recorder
-from listener.producer.workdirs import JobDirectories
 from listener.queries.jobs import FinishedRun
 
 

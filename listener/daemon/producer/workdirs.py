@@ -39,8 +39,8 @@ from listener.agents.sandbox import Isolation
 from listener.agents.users import private_directory
 from listener.backoff import wait_for
 from listener.config import JOB_DIRECTORIES
-from listener.database import Database
-from listener.producer.ledger import Ledger
+from listener.daemon.producer.ledger import Ledger
+from listener.database.pool import Database
 from listener.queries import jobs
 
 FULL_SWEEP_SECS = 60.0

@@ -1,7 +1,7 @@
 """The dashboard's pages: server-rendered HTML from the operator views, one round trip each.
 
 Guarantees:
-- every page and action is an OPERATOR route of listener/access.py (the
+- every page and action is an OPERATOR route of listener/web/access.py (the
   token, and a loopback Host on a loopback bind), checked before its handler;
   only the sign-in page and the static files are SIGN_IN routes, and they
   carry no CSRF token; every action passes access.same_origin_post (CSRF
@@ -36,10 +36,12 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from listener import access, db, log
-from listener.dashboard import graph, queries
+from listener import log
+from listener.database import connections
 from listener.enums import JobKind, JobState
 from listener.errors import SqlState
+from listener.web import access
+from listener.web.dashboard import graph, queries
 
 T = TypeVar("T")
 
@@ -74,7 +76,7 @@ class Dashboard:
         self.user = user
         self.db_deadline = db_deadline
         self.templates = jinja2.Environment(
-            loader=jinja2.PackageLoader("listener.dashboard", "templates"),
+            loader=jinja2.PackageLoader("listener.web.dashboard", "templates"),
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
@@ -83,7 +85,7 @@ class Dashboard:
         self.templates.filters["pretty"] = _pretty
 
     async def call(self, what: str, fn: Callable[[psycopg.AsyncConnection], Awaitable[T]]) -> T:
-        return await db.call(self.pool, what, fn, self.db_deadline)
+        return await connections.call(self.pool, what, fn, self.db_deadline)
 
     def render(
         self,

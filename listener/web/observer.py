@@ -31,7 +31,7 @@ Guarantees:
   buffered without limit and never slows the others. A disconnected client is
   noticed within a second and its follower freed; a quiet stream carries a
   keepalive comment every `keepalive` seconds;
-- access: the listener's one rule (listener/access.py), before any of this:
+- access: the listener's one rule (listener/web/access.py), before any of this:
   the token (`Authorization: Bearer <token>`, or the dashboard's sign-in
   cookie, since an EventSource cannot send headers) on every address, and on
   a loopback bind a loopback Host. The observer reads as the listener
@@ -57,7 +57,8 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from listener import db, log
+from listener import log
+from listener.database import connections
 from listener.events import RunChanged
 from listener.queries import observer as queries
 from listener.queries.observer import Snapshot, Stream, StreamEvent
@@ -361,7 +362,7 @@ async def _read(hub: Hub, follower: _Follower, after: int, limit: int) -> list[S
 
 
 async def _call(hub: Hub, what: str, fn: Callable[[psycopg.AsyncConnection], Awaitable[T]]) -> T:
-    return await db.call(hub.pool, what, fn, hub.limits.db_deadline)
+    return await connections.call(hub.pool, what, fn, hub.limits.db_deadline)
 
 
 async def _open(request: web.Request) -> web.StreamResponse:
@@ -416,6 +417,6 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 def pool(url: str, *, worker_id: str, deadline: float) -> psycopg_pool.AsyncConnectionPool:
     """The observer's own small pool: followers never take the ingress's or the job loop's."""
-    return db.pool(
+    return connections.pool(
         url, application_name=f"ceaseless observer {worker_id}", size=4, deadline=deadline
     )

@@ -41,7 +41,7 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from listener import log
-from listener.embedded import EmbeddedServer, default_home
+from listener.database.embedded import EmbeddedServer, default_home
 
 T = TypeVar("T")
 

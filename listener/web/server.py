@@ -27,7 +27,7 @@ The endpoint faces strangers, so it fails closed and is bounded:
   what strangers can repeat at will (refusals, malformed HTTP, answered 400
   by aiohttp and logged as a warning) is counted per interval (log.Tally),
   not written a line per request;
-- who may use which route is listener/access.py's one rule, installed here
+- who may use which route is listener/web/access.py's one rule, installed here
   as the outermost middleware: the ingress and /healthz are open to anyone,
   everything else needs the token.
 
@@ -51,9 +51,12 @@ import psycopg_pool
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from listener import access, dashboard, db, http_token, log, metrics, observer
+from listener import log
+from listener.database import connections
 from listener.errors import SqlState
 from listener.queries import webhooks
+from listener.web import access, dashboard, metrics, observer
+from listener.web import token as http_token
 
 TIMESTAMP_HEADER = "X-Ceaseless-Timestamp"
 SIGNATURE_HEADER = "X-Ceaseless-Signature"
@@ -114,9 +117,9 @@ def make_app(
     """The aiohttp application; `token_pattern` is SQL's _webhook_token_pattern(),
     `header_names` its _webhook_header_names() (lower case), `gate` its access rule.
 
-    With `hub`, the run observer's routes too (listener/observer.py), and the
-    dashboard's (listener/dashboard/), which reads on the observer's pool;
-    GET /metrics always (listener/metrics.py).
+    With `hub`, the run observer's routes too (listener/web/observer.py), and the
+    dashboard's (listener/web/dashboard/), which reads on the observer's pool;
+    GET /metrics always (listener/web/metrics.py).
     """
     app = web.Application(
         client_max_size=limits.max_body,
@@ -248,7 +251,7 @@ async def _verify_and_fire(
 ) -> web.Response:
     limits = request.app[_LIMITS]
     try:
-        received = await db.call(
+        received = await connections.call(
             request.app[_POOL],
             "receive_webhook",
             lambda conn: webhooks.receive(conn, path, body, headers),
@@ -403,7 +406,7 @@ async def serve(
     `token_pattern` is SQL's _webhook_token_pattern() and `header_names` its
     _webhook_header_names(), read once by the caller. Everything but the
     ingress and /healthz needs the token: `http_token_given`, else one made
-    now (listener/http_token.py), written to its 0600 file.
+    now (listener/web/token.py), written to its 0600 file.
     """
     token, made = http_token.make(http_token_given)
     gate = access.Gate(token, loopback=access.is_loopback(bound.host), port=bound.port)
@@ -412,7 +415,7 @@ async def serve(
         observer.pool(url, worker_id=worker_id, deadline=limits.db_deadline), observer_limits
     )
     await hub.pool.open(wait=False)
-    pool = db.pool(
+    pool = connections.pool(
         url,
         application_name=f"ceaseless ingress {worker_id}",
         size=4,

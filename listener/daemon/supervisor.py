@@ -44,7 +44,16 @@ import psycopg
 from listener import log
 from listener.agents.sandbox import Isolation
 from listener.config import ListenerConfig, workspace_root
-from listener.database import Database
+from listener.daemon.maintenance import Maintenance
+from listener.daemon.notifier import Notifier
+from listener.daemon.producer.claimer import Claimer
+from listener.daemon.producer.leases import Leases
+from listener.daemon.producer.ledger import Ledger, StopReason
+from listener.daemon.producer.recorder import Recorder
+from listener.daemon.producer.workdirs import JobDirectories
+from listener.daemon.registry import Registry
+from listener.daemon.router import Router
+from listener.database.pool import Database
 from listener.enums import Sandbox
 from listener.events import (
     CONFIG_CHANNEL,
@@ -54,19 +63,10 @@ from listener.events import (
     SCHEDULE_CHANNEL,
 )
 from listener.forge.loop import ForgeLoops
-from listener.http import Bound, Ingress, Limits, bind, serve
-from listener.maintenance import Maintenance
-from listener.notifier import Notifier
-from listener.observer import ObserverLimits
-from listener.producer.claimer import Claimer
-from listener.producer.leases import Leases
-from listener.producer.ledger import Ledger, StopReason
-from listener.producer.recorder import Recorder
-from listener.producer.workdirs import JobDirectories
 from listener.queries import jobs, listener_reports, webhooks
 from listener.queries.registry import setting_int
-from listener.registry import Registry
-from listener.router import Router
+from listener.web.observer import ObserverLimits
+from listener.web.server import Bound, Ingress, Limits, bind, serve
 
 EXIT_PART_CRASHED = 1
 EXIT_START_FAILED = 1

@@ -14,7 +14,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from listener import counters, log
-from listener.database import Database
+from listener.daemon.maintenance import Maintenance
+from listener.daemon.producer.ledger import Ledger, StopReason
+from listener.daemon.registry import Registry
+from listener.database.pool import Database
 from listener.enums import JobState
 from listener.events import (
     ConfigChanged,
@@ -24,9 +27,6 @@ from listener.events import (
     RunChanged,
     ScheduleChanged,
 )
-from listener.maintenance import Maintenance
-from listener.producer.ledger import Ledger, StopReason
-from listener.registry import Registry
 
 
 class Router:
@@ -38,7 +38,7 @@ class Router:
         self._ledger = ledger
         self._maintenance = maintenance
         self._background: set[asyncio.Task[Any]] = set()
-        # The run observer (listener/observer.py), when HTTP is served: it
+        # The run observer (listener/web/observer.py), when HTTP is served: it
         # hears run, node, approval and loop changes and every resubscription.
         self.on_run_changed: Callable[[RunChanged], None] | None = None
         self.on_caught_up: Callable[[], None] | None = None

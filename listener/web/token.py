@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from listener.embedded import default_home
+from listener.database.embedded import default_home
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 import psycopg
 
-from listener import counters, db, log
+from listener import counters, log
 from listener.backoff import Backoff
+from listener.database import connections
 from listener.events import Event, parse
 
 _PROBE_INTERVAL_SECS = 5.0
@@ -55,7 +56,7 @@ class Notifier:
         backoff = Backoff()
         while True:
             try:
-                conn = await db.connect_async(self._url, application_name=self._name)
+                conn = await connections.connect_async(self._url, application_name=self._name)
             except psycopg.OperationalError as exc:
                 log.warning("listen.connect_failed", error=str(exc).strip(), retry_in=backoff.delay)
                 await backoff.sleep()
@@ -74,14 +75,16 @@ class Notifier:
         # end the session rather than keep it (and the notification queue
         # behind it) forever. Set per session, so psql users are unaffected.
         idle_ms = int((self._probe_interval + self._deadline) * 4 * 1000)
-        await db.bounded(
+        await connections.bounded(
             conn,
             conn.execute(f"set idle_session_timeout = {idle_ms}"),
             self._deadline,
             "listen setup",
         )
         for channel in self._channels:
-            await db.bounded(conn, conn.execute(f"listen {channel}"), self._deadline, "listen")
+            await connections.bounded(
+                conn, conn.execute(f"listen {channel}"), self._deadline, "listen"
+            )
         log.event("listen.subscribed", channels=self._channels)
         if self._subscribed_before:
             counters.LISTEN_RECONNECTS.inc()
@@ -94,4 +97,6 @@ class Notifier:
                 self._on_event(parse(notify.channel, notify.payload))
             # Quiet for a whole interval (or busy for one): prove the
             # connection still answers, within the deadline.
-            await db.bounded(conn, conn.execute("select 1"), self._probe_deadline, "listen probe")
+            await connections.bounded(
+                conn, conn.execute("select 1"), self._probe_deadline, "listen probe"
+            )

@@ -8,7 +8,7 @@ graph whose node states update live over the run observer's SSE stream
 (GET /runs/{id}/events), pending approvals with approve / reject, and a job
 with its runs and final messages. docs/dashboard.md shows every page.
 
-Guarantees: see listener/access.py (who may look and act: the listener's
+Guarantees: see listener/web/access.py (who may look and act: the listener's
 token on every address, a loopback Host on a loopback bind, CSRF-safe
 actions) and pages.py (one bounded read per page, the only write
 decide_approval, audited as `dashboard:<user>`).
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import getpass
 
-from listener.dashboard.pages import ROUTE_PREFIX, Dashboard, mount
+from listener.web.dashboard.pages import ROUTE_PREFIX, Dashboard, mount
 
 __all__ = ["ROUTE_PREFIX", "Dashboard", "default_user", "mount"]
 

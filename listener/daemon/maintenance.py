@@ -7,11 +7,11 @@
   cancel_orphaned_topology_jobs), and folds the metric counters' deltas
   (_metrics_fold);
 - cron keeps time: computes next slots for the schedules (routines and loops) that ask,
-  fires what is due, and sleeps until the next slot (listener/scheduler.py);
-- the outbox delivers due notifications (listener/outbox.py).
+  fires what is due, and sleeps until the next slot (listener/daemon/scheduler.py);
+- the outbox delivers due notifications (listener/daemon/outbox.py).
 
 Guarantees: each loop waits on the database through the shared retry policy
-and deadline (listener/database.py), so a hung or lost connection delays it
+and deadline (listener/database/pool.py), so a hung or lost connection delays it
 and is logged, never stops it; cron and the outbox are woken by NOTIFY and
 also run every poll interval, so a lost NOTIFY only delays them.
 """
@@ -24,12 +24,13 @@ from uuid import UUID
 import aiohttp
 import psycopg
 
-from listener import log, scheduler
+from listener import log
 from listener.backoff import Backoff, wait_for
 from listener.config import ListenerConfig
-from listener.database import Database
-from listener.outbox import deliver_due
-from listener.producer.ledger import Ledger
+from listener.daemon import scheduler
+from listener.daemon.outbox import deliver_due
+from listener.daemon.producer.ledger import Ledger
+from listener.database.pool import Database
 from listener.queries import jobs, metrics, routine_runs, topology
 
 _OUTBOX_BATCH = 100

@@ -34,7 +34,8 @@ from uuid import UUID
 import aiohttp
 from psycopg_pool import AsyncConnectionPool
 
-from listener import db, log
+from listener import log
+from listener.database import connections
 from listener.queries import outbox
 from listener.queries.outbox import ClaimedNotification
 
@@ -74,7 +75,7 @@ async def deliver_due(
     call outlived `deadline` seconds); every sink failure is recorded as a
     failed attempt instead.
     """
-    claimed = await db.call(
+    claimed = await connections.call(
         pool, "claim_notifications", lambda conn: outbox.claim(conn, worker, limit), deadline
     )
     for settled in claimed:
@@ -85,7 +86,7 @@ async def deliver_due(
         return len(claimed)
 
     results = await asyncio.gather(*(_deliver(n, http) for n in to_deliver))
-    finished = await db.call(
+    finished = await connections.call(
         pool,
         "finish_notifications",
         lambda conn: outbox.finish(conn, worker, [r.as_json() for r in results]),

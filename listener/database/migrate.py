@@ -40,7 +40,7 @@ import psycopg
 import psycopg.errors
 
 import listener
-from listener import db
+from listener.database import connections
 
 MIGRATION_NAME = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9]+(?:_[a-z0-9]+)*)\.sql$")
 FUNCTION_NAME = re.compile(r"^\d{2}_[a-z0-9]+(?:_[a-z0-9]+)*\.sql$")
@@ -307,7 +307,7 @@ def migrate(
     dropped a function by hand); `lock_timeout`, `attempts` and `backoff`
     bound how long DDL may wait for a table lock, and how often it retries.
     """
-    with db.connect(url, application_name="ceaseless migrate") as conn:
+    with connections.connect(url, application_name="ceaseless migrate") as conn:
         # Not under lock_timeout: a second runner should wait for the first.
         conn.execute("select pg_advisory_lock(%s)", (_LOCK_KEY,))
         try:

@@ -30,9 +30,9 @@ import psycopg
 
 from listener import log
 from listener.agents.base import RunResult
-from listener.database import Database
+from listener.daemon.producer.ledger import Ledger
+from listener.database.pool import Database
 from listener.enums import Outcome
-from listener.producer.ledger import Ledger
 from listener.queries import jobs
 from listener.queries.jobs import FinishedRun
 

@@ -18,7 +18,7 @@ Guarantees: a scrape is one round trip on the ingress's pool, bounded by its
 deadline; when the database does not answer the page still serves the local
 series, with ceaseless_database_up 0, so a scrape never fails because the
 database is down (that is what the alert should say). Access is the
-listener's one rule (listener/access.py): the token on every address (a
+listener's one rule (listener/web/access.py): the token on every address (a
 scraper sends `Authorization: Bearer <token>`), and a loopback Host on a
 loopback bind.
 """
@@ -34,7 +34,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from listener import counters, db, log
+from listener import counters, log
+from listener.database import connections
 from listener.queries import metrics as queries
 from listener.queries.metrics import Sample
 
@@ -80,7 +81,9 @@ async def _serve(request: web.Request) -> web.Response:
     scrape = request.app[_SCRAPE]
     samples: list[Sample] = []
     try:
-        samples = await db.call(scrape.pool, "metrics_snapshot", queries.snapshot, scrape.deadline)
+        samples = await connections.call(
+            scrape.pool, "metrics_snapshot", queries.snapshot, scrape.deadline
+        )
         counters.DATABASE_UP.set(1)
     except (psycopg.Error, TimeoutError, psycopg_pool.PoolTimeout) as exc:
         log.warning("metrics.database_unavailable", error=str(exc).strip()[:120])

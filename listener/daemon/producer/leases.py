@@ -30,10 +30,10 @@ import psycopg
 from listener import log
 from listener.backoff import Backoff, wait_for
 from listener.config import ListenerConfig
-from listener.database import Database
-from listener.producer.ledger import Ledger, StopReason
+from listener.daemon.producer.ledger import Ledger, StopReason
+from listener.daemon.registry import Registry
+from listener.database.pool import Database
 from listener.queries import jobs
-from listener.registry import Registry
 
 _FENCE_TICK_SECS = 0.1
 

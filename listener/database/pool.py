@@ -3,7 +3,7 @@
 Guarantees:
 - every call ends within `deadline` seconds (waiting for a connection
   included) or fails with an OperationalError; a hung connection is closed
-  under the call and replaced (listener/db.py `bounded`);
+  under the call and replaced (listener/database/connections.py `bounded`);
 - `retry` retries a failed call with backoff, logging each failure, until it
   succeeds or until a given moment passes;
 - `doubt` is set whenever a call failed, because a call can fail after its
@@ -19,8 +19,9 @@ from typing import TypeVar
 
 import psycopg
 
-from listener import db, log
+from listener import log
 from listener.backoff import Backoff
+from listener.database import connections
 
 T = TypeVar("T")
 
@@ -32,7 +33,7 @@ class Database:
 
     def __init__(self, url: str, name: str, *, deadline: float, size: int = 4) -> None:
         self.deadline = deadline
-        self.pool = db.pool(url, application_name=name, size=size, deadline=deadline)
+        self.pool = connections.pool(url, application_name=name, size=size, deadline=deadline)
         self.doubt = asyncio.Event()
 
     async def open(self) -> None:
@@ -44,7 +45,7 @@ class Database:
     async def once(self, what: str, call: Call[T], *, deadline: float | None = None) -> T:
         """One attempt; raises OperationalError (DeadlineExceeded included) when it fails."""
         try:
-            return await db.call(self.pool, what, call, deadline or self.deadline)
+            return await connections.call(self.pool, what, call, deadline or self.deadline)
         except psycopg.OperationalError:
             self.doubt.set()
             raise
@@ -64,6 +65,9 @@ class Database:
                 if give_up_at is not None and loop.time() + backoff.delay >= give_up_at:
                     raise
                 log.warning(
-                    "db.unavailable", call=what, error=str(exc).strip(), retry_in=backoff.delay
+                    "db.unavailable",
+                    call=what,
+                    error=str(exc).strip(),
+                    retry_in=backoff.delay,
                 )
                 await backoff.sleep()

@@ -23,16 +23,16 @@ from listener.agents.base import RunResult
 from listener.agents.process import StopRequest
 from listener.backoff import wait_for
 from listener.config import ListenerConfig, forge_root, workspace_root
-from listener.database import Database
-from listener.db import UndecodableJSON
+from listener.daemon.producer.ledger import Held, Ledger
+from listener.daemon.producer.recorder import Recorder
+from listener.daemon.producer.runner import run_held
+from listener.daemon.producer.workdirs import JobDirectories
+from listener.daemon.registry import Registry
+from listener.database.connections import UndecodableJSON
+from listener.database.pool import Database
 from listener.enums import Adapter, Outcome
-from listener.producer.ledger import Held, Ledger
-from listener.producer.recorder import Recorder
-from listener.producer.runner import run_held
-from listener.producer.workdirs import JobDirectories
 from listener.queries import jobs
 from listener.queries.jobs import ClaimedJob, FinishedRun
-from listener.registry import Registry
 
 
 class Claimer:
