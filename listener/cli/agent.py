@@ -13,20 +13,10 @@ import json
 from typing import Annotated
 
 import typer
-from psycopg import sql
 
-from listener.cli.common import (
-    Output,
-    OutputOpt,
-    columns,
-    emitting,
-    fail,
-    given,
-    placeholders,
-    query,
-    table,
-)
+from listener.cli.common import Output, OutputOpt, call, emitting, fail, listed
 from listener.enums import Adapter
+from listener.queries.commands import agents
 
 app = typer.Typer(help="The agent registry (ceaseless.agents).", no_args_is_help=True)
 
@@ -38,37 +28,6 @@ def _environment(env: list[str] | None) -> str | None:
     if bad := [item for item in env if "=" not in item]:
         raise fail(f"--env takes KEY=VALUE, got {bad[0]!r}; e.g. --env ANTHROPIC_MODEL=opus")
     return json.dumps(dict(item.split("=", 1) for item in env))
-
-
-def _register(values: dict[str, object]) -> sql.Composed:
-    """Update the lane's given columns, or insert it when there is none, in one statement.
-
-    Not a plain INSERT … ON CONFLICT: CHECK constraints judge the row proposed for
-    insertion before the conflict is found, so re-registering a process adapter
-    without its argv would be refused by argv_not_empty_for_process_adapters
-    although the stored row has one. The insert's ON CONFLICT covers a lane
-    registered concurrently between the two steps.
-    """
-    changed = [column for column in values if column != "name"]  # adapter: always given
-    return sql.SQL(
-        "with updated as ("
-        "update ceaseless.agents set {assignments}, updated_at = now() "
-        "where name = {name} returning name) "
-        "insert into ceaseless.agents ({columns}) select {placeholders} "
-        "where not exists (select from updated) "
-        "on conflict (name) do update set {overwrites}, updated_at = now()"
-    ).format(
-        assignments=sql.SQL(", ").join(
-            sql.SQL("{} = {}").format(sql.Identifier(column), sql.Placeholder(column))
-            for column in changed
-        ),
-        name=sql.Placeholder("name"),
-        columns=columns(values),
-        placeholders=placeholders(values),
-        overwrites=sql.SQL(", ").join(
-            sql.SQL("{0} = excluded.{0}").format(sql.Identifier(column)) for column in changed
-        ),
-    )
 
 
 @app.command("add")
@@ -107,30 +66,24 @@ def agent_add(
     ] = None,
 ) -> None:
     """Register an agent lane; for a registered one, change only the options given."""
-    values = given(
-        {
-            "name": name,
-            "adapter": adapter.value,
-            "argv": argv or None,
-            "model": model,
-            "timeout_secs": timeout_secs,
-            "max_concurrent": max_concurrent,
-            "window_secs": window_secs,
-            "window_budget": window_budget,
-            "env": _environment(env),
-            "egress": egress or None,
-        }
-    )
-    query(_register(values), values)
+    values = {
+        "name": name,
+        "adapter": adapter.value,
+        "argv": argv or None,
+        "model": model,
+        "timeout_secs": timeout_secs,
+        "max_concurrent": max_concurrent,
+        "window_secs": window_secs,
+        "window_budget": window_budget,
+        "env": _environment(env),
+        "egress": egress or None,
+    }
+    call(agents.register, values)
     typer.echo(f"agent {name} registered")
 
 
 @app.command("list")
 def agent_list(output: OutputOpt = Output.TABLE) -> None:
     """List registered agents with their limits."""
-    rows = query(
-        "select name, adapter, array_to_string(argv, ' '), model, timeout_secs, max_concurrent, "
-        "window_budget, enabled from ceaseless.agents order by name"
-    )
     with emitting(output):
-        table(rows, ["name", "adapter", "argv", "model", "timeout", "max", "budget", "enabled"])
+        listed(call(agents.agents))

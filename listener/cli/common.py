@@ -1,36 +1,45 @@
-"""What every command group shares: the database URL, one SQL call, an error, a table.
+"""What every command group shares: the database URL, a call of a query, an error, a table.
 
-List and show commands print through `table`, `record` and `note` inside
-`emitting(output)`, so `--output json` turns the same calls into one JSON
-document for scripts.
+The statements are listener/queries/commands/, a module per group; a command runs
+them through `call` (or `call_async`, for one the listener runs too). Rows that a
+group names by id or by name (routines, loops, tracked repos) are found, enabled,
+disabled and deleted through one `Named`. List and show commands print through
+`table`, `listed`, `record` and `note` inside `emitting(output)`, so `--output json`
+turns the same calls into one JSON document for scripts.
 
 Guarantees: a database error reaches the user as the database phrased it (its
 primary message and detail name the field, the rule and the value), with exit
 status 1 and no traceback. Every call opens its own autocommit connection, named
 "ceaseless cli" in pg_stat_activity, so each statement is its own transaction.
-Columns a command leaves unset are left out of its INSERT, so the database's
-column default applies: defaults are never copied into Python.
+Columns a command leaves unset (None) are left out of its INSERT, so the
+database's column default applies: defaults are never copied into Python.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
 import typer
-from psycopg import sql
 
 from listener.database import connections
 from listener.database.embedded import EmbeddedError
+from listener.queries import commands
+from listener.queries.commands import Listing
 
-Params = Mapping[str, object] | tuple[object, ...]
+APPLICATION_NAME = "ceaseless cli"
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def fail(message: str) -> typer.Exit:
@@ -47,44 +56,86 @@ def url() -> str:
         raise fail(str(exc)) from None
 
 
-def query(statement: str | sql.Composable, params: Params = ()) -> list[tuple[object, ...]]:
-    """Run one statement in its own transaction and return its rows (none for a command)."""
+@contextmanager
+def _as_the_database_said() -> Iterator[None]:
     try:
-        with connections.connect(url(), application_name="ceaseless cli") as conn:
-            # psycopg types a str query as LiteralString; ours are fixed statements.
-            text = statement.encode() if isinstance(statement, str) else statement
-            cur = conn.execute(text, params)
-            return cur.fetchall() if cur.description else []
+        yield
     except psycopg.Error as exc:
         detail = f"\n{exc.diag.message_detail}" if exc.diag.message_detail else ""
         raise fail(f"{exc.diag.message_primary or exc}{detail}") from None
 
 
+def call(
+    fn: Callable[Concatenate[psycopg.Connection[Any], P], T], *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """Run a query function (listener/queries/commands/) on an autocommit connection of its own."""
+    conninfo = url()
+    with (
+        _as_the_database_said(),
+        connections.connect(conninfo, application_name=APPLICATION_NAME) as conn,
+    ):
+        return fn(conn, *args, **kwargs)
+
+
+def call_async(
+    fn: Callable[Concatenate[psycopg.AsyncConnection[Any], P], Awaitable[T]],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """`call` for a statement the listener runs too, written once as an async function."""
+    conninfo = url()
+
+    async def run() -> T:
+        conn = await connections.connect_async(conninfo, application_name=APPLICATION_NAME)
+        async with conn:
+            return await fn(conn, *args, **kwargs)
+
+    with _as_the_database_said():
+        return asyncio.run(run())
+
+
 def given(values: Mapping[str, object | None]) -> dict[str, object]:
-    """The columns the user set: None means "not given", so the column default applies."""
-    return {column: value for column, value in values.items() if value is not None}
+    """The keys of a JSON document the user set: None means "not given", so the default applies."""
+    return {key: value for key, value in values.items() if value is not None}
 
 
-def columns(values: Mapping[str, object]) -> sql.Composed:
-    """The keys of `values` as a list of quoted column names."""
-    return sql.SQL(", ").join(sql.Identifier(column) for column in values)
+@dataclass(frozen=True)
+class Named:
+    """Rows a command group names by id or by name: how to find one, and what to say when none
+    or several answer."""
+
+    table: commands.Named
+    noun: str
+    # Formatted with ref and for_user (" for user NAME" when --user was given).
+    missing: str
+    # Formatted with count and ref.
+    ambiguous: str
+    # What enabling and disabling one is called.
+    said: tuple[str, str] = ("enabled", "disabled")
+
+    def id(self, ref: str, user: str | None = None) -> str:
+        """The id of the one row `ref` names (of `user`'s, when given); exits otherwise."""
+        ids = call(commands.ids_named, self.table, ref, user)
+        if not ids:
+            raise fail(self.missing.format(ref=ref, for_user=f" for user {user}" if user else ""))
+        if len(ids) > 1:
+            raise fail(self.ambiguous.format(count=len(ids), ref=ref))
+        return ids[0]
+
+    def set_enabled(self, ref: str, enabled: bool, user: str | None = None) -> None:
+        """Enable or disable the row, and say so."""
+        call(commands.set_enabled, self.table, self.id(ref, user), enabled)
+        typer.echo(f"{self.noun} {ref} {self.said[0] if enabled else self.said[1]}")
+
+    def delete(self, ref: str, user: str | None = None) -> None:
+        call(commands.delete, self.table, self.id(ref, user))
+        typer.echo(f"{self.noun} {ref} deleted")
 
 
-def placeholders(values: Mapping[str, object]) -> sql.Composed:
-    """A named placeholder per key of `values`, in the same order as `columns`."""
-    return sql.SQL(", ").join(sql.Placeholder(column) for column in values)
-
-
-def insert(table: str, values: Mapping[str, object]) -> sql.Composed:
-    """`insert into ceaseless.<table> (…) values (…)` for exactly the columns in `values`.
-
-    Run it with `values` as the parameters.
-    """
-    return sql.SQL("insert into {table} ({columns}) values ({placeholders})").format(
-        table=sql.Identifier("ceaseless", table),
-        columns=columns(values),
-        placeholders=placeholders(values),
-    )
+def why(what: commands.Explained, row_id: str, output: Output) -> None:
+    """Every reason that holds a job, routine or loop, and when each clears."""
+    with emitting(output):
+        listed(call(commands.explain, what, row_id))
 
 
 class Output(StrEnum):
@@ -172,3 +223,8 @@ def table(rows: list[tuple[object, ...]], headers: list[str], *, name: str = "")
         typer.echo("  ".join(value.ljust(widths[i]) for i, value in enumerate(row)).rstrip())
         if n == 0:
             typer.echo("  ".join("-" * w for w in widths))
+
+
+def listed(listing: Listing, *, name: str = "") -> None:
+    """`table` of a statement's rows under its own column names."""
+    table(listing.rows, listing.headers, name=name)

@@ -21,9 +21,18 @@ import psycopg
 import typer
 
 from listener import cron
-from listener.cli.common import Output, OutputOpt, collecting, emitting, fail, table, url
+from listener.cli.common import (
+    APPLICATION_NAME,
+    Output,
+    OutputOpt,
+    collecting,
+    emitting,
+    fail,
+    table,
+    url,
+)
 from listener.database import connections
-from listener.queries import cron as queries
+from listener.queries.commands.cron import check_schedule
 
 app = typer.Typer(
     help="Cron schedules: preview the slots a schedule fires at.", no_args_is_help=True
@@ -43,7 +52,7 @@ def upcoming(schedule: str, timezone: str, count: int, after: datetime) -> list[
 def check(schedule: str, timezone: str) -> None:
     """Return when the database would store `schedule` read in `timezone`; else fail, saying why."""
     try:
-        conn = connections.connect(url(), application_name="ceaseless cli")
+        conn = connections.connect(url(), application_name=APPLICATION_NAME)
     except psycopg.OperationalError as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise fail(
@@ -53,7 +62,7 @@ def check(schedule: str, timezone: str) -> None:
         ) from None
     with conn:
         try:
-            conn.execute(queries.CHECK_SCHEDULE, (schedule, timezone))
+            check_schedule(conn, schedule, timezone)
         except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
             raise fail(
                 "cron preview checks the schedule with the database's own rule, "

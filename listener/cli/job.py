@@ -11,8 +11,10 @@ from typing import Annotated
 
 import typer
 
-from listener.cli.common import Output, OutputOpt, emitting, query, table
+from listener.cli.common import Output, OutputOpt, call, emitting, listed, why
 from listener.enums import JobKind
+from listener.queries import commands
+from listener.queries.commands import jobs
 
 app = typer.Typer(help="Jobs in the queue (ceaseless.job).", no_args_is_help=True)
 
@@ -26,12 +28,14 @@ def job_add(
     max_turns: Annotated[int | None, typer.Option(help="Bound on agent turns.")] = None,
 ) -> None:
     """Enqueue a job and print its id."""
-    rows = query(
-        "insert into ceaseless.job (kind, agent, prompt, dedup_key, max_turns) "
-        "values (%s, %s, %s, %s, %s) returning id",
-        (kind.value, agent, prompt, dedup_key, max_turns),
-    )
-    typer.echo(str(rows[0][0]))
+    values = {
+        "kind": kind.value,
+        "agent": agent,
+        "prompt": prompt,
+        "dedup_key": dedup_key,
+        "max_turns": max_turns,
+    }
+    typer.echo(call(jobs.add, values))
 
 
 @app.command("list")
@@ -42,31 +46,21 @@ def job_list(
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """List live jobs (ceaseless.job_queue), or the latest jobs with --all."""
-    if all_states:
-        rows = query(
-            "select id, kind, agent, state, attempts, claimed_by, last_error from ceaseless.job "
-            "order by created_at desc limit 50"
-        )
-    else:
-        rows = query(
-            "select id, kind, agent, state, attempts, claimed_by, last_error "
-            "from ceaseless.job_queue order by created_at"
-        )
     with emitting(output):
-        table(rows, ["id", "kind", "agent", "state", "attempts", "claimed_by", "last_error"])
+        listed(call(jobs.latest if all_states else jobs.live))
 
 
 @app.command("cancel")
 def job_cancel(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> None:
     """Cancel a job; a running agent is stopped (cancel_job)."""
-    query("select ceaseless.cancel_job(%s)", (job_id,))
+    call(jobs.cancel, job_id)
     typer.echo(f"job {job_id} cancelled")
 
 
 @app.command("retry")
 def job_retry(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> None:
     """Run a finished job again with a fresh attempt budget (retry_job)."""
-    query("select ceaseless.retry_job(%s)", (job_id,))
+    call(jobs.retry, job_id)
     typer.echo(f"job {job_id} is pending again")
 
 
@@ -77,9 +71,4 @@ def job_why(
 ) -> None:
     """Why is this job not running? Every reason that holds it, and when each clears
     (explain_job)."""
-    rows = query(
-        "select reason, clears_at, detail from ceaseless.explain_job(%s)",
-        (job_id,),
-    )
-    with emitting(output):
-        table(rows, ["reason", "clears_at", "detail"])
+    why(commands.Explained.JOB, job_id, output)

@@ -21,20 +21,22 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from psycopg import sql
 
 from listener.cli.common import (
+    Named,
     Output,
     OutputOpt,
+    call,
     emitting,
     fail,
     given,
-    insert,
+    listed,
     note,
-    query,
     record,
-    table,
+    why,
 )
+from listener.queries import commands
+from listener.queries.commands import loops
 
 app = typer.Typer(
     help=(
@@ -49,16 +51,13 @@ LoopArg = Annotated[
 ]
 
 
-def loop_id(ref: str) -> str:
-    """The id of the loop `ref` names (an id, or a title only one loop has); exits otherwise."""
-    rows = query(
-        "select id from ceaseless.loops where id::text = %s or title = %s", (ref.lower(), ref)
-    )
-    if not rows:
-        raise fail(f"no loop with the id or title {ref!r} (see: ceaseless loop list)")
-    if len(rows) > 1:
-        raise fail(f"{len(rows)} loops are titled {ref!r}; use the id (ceaseless loop list)")
-    return str(rows[0][0])
+LOOPS = Named(
+    commands.Named.LOOPS,
+    "loop",
+    missing="no loop with the id or title {ref!r} (see: ceaseless loop list)",
+    ambiguous="{count} loops are titled {ref!r}; use the id (ceaseless loop list)",
+    said=("resumed", "paused"),
+)
 
 
 def _read_graph(source: str) -> str:
@@ -106,13 +105,13 @@ def _policy(
 
 
 def _workspace_id(name: str) -> str:
-    rows = query("select id from ceaseless.workspaces where name = %s", (name,))
-    if not rows:
+    found = call(loops.workspace_id, name)
+    if found is None:
         raise fail(
             f"no workspace named {name!r}; an operator creates one with: "
             f"insert into ceaseless.workspaces (name) values ('{name}');"
         )
-    return str(rows[0][0])
+    return found
 
 
 @app.command("add")
@@ -175,20 +174,17 @@ def loop_add(
     if webhook:
         triggers["webhook_enabled"] = True
     policy = _policy(iters, until_match, until_event, within)
-    values = given(
-        {
-            "title": title,
-            "description": description,
-            "task_template": task,
-            "graph": _read_graph(graph),
-            "triggers": json.dumps(triggers),
-            "repeat_policy": json.dumps(policy) if policy is not None else None,
-            "workspace_id": _workspace_id(workspace) if workspace is not None else None,
-            "enabled": False if disabled else None,
-        }
-    )
-    rows = query(sql.SQL("{} returning id").format(insert("loops", values)), values)
-    new_id = str(rows[0][0])
+    values = {
+        "title": title,
+        "description": description,
+        "task_template": task,
+        "graph": _read_graph(graph),
+        "triggers": json.dumps(triggers),
+        "repeat_policy": json.dumps(policy) if policy is not None else None,
+        "workspace_id": _workspace_id(workspace) if workspace is not None else None,
+        "enabled": False if disabled else None,
+    }
+    new_id = call(loops.add, values)
     typer.echo(new_id)
     if webhook:
         typer.echo(_webhook_hint(new_id), err=True)
@@ -207,37 +203,8 @@ def _webhook_hint(ref: str) -> str:
 @app.command("list")
 def loop_list(output: OutputOpt = Output.TABLE) -> None:
     """One line per loop (ceaseless.loop_status)."""
-    rows = query(
-        "select id, title, owner, enabled, concat_ws(' ', "
-        "case when cron is not null then 'cron' end, "
-        "case when on_completion then 'on_completion' end, "
-        "case when webhook then 'webhook' end), repeat_policy ->> 'kind', current_iteration, "
-        "coalesce(live_run_status, ''), last_run_status, next_fire_at, stopped_reason, "
-        "skipped_fires from ceaseless.loop_status order by title, id"
-    )
     with emitting(output):
-        table(
-            rows,
-            [
-                "id",
-                "title",
-                "owner",
-                "enabled",
-                "triggers",
-                "policy",
-                "iteration",
-                "live",
-                "last",
-                "next_fire_at",
-                "stopped",
-                "skipped",
-            ],
-        )
-
-
-ITERATION_HEADERS = [
-    "iteration", "run", "status", "trigger", "parent", "started_at", "finished_at", "message"
-]  # fmt: skip
+        listed(call(loops.loops))
 
 
 @app.command("show")
@@ -249,60 +216,21 @@ def loop_show(
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """A loop: its triggers, policy and state, its latest iterations and skipped fires."""
-    ref = loop_id(loop)
-    cur_rows = query(
-        "select title, owner, enabled, cron, timezone, on_completion, webhook, repeat_policy, "
-        "policy_from_iteration, current_iteration, live_run_id, live_run_status, last_run_id, "
-        "last_run_status, next_fire_at, stopped_reason, stopped_at, skipped_fires, last_error "
-        "from ceaseless.loop_status where id = %s",
-        (ref,),
-    )
-    headers = [
-        "title",
-        "owner",
-        "enabled",
-        "cron",
-        "timezone",
-        "on_completion",
-        "webhook",
-        "repeat_policy",
-        "policy_from_iteration",
-        "current_iteration",
-        "live_run_id",
-        "live_run_status",
-        "last_run_id",
-        "last_run_status",
-        "next_fire_at",
-        "stopped_reason",
-        "stopped_at",
-        "skipped_fires",
-        "last_error",
-    ]
-    chain = query(
-        "select iteration, id, status, trigger_type, parent_run_id, started_at, finished_at, "
-        "left(coalesce(final_message, error, ''), 60) from ceaseless.topology_runs "
-        "where loop_id = %s and iteration is not null order by iteration desc limit %s",
-        (ref, iterations),
-    )
-    skipped = query(
-        "select created_at, trigger_type, skip_reason, coalesce(trigger_detail, '') "
-        "from ceaseless.topology_runs where loop_id = %s and status = 'skipped' "
-        "order by created_at desc limit 10",
-        (ref,),
-    )
+    ref = LOOPS.id(loop)
+    shown = call(loops.loop, ref).first()
+    if shown is None:
+        raise fail(f"loop {loop} was deleted meanwhile")
+    chain = call(loops.iterations, ref, iterations)
+    skipped = call(loops.skipped_fires, ref)
     with emitting(output):
-        record([("id", ref), *zip(headers, cur_rows[0], strict=True)], name="loop")
+        record(shown, name="loop")
         note("")
         note("iterations (latest first):")
-        table(
-            chain,
-            ITERATION_HEADERS,
-            name="iterations",
-        )
+        listed(chain, name="iterations")
         note("")
         note("skipped fires (latest first):")
-        table(skipped, ["at", "trigger", "reason", "detail"], name="skipped")
-        if cur_rows[0][6]:
+        listed(skipped, name="skipped")
+        if dict(shown)["webhook"]:
             note("")
             note(_webhook_hint(ref))
 
@@ -311,11 +239,7 @@ def loop_show(
 def loop_why(loop: LoopArg, output: OutputOpt = Output.TABLE) -> None:
     """Why is this loop not running? Every reason that holds its next iteration, and when
     each clears (explain_loop)."""
-    rows = query(
-        "select reason, clears_at, detail from ceaseless.explain_loop(%s)", (loop_id(loop),)
-    )
-    with emitting(output):
-        table(rows, ["reason", "clears_at", "detail"])
+    why(commands.Explained.LOOP, LOOPS.id(loop), output)
 
 
 @app.command("run")
@@ -325,24 +249,15 @@ def loop_run(loop: LoopArg) -> None:
     A fire refused (an iteration is live, the loop is paused) is recorded as a skipped run and
     printed with its reason.
     """
-    run_id = query("select ceaseless.run_loop(%s)", (loop_id(loop),))[0][0]
-    status, iteration, reason = query(
-        "select status, iteration, skip_reason from ceaseless.topology_runs where id = %s",
-        (run_id,),
-    )[0]
+    run_id, status, iteration, reason = call(loops.run, LOOPS.id(loop))
     detail = f"iteration {iteration}" if iteration is not None else f"skipped: {reason}"
     typer.echo(f"{run_id} {status} ({detail})")
-
-
-def _set_enabled(loop: str, enabled: bool) -> None:
-    query("update ceaseless.loops set enabled = %s where id = %s", (enabled, loop_id(loop)))
-    typer.echo(f"loop {loop} {'resumed' if enabled else 'paused'}")
 
 
 @app.command("pause")
 def loop_pause(loop: LoopArg) -> None:
     """Pause a loop: nothing fires it until `loop resume` (a live iteration runs to its end)."""
-    _set_enabled(loop, False)
+    LOOPS.set_enabled(loop, False)
 
 
 @app.command("resume")
@@ -352,7 +267,7 @@ def loop_resume(loop: LoopArg) -> None:
     Its chain goes on and its policy counts again from here; an on_completion loop starts its
     next iteration at once.
     """
-    _set_enabled(loop, True)
+    LOOPS.set_enabled(loop, True)
 
 
 @app.command("delete")
@@ -361,5 +276,4 @@ def loop_delete(loop: LoopArg) -> None:
 
     Refused while an iteration is live: cancel it first with `ceaseless run cancel`.
     """
-    query("delete from ceaseless.loops where id = %s", (loop_id(loop),))
-    typer.echo(f"loop {loop} deleted")
+    LOOPS.delete(loop)

@@ -22,18 +22,18 @@ from uuid import UUID
 
 import psycopg
 import typer
-from psycopg import sql
 
 from listener.cli.common import (
+    APPLICATION_NAME,
+    Named,
     Output,
     OutputOpt,
+    call,
     collecting,
     emitting,
     fail,
-    given,
-    insert,
+    listed,
     note,
-    query,
     record,
     table,
     url,
@@ -41,7 +41,8 @@ from listener.cli.common import (
 from listener.database.pool import Database
 from listener.enums import Forge
 from listener.forge.poller import PollReport, poll_repo
-from listener.queries import forge_loops
+from listener.queries import commands, forge_loops
+from listener.queries.commands import repos
 
 app = typer.Typer(
     help=(
@@ -56,17 +57,12 @@ RepoArg = Annotated[
 ]
 
 
-def repo_id(ref: str) -> str:
-    """The id of the tracked repo `ref` names (an id, or OWNER/REPO); exits otherwise."""
-    rows = query(
-        "select id from ceaseless.tracked_repo where id::text = %s or owner || '/' || repo = %s",
-        (ref.lower(), ref),
-    )
-    if not rows:
-        raise fail(f"no tracked repo with the id or name {ref!r} (see: ceaseless repo list)")
-    if len(rows) > 1:
-        raise fail(f"{len(rows)} tracked repos are named {ref!r}; use the id (ceaseless repo list)")
-    return str(rows[0][0])
+REPOS = Named(
+    commands.Named.TRACKED_REPO,
+    "repo",
+    missing="no tracked repo with the id or name {ref!r} (see: ceaseless repo list)",
+    ambiguous="{count} tracked repos are named {ref!r}; use the id (ceaseless repo list)",
+)
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -144,31 +140,27 @@ def repo_add(
     --quiet-tz Europe/Berlin
     """
     owner, repo = _split(name)
-    values = given(
-        {
-            "forge": forge.value,
-            "owner": owner,
-            "repo": repo,
-            "api_url": api_url,
-            "clone_url": clone_url,
-            "default_branch": branch,
-            "interval_seconds": interval,
-            "allowed_authors": author or None,
-            "discover_label": discover_label,
-            "plan_label": plan_label,
-            "implement_label": implement_label,
-            "tracking_issue": tracking_issue,
-            "quiet_from": quiet_from,
-            "quiet_until": quiet_until,
-            "quiet_timezone": quiet_tz,
-            "enabled": False if disabled else None,
-        }
-    )
-    rows = query(
-        sql.SQL("{} returning id, tokens_allowed").format(insert("tracked_repo", values)), values
-    )
-    typer.echo(str(rows[0][0]))
-    if not rows[0][1]:
+    values = {
+        "forge": forge.value,
+        "owner": owner,
+        "repo": repo,
+        "api_url": api_url,
+        "clone_url": clone_url,
+        "default_branch": branch,
+        "interval_seconds": interval,
+        "allowed_authors": author or None,
+        "discover_label": discover_label,
+        "plan_label": plan_label,
+        "implement_label": implement_label,
+        "tracking_issue": tracking_issue,
+        "quiet_from": quiet_from,
+        "quiet_until": quiet_until,
+        "quiet_timezone": quiet_tz,
+        "enabled": False if disabled else None,
+    }
+    repo_id, tokens_allowed = call(repos.add, values)
+    typer.echo(repo_id)
+    if not tokens_allowed:
         typer.echo(
             "The listener's forge tokens are not used for this repo until an operator runs "
             f"`ceaseless repo tokens {name} --allow`: until then it is polled and cloned "
@@ -184,86 +176,30 @@ def repo_add(
 @app.command("list")
 def repo_list(output: OutputOpt = Output.TABLE) -> None:
     """One line per tracked repo (ceaseless.repo_status)."""
-    rows = query(
-        "select id, forge, owner || '/' || repo, enabled, quiet_now, interval_used_secs, "
-        "last_polled_at, next_poll_at, live_jobs, left(last_error, 60) "
-        "from ceaseless.repo_status order by owner, repo, forge"
-    )
     with emitting(output):
-        table(
-            rows,
-            [
-                "id",
-                "forge",
-                "repo",
-                "enabled",
-                "quiet_now",
-                "interval",
-                "last_poll",
-                "next_poll",
-                "live_jobs",
-                "last_error",
-            ],
-        )
+        listed(call(repos.repos))
 
 
 @app.command("show")
 def repo_show(repo: RepoArg, output: OutputOpt = Output.TABLE) -> None:
     """A tracked repo: where it is, what it listens for, its schedule and its last error."""
-    ref = repo_id(repo)
-    headers = [
-        "forge",
-        "owner",
-        "repo",
-        "api_url",
-        "owner_role",
-        "tokens_allowed",
-        "enabled",
-        "discover_label",
-        "plan_label",
-        "implement_label",
-        "allowed_authors",
-        "tracking_issue",
-        "quiet_window",
-        "quiet_now",
-        "interval_asked_secs",
-        "interval_used_secs",
-        "last_polled_at",
-        "next_poll_at",
-        "last_error",
-        "last_error_at",
-        "live_jobs",
-    ]
-    rows = query(
-        sql.SQL("select {} from ceaseless.repo_status where id = %s").format(
-            sql.SQL(", ").join(sql.Identifier(h) for h in headers)
-        ),
-        (ref,),
-    )
-    clone = query(
-        "select clone_url, default_branch from ceaseless.tracked_repo where id = %s", (ref,)
-    )
-    shown = [("id", ref), *zip(headers, rows[0], strict=True)]
-    shown[6:6] = [("clone_url", clone[0][0]), ("default_branch", clone[0][1])]
+    shown = call(repos.repo, REPOS.id(repo)).first()
+    if shown is None:
+        raise fail(f"repo {repo} was deleted meanwhile")
     with emitting(output):
         record(shown, name="repo", width=20)
-
-
-def _set_enabled(repo: str, enabled: bool) -> None:
-    query("update ceaseless.tracked_repo set enabled = %s where id = %s", (enabled, repo_id(repo)))
-    typer.echo(f"repo {repo} {'enabled' if enabled else 'disabled'}")
 
 
 @app.command("enable")
 def repo_enable(repo: RepoArg) -> None:
     """Resume polling a repo (it is due at its next_poll_at, at once if that has passed)."""
-    _set_enabled(repo, True)
+    REPOS.set_enabled(repo, True)
 
 
 @app.command("disable")
 def repo_disable(repo: RepoArg) -> None:
     """Stop polling a repo; its jobs and history stay."""
-    _set_enabled(repo, False)
+    REPOS.set_enabled(repo, False)
 
 
 @app.command("tokens")
@@ -285,11 +221,7 @@ def repo_tokens(
     tracks is served anonymously until an operator allows it, and again after
     its user points it at another repository (docs/forge.md).
     """
-    rows = query(
-        "update ceaseless.tracked_repo set tokens_allowed = %s where id = %s returning id",
-        (allow, repo_id(repo)),
-    )
-    if not rows:
+    if not call(repos.allow_tokens, REPOS.id(repo), allow):
         raise fail(f"no tracked repo {repo}")
     typer.echo(f"repo {repo}: forge tokens {'allowed' if allow else 'denied'}")
 
@@ -320,7 +252,7 @@ def repo_poll(
     # The poll's log lines are the listener's; here the report below says it all.
     logging.getLogger("ceaseless").addHandler(logging.NullHandler())
     try:
-        report = asyncio.run(_poll_now(UUID(repo_id(repo)), timeout))
+        report = asyncio.run(_poll_now(UUID(REPOS.id(repo)), timeout))
     except psycopg.Error as exc:
         raise fail(f"the database did not take the poll: {exc}") from None
     name = report.repo.name
@@ -349,7 +281,7 @@ def repo_poll(
 
 
 async def _poll_now(repo: UUID, timeout: float) -> PollReport:
-    database = Database(url(), "ceaseless cli", deadline=15.0, size=1)
+    database = Database(url(), APPLICATION_NAME, deadline=15.0, size=1)
     await database.open()
     try:
         found = await database.once("tracked_repo", lambda c: forge_loops.tracked_repo(c, repo))

@@ -14,22 +14,24 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from psycopg import sql
 
 from listener import cron
 from listener.cli import cron as cron_cli
 from listener.cli.common import (
+    Named,
     Output,
     OutputOpt,
+    call,
     emitting,
     fail,
     given,
-    insert,
+    listed,
     note,
-    query,
     record,
-    table,
+    why,
 )
+from listener.queries import commands
+from listener.queries.commands import routines
 
 app = typer.Typer(
     help="Routines (ceaseless.routines): cron, event, webhook and manual triggers.",
@@ -40,17 +42,12 @@ RoutineArg = Annotated[str, typer.Argument(help="Name or id.")]
 UserOpt = Annotated[str | None, typer.Option(help="Owner, when names clash.")]
 
 
-def _routine_id(ref: str, user: str | None) -> str:
-    rows = query(
-        "select id from ceaseless.routines where (id::text = %s or name = %s) "
-        "and (%s::text is null or user_id = %s)",
-        (ref, ref, user, user),
-    )
-    if not rows:
-        raise fail(f"no routine named or numbered {ref!r}" + (f" for user {user}" if user else ""))
-    if len(rows) > 1:
-        raise fail(f"{len(rows)} routines are named {ref!r}; pick one with --user or use its id")
-    return str(rows[0][0])
+ROUTINES = Named(
+    commands.Named.ROUTINES,
+    "routine",
+    missing="no routine named or numbered {ref!r}{for_user}",
+    ambiguous="{count} routines are named {ref!r}; pick one with --user or use its id",
+)
 
 
 @app.command("add")
@@ -116,48 +113,26 @@ def routine_add(
     else:
         action_type = "lightweight"
         action = {"prompt": prompt, "context_paths": context_path or []}
-    values = given(
-        {
-            "name": name,
-            "user_id": user,
-            "agent": agent,
-            "trigger_type": trigger_type,
-            "trigger_config": json.dumps(trigger_config),
-            "action_type": action_type,
-            "action_config": json.dumps(action),
-            "cooldown_secs": cooldown,
-            "max_concurrent": max_concurrent,
-            "dedup_window_secs": dedup_window,
-        }
-    )
-    rows = query(sql.SQL("{} returning id").format(insert("routines", values)), values)
-    typer.echo(str(rows[0][0]))
+    values = {
+        "name": name,
+        "user_id": user,
+        "agent": agent,
+        "trigger_type": trigger_type,
+        "trigger_config": json.dumps(trigger_config),
+        "action_type": action_type,
+        "action_config": json.dumps(action),
+        "cooldown_secs": cooldown,
+        "max_concurrent": max_concurrent,
+        "dedup_window_secs": dedup_window,
+    }
+    typer.echo(call(routines.add, values))
 
 
 @app.command("list")
 def routine_list(output: OutputOpt = Output.TABLE) -> None:
     """One line per routine (ceaseless.routine_status)."""
-    rows = query(
-        "select name, user_id, enabled, trigger_type, coalesce(schedule, ''), next_fire_at, "
-        "last_status, consecutive_failures, runs_24h, skips_24h from ceaseless.routine_status "
-        "order by user_id, name"
-    )
     with emitting(output):
-        table(
-            rows,
-            [
-                "name",
-                "user",
-                "enabled",
-                "trigger",
-                "schedule",
-                "next_fire_at",
-                "last",
-                "failures",
-                "runs_24h",
-                "skips_24h",
-            ],
-        )
+        listed(call(routines.routines))
 
 
 @app.command("show")
@@ -165,55 +140,22 @@ def routine_show(
     routine: RoutineArg, user: UserOpt = None, output: OutputOpt = Output.TABLE
 ) -> None:
     """A routine's configuration, state, its last 10 runs and its next cron slots."""
-    routine_id = _routine_id(routine, user)
-    rows = query(
-        "select name, user_id, enabled, agent, trigger_type, trigger_config - 'secret', "
-        "action_type, action_config, cooldown_secs, max_concurrent, dedup_window_secs, "
-        "next_fire_at, last_run_at, run_count, consecutive_failures, last_error "
-        "from ceaseless.routines where id = %s",
-        (routine_id,),
-    )
-    headers = [
-        "name",
-        "user",
-        "enabled",
-        "agent",
-        "trigger",
-        "trigger_config",
-        "action",
-        "action_config",
-        "cooldown_secs",
-        "max_concurrent",
-        "dedup_window_secs",
-        "next_fire_at",
-        "last_run_at",
-        "run_count",
-        "consecutive_failures",
-        "last_error",
-    ]
-    runs = query(
-        "select started_at, trigger_type, status, coalesce(skip_reason, ''), missed_slots, "
-        "left(coalesce(result_summary, ''), 60) from ceaseless.routine_runs "
-        "where routine_id = %s order by started_at desc limit 10",
-        (routine_id,),
-    )
+    routine_id = ROUTINES.id(routine, user)
+    shown = call(routines.routine, routine_id).first()
+    if shown is None:
+        raise fail(f"routine {routine} was deleted meanwhile")
+    runs = call(routines.runs, routine_id)
     with emitting(output):
-        record(list(zip(headers, rows[0], strict=True)), name="routine")
+        record(shown, name="routine")
         note("")
-        table(runs, ["started_at", "trigger", "status", "skip", "missed", "summary"], name="runs")
-        _show_next_slots(routine_id)
+        listed(runs, name="runs")
+        fields = dict(shown)
+        if fields["trigger"] == "cron":
+            _show_next_slots(fields["trigger_config"])
 
 
-def _show_next_slots(routine_id: str) -> None:
+def _show_next_slots(config: dict[str, object]) -> None:
     """A cron routine's next five slots, computed as the listener computes next_fire_at."""
-    (trigger,) = query(
-        "select case when trigger_type = 'cron' then trigger_config end "
-        "from ceaseless.routines where id = %s",
-        (routine_id,),
-    )
-    config = trigger[0]
-    if not isinstance(config, dict):
-        return
     zone = str(config.get("timezone") or "UTC")
     note(f"\nnext slots ({config.get('schedule')}, {zone}):")
     try:
@@ -227,39 +169,26 @@ def _show_next_slots(routine_id: str) -> None:
 @app.command("run")
 def routine_run(routine: RoutineArg, user: UserOpt = None) -> None:
     """Fire a routine now (run_routine): ignores cooldown, respects max_concurrent."""
-    # Two statements: a query cannot see a row its own function call inserted.
-    run_id = query("select ceaseless.run_routine(%s)", (_routine_id(routine, user),))[0][0]
-    status, reason = query(
-        "select status, skip_reason from ceaseless.routine_runs where id = %s", (run_id,)
-    )[0]
+    run_id, status, reason = call(routines.run, ROUTINES.id(routine, user))
     typer.echo(f"{run_id} {status}" + (f" ({reason})" if reason else ""))
-
-
-def _set_enabled(routine: str, user: str | None, enabled: bool) -> None:
-    query(
-        "update ceaseless.routines set enabled = %s where id = %s",
-        (enabled, _routine_id(routine, user)),
-    )
-    typer.echo(f"routine {routine} {'enabled' if enabled else 'disabled'}")
 
 
 @app.command("enable")
 def routine_enable(routine: RoutineArg, user: UserOpt = None) -> None:
     """Enable a routine (a cron routine gets a fresh next_fire_at)."""
-    _set_enabled(routine, user, True)
+    ROUTINES.set_enabled(routine, True, user)
 
 
 @app.command("disable")
 def routine_disable(routine: RoutineArg, user: UserOpt = None) -> None:
     """Disable a routine: it stops firing; its history stays."""
-    _set_enabled(routine, user, False)
+    ROUTINES.set_enabled(routine, False, user)
 
 
 @app.command("delete")
 def routine_delete(routine: RoutineArg, user: UserOpt = None) -> None:
     """Delete a routine and its run history."""
-    query("delete from ceaseless.routines where id = %s", (_routine_id(routine, user),))
-    typer.echo(f"routine {routine} deleted")
+    ROUTINES.delete(routine, user)
 
 
 @app.command("why")
@@ -268,9 +197,4 @@ def routine_why(
 ) -> None:
     """Why is this routine not firing? Every reason that holds it, and when each clears
     (explain_routine)."""
-    rows = query(
-        "select reason, clears_at, detail from ceaseless.explain_routine(%s)",
-        (_routine_id(routine, user),),
-    )
-    with emitting(output):
-        table(rows, ["reason", "clears_at", "detail"])
+    why(commands.Explained.ROUTINE, ROUTINES.id(routine, user), output)

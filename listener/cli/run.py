@@ -12,7 +12,19 @@ from typing import Annotated
 
 import typer
 
-from listener.cli.common import Output, OutputOpt, emitting, fail, note, query, record, table
+from listener.cli.common import (
+    Output,
+    OutputOpt,
+    call,
+    call_async,
+    emitting,
+    fail,
+    listed,
+    note,
+    record,
+)
+from listener.queries.approvals import decide
+from listener.queries.commands import runs
 
 app = typer.Typer(
     help="Topology runs: one execution of a graph of agents (a loop's iteration, or inserted).",
@@ -37,68 +49,25 @@ ByOpt = Annotated[
 @app.command("show")
 def run_show(run: RunArg, output: OutputOpt = Output.TABLE) -> None:
     """A run's status, task and final message, and each node's state, job and timings."""
-    rows = query(
-        "select id, status, loop_id, iteration, trigger_type, skip_reason, created_at, "
-        "started_at, finished_at, left(task, 200), left(final_message, 500), error "
-        "from ceaseless.topology_runs where id::text = %s",
-        (run.lower(),),
-    )
-    if not rows:
+    shown = call(runs.run, run).first()
+    if shown is None:
         raise fail(f"no topology run with the id {run!r}")
-    headers = [
-        "id",
-        "status",
-        "loop_id",
-        "iteration",
-        "trigger",
-        "skip_reason",
-        "created_at",
-        "started_at",
-        "finished_at",
-        "task",
-        "final_message",
-        "error",
-    ]
-    nodes = query(
-        "select node, agent, coalesce(gate, ''), state, upstream_left, job_state, attempts, "
-        "seconds, coalesce(approval_id::text, ''), coalesce(approval_decision, ''), "
-        "left(coalesce(error, output_preview, ''), 60) "
-        "from ceaseless.topology_node_status where run_id = %s "
-        "order by started_at nulls last, node",
-        (rows[0][0],),
-    )
+    nodes = call(runs.nodes, str(dict(shown)["id"]))
     with emitting(output):
-        record(list(zip(headers, rows[0], strict=True)), name="run", width=14)
+        record(shown, name="run", width=14)
         note("")
-        table(
-            nodes,
-            [
-                "node",
-                "agent",
-                "gate",
-                "state",
-                "upstream",
-                "job",
-                "attempts",
-                "seconds",
-                "approval",
-                "decision",
-                "output / error",
-            ],
-            name="nodes",
-        )
+        listed(nodes, name="nodes")
 
 
 @app.command("cancel")
 def run_cancel(run: RunArg) -> None:
     """Cancel a run: its unfinished nodes are cancelled and its running agents stopped."""
-    query("select ceaseless.cancel_topology_run(%s)", (run,))
-    status = query("select status from ceaseless.topology_runs where id = %s", (run,))
-    typer.echo(f"run {run} {status[0][0] if status else 'cancelled'}")
+    status = call(runs.cancel, run)
+    typer.echo(f"run {run} {status or 'cancelled'}")
 
 
 def _decide(approval: str, approve: bool, note: str | None, by: str | None) -> None:
-    query("select ceaseless.decide_approval(%s, %s, %s, %s)", (approval, approve, by, note))
+    call_async(decide, approval, approve, by, note)
     typer.echo(f"approval {approval} {'approved' if approve else 'rejected'}")
 
 

@@ -13,11 +13,12 @@ from typing import Annotated
 import typer
 
 from listener import log
-from listener.cli.common import fail, query, table, url
+from listener.cli.common import call, fail, listed, table, url
 from listener.cli.options import ListenerOptions, listener_options
 from listener.config import ListenerConfig
 from listener.database import connections
 from listener.database.migrate import MigrationError, migrate
+from listener.queries.commands.status import status as read_status
 
 app = typer.Typer()
 
@@ -92,51 +93,25 @@ def status() -> None:
     database) is what that listener reported (listener_status), not a guess
     from this command's own environment.
     """
-    rows = query("select state, count(*) from ceaseless.job group by state order by state")
-    table(rows, ["state", "jobs"])
+    summary = call(read_status)
+    listed(summary.jobs)
     typer.echo("")
-    rows = query(
-        "select agent, adapter, enabled, live, max_concurrent, started_in_window, window_budget, "
-        "free_slots, pending_due, paused_until from ceaseless.governor_usage order by agent"
-    )
-    table(
-        rows,
-        [
-            "agent",
-            "adapter",
-            "enabled",
-            "live",
-            "max",
-            "in_window",
-            "budget",
-            "free",
-            "due",
-            "paused_until",
-        ],
-    )
+    listed(summary.lanes)
     typer.echo("")
-    listeners = query(
-        "select worker, listening, held, running, coalesce(sandbox, '?'), "
-        "coalesce(agent_user, case when sandbox is null then '?' else '(its own)' end), "
-        "coalesce(db_auth, '?'), coalesce(http, ''), coalesce(warnings, '{}') "
-        "from ceaseless.listener_status order by worker"
-    )
-    table(
-        [row[:-1] for row in listeners],
-        ["listener", "listening", "held", "running", "sandbox", "agent_user", "db_auth", "http"],
-    )
+    listeners = summary.listeners.rows
+    # The last column is each listener's warnings, printed under the table.
+    table([row[:-1] for row in listeners], summary.listeners.headers[:-1])
     if not any(row[1] for row in listeners):
         typer.secho(
             "\nno listener is running: `ceaseless listen` (or `ceaseless up`) starts one",
             fg=typer.colors.YELLOW,
         )
     for row in listeners:
-        for warning in row[-1]:  # type: ignore[union-attr]
+        for warning in row[-1]:
             typer.secho(f"\nwarning: listener {row[0]}: {warning}", fg=typer.colors.YELLOW)
-    stuck = query("select count(*) from ceaseless.stuck_jobs")
-    if stuck and stuck[0][0]:
+    if summary.stuck_jobs:
         typer.secho(
-            f"\n{stuck[0][0]} stuck jobs: select * from ceaseless.stuck_jobs;",
+            f"\n{summary.stuck_jobs} stuck jobs: select * from ceaseless.stuck_jobs;",
             fg=typer.colors.YELLOW,
         )
 

@@ -1,0 +1,51 @@
+"""`ceaseless status`: the queue by state, each lane's governor usage, the listeners, stuck jobs.
+
+Guarantees: four reads of the operator views (governor_usage, listener_status,
+stuck_jobs) and the job table, each its own statement: a summary, not one
+snapshot. What a listener says of itself is what it reported (listener_status).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from listener.queries.commands import Connection, Listing, listing
+
+
+class Status(NamedTuple):
+    jobs: Listing
+    lanes: Listing
+    # The last column, `warnings`, is each listener's list of warnings.
+    listeners: Listing
+    stuck_jobs: int
+
+
+def status(conn: Connection) -> Status:
+    jobs = listing(
+        conn, "select state, count(*) as jobs from ceaseless.job group by state order by state"
+    )
+    lanes = listing(
+        conn,
+        """
+        select agent, adapter, enabled, live, max_concurrent as max,
+               started_in_window as in_window, window_budget as budget, free_slots as free,
+               pending_due as due, paused_until
+          from ceaseless.governor_usage
+         order by agent
+        """,
+    )
+    listeners = listing(
+        conn,
+        """
+        select worker as listener, listening, held, running,
+               coalesce(sandbox, '?') as sandbox,
+               coalesce(agent_user, case when sandbox is null then '?' else '(its own)' end)
+                 as agent_user,
+               coalesce(db_auth, '?') as db_auth, coalesce(http, '') as http,
+               coalesce(warnings, '{}') as warnings
+          from ceaseless.listener_status
+         order by worker
+        """,
+    )
+    stuck = conn.execute("select count(*) from ceaseless.stuck_jobs").fetchone()
+    return Status(jobs, lanes, listeners, int(stuck[0]) if stuck else 0)
