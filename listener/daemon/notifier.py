@@ -24,6 +24,7 @@ from listener import counters, log
 from listener.backoff import Backoff
 from listener.database import connections
 from listener.events import Event, parse
+from listener.queries import listening
 
 _PROBE_INTERVAL_SECS = 5.0
 # A `select 1` on an idle connection: seconds without an answer mean it is dead.
@@ -76,14 +77,11 @@ class Notifier:
         # behind it) forever. Set per session, so psql users are unaffected.
         idle_ms = int((self._probe_interval + self._deadline) * 4 * 1000)
         await connections.bounded(
-            conn,
-            conn.execute(f"set idle_session_timeout = {idle_ms}"),
-            self._deadline,
-            "listen setup",
+            conn, listening.end_session_when_idle(conn, idle_ms), self._deadline, "listen setup"
         )
         for channel in self._channels:
             await connections.bounded(
-                conn, conn.execute(f"listen {channel}"), self._deadline, "listen"
+                conn, listening.listen(conn, channel), self._deadline, "listen"
             )
         log.event("listen.subscribed", channels=self._channels)
         if self._subscribed_before:
@@ -98,5 +96,5 @@ class Notifier:
             # Quiet for a whole interval (or busy for one): prove the
             # connection still answers, within the deadline.
             await connections.bounded(
-                conn, conn.execute("select 1"), self._probe_deadline, "listen probe"
+                conn, listening.probe(conn), self._probe_deadline, "listen probe"
             )

@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from listener.web.dashboard.queries import JOBS_SQL, PAGE_ROWS
+from listener.queries.dashboard import JOBS_SQL, PAGE_ROWS
 from tests.factories import make_agent, make_jobs
 from tests.sql.plans import nodes
 

@@ -10,8 +10,9 @@ Guarantees:
   the listener logs) or the form's POST /login checks the token and sets it
   in the HttpOnly, SameSite=Strict cookie, then redirects, so the token
   leaves the address bar;
-- a page is one read on the observer's pool, within the database deadline; a
-  database that does not answer gives a 503 page, never a traceback;
+- a page is one read (listener/queries/dashboard.py) on the observer's pool,
+  within the database deadline; a database that does not answer gives a 503
+  page, never a traceback;
 - output is escaped by Jinja2's autoescape; the Content-Security-Policy allows
   only this server's own script and style, and no framing (no clickjacking of
   the approve button);
@@ -40,8 +41,11 @@ from listener import log
 from listener.database import connections
 from listener.enums import JobKind, JobState
 from listener.errors import SqlState
+from listener.queries import approvals
+from listener.queries import dashboard as queries
+from listener.queries.dashboard import Row
 from listener.web import access
-from listener.web.dashboard import graph, queries
+from listener.web.dashboard import graph
 
 T = TypeVar("T")
 
@@ -191,69 +195,76 @@ async def _queue(request: web.Request, dash: Dashboard) -> web.StreamResponse:
     )
 
 
-@_page
-async def _lanes(request: web.Request, dash: Dashboard) -> web.StreamResponse:
-    rows = await dash.call("dashboard lanes", queries.lanes)
-    return dash.render(request, "lanes.html", title="Lanes", lanes=rows)
+def _listing(
+    name: str, title: str, read: Callable[[psycopg.AsyncConnection], Awaitable[list[Row]]]
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A page of rows: template `<name>.html`, which finds them under `name`."""
+
+    @_page
+    async def serve(request: web.Request, dash: Dashboard) -> web.StreamResponse:
+        rows = await dash.call(f"dashboard {name}", read)
+        return dash.render(request, f"{name}.html", title=title, **{name: rows})
+
+    return serve
 
 
-@_page
-async def _routines(request: web.Request, dash: Dashboard) -> web.StreamResponse:
-    rows = await dash.call("dashboard routines", queries.routines)
-    return dash.render(request, "routines.html", title="Routines", routines=rows)
+def _detail(
+    name: str,
+    what: str,
+    read_row: Callable[[psycopg.AsyncConnection, UUID], Awaitable[Row | None]],
+    read_rows: Callable[[psycopg.AsyncConnection, UUID], Awaitable[list[Row]]],
+    context: Callable[[UUID, Row, list[Row]], dict[str, Any]],
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The page of one row found by the id in its path and its rows (a run's nodes, a job's
+    runs), read in one call; a 404 page when there is no such `what`. Template `<name>.html`,
+    with the title and context `context` makes of them."""
+
+    @_page
+    async def serve(request: web.Request, dash: Dashboard) -> web.StreamResponse:
+        key = _key(request)
+
+        async def read(conn: psycopg.AsyncConnection) -> tuple[Row | None, list[Row]]:
+            return await read_row(conn, key), await read_rows(conn, key)
+
+        row, rows = await dash.call(f"dashboard {name}", read)
+        if row is None:
+            return _not_found(request, dash, what, key)
+        return dash.render(request, f"{name}.html", **context(key, row, rows))
+
+    return serve
 
 
-@_page
-async def _loops(request: web.Request, dash: Dashboard) -> web.StreamResponse:
-    rows = await dash.call("dashboard loops", queries.loops)
-    return dash.render(request, "loops.html", title="Loops", loops=rows)
-
-
-@_page
-async def _loop(request: web.Request, dash: Dashboard) -> web.StreamResponse:
-    key = _key(request)
-
-    async def read(conn: psycopg.AsyncConnection) -> tuple[Any, list[Any]]:
-        return await queries.loop(conn, key), await queries.iterations(conn, key)
-
-    row, chain = await dash.call("dashboard loop", read)
-    if row is None:
-        return _not_found(request, dash, "loop", key)
-    return dash.render(
-        request, "loop.html", title=f"Loop {row['title'] or key}", loop=row, chain=chain
-    )
-
-
-@_page
-async def _runs(request: web.Request, dash: Dashboard) -> web.StreamResponse:
-    rows = await dash.call("dashboard runs", queries.runs)
-    return dash.render(request, "runs.html", title="Topology runs", runs=rows)
-
-
-@_page
-async def _run(request: web.Request, dash: Dashboard) -> web.StreamResponse:
-    key = _key(request)
-
-    async def read(conn: psycopg.AsyncConnection) -> tuple[Any, list[Any]]:
-        return await queries.run(conn, key), await queries.run_nodes(conn, key)
-
-    row, nodes = await dash.call("dashboard run", read)
-    if row is None:
-        return _not_found(request, dash, "topology run", key)
-    return dash.render(
-        request,
-        "run.html",
-        title=f"Run {key}",
-        run=row,
-        nodes={n["node"]: n for n in nodes},
-        layout=graph.layout(row["graph"]),
-    )
-
-
-@_page
-async def _approvals(request: web.Request, dash: Dashboard) -> web.StreamResponse:
-    rows = await dash.call("dashboard approvals", queries.pending_approvals)
-    return dash.render(request, "approvals.html", title="Approvals", approvals=rows)
+_lanes = _listing("lanes", "Lanes", queries.lanes)
+_routines = _listing("routines", "Routines", queries.routines)
+_loops = _listing("loops", "Loops", queries.loops)
+_runs = _listing("runs", "Topology runs", queries.runs)
+_approvals = _listing("approvals", "Approvals", queries.pending_approvals)
+_loop = _detail(
+    "loop",
+    "loop",
+    queries.loop,
+    queries.iterations,
+    lambda key, row, chain: {"title": f"Loop {row['title'] or key}", "loop": row, "chain": chain},
+)
+_run = _detail(
+    "run",
+    "topology run",
+    queries.run,
+    queries.run_nodes,
+    lambda key, row, nodes: {
+        "title": f"Run {key}",
+        "run": row,
+        "nodes": {n["node"]: n for n in nodes},
+        "layout": graph.layout(row["graph"]),
+    },
+)
+_job = _detail(
+    "job",
+    "job",
+    queries.job,
+    queries.job_runs,
+    lambda key, row, runs: {"title": f"Job {key}", "job": row, "runs": runs},
+)
 
 
 @_page
@@ -273,7 +284,7 @@ async def _decide(request: web.Request, dash: Dashboard) -> web.StreamResponse:
     try:
         await dash.call(
             "dashboard decide",
-            lambda c: queries.decide(c, key, decision == "approve", who, note_text),
+            lambda c: approvals.decide(c, key, decision == "approve", who, note_text),
         )
     except psycopg.Error as exc:
         status = {SqlState.NOT_FOUND: 404, SqlState.INVALID_STATE: 409}.get(exc.sqlstate or "", 0)
@@ -296,19 +307,6 @@ async def _decide(request: web.Request, dash: Dashboard) -> web.StreamResponse:
         else "/approvals"
     )
     raise web.HTTPSeeOther(target)
-
-
-@_page
-async def _job(request: web.Request, dash: Dashboard) -> web.StreamResponse:
-    key = _key(request)
-
-    async def read(conn: psycopg.AsyncConnection) -> tuple[Any, list[Any]]:
-        return await queries.job(conn, key), await queries.job_runs(conn, key)
-
-    row, runs = await dash.call("dashboard job", read)
-    if row is None:
-        return _not_found(request, dash, "job", key)
-    return dash.render(request, "job.html", title=f"Job {key}", job=row, runs=runs)
 
 
 async def _login_form(request: web.Request) -> web.StreamResponse:

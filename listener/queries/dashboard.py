@@ -1,10 +1,12 @@
-"""The dashboard's reads and its one write, each a single statement.
+"""The dashboard's reads (listener/web/dashboard/pages.py), each a single statement.
+
+Its one write, deciding an approval, is listener/queries/approvals.py, which the
+command line's approve and reject run too.
 
 Guarantees: pages read the operator views (job_queue's table, governor_usage,
 routine_status, loop_status, topology_node_status) and the tables behind them
 by key or with a LIMIT, so a page costs a bounded read however large the
-queue grows; the only write is decide_approval, which holds every rule of a
-decision (who may, whether it still can) in SQL.
+queue grows.
 """
 
 from __future__ import annotations
@@ -183,13 +185,4 @@ async def job_runs(conn: psycopg.AsyncConnection, job_id: UUID) -> list[Row]:
         "       left(r.final_message, 20000) as final_message, left(r.error, 2000) as error "
         "from ceaseless.agent_run r where r.job_id = %s order by r.started_at",
         (job_id,),
-    )
-
-
-async def decide(
-    conn: psycopg.AsyncConnection, approval_id: UUID, approve: bool, who: str, note: str | None
-) -> None:
-    """decide_approval, committed; its CE404 / CE409 / CE422 propagate as psycopg errors."""
-    await conn.execute(
-        "select ceaseless.decide_approval(%s, %s, %s, %s)", (approval_id, approve, who, note)
     )
