@@ -36,6 +36,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from listener import pids
 from listener.agents.reaper import CGROUP_PREFIX
 
 CONTAINMENT_VAR = "CEASELESS_AGENT_CONTAINMENT"
@@ -157,19 +158,9 @@ def _end_stale(base: str) -> None:
             if not entry.name.startswith(CGROUP_PREFIX):
                 continue
             keeper = entry.name.removeprefix(CGROUP_PREFIX)
-            if not keeper.isdigit() or _alive(int(keeper)):
+            if not keeper.isdigit() or pids.exists(int(keeper)):
                 continue
             with contextlib.suppress(OSError):
                 with open(os.path.join(entry.path, "cgroup.kill"), "w") as f:
                     f.write("1")
                 os.rmdir(entry.path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -46,6 +46,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable
 
+from listener import pids
 from listener.agents.base import (
     AgentAdapter,
     AgentConfig,
@@ -435,7 +436,7 @@ def _group_alive(pgid: int) -> bool:
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return _group_signalable(pgid)
+        return pids.exists(pgid, group=True)
     return any(e.isdigit() and _proc_group_state(e) == (pgid, True) for e in entries)
 
 
@@ -451,16 +452,6 @@ def _proc_group_state(pid: str) -> tuple[int, bool] | None:
     if len(fields) < 3:
         return None
     return int(fields[2]), fields[0] not in (b"Z", b"X")
-
-
-def _group_signalable(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 async def _finish_io(tasks: list[asyncio.Task[None]]) -> None:

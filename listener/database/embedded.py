@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
+from listener import pids
+
 SERVICE_USER = "ceaseless"
 DATABASE = "ceaseless"
 # Linux caps a Unix socket path at 107 bytes; PostgreSQL adds /.s.PGSQL.5432.
@@ -164,7 +166,7 @@ class EmbeddedServer:
         pid = self._pid_from_file()
         if pid is None:
             return ServerState(False, None, f"stopped (data directory {self.data_dir})")
-        if not _process_alive(pid):
+        if not pids.exists(pid):
             return ServerState(
                 False,
                 pid,
@@ -253,7 +255,7 @@ class EmbeddedServer:
     def kill(self) -> None:
         """Crash the server (SIGKILL to the postmaster): for chaos tests."""
         pid = self._pid_from_file()
-        if pid is not None and _process_alive(pid):
+        if pid is not None and pids.exists(pid):
             os.kill(pid, signal.SIGKILL)
 
     # -- internals --------------------------------------------------------
@@ -433,13 +435,3 @@ class EmbeddedServer:
                 f"could not {what} (exit {result.returncode}):\n{result.stdout.strip()}"
                 + (f"\nserver log ({self.log_file}):\n{log_tail}" if log_tail else "")
             )
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

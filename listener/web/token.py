@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from listener import pids
 from listener.database.embedded import default_home
 
 
@@ -115,7 +116,7 @@ def serving(home: Path | None = None) -> list[SignIn]:
     if not folder.is_dir():
         return []
     found = [_read(path) for path in sorted(folder.glob("*.json"))]
-    return sorted((e for e in found if e is not None and _alive(e.pid)), key=lambda e: e.url)
+    return sorted((e for e in found if e is not None and pids.exists(e.pid)), key=lambda e: e.url)
 
 
 def _read(path: Path) -> SignIn | None:
@@ -124,13 +125,3 @@ def _read(path: Path) -> SignIn | None:
         return SignIn(str(data["url"]), str(data["token"]), int(data["pid"]), data["worker"], path)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
