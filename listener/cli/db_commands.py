@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 import typer
 
@@ -28,22 +29,24 @@ def _embedded() -> EmbeddedServer:
     return EmbeddedServer(default_home())
 
 
+def _say(step: Callable[[EmbeddedServer], str]) -> None:
+    """Print what a step of the embedded server's lifecycle says, or its error."""
+    try:
+        typer.echo(step(_embedded()))
+    except EmbeddedError as exc:
+        raise fail(str(exc)) from None
+
+
 @app.command("start")
 def db_start() -> None:
     """Start the embedded PostgreSQL (reuses it when already running) and print its URL."""
-    try:
-        typer.echo(_embedded().start())
-    except EmbeddedError as exc:
-        raise fail(str(exc)) from None
+    _say(EmbeddedServer.start)
 
 
 @app.command("stop")
 def db_stop() -> None:
     """Stop the embedded PostgreSQL."""
-    try:
-        typer.echo(_embedded().stop())
-    except EmbeddedError as exc:
-        raise fail(str(exc)) from None
+    _say(EmbeddedServer.stop)
 
 
 @app.command("status")

@@ -18,12 +18,11 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-from itertools import groupby
 from typing import Any
 
 from listener import log
 from listener.database.pool import Database
-from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, Issue
+from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, Issue, per_repo
 from listener.forge.poller import utcnow
 from listener.forge.tokens import TokenSourceError, not_allowed_hint, tokens_for
 from listener.queries import forge_loops as queries
@@ -49,20 +48,19 @@ async def create_children(
         "child_issues_due", lambda c: queries.child_issues_due(c, utcnow(), limit)
     )
 
-    def where(child: DueChild) -> tuple[str, str, str, str]:
-        return (child.forge, child.api_url, child.owner, child.repo)
-
     # A plan's children are created in the order the plan listed them.
-    ordered = sorted(due, key=lambda child: (where(child), str(child.plan_job_id), child.position))
-    batches = [list(rows) for _, rows in groupby(ordered, key=where)]
-    results = await asyncio.gather(
-        *(_create_in_repo(database, token_source, batch, timeout) for batch in batches)
+    ordered = sorted(due, key=lambda child: (str(child.plan_job_id), child.position))
+    return await per_repo(
+        ordered, lambda repo, batch: _create_in_repo(database, token_source, repo, batch, timeout)
     )
-    return sum(results)
 
 
 async def _create_in_repo(
-    database: Database, token_source: dict[str, Any], children: list[DueChild], timeout: float
+    database: Database,
+    token_source: dict[str, Any],
+    forge: ForgeRepo,
+    children: list[DueChild],
+    timeout: float,
 ) -> int:
     first = children[0]
     # Creating an issue takes the runner's identity, and a repo not allowed it
@@ -79,7 +77,6 @@ async def _create_in_repo(
             await _failed(database, child, problem)
         return 0
     recorded = 0
-    forge = ForgeRepo(first.forge, first.api_url, first.owner, first.repo)
     async with ForgeClient(forge, tokens.runner, timeout=timeout) as client:
         for child in children:
             try:

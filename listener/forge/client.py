@@ -24,14 +24,15 @@ Guarantees:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
@@ -63,6 +64,31 @@ class ForgeRepo:
     api_url: str
     owner: str
     repo: str
+
+
+class InRepo(Protocol):
+    """A row that names its repository (a due label change, a due child issue)."""
+
+    @property
+    def forge(self) -> str: ...
+    @property
+    def api_url(self) -> str: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def repo(self) -> str: ...
+
+
+R = TypeVar("R", bound=InRepo)
+
+
+async def per_repo(rows: Iterable[R], work: Callable[[ForgeRepo, list[R]], Awaitable[int]]) -> int:
+    """Run `work` once per repository on its rows, in the order given, every repository at
+    once (one client, one identity each); the sum of what each returned."""
+    batches: dict[ForgeRepo, list[R]] = {}
+    for row in rows:
+        batches.setdefault(ForgeRepo(row.forge, row.api_url, row.owner, row.repo), []).append(row)
+    return sum(await asyncio.gather(*(work(repo, batch) for repo, batch in batches.items())))
 
 
 class ForgeError(Exception):

@@ -20,12 +20,11 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-from itertools import groupby
 from typing import Any
 
 from listener import log
 from listener.database.pool import Database
-from listener.forge.client import ForgeClient, ForgeError, ForgeRepo
+from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, per_repo
 from listener.forge.poller import utcnow
 from listener.forge.tokens import TokenSourceError, not_allowed_hint, tokens_for
 from listener.queries import forge_loops as queries
@@ -43,19 +42,17 @@ async def sync_labels(
 ) -> int:
     """Mirror up to `limit` due label changes; returns how many the forge took."""
     changes = await database.once("labels_due", lambda c: queries.labels_due(c, utcnow(), limit))
-
-    def where(change: LabelChange) -> tuple[str, str, str, str]:
-        return (change.forge, change.api_url, change.owner, change.repo)
-
-    batches = [list(rows) for _, rows in groupby(sorted(changes, key=where), key=where)]
-    results = await asyncio.gather(
-        *(_sync_repo(database, token_source, batch, timeout) for batch in batches)
+    return await per_repo(
+        changes, lambda repo, batch: _sync_repo(database, token_source, repo, batch, timeout)
     )
-    return sum(results)
 
 
 async def _sync_repo(
-    database: Database, token_source: dict[str, Any], changes: list[LabelChange], timeout: float
+    database: Database,
+    token_source: dict[str, Any],
+    forge: ForgeRepo,
+    changes: list[LabelChange],
+    timeout: float,
 ) -> int:
     first = changes[0]
     synced = 0
@@ -75,7 +72,6 @@ async def _sync_repo(
         for change in changes:
             await _failed(database, change, problem)
         return 0
-    forge = ForgeRepo(first.forge, first.api_url, first.owner, first.repo)
     async with ForgeClient(forge, tokens.labels, timeout=timeout) as client:
         for change in changes:
             error: str | None = None
