@@ -11,11 +11,13 @@ queue grows.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, LiteralString
 from uuid import UUID
 
 import psycopg
 from psycopg.rows import dict_row
+
+from listener.queries import fetch
 
 Row = dict[str, Any]
 
@@ -24,16 +26,15 @@ PAGE_ROWS = 200
 
 
 async def _rows(
-    conn: psycopg.AsyncConnection, query: str, params: tuple[Any, ...] = ()
+    conn: psycopg.AsyncConnection, query: LiteralString, params: tuple[Any, ...] = ()
 ) -> list[Row]:
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)  # type: ignore[arg-type]
-        return await cur.fetchall()
+    return await fetch.rows(conn, dict_row, query, params)
 
 
-async def _row(conn: psycopg.AsyncConnection, query: str, params: tuple[Any, ...]) -> Row | None:
-    rows = await _rows(conn, query, params)
-    return rows[0] if rows else None
+async def _row(
+    conn: psycopg.AsyncConnection, query: LiteralString, params: tuple[Any, ...]
+) -> Row | None:
+    return await fetch.row(conn, dict_row, query, params)
 
 
 # The queue page: job_created_idx (db/0024) walked backwards, stopping at the
@@ -53,11 +54,9 @@ async def jobs(
     conn: psycopg.AsyncConnection, state: str | None, lane: str | None, kind: str | None
 ) -> list[Row]:
     """The newest jobs matching every filter given (NULL: any)."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(
-            JOBS_SQL, {"state": state, "lane": lane, "kind": kind, "limit": PAGE_ROWS}
-        )
-        return await cur.fetchall()
+    return await fetch.rows(
+        conn, dict_row, JOBS_SQL, {"state": state, "lane": lane, "kind": kind, "limit": PAGE_ROWS}
+    )
 
 
 async def live_counts(conn: psycopg.AsyncConnection) -> list[Row]:

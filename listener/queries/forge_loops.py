@@ -19,8 +19,10 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import class_row
+from psycopg.rows import args_row, class_row
 from psycopg.types.json import Jsonb
+
+from listener.queries import fetch
 
 
 @dataclass(frozen=True)
@@ -91,22 +93,22 @@ class DueChild:
 
 
 async def due_repos(conn: psycopg.AsyncConnection, now: datetime, limit: int) -> list[TrackedRepo]:
-    async with conn.cursor(row_factory=class_row(TrackedRepo)) as cur:
-        await cur.execute(
-            f"select {_REPO_COLUMNS} from ceaseless.due_repos(%s, %s)",
-            (now, limit),
-        )
-        return await cur.fetchall()
+    return await fetch.rows(
+        conn,
+        class_row(TrackedRepo),
+        f"select {_REPO_COLUMNS} from ceaseless.due_repos(%s, %s)",
+        (now, limit),
+    )
 
 
 async def tracked_repo(conn: psycopg.AsyncConnection, repo_id: UUID) -> TrackedRepo | None:
     """One tracked repo by id, due or not (`ceaseless repo poll`)."""
-    async with conn.cursor(row_factory=class_row(TrackedRepo)) as cur:
-        await cur.execute(
-            f"select {_REPO_COLUMNS} from ceaseless.tracked_repo where id = %s",
-            (repo_id,),
-        )
-        return await cur.fetchone()
+    return await fetch.row(
+        conn,
+        class_row(TrackedRepo),
+        f"select {_REPO_COLUMNS} from ceaseless.tracked_repo where id = %s",
+        (repo_id,),
+    )
 
 
 async def ingest_issues(
@@ -116,11 +118,12 @@ async def ingest_issues(
     now: datetime,
 ) -> list[Decision]:
     """Hand the listing to the database; None (a 304) means the cached listing stands."""
-    cur = await conn.execute(
+    return await fetch.rows(
+        conn,
+        args_row(Decision),
         "select number, kind, label, decision, job_id from ceaseless.ingest_issues(%s, %s, %s)",
         (repo_id, None if issues is None else Jsonb(issues), now),
     )
-    return [Decision(*row) for row in await cur.fetchall()]
 
 
 async def note_labellers(
@@ -130,11 +133,12 @@ async def note_labellers(
     now: datetime,
 ) -> list[Decision]:
     """Who added each work label, {"42": {"ceaseless:plan": "alice"}}; same answer as ingest."""
-    cur = await conn.execute(
+    return await fetch.rows(
+        conn,
+        args_row(Decision),
         "select number, kind, label, decision, job_id from ceaseless.note_labellers(%s, %s, %s)",
         (repo_id, Jsonb(labellers), now),
     )
-    return [Decision(*row) for row in await cur.fetchall()]
 
 
 async def finish_repo_poll(
@@ -146,32 +150,29 @@ async def finish_repo_poll(
     next_poll_at: datetime | None,
 ) -> datetime:
     """Record the poll's end; returns the repo's next poll."""
-    cur = await conn.execute(
+    return await fetch.value(
+        conn,
         "select ceaseless.finish_repo_poll(%s, %s, %s, %s, %s)",
         (repo_id, now, etag, error, next_poll_at),
     )
-    row = await cur.fetchone()
-    assert row is not None
-    return row[0]
 
 
 async def token_source(conn: psycopg.AsyncConnection) -> dict[str, Any]:
     """The forge_token_source setting: names of variables and a file path, never a token."""
-    cur = await conn.execute(
-        "select value from ceaseless.settings where key = 'forge_token_source'"
+    source = await fetch.value(
+        conn, "select value from ceaseless.settings where key = 'forge_token_source'"
     )
-    row = await cur.fetchone()
-    return dict(row[0]) if row and isinstance(row[0], dict) else {}
+    return dict(source) if isinstance(source, dict) else {}
 
 
 async def labels_due(conn: psycopg.AsyncConnection, now: datetime, limit: int) -> list[LabelChange]:
-    async with conn.cursor(row_factory=class_row(LabelChange)) as cur:
-        await cur.execute(
-            "select job_id, forge, api_url, owner, repo, number, add_label, remove_label, "
-            "job_updated_at, tokens_allowed from ceaseless.labels_due(%s, %s)",
-            (limit, now),
-        )
-        return await cur.fetchall()
+    return await fetch.rows(
+        conn,
+        class_row(LabelChange),
+        "select job_id, forge, api_url, owner, repo, number, add_label, remove_label, "
+        "job_updated_at, tokens_allowed from ceaseless.labels_due(%s, %s)",
+        (limit, now),
+    )
 
 
 async def labels_synced(
@@ -190,47 +191,41 @@ async def labels_sync_failed(
     conn: psycopg.AsyncConnection, job_id: UUID, error: str, now: datetime
 ) -> datetime | None:
     """Record a failed sync; returns when it is tried again."""
-    cur = await conn.execute(
-        "select ceaseless.labels_sync_failed(%s, %s, %s)", (job_id, error, now)
+    return await fetch.value(
+        conn, "select ceaseless.labels_sync_failed(%s, %s, %s)", (job_id, error, now)
     )
-    row = await cur.fetchone()
-    return row[0] if row else None
 
 
 async def child_issues_due(
     conn: psycopg.AsyncConnection, now: datetime, limit: int
 ) -> list[DueChild]:
-    async with conn.cursor(row_factory=class_row(DueChild)) as cur:
-        await cur.execute(
-            "select c.id, c.plan_job_id, c.repo_id, c.parent_number, c.key, c.position, c.title, "
-            "c.body, "
-            "c.marker, c.attempts, r.forge, r.api_url, r.owner, r.repo, r.tokens_allowed "
-            "from ceaseless.child_issues_due(%s, %s) c "
-            "join ceaseless.tracked_repo r on r.id = c.repo_id "
-            "order by c.plan_job_id, c.position",
-            (limit, now),
-        )
-        return await cur.fetchall()
+    return await fetch.rows(
+        conn,
+        class_row(DueChild),
+        "select c.id, c.plan_job_id, c.repo_id, c.parent_number, c.key, c.position, c.title, "
+        "c.body, c.marker, c.attempts, r.forge, r.api_url, r.owner, r.repo, r.tokens_allowed "
+        "from ceaseless.child_issues_due(%s, %s) c "
+        "join ceaseless.tracked_repo r on r.id = c.repo_id "
+        "order by c.plan_job_id, c.position",
+        (limit, now),
+    )
 
 
 async def record_child_issue(
     conn: psycopg.AsyncConnection, child_id: UUID, number: int, html_url: str, now: datetime
 ) -> UUID:
     """The issue exists on the forge; returns the implement job the database enqueued."""
-    cur = await conn.execute(
-        "select ceaseless.record_child_issue(%s, %s, %s, %s)", (child_id, number, html_url, now)
+    return await fetch.value(
+        conn,
+        "select ceaseless.record_child_issue(%s, %s, %s, %s)",
+        (child_id, number, html_url, now),
     )
-    row = await cur.fetchone()
-    assert row is not None
-    return row[0]
 
 
 async def child_issue_failed(
     conn: psycopg.AsyncConnection, child_id: UUID, error: str, now: datetime
 ) -> datetime | None:
     """Record a failed attempt; returns when the next one is due."""
-    cur = await conn.execute(
-        "select ceaseless.child_issue_failed(%s, %s, %s)", (child_id, error, now)
+    return await fetch.value(
+        conn, "select ceaseless.child_issue_failed(%s, %s, %s)", (child_id, error, now)
     )
-    row = await cur.fetchone()
-    return row[0] if row else None

@@ -17,6 +17,8 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import args_row
 
+from listener.queries import fetch
+
 
 class ForgeRunContext(NamedTuple):
     """The job's issue reference, its tracked repo (None: none of its owner's), the settings."""
@@ -36,20 +38,20 @@ class ForgeRunContext(NamedTuple):
 
 
 async def forge_run_context(conn: psycopg.AsyncConnection, job_id: UUID) -> ForgeRunContext | None:
-    async with conn.cursor(row_factory=args_row(ForgeRunContext)) as cur:
-        await cur.execute(
-            "select j.forge, j.owner, j.repo, j.number, j.user_id, "
-            "       r.id, r.api_url, r.clone_url, r.default_branch, "
-            "       (select value from ceaseless.settings where key = 'forge_token_source'), "
-            "       coalesce((select value = 'true'::jsonb from ceaseless.settings "
-            "                  where key = 'forge_keep_failed_workspaces'), false), "
-            "       coalesce(r.tokens_allowed, false) "
-            "  from ceaseless.job j "
-            # The unique (forge, owner, repo) of tracked_repo, owned by the job's owner.
-            "  left join ceaseless.tracked_repo r "
-            "         on r.forge = j.forge and r.owner = j.owner and r.repo = j.repo "
-            "        and r.user_id = j.user_id "
-            " where j.id = %s",
-            (job_id,),
-        )
-        return await cur.fetchone()
+    return await fetch.row(
+        conn,
+        args_row(ForgeRunContext),
+        "select j.forge, j.owner, j.repo, j.number, j.user_id, "
+        "       r.id, r.api_url, r.clone_url, r.default_branch, "
+        "       (select value from ceaseless.settings where key = 'forge_token_source'), "
+        "       coalesce((select value = 'true'::jsonb from ceaseless.settings "
+        "                  where key = 'forge_keep_failed_workspaces'), false), "
+        "       coalesce(r.tokens_allowed, false) "
+        "  from ceaseless.job j "
+        # The unique (forge, owner, repo) of tracked_repo, owned by the job's owner.
+        "  left join ceaseless.tracked_repo r "
+        "         on r.forge = j.forge and r.owner = j.owner and r.repo = j.repo "
+        "        and r.user_id = j.user_id "
+        " where j.id = %s",
+        (job_id,),
+    )

@@ -15,6 +15,7 @@ import psycopg
 from psycopg.rows import args_row
 
 from listener.agents.base import RunResult, storable
+from listener.queries import fetch
 
 
 class ClaimedJob(NamedTuple):
@@ -83,13 +84,13 @@ async def claim_and_start(
     agents: list[str] | None,
     lease_secs: int,
 ) -> list[ClaimedJob]:
-    async with conn.cursor(row_factory=args_row(ClaimedJob)) as cur:
-        await cur.execute(
-            "select id, kind, agent, prompt, payload, max_turns, resume_session_id, attempts, "
-            "run_id from ceaseless.claim_jobs(%s, %s, %s, %s, now(), %s, true)",
-            (worker, limit, kinds, agents, lease_secs),
-        )
-        return await cur.fetchall()
+    return await fetch.rows(
+        conn,
+        args_row(ClaimedJob),
+        "select id, kind, agent, prompt, payload, max_turns, resume_session_id, attempts, "
+        "run_id from ceaseless.claim_jobs(%s, %s, %s, %s, now(), %s, true)",
+        (worker, limit, kinds, agents, lease_secs),
+    )
 
 
 class Finished(NamedTuple):
@@ -106,25 +107,25 @@ async def finish_runs(
     conn: psycopg.AsyncConnection, worker: str, runs: list[FinishedRun]
 ) -> list[Finished]:
     payload = json.dumps([run.as_json() for run in runs])
-    async with conn.cursor(row_factory=args_row(Finished)) as cur:
-        await cur.execute(
-            "select run_id, job_id, job_state, recorded, refusal "
-            "from ceaseless.finish_runs(%s, %s::jsonb)",
-            (worker, payload),
-        )
-        return await cur.fetchall()
+    return await fetch.rows(
+        conn,
+        args_row(Finished),
+        "select run_id, job_id, job_state, recorded, refusal "
+        "from ceaseless.finish_runs(%s, %s::jsonb)",
+        (worker, payload),
+    )
 
 
 async def note_sessions(
     conn: psycopg.AsyncConnection, worker: str, sessions: dict[UUID, str]
 ) -> int:
     """Store the session each run reported at its start (see note_sessions in SQL)."""
-    cur = await conn.execute(
+    noted = await fetch.value(
+        conn,
         "select ceaseless.note_sessions(%s, %s, %s)",
         (worker, list(sessions), list(sessions.values())),
     )
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    return int(noted or 0)
 
 
 class LeaseRenewal(NamedTuple):
@@ -136,24 +137,21 @@ class LeaseRenewal(NamedTuple):
 async def extend_leases(
     conn: psycopg.AsyncConnection, worker: str, job_ids: list[UUID], lease_secs: int
 ) -> list[LeaseRenewal]:
-    async with conn.cursor(row_factory=args_row(LeaseRenewal)) as cur:
-        await cur.execute(
-            "select job_id, held, renewed from ceaseless.extend_leases(%s, %s, now(), %s)",
-            (worker, job_ids, lease_secs),
-        )
-        return await cur.fetchall()
+    return await fetch.rows(
+        conn,
+        args_row(LeaseRenewal),
+        "select job_id, held, renewed from ceaseless.extend_leases(%s, %s, now(), %s)",
+        (worker, job_ids, lease_secs),
+    )
 
 
 async def expire_leases(conn: psycopg.AsyncConnection) -> int:
-    cur = await conn.execute("select ceaseless.expire_leases()")
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    return int(await fetch.value(conn, "select ceaseless.expire_leases()") or 0)
 
 
 async def release_jobs(conn: psycopg.AsyncConnection, worker: str, job_ids: list[UUID]) -> int:
-    cur = await conn.execute("select ceaseless.release_jobs(%s, %s)", (worker, job_ids))
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    released = await fetch.value(conn, "select ceaseless.release_jobs(%s, %s)", (worker, job_ids))
+    return int(released or 0)
 
 
 async def held_jobs(conn: psycopg.AsyncConnection, worker: str) -> list[UUID]:

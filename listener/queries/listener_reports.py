@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import psycopg
 
+from listener.queries import fetch
+
 # system_user (the authentication method and identity) exists from PostgreSQL 16.
 _SYSTEM_USER_SINCE = 160000
 
@@ -36,9 +38,7 @@ async def db_auth(conn: psycopg.AsyncConnection) -> str:
     a session without a password may be trust or peer, ident, cert: unknown.
     """
     if conn.info.server_version >= _SYSTEM_USER_SINCE:
-        cur = await conn.execute("select split_part(system_user, ':', 1)")
-        row = await cur.fetchone()
-        method = row[0] if row else None
+        method = await fetch.value(conn, "select split_part(system_user, ':', 1)")
         if method:
             return "password" if conn.pgconn.used_password else str(method)
         return "trust"
@@ -47,7 +47,8 @@ async def db_auth(conn: psycopg.AsyncConnection) -> str:
 
 async def report(conn: psycopg.AsyncConnection, r: Report) -> str | None:
     """Write the report; the warning its db_auth calls for (_db_auth_warning), or None."""
-    cur = await conn.execute(
+    return await fetch.value(
+        conn,
         "insert into ceaseless.listener_reports (worker, host, pid, sandbox, agent_user, "
         "isolation_warning, db_auth, http) values (%s, %s, %s, %s, %s, left(%s, 2000), %s, %s) "
         "on conflict (worker) do update set started_at = now(), host = excluded.host, "
@@ -65,8 +66,6 @@ async def report(conn: psycopg.AsyncConnection, r: Report) -> str | None:
             r.http,
         ),
     )
-    row = await cur.fetchone()
-    return row[0] if row else None
 
 
 async def withdraw(conn: psycopg.AsyncConnection, worker: str) -> None:

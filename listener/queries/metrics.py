@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.rows import class_row
+
+from listener.queries import fetch
 
 
 @dataclass(frozen=True)
@@ -26,13 +29,12 @@ class Sample:
 
 
 async def snapshot(conn: psycopg.AsyncConnection) -> list[Sample]:
-    cur = await conn.execute(
-        "select family, kind, help, sample, labels, value from ceaseless.metrics_snapshot()"
+    return await fetch.rows(
+        conn,
+        class_row(Sample),
+        "select family, kind, help, sample, labels, value from ceaseless.metrics_snapshot()",
     )
-    return [Sample(*row) for row in await cur.fetchall()]
 
 
 async def fold(conn: psycopg.AsyncConnection) -> int:
-    cur = await conn.execute("select ceaseless._metrics_fold()")
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    return int(await fetch.value(conn, "select ceaseless._metrics_fold()") or 0)

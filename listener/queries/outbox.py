@@ -16,6 +16,8 @@ import psycopg
 from psycopg.rows import args_row, class_row
 from psycopg.types.json import Jsonb
 
+from listener.queries import fetch
+
 
 @dataclass(frozen=True)
 class ClaimedNotification:
@@ -50,18 +52,21 @@ class Settled(NamedTuple):
 async def claim(
     conn: psycopg.AsyncConnection, worker: str, limit: int
 ) -> list[ClaimedNotification]:
-    async with conn.cursor(row_factory=class_row(ClaimedNotification)) as cur:
-        await cur.execute("select * from ceaseless.claim_notifications(%s, %s)", (worker, limit))
-        return await cur.fetchall()
+    return await fetch.rows(
+        conn,
+        class_row(ClaimedNotification),
+        "select * from ceaseless.claim_notifications(%s, %s)",
+        (worker, limit),
+    )
 
 
 async def finish(
     conn: psycopg.AsyncConnection, worker: str, results: list[dict[str, Any]]
 ) -> list[Settled]:
-    async with conn.cursor(row_factory=args_row(Settled)) as cur:
-        await cur.execute(
-            "select id, status, attempts, next_attempt_at, last_error "
-            "from ceaseless.finish_notifications(%s, %s)",
-            (worker, Jsonb(results)),
-        )
-        return await cur.fetchall()
+    return await fetch.rows(
+        conn,
+        args_row(Settled),
+        "select id, status, attempts, next_attempt_at, last_error "
+        "from ceaseless.finish_notifications(%s, %s)",
+        (worker, Jsonb(results)),
+    )

@@ -10,6 +10,7 @@ import psycopg
 
 from listener.agents.base import AgentConfig
 from listener.enums import Adapter
+from listener.queries import fetch
 
 
 async def load_agents(conn: psycopg.AsyncConnection) -> dict[str, AgentConfig]:
@@ -45,7 +46,6 @@ async def load_agents(conn: psycopg.AsyncConnection) -> dict[str, AgentConfig]:
 
 async def setting_int(conn: psycopg.AsyncConnection, key: str) -> int:
     """An integer policy from ceaseless.settings (lease_secs, webhook_max_body_bytes, …)."""
-    cur = await conn.execute("select ceaseless._setting_int(%s)", (key,))
-    row = await cur.fetchone()
-    assert row is not None and row[0] is not None, "_setting_int raises rather than return NULL"
-    return int(row[0])
+    value = await fetch.value(conn, "select ceaseless._setting_int(%s)", (key,))
+    assert value is not None, "_setting_int raises rather than return NULL"
+    return int(value)

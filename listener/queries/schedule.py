@@ -17,6 +17,8 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import args_row
 
+from listener.queries import fetch
+
 
 class Unscheduled(NamedTuple):
     """A routine or loop waiting for its next slot."""
@@ -38,17 +40,19 @@ class Due(NamedTuple):
 
 
 async def unscheduled(conn: psycopg.AsyncConnection, ids: list[UUID] | None) -> list[Unscheduled]:
-    async with conn.cursor(row_factory=args_row(Unscheduled)) as cur:
-        await cur.execute(
-            "select kind, id, schedule, timezone from ceaseless.unscheduled_schedules(%s)", (ids,)
-        )
-        return await cur.fetchall()
+    return await fetch.rows(
+        conn,
+        args_row(Unscheduled),
+        "select kind, id, schedule, timezone from ceaseless.unscheduled_schedules(%s)",
+        (ids,),
+    )
 
 
 async def set_next_fires(
     conn: psycopg.AsyncConnection, rows: list[Unscheduled], nexts: list[datetime]
 ) -> int:
-    cur = await conn.execute(
+    count = await fetch.value(
+        conn,
         "select ceaseless.set_next_fires(%s, %s, %s, %s, %s)",
         (
             [r.kind for r in rows],
@@ -58,8 +62,7 @@ async def set_next_fires(
             nexts,
         ),
     )
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    return int(count or 0)
 
 
 async def disable(conn: psycopg.AsyncConnection, kind: str, row_id: UUID, error: str) -> None:
@@ -68,13 +71,12 @@ async def disable(conn: psycopg.AsyncConnection, kind: str, row_id: UUID, error:
 
 async def lock_due(conn: psycopg.AsyncConnection, now: datetime, limit: int) -> list[Due]:
     """Rows due at `now` (one kind per batch), locked until the caller's transaction ends."""
-    async with conn.cursor(row_factory=args_row(Due)) as cur:
-        await cur.execute(
-            "select kind, id, schedule, timezone, next_fire_at "
-            "from ceaseless.due_schedules(%s, %s)",
-            (now, limit),
-        )
-        return await cur.fetchall()
+    return await fetch.rows(
+        conn,
+        args_row(Due),
+        "select kind, id, schedule, timezone, next_fire_at from ceaseless.due_schedules(%s, %s)",
+        (now, limit),
+    )
 
 
 async def fire(
@@ -93,6 +95,4 @@ async def fire(
 
 
 async def next_fire(conn: psycopg.AsyncConnection) -> datetime | None:
-    cur = await conn.execute("select ceaseless.next_schedule_fire()")
-    row = await cur.fetchone()
-    return row[0] if row else None
+    return await fetch.value(conn, "select ceaseless.next_schedule_fire()")

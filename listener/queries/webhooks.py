@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
+
+from listener.queries import fetch
 
 
 @dataclass(frozen=True)
@@ -25,29 +28,23 @@ class Received:
 
 
 async def token_pattern(conn: psycopg.AsyncConnection) -> str:
-    cur = await conn.execute("select ceaseless._webhook_token_pattern()")
-    row = await cur.fetchone()
-    assert row is not None
-    return str(row[0])
+    return str(await fetch.value(conn, "select ceaseless._webhook_token_pattern()"))
 
 
 async def header_names(conn: psycopg.AsyncConnection) -> frozenset[str]:
     """The request headers (lower case) the signature schemes read: the ingress passes these."""
-    cur = await conn.execute("select ceaseless._webhook_header_names()")
-    row = await cur.fetchone()
-    assert row is not None
-    return frozenset(row[0])
+    return frozenset(await fetch.value(conn, "select ceaseless._webhook_header_names()"))
 
 
 async def receive(
     conn: psycopg.AsyncConnection, path: str, body: bytes, headers: dict[str, str]
 ) -> Received:
     """Verify under the target's scheme and fire; `headers` maps lower-case names to values."""
-    cur = await conn.execute(
+    (received,) = await fetch.rows(
+        conn,
+        class_row(Received),
         "select run_id, refused_sqlstate, refused_message"
         " from ceaseless._receive_webhook(%s, %s, %s)",
         (path, body, Jsonb(headers)),
     )
-    row = await cur.fetchone()
-    assert row is not None, "_receive_webhook returns one row or raises"
-    return Received(*row)
+    return received
