@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -107,6 +108,58 @@ class OutputParser(Protocol):
     def feed(self, line: bytes) -> None: ...
 
     def finish(self, exit_status: int | None, stderr_tail: str) -> RunResult: ...
+
+
+class StreamParser:
+    """What the parsers of a JSON event stream (Claude Code's, opencode's) share: the session,
+    model, billing and usage they tally as the agent reports them, and the RunResult they make.
+
+    A subclass reads its events in `feed` and says in `_outcome` how the run ended and in
+    `_final_message` what the agent answered; `finish` puts the rest together, so every
+    adapter reports the same fields the same way.
+    """
+
+    def __init__(self, now: Callable[[], datetime] | None = None) -> None:
+        self._now = now or (lambda: datetime.now(UTC))
+        self._session_id: str | None = None
+        self._model: str | None = None
+        self._billing = Billing.UNKNOWN
+        self._tokens_in: int | None = None
+        self._tokens_out: int | None = None
+        self._cost_usd: float | None = None
+        self._num_turns: int | None = None
+
+    @property
+    def session_id(self) -> str | None:
+        return self._session_id
+
+    def finish(self, exit_status: int | None, stderr_tail: str) -> RunResult:
+        outcome, error, reset_at = self._outcome(exit_status, stderr_tail)
+        final = self._final_message()
+        return RunResult(
+            outcome=outcome,
+            exit_status=exit_status,
+            final_message=final,
+            session_id=self._session_id,
+            billing=self._billing,
+            model=self._model,
+            tokens_in=self._tokens_in,
+            tokens_out=self._tokens_out,
+            cost_usd=self._cost_usd,
+            num_turns=self._num_turns,
+            rate_limit_reset_at=reset_at,
+            error=error,
+            pull_request=find_pull_request(final),
+        )
+
+    def _outcome(
+        self, exit_status: int | None, stderr_tail: str
+    ) -> tuple[Outcome, str | None, datetime | None]:
+        """How the run ended: its outcome, its error, and when a rate limit resets."""
+        raise NotImplementedError
+
+    def _final_message(self) -> str | None:
+        raise NotImplementedError
 
 
 class AgentAdapter(Protocol):

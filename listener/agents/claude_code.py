@@ -21,10 +21,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from listener.agents.base import (
     AgentConfig,
-    RunResult,
+    StreamParser,
     Task,
     decode_json_object,
-    find_pull_request,
     json_count,
     json_number,
     json_str,
@@ -94,28 +93,17 @@ class _ResultLine:
     errors: list[str]
 
 
-class ClaudeStreamParser:
+class ClaudeStreamParser(StreamParser):
     """Reads Claude Code's stream-json output; see the module docstring."""
 
     def __init__(self, now: Callable[[], datetime] | None = None) -> None:
-        self._now = now or (lambda: datetime.now(UTC))
-        self._session_id: str | None = None
-        self._model: str | None = None
-        self._billing = Billing.UNKNOWN
+        super().__init__(now)
         self._assistant_text: str | None = None
         # `error` of the latest assistant message when it was an API error, e.g. "rate_limit".
         self._api_error: str | None = None
         self._limit_rejected = False
         self._limit_reset: datetime | None = None
         self._result: _ResultLine | None = None
-        self._tokens_in: int | None = None
-        self._tokens_out: int | None = None
-        self._cost_usd: float | None = None
-        self._num_turns: int | None = None
-
-    @property
-    def session_id(self) -> str | None:
-        return self._session_id
 
     def feed(self, line: bytes) -> None:
         event = decode_json_object(line)
@@ -131,24 +119,8 @@ class ClaudeStreamParser:
         elif kind == "result":
             self._on_result(event)
 
-    def finish(self, exit_status: int | None, stderr_tail: str) -> RunResult:
-        outcome, error, reset_at = self._outcome(exit_status, stderr_tail)
-        final = self._result.text if self._result else self._assistant_text
-        return RunResult(
-            outcome=outcome,
-            exit_status=exit_status,
-            final_message=final,
-            session_id=self._session_id,
-            billing=self._billing,
-            model=self._model,
-            tokens_in=self._tokens_in,
-            tokens_out=self._tokens_out,
-            cost_usd=self._cost_usd,
-            num_turns=self._num_turns,
-            rate_limit_reset_at=reset_at,
-            error=error,
-            pull_request=find_pull_request(final),
-        )
+    def _final_message(self) -> str | None:
+        return self._result.text if self._result else self._assistant_text
 
     def _on_init(self, event: dict[str, Any]) -> None:
         self._session_id = json_str(event.get("session_id")) or self._session_id

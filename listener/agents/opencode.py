@@ -22,11 +22,10 @@ from typing import Any
 
 from listener.agents.base import (
     AgentConfig,
-    RunResult,
+    StreamParser,
     Task,
     TextTail,
     decode_json_object,
-    find_pull_request,
     json_count,
     json_number,
     json_str,
@@ -83,25 +82,17 @@ class _Error:
     reset_at: datetime | None
 
 
-class OpencodeJsonParser:
+class OpencodeJsonParser(StreamParser):
     """Reads `opencode run --format json` events; see the module docstring."""
 
     def __init__(self, now: Callable[[], datetime] | None = None) -> None:
-        self._now = now or (lambda: datetime.now(UTC))
-        self._session_id: str | None = None
+        super().__init__(now)
         self._steps = 0
-        self._tokens_in: int | None = None
-        self._tokens_out: int | None = None
-        self._cost_usd: float | None = None
         self._last_reason: str | None = None
         self._step_text = TextTail()
         self._step_has_text = False
         self._answer: str | None = None
         self._error: _Error | None = None
-
-    @property
-    def session_id(self) -> str | None:
-        return self._session_id
 
     def feed(self, line: bytes) -> None:
         event = decode_json_object(line)
@@ -120,22 +111,8 @@ class OpencodeJsonParser:
         elif kind == "error":
             self._on_error(event.get("error"))
 
-    def finish(self, exit_status: int | None, stderr_tail: str) -> RunResult:
-        outcome, error, reset_at = self._outcome(exit_status, stderr_tail)
-        final = self._step_text.text() if self._step_has_text else self._answer
-        return RunResult(
-            outcome=outcome,
-            exit_status=exit_status,
-            final_message=final,
-            session_id=self._session_id,
-            tokens_in=self._tokens_in,
-            tokens_out=self._tokens_out,
-            cost_usd=self._cost_usd,
-            num_turns=self._steps or None,
-            rate_limit_reset_at=reset_at,
-            error=error,
-            pull_request=find_pull_request(final),
-        )
+    def _final_message(self) -> str | None:
+        return self._step_text.text() if self._step_has_text else self._answer
 
     def _on_text(self, part: dict[str, Any]) -> None:
         text = json_str(part.get("text"))
@@ -145,6 +122,8 @@ class OpencodeJsonParser:
 
     def _on_step_finish(self, part: dict[str, Any]) -> None:
         self._steps += 1
+        # opencode reports no turns: each step is one.
+        self._num_turns = self._steps
         self._last_reason = json_str(part.get("reason"))
         if self._step_has_text:
             self._answer = self._step_text.text()
