@@ -93,24 +93,20 @@ async def deliver_due(
         deadline,
     )
     sinks = {n.id: n.sink_name for n in to_deliver}
-    for id_, status, attempts, next_attempt_at, last_error in finished:
-        if status == "pending":
-            log.warning(
-                "notification.retry_scheduled",
-                id=str(id_),
-                sink=sinks.get(id_),
-                attempts=attempts,
-                next_attempt_at=next_attempt_at.isoformat(),
-                error=last_error,
-            )
-        elif status == "failed":
-            log.warning(
-                "notification.failed",
-                id=str(id_),
-                sink=sinks.get(id_),
-                attempts=attempts,
-                error=last_error,
-            )
+    for settled in finished:
+        if settled.status not in ("pending", "failed"):
+            continue
+        # A failed attempt: retried at next_attempt_at (pending), or given up (failed).
+        retried = settled.status == "pending"
+        when = {"next_attempt_at": settled.next_attempt_at.isoformat()} if retried else {}
+        log.warning(
+            "notification.retry_scheduled" if retried else "notification.failed",
+            id=str(settled.id),
+            sink=sinks.get(settled.id),
+            attempts=settled.attempts,
+            **when,
+            error=settled.last_error,
+        )
     return len(claimed)
 
 
