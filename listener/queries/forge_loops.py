@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import args_row, class_row
 from psycopg.types.json import Jsonb
 
@@ -118,12 +119,8 @@ async def ingest_issues(
     now: datetime,
 ) -> list[Decision]:
     """Hand the listing to the database; None (a 304) means the cached listing stands."""
-    return await fetch.rows(
-        conn,
-        args_row(Decision),
-        "select number, kind, label, decision, job_id from ceaseless.ingest_issues(%s, %s, %s)",
-        (repo_id, None if issues is None else Jsonb(issues), now),
-    )
+    listing = None if issues is None else Jsonb(issues)
+    return await _decisions(conn, "ingest_issues", repo_id, listing, now)
 
 
 async def note_labellers(
@@ -133,11 +130,20 @@ async def note_labellers(
     now: datetime,
 ) -> list[Decision]:
     """Who added each work label, {"42": {"ceaseless:plan": "alice"}}; same answer as ingest."""
+    return await _decisions(conn, "note_labellers", repo_id, Jsonb(labellers), now)
+
+
+async def _decisions(
+    conn: psycopg.AsyncConnection, function: str, repo_id: UUID, issues: Jsonb | None, now: datetime
+) -> list[Decision]:
+    """What each labelled issue became, as ingest_issues and note_labellers both answer."""
     return await fetch.rows(
         conn,
         args_row(Decision),
-        "select number, kind, label, decision, job_id from ceaseless.note_labellers(%s, %s, %s)",
-        (repo_id, Jsonb(labellers), now),
+        sql.SQL("select number, kind, label, decision, job_id from {}(%s, %s, %s)").format(
+            sql.Identifier("ceaseless", function)
+        ),
+        (repo_id, issues, now),
     )
 
 

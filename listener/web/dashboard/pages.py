@@ -234,37 +234,27 @@ def _detail(
     return serve
 
 
+def _loop_page(key: UUID, loop: Row, chain: list[Row]) -> dict[str, Any]:
+    return {"title": f"Loop {loop['title'] or key}", "loop": loop, "chain": chain}
+
+
+def _run_page(key: UUID, run: Row, nodes: list[Row]) -> dict[str, Any]:
+    by_id = {n["node"]: n for n in nodes}
+    return {"title": f"Run {key}", "run": run, "nodes": by_id, "layout": graph.layout(run["graph"])}
+
+
+def _job_page(key: UUID, job: Row, runs: list[Row]) -> dict[str, Any]:
+    return {"title": f"Job {key}", "job": job, "runs": runs}
+
+
 _lanes = _listing("lanes", "Lanes", queries.lanes)
 _routines = _listing("routines", "Routines", queries.routines)
 _loops = _listing("loops", "Loops", queries.loops)
 _runs = _listing("runs", "Topology runs", queries.runs)
 _approvals = _listing("approvals", "Approvals", queries.pending_approvals)
-_loop = _detail(
-    "loop",
-    "loop",
-    queries.loop,
-    queries.iterations,
-    lambda key, row, chain: {"title": f"Loop {row['title'] or key}", "loop": row, "chain": chain},
-)
-_run = _detail(
-    "run",
-    "topology run",
-    queries.run,
-    queries.run_nodes,
-    lambda key, row, nodes: {
-        "title": f"Run {key}",
-        "run": row,
-        "nodes": {n["node"]: n for n in nodes},
-        "layout": graph.layout(row["graph"]),
-    },
-)
-_job = _detail(
-    "job",
-    "job",
-    queries.job,
-    queries.job_runs,
-    lambda key, row, runs: {"title": f"Job {key}", "job": row, "runs": runs},
-)
+_loop = _detail("loop", "loop", queries.loop, queries.iterations, _loop_page)
+_run = _detail("run", "topology run", queries.run, queries.run_nodes, _run_page)
+_job = _detail("job", "job", queries.job, queries.job_runs, _job_page)
 
 
 @_page
