@@ -8,8 +8,8 @@
 --   a fire, and the answer is what held the row when the statement started
 --   (another listener may claim the job a moment later);
 -- - the rules are those claim_jobs admits by for jobs (the same functions:
---   _lane_capacity and _owners_over_budget, 11_lanes.sql) and of
---   _fire_routines (41_routine_firing.sql) for routines, judged against
+--   _lane_capacity and _owners_over_budget, 12_lanes.sql) and of
+--   _fire_routines (42_routine_firing.sql) for routines, judged against
 --   p_now, and a row names each rule that holds, not only the first; a job
 --   or routine nothing holds gets one row, 'ready';
 -- - a user explains only its own rows (_acts_for); someone else's is as
@@ -18,7 +18,7 @@
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
--- What holds a lane's next claim: each reason _lane_capacity (11_lanes.sql,
+-- What holds a lane's next claim: each reason _lane_capacity (12_lanes.sql,
 -- the rule claim_jobs admits by) names, in its order, with the counts behind
 -- it and when it clears. Also returns the free slots, which the callers need
 -- to say whether older due work comes first.

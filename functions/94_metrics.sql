@@ -37,7 +37,7 @@ comment on function _metrics_duration_bounds() is
 
 -- Finished runs: one count per (agent, outcome), and the duration histogram
 -- per agent (its bucket, its sum). enable_nestloop, as _tg_job_update
--- (30_notify_audit.sql): a finish_runs batch of thousands of runs after
+-- (25_notify_audit.sql): a finish_runs batch of thousands of runs after
 -- one-run statements rescans the transition table without it
 -- (tests/sql/test_batch_plans.py, test_without_enable_nestloop_…). The other
 -- update triggers below carry no setting: the same test shows no rescan for
@@ -200,7 +200,7 @@ comment on function _tg_notifications_update_metrics() is
     'After UPDATE on notifications: count rows that became delivered or failed, by channel.';
 
 -- CREATE OR REPLACE, never drop and create: DROP TRIGGER takes ACCESS
--- EXCLUSIVE on the table (see 30_notify_audit.sql).
+-- EXCLUSIVE on the table (see 25_notify_audit.sql).
 create or replace trigger agent_run_metrics
     after update on agent_run
     referencing old table as old_rows new table as new_rows

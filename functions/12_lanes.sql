@@ -6,7 +6,7 @@
 -- free slots and holds back the jobs of owners over budget; governor_usage
 -- (90_views.sql), which shows the same numbers to operators; _explain_lane and
 -- explain_job (92_explain.sql), which name what holds a lane or an owner;
--- operators (owner_budget_usage).
+-- owner_budget_usage (90_views.sql), which shows owners their spend.
 -- Guarantees:
 -- - read only: nothing is locked or written here, so the caller decides what
 --   to lock (claim_jobs locks the lanes first, then counts);
@@ -203,17 +203,3 @@ comment on function _owners_over_budget(timestamptz) is
     'The owners whose runs in their window reported their cost or token budget: claim_jobs '
     'claims none of their jobs until it clears.';
 
-create or replace view owner_budget_usage with (security_invoker = true) as
-select b.user_id,
-       b.window_secs,
-       b.window_cost_usd,
-       s.cost as cost_in_window,
-       b.window_tokens,
-       s.tokens as tokens_in_window,
-       (s.cost >= b.window_cost_usd or s.tokens >= b.window_tokens) is true as over_budget
-from owner_budgets b
-cross join lateral _owner_spend(b, now()) s;
-
-comment on view owner_budget_usage is
-    'Each owner budget against what the owner''s runs reported in its window; over_budget: its '
-    'jobs wait (explain_job says owner_budget).';

@@ -1,7 +1,9 @@
--- NOTIFY and audit for topology runs, their nodes, approvals and loops.
+-- NOTIFY and audit for topology runs, their nodes, approvals and loops: what
+-- ceaseless_run says about them.
 --
 -- Called by: PostgreSQL, after each row of topology_runs, topology_nodes,
--- approvals and loops changes.
+-- approvals and loops changes; each trigger audits and announces through
+-- _audit_change (25_notify_audit.sql).
 -- Guarantees: every status change of a run, a node or an approval, and every
 -- change an operator makes to a loop, writes one audit_log row in the same
 -- transaction (who: the login role, and a listener's worker id beside it;
@@ -23,35 +25,6 @@
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
--- The workspace a loop or run lands in when it names none: one called
--- `default`, created on first use. Security definer, so a user role need not
--- be able to write workspaces; the name is fixed, so it cannot be steered.
-create or replace function _default_workspace()
-returns uuid
-language plpgsql
-security definer
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-declare
-    v_id uuid;
-begin
-    select id into v_id from workspaces where name = 'default';
-    if v_id is null then
-        insert into workspaces (name) values ('default')
-        on conflict (name) do nothing
-        returning id into v_id;
-        if v_id is null then
-            select id into v_id from workspaces where name = 'default';
-        end if;
-    end if;
-    return v_id;
-end;
-$$;
-
-comment on function _default_workspace() is
-    'The id of the workspace named default, created on first use: where a loop or topology run '
-    'that names no workspace lands.';
-
 create or replace function _tg_topology_runs_changed()
 returns trigger
 language plpgsql
@@ -61,17 +34,17 @@ begin
     if tg_op = 'UPDATE' and new.status is not distinct from old.status then
         return null;
     end if;
-    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
-    values ('topology_run', new.id, lower(tg_op),
-            case when tg_op = 'UPDATE' then old.status end, new.status,
-            jsonb_strip_nulls(jsonb_build_object(
-                'loop_id', new.loop_id, 'iteration', new.iteration,
-                'trigger_type', new.trigger_type, 'skip_reason', new.skip_reason,
-                'error', left(new.error, 500))));
-    perform pg_notify('ceaseless_run', jsonb_build_object(
-        'table', 'topology_runs', 'id', new.id, 'status', new.status,
-        'old_status', case when tg_op = 'UPDATE' then old.status end,
-        'loop_id', new.loop_id)::text);
+    perform _audit_change(
+        'topology_run', new.id, lower(tg_op), case when tg_op = 'UPDATE' then old.status end,
+        new.status,
+        jsonb_strip_nulls(jsonb_build_object(
+            'loop_id', new.loop_id, 'iteration', new.iteration,
+            'trigger_type', new.trigger_type, 'skip_reason', new.skip_reason,
+            'error', left(new.error, 500))),
+        'ceaseless_run',
+        jsonb_build_object('table', 'topology_runs', 'id', new.id, 'status', new.status,
+                           'old_status', case when tg_op = 'UPDATE' then old.status end,
+                           'loop_id', new.loop_id));
     return null;
 end;
 $$;
@@ -94,13 +67,14 @@ begin
     if new.state is not distinct from old.state then
         return null;
     end if;
-    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
-    values ('topology_node', new.topology_run_id, 'state', old.state, new.state,
-            jsonb_strip_nulls(jsonb_build_object(
-                'node', new.node_id, 'job_id', new.job_id, 'error', left(new.error, 500))));
-    perform pg_notify('ceaseless_run', jsonb_build_object(
-        'table', 'topology_nodes', 'id', new.topology_run_id, 'node', new.node_id,
-        'status', new.state, 'old_status', old.state, 'job_id', new.job_id)::text);
+    perform _audit_change(
+        'topology_node', new.topology_run_id, 'state', old.state, new.state,
+        jsonb_strip_nulls(jsonb_build_object(
+            'node', new.node_id, 'job_id', new.job_id, 'error', left(new.error, 500))),
+        'ceaseless_run',
+        jsonb_build_object('table', 'topology_nodes', 'id', new.topology_run_id,
+                           'node', new.node_id, 'status', new.state, 'old_status', old.state,
+                           'job_id', new.job_id));
     return null;
 end;
 $$;
@@ -124,18 +98,17 @@ begin
     end if;
     -- The decider named in the call is the one on the row; the actor is the
     -- role (or listener) that made it, which a user role cannot forge.
-    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
-    values ('approval', new.id,
-            case when tg_op = 'INSERT' then 'request' else 'decide' end,
-            case when tg_op = 'UPDATE' then coalesce(old.decision, 'pending') end,
-            coalesce(new.decision, 'pending'),
-            jsonb_strip_nulls(jsonb_build_object(
-                'run_id', new.topology_run_id, 'node', new.node_id,
-                'decided_by', new.decided_by, 'note', left(new.note, 500),
-                'expires_at', new.expires_at)));
-    perform pg_notify('ceaseless_run', jsonb_build_object(
-        'table', 'approvals', 'id', new.id, 'run_id', new.topology_run_id,
-        'node', new.node_id, 'status', coalesce(new.decision, 'pending'))::text);
+    perform _audit_change(
+        'approval', new.id, case when tg_op = 'INSERT' then 'request' else 'decide' end,
+        case when tg_op = 'UPDATE' then coalesce(old.decision, 'pending') end,
+        coalesce(new.decision, 'pending'),
+        jsonb_strip_nulls(jsonb_build_object(
+            'run_id', new.topology_run_id, 'node', new.node_id,
+            'decided_by', new.decided_by, 'note', left(new.note, 500),
+            'expires_at', new.expires_at)),
+        'ceaseless_run',
+        jsonb_build_object('table', 'approvals', 'id', new.id, 'run_id', new.topology_run_id,
+                           'node', new.node_id, 'status', coalesce(new.decision, 'pending')));
     return null;
 end;
 $$;
@@ -193,9 +166,7 @@ declare
     v_detail jsonb;
 begin
     if tg_op = 'DELETE' then
-        insert into audit_log (entity, entity_id, action, old_state)
-        values ('loop', old.id, 'delete',
-                case when old.enabled then 'enabled' else 'disabled' end);
+        perform _audit_enabling('loop', tg_op, old.id, old.enabled, null);
         return null;
     end if;
     v_detail := _loop_audit_detail(case when tg_op = 'UPDATE' then old end, new);
@@ -203,11 +174,7 @@ begin
        and v_detail = '{}'::jsonb then
         return null;
     end if;
-    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
-    values ('loop', new.id, lower(tg_op),
-            case when tg_op = 'UPDATE' then case when old.enabled then 'enabled' else 'disabled' end end,
-            case when new.enabled then 'enabled' else 'disabled' end,
-            v_detail);
+    perform _audit_enabling('loop', tg_op, new.id, old.enabled, new.enabled, v_detail);
     if tg_op = 'UPDATE' and (new.enabled is distinct from old.enabled
                              or new.stopped_reason is distinct from old.stopped_reason) then
         perform pg_notify('ceaseless_run', jsonb_build_object(

@@ -1,17 +1,25 @@
--- NOTIFY and audit triggers for jobs, agent runs and configuration.
+-- NOTIFY and audit: the audit_log's rules, and the triggers that audit and
+-- announce jobs, agent runs and configuration.
 --
--- Called by: PostgreSQL, after each INSERT / UPDATE statement.
--- Guarantees: statement-level with transition tables, so a bulk insert of
--- 10,000 jobs sends one NOTIFY per (kind, agent, state) group, not 10,000;
--- payloads carry ids and states, never job data (the tables are the truth);
--- every state change writes one audit_log row in the same transaction, so
--- the log and the state can never disagree.
+-- Called by: PostgreSQL, after each INSERT / UPDATE statement on job and
+-- agent_run and each change of an agents or settings row; the row-level
+-- triggers of routines, loops, topology runs, their nodes and approvals
+-- (_audit_change, _audit_enabling); every listener's maintenance tick
+-- (prune_audit_log).
+-- Guarantees: the job and agent_run triggers are statement-level with
+-- transition tables, so a bulk insert of 10,000 jobs sends one NOTIFY per
+-- (kind, agent, state) group, not 10,000; payloads carry ids and states,
+-- never job data (the tables are the truth); every state change writes one
+-- audit_log row in the same transaction, so the log and the state can never
+-- disagree; audit_log is append-only, its actor is the session's login role,
+-- and its rows leave only through prune_audit_log, above the retention
+-- floor.
 --
 -- A run's start and end are audited once, as its job's transitions into and
 -- out of `running` (the detail names the attempt, and agent_run (job_id,
 -- attempt) the run): they are the same events, in the same statements, and
--- auditing them twice cost two of the eight rows a short job wrote. The
--- agent_run triggers only announce.
+-- auditing them twice would cost two of the eight rows a short job writes.
+-- The agent_run triggers only announce.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
@@ -48,6 +56,57 @@ $$;
 comment on function _notify_group(text, uuid[], jsonb) is
     'pg_notify one group of rows: {id} for a single row, {id: null, count} for many, plus '
     'p_fields; nothing for no rows.';
+
+-- Audit one change of a row, and announce it on p_channel with p_payload
+-- when a channel is given: the one way the row-level triggers (routines,
+-- loops, topology runs, their nodes, approvals) record an event, in the
+-- transaction that made it, so the log and the announcement never disagree
+-- with the row.
+create or replace function _audit_change(
+    p_entity text, p_id uuid, p_action text, p_old_state text, p_new_state text,
+    p_detail jsonb default '{}', p_channel text default null, p_payload jsonb default null
+)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    values (p_entity, p_id, p_action, p_old_state, p_new_state, p_detail);
+    if p_channel is not null then
+        perform pg_notify(p_channel, p_payload::text);
+    end if;
+end;
+$$;
+
+comment on function _audit_change(text, uuid, text, text, text, jsonb, text, jsonb) is
+    'Write one audit_log row for a change of a row (entity, id, action, old and new state, '
+    'detail) and, with p_channel, NOTIFY p_payload on it.';
+
+-- Audit an INSERT, UPDATE or DELETE (p_op, as TG_OP says it) of a row its
+-- owner switches on and off (a routine, a loop): its state is `enabled` or
+-- `disabled`, the one before (not for an insert) and the one after (not for
+-- a delete).
+create or replace function _audit_enabling(
+    p_entity text, p_op text, p_id uuid, p_was_enabled boolean, p_is_enabled boolean,
+    p_detail jsonb default '{}'
+)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    perform _audit_change(
+        p_entity, p_id, lower(p_op),
+        case when p_op <> 'INSERT' then case when p_was_enabled then 'enabled' else 'disabled' end end,
+        case when p_op <> 'DELETE' then case when p_is_enabled then 'enabled' else 'disabled' end end,
+        p_detail);
+end;
+$$;
+
+comment on function _audit_enabling(text, text, uuid, boolean, boolean, jsonb) is
+    'Audit an INSERT, UPDATE or DELETE (p_op) of a routine or loop with its enabled state '
+    'before and after (_audit_change).';
 
 create or replace function _tg_job_insert()
 returns trigger
@@ -216,7 +275,7 @@ create or replace trigger settings_changed
 
 -- audit_log is append-only: a row, once written, is never changed, and is
 -- removed only by prune_audit_log's retention. Privileges already keep every
--- role but the owner from UPDATE and DELETE (functions/99_access.sql); this
+-- role but the owner from UPDATE and DELETE (99_access.sql); this
 -- keeps the owner's own sessions, and a listener run as superuser, honest.
 -- The pruning flag is a setting, which any session can SET: it opens nothing,
 -- since only the owner holds DELETE at all.
