@@ -15,3 +15,5 @@ drop function if exists _invalid_repo(text, text, jsonb);
 -- One function remembers both halves of a transaction's fires.
 drop function if exists _remember_fire(text, bigint);
 drop function if exists _remember_loop_fire(uuid);
+-- A loop's token and signing key come from one generator, _webhook_new_key.
+drop function if exists _loop_secret_hex();

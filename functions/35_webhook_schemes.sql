@@ -155,36 +155,27 @@ comment on function _webhook_secret_error(text, text) is
     'Why a secret cannot sign under a webhook scheme (a standard secret must be whsec_ and base64 '
     'of 24 to 64 bytes), or NULL.';
 
--- A fresh webhook credential: 64 hex characters from two random UUIDs (244
--- random bits), no pgcrypto needed.
-create or replace function _loop_secret_hex()
-returns text
-language sql volatile
-set search_path = pg_catalog, pg_temp
-as $$
-    select replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '');
-$$;
 
-comment on function _loop_secret_hex() is
-    'Sixty-four random hex characters (two v4 UUIDs): a loop''s webhook token or signing key.';
-
--- A fresh signing key for a loop's webhook in the form its scheme takes:
--- 32 random bytes (244 random bits, from two v4 UUIDs) as 64 hex characters,
--- or for standard as whsec_ and their base64.
+-- A fresh webhook secret for a loop: 32 random bytes (244 random bits, from
+-- two v4 UUIDs, so no pgcrypto is needed) in the form p_scheme's signing key
+-- takes: 64 hex characters, or for standard whsec_ and their base64. The
+-- loop's token is one in the ceaseless form, prefixed.
 create or replace function _webhook_new_key(p_scheme text)
 returns text
 language sql volatile
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case coalesce(p_scheme, 'ceaseless')
-        when 'standard' then 'whsec_' || encode(decode(_loop_secret_hex(), 'hex'), 'base64')
-        else _loop_secret_hex()
-    end;
+               when 'standard' then 'whsec_' || encode(r.bytes, 'base64')
+               else encode(r.bytes, 'hex')
+           end
+    from (select decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''),
+                        'hex') as bytes) r;
 $$;
 
 comment on function _webhook_new_key(text) is
-    'A fresh random webhook signing key in its scheme''s form: 64 hex characters, or whsec_ and '
-    'base64 for standard.';
+    'A fresh random webhook secret in its scheme''s form: 64 hex characters, or whsec_ and '
+    'base64 for standard; a loop''s token and signing key.';
 
 -- The headers with lower-case names and text values, whatever the caller
 -- passed (a psql user may write "X-Hub-Signature-256"). Values that are not

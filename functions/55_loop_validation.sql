@@ -251,7 +251,7 @@ begin
         v_was_webhook := coalesce((old.triggers ->> 'webhook_enabled')::boolean, false);
     end if;
     if v_webhook and not v_was_webhook then
-        new.webhook_token := 'loop_' || _loop_secret_hex();
+        new.webhook_token := 'loop_' || _webhook_new_key('ceaseless');
         new.webhook_signing_key := _webhook_new_key(new.triggers ->> 'webhook_scheme');
     elsif v_webhook and tg_op = 'UPDATE' and (new.triggers ->> 'webhook_scheme')
                          is distinct from (old.triggers ->> 'webhook_scheme') then

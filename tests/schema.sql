@@ -1733,6 +1733,15 @@ create function ceaseless._end_topology_run(p_run_id uuid, p_status text, p_erro
 comment on function ceaseless._end_topology_run(p_run_id uuid, p_status text, p_error text, p_now timestamp with time zone) is 'End a live run as failed or cancelled: its unfinished nodes cancelled, its live jobs cancelled (SKIP LOCKED), its open approvals left undecided. Caller holds the run row.';
 grant execute on function ceaseless._end_topology_run(p_run_id uuid, p_status text, p_error text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
+-- functions/71_forge_issues.sql, body md5 2b813eb3b79726cd265b7603828aec7d
+create function ceaseless._enqueue_forge_job(p_repo ceaseless.tracked_repo, p_number bigint, p_kind text, p_lane text, p_title text, p_html_url text, p_parent_job_id uuid, p_user_id text, p_now timestamp with time zone)
+    returns uuid
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._enqueue_forge_job(p_repo ceaseless.tracked_repo, p_number bigint, p_kind text, p_lane text, p_title text, p_html_url text, p_parent_job_id uuid, p_user_id text, p_now timestamp with time zone) is 'Insert the forge job of a kind for an issue of the repo (prompt and payload of its kind, the lane, owner and parent given), unless a live job holds the issue; its id, or NULL.';
+grant execute on function ceaseless._enqueue_forge_job(p_repo ceaseless.tracked_repo, p_number bigint, p_kind text, p_lane text, p_title text, p_html_url text, p_parent_job_id uuid, p_user_id text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
 -- functions/51_topology_runs.sql, body md5 3aeab24bf072253b7f4a2e7b4face714
 create function ceaseless._enqueue_topology_node(p_run_id uuid, p_node_id text)
     returns uuid
@@ -1762,7 +1771,7 @@ create function ceaseless._event_candidates(p_user_id text, p_content text)
 comment on function ceaseless._event_candidates(p_user_id text, p_content text) is 'The enabled event routines of a user whose literal occurs in the content, found by reading them all or by probing routines_event_key_idx, whichever is cheaper for this event.';
 grant execute on function ceaseless._event_candidates(p_user_id text, p_content text) to ceaseless_listener, ceaseless_operator;
 
--- functions/92_explain.sql, body md5 8e7099a08c10d10783f7c9a917468665
+-- functions/92_explain.sql, body md5 d03c9fcc0e3ff2bbc926a571b34ea7fc
 create function ceaseless._explain_lane(p_agent text, p_now timestamp with time zone)
     returns TABLE(reason text, detail text, clears_at timestamp with time zone, free bigint)
     language plpgsql
@@ -1770,6 +1779,15 @@ create function ceaseless._explain_lane(p_agent text, p_now timestamp with time 
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._explain_lane(p_agent text, p_now timestamp with time zone) is 'What holds the next claim of a lane, each reason _lane_capacity names (agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget) with its counts and when it clears; one row with a NULL reason and the free slots when nothing does.';
 grant execute on function ceaseless._explain_lane(p_agent text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
+-- functions/92_explain.sql, body md5 a79100dc6931551f369777929e2dad9c
+create function ceaseless._explain_schedule(p_kind text, p_id uuid, p_now timestamp with time zone)
+    returns TABLE(reason text, detail text, clears_at timestamp with time zone)
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._explain_schedule(p_kind text, p_id uuid, p_now timestamp with time zone) is 'What holds the next cron fire of a routine or loop (p_kind): not_scheduled (no slot computed yet) or not_due (clears at the slot); nothing when its slot has come or it has no schedule.';
+grant execute on function ceaseless._explain_schedule(p_kind text, p_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 35adac426d736a9eb505105fcc03e593
 create function ceaseless._fail_topology_node(p_run_id uuid, p_node_id text, p_error text, p_now timestamp with time zone)
@@ -1835,7 +1853,7 @@ create function ceaseless._forge_block(p_message text, OUT block jsonb, OUT prob
 comment on function ceaseless._forge_block(p_message text, OUT block jsonb, OUT problem text) is 'The last ```ceaseless fenced JSON object of an agent''s final message (block), or why it is not one (problem); both NULL when there is none.';
 grant execute on function ceaseless._forge_block(p_message text, OUT block jsonb, OUT problem text) to ceaseless_listener, ceaseless_operator;
 
--- functions/71_forge_issues.sql, body md5 fc5a44d27feeb8e4f27fd3cba66e7c83
+-- functions/71_forge_issues.sql, body md5 225fb54150624f8adde27d5aae9bbfbd
 create function ceaseless._forge_decide(p_repo ceaseless.tracked_repo, p_numbers bigint[], p_now timestamp with time zone)
     returns TABLE(number bigint, kind text, label text, decision text, job_id uuid)
     language plpgsql
@@ -2117,15 +2135,6 @@ create function ceaseless._loop_prior_context(p_message text, p_status text, p_c
 comment on function ceaseless._loop_prior_context(p_message text, p_status text, p_cap integer) is 'The prior-iteration context of a loop''s next task: the parent''s final message, cut to p_cap characters with a marker (or a line saying it has none).';
 grant execute on function ceaseless._loop_prior_context(p_message text, p_status text, p_cap integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/35_webhook_schemes.sql, body md5 aef1614db95240cdc43ae0dc62afa5b8
-create function ceaseless._loop_secret_hex()
-    returns text
-    language sql
-    volatile
-    set search_path = pg_catalog, pg_temp;
-comment on function ceaseless._loop_secret_hex() is 'Sixty-four random hex characters (two v4 UUIDs): a loop''s webhook token or signing key.';
-grant execute on function ceaseless._loop_secret_hex() to ceaseless_listener, ceaseless_operator;
-
 -- functions/56_loop_firing.sql, body md5 29d023f7e879c16e82f71bdbca740be1
 create function ceaseless._loop_stop_reason(p_policy jsonb, p_count integer, p_status text, p_final_message text)
     returns text
@@ -2199,7 +2208,7 @@ create function ceaseless._observer_event(p_row ceaseless.audit_log)
 comment on function ceaseless._observer_event(p_row ceaseless.audit_log) is 'The SSE event of one audit row: its name (run, node, approval, loop) and its data (ids, states, the time, the actor and a listener''s worker id; bounded errors and notes).';
 grant execute on function ceaseless._observer_event(p_row ceaseless.audit_log) to ceaseless_listener, ceaseless_operator;
 
--- functions/12_lanes.sql, body md5 7eb06864afc86304090d16b86b0f0c4b
+-- functions/12_lanes.sql, body md5 e848a34b185f15717051868620a81bff
 create function ceaseless._owner_budget_clears(p_budget ceaseless.owner_budgets, p_now timestamp with time zone)
     returns timestamp with time zone
     language sql
@@ -2443,6 +2452,15 @@ create function ceaseless._sinks_without_secrets(p_sinks jsonb)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._sinks_without_secrets(p_sinks jsonb) is 'The notification_sinks setting with header values hidden and URLs cut to scheme://host.';
 grant execute on function ceaseless._sinks_without_secrets(p_sinks jsonb) to ceaseless_listener, ceaseless_operator;
+
+-- functions/12_lanes.sql, body md5 a919f28f9688895037140dede3e31b15
+create function ceaseless._spend_clears(p_agents text[], p_user_id text, p_since timestamp with time zone, p_window_secs integer, p_tokens boolean, p_over numeric)
+    returns timestamp with time zone
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._spend_clears(p_agents text[], p_user_id text, p_since timestamp with time zone, p_window_secs integer, p_tokens boolean, p_over numeric) is 'When a spend budget reached in a window clears: the runs of p_agents (of p_user_id''s jobs when given) since p_since age out in start order until the spend gone exceeds p_over; USD, or tokens with p_tokens. NULL when they cannot.';
+grant execute on function ceaseless._spend_clears(p_agents text[], p_user_id text, p_since timestamp with time zone, p_window_secs integer, p_tokens boolean, p_over numeric) to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 a92d58405b43866fc853c46528c32987
 create function ceaseless._start_topology_nodes(p_run_id uuid, p_node_ids text[], p_now timestamp with time zone)
@@ -2746,7 +2764,7 @@ create function ceaseless._tg_loops_schedule()
 comment on function ceaseless._tg_loops_schedule() is 'After a loop is inserted or updated: NOTIFY ceaseless_schedule when it needs a next_fire_at; start the next iteration of an on_completion loop that was re-enabled with none live.';
 grant execute on function ceaseless._tg_loops_schedule() to ceaseless_listener, ceaseless_operator;
 
--- functions/55_loop_validation.sql, body md5 918fa568937f6754df4c29984a0efb23
+-- functions/55_loop_validation.sql, body md5 0f649854ca4cf6253b1df6ab952c1fdc
 create function ceaseless._tg_loops_validate()
     returns trigger
     language plpgsql
@@ -3165,13 +3183,13 @@ create function ceaseless._webhook_matching(p_expected bytea, p_candidates bytea
 comment on function ceaseless._webhook_matching(p_expected bytea, p_candidates bytea[]) is 'The position of the first of up to 16 candidate signatures equal to the expected digest (each compared in constant time), or NULL.';
 grant execute on function ceaseless._webhook_matching(p_expected bytea, p_candidates bytea[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/35_webhook_schemes.sql, body md5 702aa324efd2c38909b139fe88851c85
+-- functions/35_webhook_schemes.sql, body md5 3dbbf272f25c39b9cd34a6795c4e262a
 create function ceaseless._webhook_new_key(p_scheme text)
     returns text
     language sql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._webhook_new_key(p_scheme text) is 'A fresh random webhook signing key in its scheme''s form: 64 hex characters, or whsec_ and base64 for standard.';
+comment on function ceaseless._webhook_new_key(p_scheme text) is 'A fresh random webhook secret in its scheme''s form: 64 hex characters, or whsec_ and base64 for standard; a loop''s token and signing key.';
 grant execute on function ceaseless._webhook_new_key(p_scheme text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/35_webhook_schemes.sql, body md5 e0dba43812462207a0786c2fdf234a37
@@ -3390,7 +3408,7 @@ create function ceaseless.expire_leases(p_now timestamp with time zone DEFAULT n
 comment on function ceaseless.expire_leases(p_now timestamp with time zone) is 'Return jobs with passed leases to pending (or abandoned after max attempts) and finish their open runs as lease_expired. Safe to call from every listener at once.';
 grant execute on function ceaseless.expire_leases(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/92_explain.sql, body md5 51f1007d3de4156355b40fed607b054a
+-- functions/92_explain.sql, body md5 7fea975ce46bbe01871ab41fc987ed8e
 create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3400,7 +3418,7 @@ create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time z
 comment on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) is 'Every reason that holds a job (not_due, owner_budget, agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget, behind_older_jobs; or claimed, running, finished), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown job.';
 grant execute on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/92_explain.sql, body md5 8658a71c437efc65ed5e15bfbc2bc5ac
+-- functions/92_explain.sql, body md5 0d5741a990955e63e8fcd5b8578a4cf6
 create function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3410,7 +3428,7 @@ create function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time
 comment on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) is 'Every reason that holds a loop''s next iteration (stopped, disabled, agent_disabled, live_iteration and what holds it: awaiting_approval, its nodes'' jobs; not_scheduled, not_due), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown loop.';
 grant execute on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/92_explain.sql, body md5 5b0033507cea3ab264ab58a1fe4a3a22
+-- functions/92_explain.sql, body md5 a5264d9cbcc5fd71ebabb48520ea7d02
 create function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3420,7 +3438,7 @@ create function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp wit
 comment on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) is 'Every reason that holds a routine''s next fire (disabled, agent_disabled, cooldown, concurrency, global_cap, not_due, not_scheduled) or its jobs in their lane (lane_paused, lane_full, window_budget, cost_budget, token_budget), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown routine.';
 grant execute on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/92_explain.sql, body md5 8960299992c3cca77eeafa2f2ccaad6f
+-- functions/92_explain.sql, body md5 0fee462bc13f65dab6b624995d7c7a56
 create function ceaseless.explain_topology_run(p_run_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3538,7 +3556,7 @@ create function ceaseless.loop_snapshot(p_loop_id uuid)
 comment on function ceaseless.loop_snapshot(p_loop_id uuid) is 'A loop as loop_status shows it (never its webhook credential), its latest iteration as run_snapshot shows it, and last_event_id, the audit id both are current to: what a new follower of GET /loops/{id}/events receives first. NULL when there is no such loop.';
 grant execute on function ceaseless.loop_snapshot(p_loop_id uuid) to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 60bc69c8cc45d6563dc41465e47d1dcd
+-- functions/94_metrics.sql, body md5 3076e94bed26907ccfbba09d3287f5ac
 create function ceaseless.metrics_snapshot(p_now timestamp with time zone DEFAULT now())
     returns TABLE(family text, kind text, help text, sample text, labels jsonb, value double precision)
     language sql
@@ -3602,7 +3620,7 @@ create function ceaseless.receive_webhook(p_token text, p_body bytea, p_signatur
 comment on function ceaseless.receive_webhook(p_token text, p_body bytea, p_signature text, p_sent_at timestamp with time zone) is 'Verify a ceaseless-signed webhook request (HMAC-SHA256, 300 s window, replay refusal) and fire its loop or routine; returns the topology_runs or routine_runs id. Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414/CE415 (a guardrail''s raise rolls back the refused fire''s record: see _receive_webhook).';
 grant execute on function ceaseless.receive_webhook(p_token text, p_body bytea, p_signature text, p_sent_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/73_forge_children.sql, body md5 e7ff3c80dd0265c472f4207a878d9890
+-- functions/73_forge_children.sql, body md5 56da3219b8300625969601911ec397ea
 create function ceaseless.record_child_issue(p_id uuid, p_number bigint, p_html_url text, p_now timestamp with time zone DEFAULT now())
     returns uuid
     language plpgsql

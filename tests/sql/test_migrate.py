@@ -801,3 +801,39 @@ def test_a_database_from_before_the_one_trigger_layer_keeps_none_of_what_it_repl
             != (False,)
         ]
     assert left == []
+
+
+# Functions each folded into one that its callers now share; db/0047 drops them.
+WRITTEN_ONCE = [
+    "_resume_session_id_ok(text)",
+    "_acts_for_job_refs(ceaseless.job)",
+    "_is_positive_int_or_null(jsonb)",
+    "_invalid_repo(text, text, jsonb)",
+    "_remember_fire(text, bigint)",
+    "_remember_loop_fire(uuid)",
+    "_loop_secret_hex()",
+]
+
+
+def test_a_database_from_before_each_rule_was_written_once_keeps_none_of_the_copies(
+    db_url: str,
+) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("set search_path = ceaseless, pg_catalog")
+        for signature in WRITTEN_ONCE:
+            conn.execute(f"create function {signature} returns void language sql as 'select'")
+        conn.execute("delete from ceaseless.schema_migrations where name = 'rules_written_once'")
+
+    report = migrate(db_url)
+
+    assert _names(report) == ["0047_rules_written_once.sql"]
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        left = [
+            signature
+            for signature in WRITTEN_ONCE
+            if conn.execute(
+                "select to_regprocedure('ceaseless.' || %s) is not null", (signature,)
+            ).fetchone()
+            != (False,)
+        ]
+    assert left == []
