@@ -120,10 +120,10 @@ comment on function _webhook_scheme_error(jsonb) is
     'valid or absent.';
 
 -- Why a secret cannot sign under a scheme, or NULL. Standard Webhooks keys
--- are `whsec_` and base64 of 24 to 64 random bytes (the specification's
--- range): anything else would be a key the senders' libraries refuse, or
--- a short one. The other schemes use the secret's UTF-8 bytes as the HMAC key;
--- their minimum length is the routine validator's.
+-- are `whsec_` and base64 of 24 to 64 random bytes (the Standard Webhooks
+-- specification's range): anything else would be a key the senders'
+-- libraries refuse, or a short one. The other schemes use the secret's UTF-8
+-- bytes as the HMAC key; their minimum length is the routine validator's.
 create or replace function _webhook_secret_error(p_scheme text, p_secret text)
 returns text
 language plpgsql immutable
@@ -352,7 +352,7 @@ begin
         v_ts := btrim(v_h ->> 'webhook-timestamp');
         sent_at := _webhook_check_time('webhook-timestamp', v_ts, p_now, p_window);
         -- Space-separated "v1,<base64 of 32 bytes>"; other versions are
-        -- skipped, as the specification asks.
+        -- skipped, as the Standard Webhooks specification asks.
         select array_agg(decode(substr(s, 4), 'base64') order by n) into v_candidates
         from unnest((string_to_array(left(coalesce(v_h ->> 'webhook-signature', ''), 4096), ' '))[1:16])
              with ordinality as c (s, n)

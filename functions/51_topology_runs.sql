@@ -26,7 +26,7 @@
 --   again, whatever its jobs do later (a sibling finishing after the run
 --   failed, a retried job): such jobs are cancelled, now or by the sweep;
 -- - NOTIFY and audit of every run, node and approval change: by the triggers
---   of 53_topology_notify.sql.
+--   of 25_notify_audit.sql.
 --
 -- Lock order (no deadlock between any two of: finishing, claiming, expiring
 -- or cancelling jobs of one run on several listeners, cancel_topology_run,

@@ -19,7 +19,7 @@
 --   elsewhere) stays undecided and can no longer be decided (CE409): nobody
 --   decided it, and the record says so;
 -- - NOTIFY ceaseless_run and audit of every request and decision: by
---   approvals_changed (53_topology_notify.sql).
+--   approvals_changed (25_notify_audit.sql).
 -- Locks: the run row FOR NO KEY UPDATE before the approval row, the lock
 -- order of 51_topology_runs.sql; the expiry sweep skips runs another
 -- statement holds (SKIP LOCKED) and takes them at its next tick.

@@ -137,8 +137,9 @@ alter function _tg_routine_runs_insert() security definer;
 alter function _tg_routine_runs_update() security definer;
 alter function _tg_routine_runs_deleted() security definer;
 
--- Loops and topology runs (50-56_*.sql): their triggers audit and create rows a
--- user may not write itself (audit_log, workspaces, jobs of its nodes).
+-- Loops and topology runs (25_notify_audit.sql, 50_topology_graph.sql): their
+-- triggers audit and create rows a user may not write itself (audit_log,
+-- workspaces).
 alter function _default_workspace() security definer;
 alter function _tg_topology_runs_changed() security definer;
 alter function _tg_topology_nodes_changed() security definer;

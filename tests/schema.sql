@@ -1524,7 +1524,7 @@ create function ceaseless._audit_change(p_entity text, p_id uuid, p_action text,
 comment on function ceaseless._audit_change(p_entity text, p_id uuid, p_action text, p_old_state text, p_new_state text, p_detail jsonb, p_channel text, p_payload jsonb) is 'Write one audit_log row for a change of a row (entity, id, action, old and new state, detail) and, with p_channel, NOTIFY p_payload on it.';
 grant execute on function ceaseless._audit_change(p_entity text, p_id uuid, p_action text, p_old_state text, p_new_state text, p_detail jsonb, p_channel text, p_payload jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/25_notify_audit.sql, body md5 30d3ac26c99e35f273873a95e132ac5c
+-- functions/25_notify_audit.sql, body md5 86231c04f6a6f0e83eb88a25197b81e9
 create function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p_was_enabled boolean, p_is_enabled boolean, p_detail jsonb DEFAULT '{}'::jsonb)
     returns void
     language plpgsql
@@ -2108,7 +2108,7 @@ create function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_runnin
 comment on function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_running bigint, p_no_wait boolean) is 'Serialise the fires of routines whose dedup or max_concurrent could bind (advisory locks in key order; or without waiting, false when another fire holds one).';
 grant execute on function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_running bigint, p_no_wait boolean) to ceaseless_listener, ceaseless_operator;
 
--- functions/53_topology_notify.sql, body md5 b398fb46b23954e6fb6747553bcbc240
+-- functions/25_notify_audit.sql, body md5 b398fb46b23954e6fb6747553bcbc240
 create function ceaseless._loop_audit_detail(p_old ceaseless.loops, p_new ceaseless.loops)
     returns jsonb
     language sql
@@ -2549,7 +2549,7 @@ create function ceaseless._tg_agents_validate_egress()
 comment on function ceaseless._tg_agents_validate_egress() is 'Before INSERT/UPDATE of egress on agents: {none}, {open} or 1 to 100 host[:port] entries, else CE422 naming agents.egress, the rule and the entry.';
 grant execute on function ceaseless._tg_agents_validate_egress() to ceaseless_listener, ceaseless_operator;
 
--- functions/53_topology_notify.sql, body md5 c5c24046408a76b3baf8332cc60090c8
+-- functions/25_notify_audit.sql, body md5 c5c24046408a76b3baf8332cc60090c8
 create function ceaseless._tg_approvals_changed()
     returns trigger
     language plpgsql
@@ -2714,7 +2714,7 @@ create function ceaseless._tg_job_validate()
 comment on function ceaseless._tg_job_validate() is 'Before INSERT or UPDATE of resume_session_id on job: refuse an id no agent CLI can resume (CE422, naming the field and the value).';
 grant execute on function ceaseless._tg_job_validate() to ceaseless_listener, ceaseless_operator;
 
--- functions/53_topology_notify.sql, body md5 cc4f9845d150523d70450a01cada41b2
+-- functions/25_notify_audit.sql, body md5 cc4f9845d150523d70450a01cada41b2
 create function ceaseless._tg_loops_changed()
     returns trigger
     language plpgsql
@@ -2902,7 +2902,7 @@ create function ceaseless._tg_settings_validate()
 comment on function ceaseless._tg_settings_validate() is 'Before INSERT/UPDATE on settings: a numeric setting must be an integer within its range (_setting_range), forge_token_source must have its shape (_forge_token_source_problem); CE422 names the key, the rule and (numeric settings) the value.';
 grant execute on function ceaseless._tg_settings_validate() to ceaseless_listener, ceaseless_operator;
 
--- functions/53_topology_notify.sql, body md5 acc2a2429e96eedb6a748e6b06f58cb8
+-- functions/25_notify_audit.sql, body md5 acc2a2429e96eedb6a748e6b06f58cb8
 create function ceaseless._tg_topology_nodes_changed()
     returns trigger
     language plpgsql
@@ -2912,7 +2912,7 @@ create function ceaseless._tg_topology_nodes_changed()
 comment on function ceaseless._tg_topology_nodes_changed() is 'After a topology node changes state: audit it (entity topology_node, the run''s id, the node in detail) and NOTIFY ceaseless_run.';
 grant execute on function ceaseless._tg_topology_nodes_changed() to ceaseless_listener, ceaseless_operator;
 
--- functions/53_topology_notify.sql, body md5 f83ea08bcc9c41f91fa47fc533dd939c
+-- functions/25_notify_audit.sql, body md5 f83ea08bcc9c41f91fa47fc533dd939c
 create function ceaseless._tg_topology_runs_changed()
     returns trigger
     language plpgsql
@@ -3248,7 +3248,7 @@ create function ceaseless._webhook_unix_time(p_value text)
 comment on function ceaseless._webhook_unix_time(p_value text) is 'A header''s unix seconds (1 to 11 ASCII digits) as a timestamptz, or NULL for anything else.';
 grant execute on function ceaseless._webhook_unix_time(p_value text) to ceaseless_listener, ceaseless_operator;
 
--- functions/35_webhook_schemes.sql, body md5 f87c3ee4695d483d2ac8dc5ade7225f0
+-- functions/35_webhook_schemes.sql, body md5 2c5c84b5f261a02d132e8f510b2a126a
 create function ceaseless._webhook_verify(p_scheme text, p_key text, p_body bytea, p_headers jsonb, p_now timestamp with time zone, p_window interval)
     returns TABLE(replay_keys text[], sent_at timestamp with time zone)
     language plpgsql
