@@ -106,8 +106,8 @@ comment on function _routine_job_spec(routines, text) is
 -- carrying the count) for a cron fire that stands for missed slots, and one
 -- job per running run.
 --
--- Locks: fire admission (_admit_fires); see this file's header for the
--- order every operation follows.
+-- Locks: fire admission (_admit_fires); the head of 41_fire_admission.sql
+-- gives the order every operation follows.
 create or replace function _fire_routines(
     p_routine_ids uuid[],
     p_trigger text,
