@@ -2,7 +2,8 @@
 --
 -- Called by: PostgreSQL, before each INSERT and UPDATE of tracked_repo
 -- (tracked_repo_validate); the listener's forge poller (due_repos, then
--- finish_repo_poll per repo); repo_status (90_views.sql) and operators
+-- finish_repo_poll per repo); the forge intake (_forge_lock_repo,
+-- 71_forge_issues.sql); repo_status (90_views.sql) and operators
 -- (_repo_quiet_at, _repo_interval).
 -- Guarantees:
 -- - nothing half-valid is stored: forge, owner, repo, api_url, clone_url,
@@ -28,7 +29,6 @@
 -- - a repo inside its quiet window, or disabled, is never handed out.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
-
 
 -- Why p_ref is not a branch name git accepts (git check-ref-format --branch),
 -- or NULL. The checkout runs `git clone --branch <default_branch>`: a name
@@ -392,6 +392,29 @@ comment on function due_repos(timestamptz, integer) is
     'Hand out up to p_limit enabled repos due at p_now and outside their quiet window, each to '
     'one caller only (SKIP LOCKED), moving their next_poll_at one clamped interval on.';
 
+-- The repo, locked: ingests of one repo queue (two callers cannot both
+-- decide "no job yet"), and a poll's end is recorded on the row it locked.
+-- Raises CE404 for an unknown id.
+create or replace function _forge_lock_repo(p_repo_id uuid)
+returns tracked_repo
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_repo tracked_repo;
+begin
+    select r.* into v_repo from tracked_repo r where r.id = p_repo_id for no key update;
+    if not found then
+        raise exception 'no tracked repo with id %', p_repo_id using errcode = 'CE404';
+    end if;
+    return v_repo;
+end;
+$$;
+
+comment on function _forge_lock_repo(uuid) is
+    'The tracked repo with this id, locked FOR NO KEY UPDATE (ingests and poll ends of one repo '
+    'queue); CE404 when there is none.';
+
 -- Record a poll's end. Success (p_error NULL): last_polled_at, last_etag
 -- (p_etag; NULL keeps the one before) and the last error cleared. Failure:
 -- last_error (first 1000 characters) and last_error_at, the etag kept so the
@@ -411,6 +434,7 @@ language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
+    v_repo constant tracked_repo := _forge_lock_repo(p_repo_id);
     v_next timestamptz;
 begin
     update tracked_repo r
@@ -420,11 +444,8 @@ begin
            last_error = left(p_error, 1000),
            last_error_at = case when p_error is null then null else p_now end,
            next_poll_at = greatest(p_now + _repo_interval(r), p_next_poll_at)
-     where r.id = p_repo_id
+     where r.id = v_repo.id
     returning r.next_poll_at into v_next;
-    if not found then
-        raise exception 'no tracked repo with id %', p_repo_id using errcode = 'CE404';
-    end if;
     return v_next;
 end;
 $$;

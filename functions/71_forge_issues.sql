@@ -281,27 +281,6 @@ comment on function _forge_decide(tracked_repo, bigint[], timestamptz) is
     'due: created, live, done, cooldown, not_admitted, needs_labeller, no_lane; with the kind '
     'and the repo''s label that asks for it.';
 
--- The repo, locked for the ingest. Raises CE404 for an unknown id.
-create or replace function _forge_lock_repo(p_repo_id uuid)
-returns tracked_repo
-language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-declare
-    v_repo tracked_repo;
-begin
-    select r.* into v_repo from tracked_repo r where r.id = p_repo_id for no key update;
-    if not found then
-        raise exception 'no tracked repo with id %', p_repo_id using errcode = 'CE404';
-    end if;
-    return v_repo;
-end;
-$$;
-
-comment on function _forge_lock_repo(uuid) is
-    'The tracked repo with this id, locked FOR NO KEY UPDATE (ingests of one repo queue); CE404 '
-    'when there is none.';
-
 -- One listed issue, checked: a listing that is not what the client promised
 -- is a bug or a hostile forge, and is refused whole (the repo's last_error
 -- then says why) rather than half-stored.

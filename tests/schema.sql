@@ -1916,13 +1916,13 @@ create function ceaseless._forge_listed_issue(p_item jsonb, p_position integer)
 comment on function ceaseless._forge_listed_issue(p_item jsonb, p_position integer) is 'One item of a listing as a forge_issue (title and labels cut to their bounds), or CE422 naming the item, the field and the rule.';
 grant execute on function ceaseless._forge_listed_issue(p_item jsonb, p_position integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/71_forge_issues.sql, body md5 dd614521c1b5fc3cf5ac8bd728713d7d
+-- functions/70_tracked_repo.sql, body md5 dd614521c1b5fc3cf5ac8bd728713d7d
 create function ceaseless._forge_lock_repo(p_repo_id uuid)
     returns ceaseless.tracked_repo
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._forge_lock_repo(p_repo_id uuid) is 'The tracked repo with this id, locked FOR NO KEY UPDATE (ingests of one repo queue); CE404 when there is none.';
+comment on function ceaseless._forge_lock_repo(p_repo_id uuid) is 'The tracked repo with this id, locked FOR NO KEY UPDATE (ingests and poll ends of one repo queue); CE404 when there is none.';
 grant execute on function ceaseless._forge_lock_repo(p_repo_id uuid) to ceaseless_listener, ceaseless_operator;
 
 -- functions/74_forge_labels.sql, body md5 05a11bf63a4fb026e6dcef42501dbc7b
@@ -3466,7 +3466,7 @@ create function ceaseless.finish_notifications(p_worker text, p_results jsonb, p
 comment on function ceaseless.finish_notifications(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Record delivery results [{id, ok, error?, attempt?}]: ok → delivered; else retry after exponential backoff with jitter, or failed after notification_max_attempts. Stale failures (attempt superseded) and reports on delivered rows are ignored. Returns the rows it changed.';
 grant execute on function ceaseless.finish_notifications(p_worker text, p_results jsonb, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/70_tracked_repo.sql, body md5 142b328cb556b30f9cec0357b3060d32
+-- functions/70_tracked_repo.sql, body md5 63b6674f34a46b8fc97d00e96edd1933
 create function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone DEFAULT now(), p_etag text DEFAULT NULL::text, p_error text DEFAULT NULL::text, p_next_poll_at timestamp with time zone DEFAULT NULL::timestamp with time zone)
     returns timestamp with time zone
     language plpgsql
