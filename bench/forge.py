@@ -1,6 +1,6 @@
 """The forge lane's intake: how long the database takes to decide a repo's listing.
 
-A poll ends with one call, ingest_issues (functions/72_forge_issues.sql): the
+A poll ends with one call, ingest_issues (functions/71_forge_issues.sql): the
 listing replaces the repo's cached issues and every issue carrying a work label
 is decided (admission, one live job per issue, once per kind, the discover
 cooldown) and, when due, becomes a job. Measured here without the forge: the

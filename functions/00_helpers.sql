@@ -1,7 +1,13 @@
--- Internal helpers shared by every other functions/ file.
+-- Internal helpers every other functions/ file calls: settings, who is
+-- acting, blank and bounded text, and the one way a bad value is refused.
 --
--- Called by: the SQL functions in this directory; never by users.
--- Guarantees: pure or read-only; no locks beyond the rows they read.
+-- Called by: the functions, triggers and views of the other files; a user
+-- role reaches a few of them only through its rows' triggers and constraints
+-- (99_access.sql).
+-- Guarantees: pure or read-only, so calling one locks nothing beyond the rows
+-- it reads; every refusal of a bad value raises CE422 through _invalid_value,
+-- naming where the value is, the rule and the value (bounded), so clients
+-- read one error shape whatever refused it.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
@@ -101,8 +107,8 @@ comment on function _retry_delay(integer) is
 -- Is a text made only of whitespace (or empty, or NULL)? "Whitespace" is
 -- Unicode's White_Space set plus the invisible zero-width characters, not
 -- just U+0020: btrim() trims only spaces, so a prompt of tabs and newlines,
--- or of U+00A0 / U+3000 pasted from a document, passed a "not blank" check
--- built on it and reached an agent as an empty task.
+-- or of U+00A0 / U+3000 pasted from a document, would pass a "not blank"
+-- check built on it and reach an agent as an empty task.
 create or replace function _is_blank(p_value text)
 returns boolean
 language sql immutable
@@ -176,7 +182,7 @@ as $$
         -- its next iteration.
         when 'run_final_message' then 1000000
         -- Levels of nesting of a JSON column written from outside
-        -- (functions/32_bounded_json.sql): the listener decodes these
+        -- (02_bounded_json.sql): the listener decodes these
         -- documents, and a decoder recurses once per level, so a small
         -- document nested thousands deep would stop every part that reads it.
         -- Real configurations and payloads nest a dozen levels at most.
@@ -247,3 +253,104 @@ $$;
 comment on function _invalid_value(text, text, jsonb) is
     'Raise CE422 naming where (table.column[.key…]), the rule and the bad value, shown up to 200 '
     'characters; the table and column go into the error''s fields.';
+
+-- Is a value a JSON string with something other than whitespace in it? Any
+-- Unicode whitespace counts as blank (_is_blank), not only spaces.
+create or replace function _is_text(p_value jsonb)
+returns boolean
+language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    -- coalesce: an absent key is NULL, and "not NULL" would let it through.
+    select coalesce(jsonb_typeof(p_value) = 'string' and not _is_blank(p_value #>> '{}'), false);
+$$;
+
+comment on function _is_text(jsonb) is 'True for a JSON string that is not blank (Unicode whitespace).';
+
+-- The checks a validation trigger makes of one field, each written once so
+-- that every table refuses a blank name, a non-text prompt or a bad count
+-- with the same rule and the same error (_invalid_value). A failed check
+-- raises; a passed one returns nothing.
+
+-- Refuse a text column that is blank (_is_blank: NULL, empty or only
+-- whitespace): a blank name cannot be told apart in a view or a
+-- notification, and a blank owner is a row nobody can act for.
+create or replace function _check_not_blank(p_where text, p_value text)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    if _is_blank(p_value) then
+        perform _invalid_value(p_where, 'must not be blank', to_jsonb(p_value));
+    end if;
+end;
+$$;
+
+comment on function _check_not_blank(text, text) is
+    'Raise CE422 naming p_where when p_value is NULL, empty or only Unicode whitespace.';
+
+-- Refuse a JSON value that is not a string with something other than
+-- whitespace in it (_is_text), with the caller's rule.
+create or replace function _check_text(p_where text, p_value jsonb, p_rule text)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    if not _is_text(p_value) then
+        perform _invalid_value(p_where, p_rule, p_value);
+    end if;
+end;
+$$;
+
+comment on function _check_text(text, jsonb, text) is
+    'Raise CE422 naming p_where and the rule p_rule unless p_value is a JSON string that is not '
+    'blank.';
+
+-- Refuse a JSON value that is not a positive integer (1 to 2^31 - 1, written
+-- without a fraction or an exponent, as the listener reads it). Absent or
+-- JSON null passes, unless p_required.
+create or replace function _check_positive_int(
+    p_where text, p_value jsonb, p_rule text default 'must be a positive integer',
+    p_required boolean default false
+)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    if coalesce(jsonb_typeof(p_value), 'null') = 'null' then
+        if p_required then
+            perform _invalid_value(p_where, p_rule, p_value);
+        end if;
+    elsif jsonb_typeof(p_value) <> 'number' or (p_value #>> '{}') !~ '^[0-9]+$'
+          or (p_value #>> '{}')::numeric not between 1 and 2147483647 then
+        perform _invalid_value(p_where, p_rule, p_value);
+    end if;
+end;
+$$;
+
+comment on function _check_positive_int(text, jsonb, text, boolean) is
+    'Raise CE422 naming p_where and p_rule unless p_value is a positive JSON integer (or absent '
+    'or null, unless p_required).';
+
+-- The first key of a JSON object (in key order) that is not one of p_known,
+-- or NULL: a misspelt key ("on_complete") would be a setting that silently
+-- does nothing. p_object must be an object.
+--
+-- PL/pgSQL for its cached plan: a graph's validation calls it for every node
+-- and edge, and a SQL function with a SET clause is planned on every call.
+create or replace function _unknown_key(p_object jsonb, p_known text[])
+returns text
+language plpgsql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    return (select k from jsonb_object_keys(p_object) k where k <> all (p_known)
+            order by k limit 1);
+end;
+$$;
+
+comment on function _unknown_key(jsonb, text[]) is
+    'The first key (in key order) of the JSON object p_object that p_known does not list, or NULL.';

@@ -5,7 +5,7 @@
 -- headers (Bearer tokens) and URLs (Slack- and Discord-style hooks carry
 -- their credential in the path), and webhook routines' trigger_config.secret.
 --
--- Called by: the audit triggers (30_notify_audit.sql), and PostgreSQL before
+-- Called by: the audit triggers (25_notify_audit.sql), and PostgreSQL before
 -- each INSERT/UPDATE of agents, settings and webhook routines.
 -- Guarantees: audit_log.detail shows which keys a secret-bearing row has but
 -- never their values; a NOT NULL or CHECK violation on those tables is

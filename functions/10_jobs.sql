@@ -1,13 +1,35 @@
--- The job queue: claim, lease, expire, cancel, retry.
+-- The job queue: claim, lease, expire, end, release, cancel, retry, and which
+-- jobs will never run again.
 --
 -- Called by: listeners (claim_jobs, extend_leases, expire_leases,
--- release_jobs), operators (cancel_job, retry_job), and PostgreSQL before
--- every INSERT into job that names a resume_session_id (job_validate).
+-- release_jobs, ended_jobs), operators and owners (cancel_job, retry_job),
+-- and PostgreSQL after an agent is disabled (agents_disabled).
 -- Guarantees: each function is one transaction's worth of work; a job moves
 -- through pending → claimed → running → terminal only here and in
--- 20_agent_runs.sql; every move fires the statement-level triggers of
--- 30_notify_audit.sql (one NOTIFY ceaseless_job per statement and group,
--- one audit_log row per job).
+-- 20_agent_runs.sql (finish_runs); ended_jobs reads only, and names only jobs
+-- of this database that can never run again (a workspace root may be shared
+-- with another database's listeners, whose jobs are theirs to judge).
+--
+-- Every write to job fires these triggers, in this order (PostgreSQL fires a
+-- table's triggers of one kind in name order; docs/sql-reference.md lists
+-- them from the catalog):
+--   before each row
+--     job_bounded_json      payload nested too deep (02_bounded_json.sql)
+--     job_default_agent     agent left out: the default (13_default_agent.sql)
+--     job_input             prompt and payload bounds (11_job_input.sql)
+--     job_user_due          a user's job due no earlier than now (same file)
+--     job_validate          a resumable session id (same file)
+--   after each statement
+--     job_blocked           a blocked job's notification (60_notifications.sql)
+--     job_insert            audit and NOTIFY ceaseless_job (25_notify_audit.sql)
+--     job_plan_children     a delivered plan's child issues (73_forge_children.sql)
+--     job_routine_outcome   close the routine runs of ended jobs
+--                           (44_routine_outcomes.sql)
+--     job_topology_outcome  move the topology nodes of loop_node jobs
+--                           (51_topology_runs.sql)
+--     job_update            audit and NOTIFY ceaseless_job (25_notify_audit.sql)
+-- so a statement's routine runs close, and its nodes move, before its own
+-- audit rows are written.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
@@ -20,67 +42,31 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 -- a statement may read the whole job table and test every row against the
 -- batch's ids, quadratic for a batch of a thousand.
 
--- Whether a session id may go back onto an agent's command line: the shape
--- Claude Code prints (a UUID) or opencode's (ses_ and 26 letters or digits).
--- Agents print what their prompt asks, and a looser rule let an id that is no
--- session either CLI knows reach `--resume`. The same rule is CHECK
--- resume_session_id_resumable on job (db/0014), spelled out there.
-create or replace function _resume_session_id_ok(p_session_id text)
-returns boolean
-language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    select p_session_id ~ '^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|ses_[0-9A-Za-z]{26})$';
-$$;
-
-comment on function _resume_session_id_ok(text) is
-    'True when a session id can be resumed: a UUID (Claude Code) or ses_ and 26 letters or '
-    'digits (opencode).';
-
--- A session an agent reported, if it may be handed to the job's next attempt,
--- else NULL: the paths that hand sessions over (finish_runs, expire_leases,
--- release_jobs) keep the job's previous session instead of failing the batch
--- on one agent's odd output.
-create or replace function _resumable(p_session_id text)
-returns text
-language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    select case when _resume_session_id_ok(p_session_id) then p_session_id end;
-$$;
-
-comment on function _resumable(text) is
-    'The session id when _resume_session_id_ok accepts it, else NULL.';
-
--- Refuse a job whose resume_session_id no agent CLI could resume, naming the
--- field, the rule and the value (CE422), before the CHECK constraint could
--- (its message would print the whole row, prompt included).
-create or replace function _tg_job_validate()
-returns trigger
+-- The arguments of a claim, the job queue's or the outbox's: a claim that
+-- names no listener could never be fenced (its lease would belong to
+-- nobody), and one of fewer than one row is a caller's mistake.
+--
+-- Raises: CE422 naming the function and the argument.
+create or replace function _check_claim(p_function text, p_worker text, p_limit integer)
+returns void
 language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
-    if not _resume_session_id_ok(new.resume_session_id) then
-        raise exception 'job.resume_session_id: must be a Claude Code session id (a UUID) or an '
-                        'opencode session id (ses_ and 26 letters or digits); got %',
-                        to_jsonb(left(new.resume_session_id, 100))
-            using errcode = 'CE422', table = 'job', column = 'resume_session_id';
+    if p_worker is null or p_worker = '' then
+        raise exception '%: p_worker must name the claiming listener', p_function
+            using errcode = 'CE422';
     end if;
-    return new;
+    if p_limit is null or p_limit < 1 then
+        raise exception '%: p_limit must be at least 1, got %', p_function, p_limit
+            using errcode = 'CE422';
+    end if;
 end;
 $$;
 
-comment on function _tg_job_validate() is
-    'Before INSERT or UPDATE of resume_session_id on job: refuse an id no agent CLI can resume '
-    '(CE422, naming the field and the value).';
-
--- Only rows that carry a session: the WHEN clause keeps every other insert
--- and update free of a function call.
-create or replace trigger job_validate
-    before insert or update of resume_session_id on job
-    for each row when (new.resume_session_id is not null)
-    execute function _tg_job_validate();
+comment on function _check_claim(text, text, integer) is
+    'Raise CE422 (naming p_function) unless a claim names its listener and asks for at least one '
+    'row.';
 
 -- Claim up to p_limit due jobs for p_worker, admitting each through its
 -- lane's governor (_lane_capacity: concurrency, and the rolling window's
@@ -89,10 +75,10 @@ create or replace trigger job_validate
 --
 -- With p_start, the claimed jobs go straight to running and their agent_run
 -- rows are opened in the same statement (run_id is returned): the listener
--- spawns at once; a separate start step — a second update of every claimed
--- row — only cost time, and is gone. Without it, jobs are only claimed (the
--- spec's `claimed` state, no run opened): what admission tests and operators
--- probing the governor use; such a claim ends when its lease does.
+-- spawns at once, where a separate start step would update every claimed
+-- row a second time. Without it, jobs are only claimed (state `claimed`, no
+-- run opened): what admission tests and operators probing the governor use;
+-- such a claim ends when its lease does.
 --
 -- A lane is skipped while it is disabled or paused (a row of lane_pauses
 -- whose time has not come, read against p_now): _lane_capacity gives it no
@@ -138,14 +124,7 @@ declare
     v_lease interval;
     v_owners_over text[] := '{}';
 begin
-    if p_worker is null or p_worker = '' then
-        raise exception 'claim_jobs: p_worker must name the claiming listener'
-            using errcode = 'CE422';
-    end if;
-    if p_limit is null or p_limit < 1 then
-        raise exception 'claim_jobs: p_limit must be at least 1, got %', p_limit
-            using errcode = 'CE422';
-    end if;
+    perform _check_claim('claim_jobs', p_worker, p_limit);
     v_lease := make_interval(secs => coalesce(p_lease_secs, _setting_int('lease_secs')));
     perform set_config('ceaseless.actor', p_worker, true);
 
@@ -158,7 +137,7 @@ begin
     order by a.name
     for no key update;
 
-    -- Owners over their spend budget (owner_budgets, 11_lanes.sql):
+    -- Owners over their spend budget (owner_budgets, 12_lanes.sql):
     -- their jobs wait, in every lane. Summed only when some owner has a
     -- budget, so a database without one reads nothing more than before.
     if exists (select from owner_budgets) then
@@ -166,7 +145,7 @@ begin
     end if;
 
     return query
-    -- The lanes with free slots (_lane_capacity, 11_lanes.sql: the one rule
+    -- The lanes with free slots (_lane_capacity, 12_lanes.sql: the one rule
     -- for what a lane may start, which governor_usage and explain_job read
     -- too), and what opening their runs needs.
     with lane as (
@@ -498,33 +477,44 @@ $$;
 comment on function release_jobs(text, uuid[], timestamptz) is
     'Shutdown: return jobs held by p_worker to pending, attempt refunded, open runs finished as cancelled.';
 
--- May the caller act on everything a job points at: the routine of its run,
--- its topology run, its parent job? cancel_job and retry_job end or revive a
--- job, and through it close its routine run (notifying the routine's owner,
--- counting its failures) or fire its routine again: the job being the
--- caller's is not enough. The engine writes these references only to rows of
--- the job's own owner; a row that names another owner's is refused as if it
--- were not there.
-create or replace function _acts_for_job_refs(p_job job)
-returns boolean
-language sql stable
+-- The job p_job_id, locked, when the caller may act on it and on everything
+-- it points at: the routine of its run, its topology run, its parent job.
+-- cancel_job and retry_job end or revive a job, and through it close its
+-- routine run (notifying the routine's owner, counting its failures) or fire
+-- its routine again: the job being the caller's is not enough. The engine
+-- writes these references only to rows of the job's own owner; a job that
+-- names another owner's row is as unknown as one that does not exist.
+--
+-- Locks: the job, FOR UPDATE. Raises: CE404 naming p_verb.
+create or replace function _job_for(p_verb text, p_job_id uuid)
+returns job
+language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-    select (p_job.routine_run_id is null
-            or exists (select from routine_runs rr
-                       join routines r on r.id = rr.routine_id
-                       where rr.id = p_job.routine_run_id and _acts_for(r.user_id)))
-       and (p_job.topology_run_id is null
-            or exists (select from topology_runs t
-                       where t.id = p_job.topology_run_id and _acts_for(t.user_id)))
-       and (p_job.parent_job_id is null
-            or exists (select from job p
-                       where p.id = p_job.parent_job_id and _acts_for(p.user_id)));
+declare
+    v_job job;
+begin
+    select * into v_job from job j where j.id = p_job_id and _acts_for(j.user_id) for update;
+    if not found
+       or (v_job.routine_run_id is not null
+           and not exists (select from routine_runs rr
+                           join routines r on r.id = rr.routine_id
+                           where rr.id = v_job.routine_run_id and _acts_for(r.user_id)))
+       or (v_job.topology_run_id is not null
+           and not exists (select from topology_runs t
+                           where t.id = v_job.topology_run_id and _acts_for(t.user_id)))
+       or (v_job.parent_job_id is not null
+           and not exists (select from job p
+                           where p.id = v_job.parent_job_id and _acts_for(p.user_id))) then
+        raise exception '%: no job with id %', p_verb, p_job_id using errcode = 'CE404';
+    end if;
+    return v_job;
+end;
 $$;
 
-comment on function _acts_for_job_refs(job) is
-    'True when the caller may act for the owners of the routine run, topology run and parent job '
-    'a job names (_acts_for), as well as for the job''s own.';
+comment on function _job_for(text, uuid) is
+    'The job p_job_id locked FOR UPDATE, when the caller acts for its owner and for the owners of '
+    'the routine run, topology run and parent job it names (_acts_for); else CE404 naming p_verb.';
 
 -- Cancel a job. A pending job ends at once; a claimed or running one ends
 -- now in the database, its open run finished as cancelled, and the listener
@@ -539,21 +529,15 @@ language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
-    v_job job;
-    v_state text;
-begin
     -- Security definer (99_access.sql), so the owner check is here: a user
     -- role may cancel its own jobs, and someone else's is as unknown as one
     -- that does not exist; so is the routine run or topology run its end
     -- would close.
-    select * into v_job from job where id = p_job_id and _acts_for(user_id) for update;
-    if not found or not _acts_for_job_refs(v_job) then
-        raise exception 'cancel_job: no job with id %', p_job_id using errcode = 'CE404';
-    end if;
-    v_state := v_job.state;
-    if v_state not in ('pending', 'claimed', 'running') then
+    v_job constant job := _job_for('cancel_job', p_job_id);
+begin
+    if v_job.state not in ('pending', 'claimed', 'running') then
         raise exception 'cancel_job: job % is already %; only pending, claimed or running jobs can be cancelled',
-            p_job_id, v_state
+            p_job_id, v_job.state
             using errcode = 'CE409', hint = 'Use retry_job to run a finished job again.';
     end if;
 
@@ -617,7 +601,7 @@ create or replace trigger agents_disabled
 -- issue or dedup key already has a live job fails with that index's name.
 --
 -- A routine's job is retried as a fire of its routine, through the one
--- firing path (41_routine_firing.sql) like a manual run: a new routine run
+-- firing path (42_routine_firing.sql) like a manual run: a new routine run
 -- adopts the job, so its result reaches routine_runs, the routine and its
 -- notifications, and the routine's max_concurrent and the global cap hold;
 -- the cooldown does not apply, as for any manual run. A refused retry
@@ -634,17 +618,13 @@ language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
-    v_job job;
+    -- The owner checks, as in cancel_job: the job, and the routine it would
+    -- fire again.
+    v_job constant job := _job_for('retry_job', p_job_id);
     v_routine_id uuid;
     v_run_id uuid;
     v_skip_reason text;
 begin
-    -- The owner checks, as in cancel_job: the job, and the routine it would
-    -- fire again.
-    select * into v_job from job where id = p_job_id and _acts_for(user_id) for update;
-    if not found or not _acts_for_job_refs(v_job) then
-        raise exception 'retry_job: no job with id %', p_job_id using errcode = 'CE404';
-    end if;
     if v_job.state in ('pending', 'claimed', 'running') then
         raise exception 'retry_job: job % is still %; only finished jobs can be retried', p_job_id, v_job.state
             using errcode = 'CE409', hint = 'Use cancel_job first to stop it.';
@@ -684,3 +664,27 @@ comment on function retry_job(uuid, timestamptz) is
     'Return a finished job to pending with its attempts reset; a routine''s job through its '
     'routine''s guardrails, as a new routine run. Raises CE404 (unknown), CE409 (still live), '
     'CE410/CE412/CE415 (the routine may not run now).';
+
+-- Of p_ids, the jobs that will not run again: delivered, failed, abandoned or
+-- cancelled. A listener gives each job a working directory of its own and
+-- keeps it across the job's attempts (listener/producer/workdirs.py), so a
+-- retry or a resumed session finds what the previous attempt left; it asks
+-- here, for the directories it finds on disk and for the jobs whose results it
+-- has just recorded, which may go. A failed job that retry_job brings back
+-- later starts in a fresh directory.
+create or replace function ended_jobs(p_ids uuid[])
+returns setof uuid
+language sql
+stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    -- A probe by key per asked id (the batch is the outer side).
+    select j.id
+    from unnest(p_ids) as asked (id)
+    join job j on j.id = asked.id
+    where j.state in ('delivered', 'failed', 'abandoned', 'cancelled');
+$$;
+
+comment on function ended_jobs(uuid[]) is
+    'Of p_ids, the jobs of this database that will not run again (delivered, failed, '
+    'abandoned, cancelled): listeners remove their working directories.';

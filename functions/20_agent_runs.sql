@@ -19,20 +19,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Planner settings: see the head of 10_jobs.sql.
 
--- Whether an agent-reported session id may be stored and later passed back
--- on an agent's command line (db/0008: session_id_plausible).
-create or replace function _session_id_ok(p_session_id text)
-returns boolean
-language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    select p_session_id ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$';
-$$;
-
-comment on function _session_id_ok(text) is
-    'True when a session id is plausible: 1-200 characters of [A-Za-z0-9._:-], not starting '
-    'with punctuation (so it can never be read as a command-line flag).';
-
 -- Record the session each agent reported as it started (Claude Code's init
 -- line), while the run is still going: if the listener dies mid-run, the lease
 -- sweep hands the session to the job, and the next attempt resumes it instead
@@ -195,7 +181,7 @@ begin
     -- batch (seconds at 2,000).
     target as (
         select x.*, r.run_job_id, r.held, r.repeat, r.refusal, r.job_state,
-               -- A forge run's verdict (73_forge_verdict.sql): a pull
+               -- A forge run's verdict (72_forge_verdict.sql): a pull
                -- request, a human, a plan's children. Asked only of
                -- succeeded forge runs; everything else keeps its outcome.
                coalesce(v.outcome, x.outcome) as verdict,

@@ -3,18 +3,20 @@
 -- Called by: PostgreSQL (BEFORE and AFTER triggers on routines).
 -- Guarantees: nothing half-valid is stored: a routine is checked in full on
 -- every INSERT and UPDATE that changes its configuration, and the error names
--- the field, the rule and the value (CE422); NOTIFY ceaseless_schedule when a
--- cron routine needs its next_fire_at (created, schedule or timezone changed,
--- re-enabled); operator-visible changes are audited. The rules a routine's
--- trigger shares with a loop's (cron schedule and timezone, webhook scheme,
--- when a next slot is asked for) are the trigger layer's
--- (38_trigger_validation.sql, 39_schedules.sql).
+-- the field, the rule and the value (CE422); an event routine stores the
+-- literal its pattern requires (event_literal), which the events trigger
+-- matches first; NOTIFY ceaseless_schedule when a cron routine needs its
+-- next_fire_at (created, schedule or timezone changed, re-enabled);
+-- operator-visible changes are audited. The rules a routine's trigger shares
+-- with a loop's (cron schedule and timezone, webhook scheme, patterns run
+-- against untrusted text, when a next slot is asked for) are the trigger
+-- layer's (31_trigger_validation.sql, 32_schedules.sql).
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
--- Check a routine's trigger_config and action_config in full, filling the
--- defaults the spec gives (timezone UTC, channel null, context_paths []).
--- Returns the row to store.
+-- Check a routine's trigger_config and action_config in full, filling their
+-- defaults (timezone UTC, channel null, context_paths []). Returns the row to
+-- store.
 create or replace function _validated_routine(p_row routines)
 returns routines
 language plpgsql
@@ -26,14 +28,9 @@ declare
     v_error text;
     v_path jsonb;
 begin
-    -- A blank name cannot be told apart in routine_status or a notification
-    -- subject, and a blank user_id is a routine no event can ever fire.
-    if _is_blank(p_row.name) then
-        perform _invalid_value('routines.name', 'must not be blank', to_jsonb(p_row.name));
-    end if;
-    if _is_blank(p_row.user_id) then
-        perform _invalid_value('routines.user_id', 'must not be blank', to_jsonb(p_row.user_id));
-    end if;
+    -- A blank user_id is also a routine no event can ever fire.
+    perform _check_not_blank('routines.name', p_row.name);
+    perform _check_not_blank('routines.user_id', p_row.user_id);
 
     case p_row.trigger_type
     when 'cron' then
@@ -74,11 +71,8 @@ begin
 
     case p_row.action_type
     when 'lightweight' then
-        if not _is_text(v_action -> 'prompt') then
-            perform _invalid_value('routines.action_config.prompt',
-                                   'a lightweight routine needs a prompt that is not blank',
-                                   v_action -> 'prompt');
-        end if;
+        perform _check_text('routines.action_config.prompt', v_action -> 'prompt',
+                            'a lightweight routine needs a prompt that is not blank');
         perform _refuse_long('routines.action_config.prompt', v_action ->> 'prompt', 'prompt');
         if v_action -> 'context_paths' is null then
             v_action := v_action || '{"context_paths": []}';
@@ -94,30 +88,18 @@ begin
                                        'each entry must be a relative path inside the workspace', v_path);
             end if;
         end loop;
-        if not _is_positive_int_or_null(v_action -> 'max_tokens') then
-            perform _invalid_value('routines.action_config.max_tokens',
-                                   'must be a positive integer',
-                                   v_action -> 'max_tokens');
-        end if;
+        perform _check_positive_int('routines.action_config.max_tokens',
+                                    v_action -> 'max_tokens');
     when 'full_job' then
-        if not _is_text(v_action -> 'title') then
-            perform _invalid_value('routines.action_config.title',
-                                   'a full_job routine needs a title that is not blank',
-                                   v_action -> 'title');
-        end if;
-        if not _is_text(v_action -> 'description') then
-            perform _invalid_value('routines.action_config.description',
-                                   'a full_job routine needs a description that is not blank',
-                                   v_action -> 'description');
-        end if;
+        perform _check_text('routines.action_config.title', v_action -> 'title',
+                            'a full_job routine needs a title that is not blank');
+        perform _check_text('routines.action_config.description', v_action -> 'description',
+                            'a full_job routine needs a description that is not blank');
         perform _refuse_long('routines.action_config.title', v_action ->> 'title', 'prompt');
         perform _refuse_long('routines.action_config.description', v_action ->> 'description',
                              'prompt');
-        if not _is_positive_int_or_null(v_action -> 'max_iterations') then
-            perform _invalid_value('routines.action_config.max_iterations',
-                                   'must be a positive integer',
-                                   v_action -> 'max_iterations');
-        end if;
+        perform _check_positive_int('routines.action_config.max_iterations',
+                                    v_action -> 'max_iterations');
     else
         null;
     end case;
@@ -132,29 +114,6 @@ comment on function _validated_routine(routines) is
     'Validate a routine''s trigger_config and action_config (CE422 naming field, rule, value) '
     'and fill their defaults.';
 
--- The first back-reference in a PostgreSQL regular expression (\1 .. \9,
--- \10 and up), or NULL when it has none. PostgreSQL has no other form: no
--- \k<name>, no (?P=name). Conservative: an escape of a nonzero digit is
--- reported wherever it stands, also where the engine would read it as an
--- octal character (write \x or \u for those). A pattern led by ***= is a
--- literal string, so its digits escape nothing.
---
--- A single regular expression, with no back-reference of its own: linear in
--- the pattern's length. An even run of backslashes before the digit escapes
--- itself ("\\1" is a backslash and a 1).
-create or replace function _regex_backreference(p_pattern text)
-returns text
-language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    select case when left(p_pattern, 4) <> '***=' then
-        (regexp_match(p_pattern, '(?:^|[^\\])(?:\\\\)*(\\[1-9][0-9]*)'))[1]
-    end;
-$$;
-
-comment on function _regex_backreference(text) is
-    'The first back-reference (\1 and up) in a regular expression, or NULL when it has none.';
-
 -- The longest literal that every string matching the PostgreSQL regular
 -- expression p_pattern must contain, or '' when none can be promised.
 --
@@ -168,10 +127,10 @@ comment on function _regex_backreference(text) is
 --
 -- Linear in the pattern's length: each character is read once or twice, by
 -- subscript of an array (PL/pgSQL keeps array variables expanded, so v_chars[i]
--- and v_lit[n] := c cost the same at any index). It used to read characters
--- with substr(), which counts from the start of a multibyte text on every
--- call, and grow the run by concatenation, which copies it: a 40,000-character
--- pattern took 6.8 s.
+-- and v_lit[n] := c cost the same at any index). Reading characters with
+-- substr(), which counts from the start of a multibyte text on every call,
+-- and growing the run by concatenation, which copies it, would be quadratic:
+-- a 40,000-character pattern took 6.8 s that way.
 create or replace function _regex_required_literal(p_pattern text)
 returns text
 language plpgsql immutable
@@ -366,9 +325,7 @@ set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'DELETE' then
-        insert into audit_log (entity, entity_id, action, old_state)
-        values ('routine', old.id, 'delete',
-                case when old.enabled then 'enabled' else 'disabled' end);
+        perform _audit_enabling('routine', tg_op, old.id, old.enabled, null);
         return null;
     end if;
     perform _ask_for_next_fire('routines', new.id,
@@ -376,17 +333,12 @@ begin
                                     then new.trigger_config ->> 'schedule' end,
                                new.enabled, new.next_fire_at);
     if tg_op = 'INSERT' then
-        insert into audit_log (entity, entity_id, action, new_state)
-        values ('routine', new.id, 'insert',
-                case when new.enabled then 'enabled' else 'disabled' end);
+        perform _audit_enabling('routine', tg_op, new.id, null, new.enabled);
     elsif new.enabled is distinct from old.enabled
           or new.trigger_config is distinct from old.trigger_config
           or new.action_config is distinct from old.action_config then
-        insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
-        values ('routine', new.id, 'update',
-                case when old.enabled then 'enabled' else 'disabled' end,
-                case when new.enabled then 'enabled' else 'disabled' end,
-                jsonb_build_object('last_error', new.last_error));
+        perform _audit_enabling('routine', tg_op, new.id, old.enabled, new.enabled,
+                                jsonb_build_object('last_error', new.last_error));
     end if;
     return null;
 end;

@@ -5,7 +5,7 @@
 -- Guarantees: a routine fires when its user equals the event's, its channel
 -- (when set) equals the event's ignoring case, and its pattern matches
 -- anywhere in the content; all of an event's routines fire in one call of the
--- one firing path (41_routine_firing.sql), so an event that fires several
+-- one firing path (42_routine_firing.sql), so an event that fires several
 -- routines takes no lock per routine and cannot deadlock with anything that
 -- ends their runs; a refused fire (cooldown, dedup, ...) is recorded and
 -- dropped; events.fired_count says how many runs started.

@@ -1,14 +1,14 @@
 -- Routines: outcomes flowing back. A run's job ended: close the run, update
 -- the routine's counters and state, queue notifications; keep the running
--- count; close the runs an agent's disabling strands.
+-- count, audit and announce every run's start and end.
 --
--- Called by: PostgreSQL (triggers on job, routine_runs and agents), whoever
--- ends the jobs: finish_runs, expire_leases, release_jobs, cancel_job, or a
--- plain UPDATE.
+-- Called by: PostgreSQL (triggers on job and routine_runs), whoever ends the
+-- jobs: finish_runs, expire_leases, release_jobs, cancel_job, an agent's
+-- disabling (agents_disabled), or a plain UPDATE.
 -- Guarantees: a run closes exactly once, at its job's finished_at, in the
 -- statement that ends its job; the routines of a statement's runs are locked
 -- together, in id order, after the statement locked its jobs (the lock order
--- of 41_routine_firing.sql), so two statements never wait for each other's
+-- of 41_fire_admission.sql), so two statements never wait for each other's
 -- routines in opposite orders, and each routine is updated once per
 -- statement; the sum of routine_run_shards equals the running runs; NOTIFY
 -- ceaseless_run once per status a statement moved runs to (never for a
@@ -193,7 +193,6 @@ $$;
 comment on function _tg_job_routine_outcome() is
     'After UPDATE on job: close the routine runs whose jobs the statement ended.';
 
--- CREATE OR REPLACE turns the former row-level trigger into this one.
 create or replace trigger job_routine_outcome
     after update on job
     referencing new table as new_rows
@@ -227,7 +226,7 @@ comment on function _tg_routine_runs_insert() is
     'After INSERT on routine_runs: move the running count, audit each run, NOTIFY ceaseless_run '
     'once per status.';
 
--- enable_nestloop: as _tg_job_update (30_notify_audit.sql). A finish batch
+-- enable_nestloop: as _tg_job_update (25_notify_audit.sql). A finish batch
 -- closes its runs in one update, so after one-run statements the join of old
 -- to new rows would meet a thousand rows with a nested loop planned for one:
 -- tests/sql/test_batch_plans.py, test_without_enable_nestloop_….

@@ -2,7 +2,7 @@
 -- loop's schedule must be computed again.
 --
 -- Called by: PostgreSQL, before and after each INSERT, UPDATE and DELETE of
--- loops (the graph is checked by loops_graph_validate, 51_topology_graph.sql,
+-- loops (the graph is checked by loops_graph_validate, 50_topology_graph.sql,
 -- which sorts before loops_validate).
 -- Guarantees:
 -- - nothing half-valid is stored: title, description, task_template,
@@ -29,7 +29,7 @@
 --   when none is live (loops_schedule, through _fire_loop, 56_loop_firing.sql);
 -- - the rules a loop's triggers share with a routine's (cron schedule and
 --   timezone, webhook scheme, when a next slot is asked for) are the trigger
---   layer's (38_trigger_validation.sql, 39_schedules.sql);
+--   layer's (31_trigger_validation.sql, 32_schedules.sql);
 -- - a loop with a live iteration cannot be deleted (CE409): cancel the
 --   iteration first, or its jobs would run on for a loop that is gone.
 
@@ -69,10 +69,7 @@ declare
     v_spec jsonb;
     v_key text;
 begin
-    -- A blank title cannot be told apart in loop_status or a notification.
-    if _is_blank(p_row.title) then
-        perform _invalid_value('loops.title', 'must not be blank', to_jsonb(p_row.title));
-    end if;
+    perform _check_not_blank('loops.title', p_row.title);
     perform _refuse_long('loops.title', p_row.title, 'prompt');
     if p_row.description is null then
         perform _invalid_value('loops.description', 'must be text (may be empty)', null);
@@ -80,14 +77,9 @@ begin
     perform _refuse_long('loops.description', p_row.description, 'prompt');
     -- Every iteration's task starts with it: a blank one asks the agents
     -- nothing.
-    if _is_blank(p_row.task_template) then
-        perform _invalid_value('loops.task_template',
-                               'must not be blank', to_jsonb(p_row.task_template));
-    end if;
+    perform _check_not_blank('loops.task_template', p_row.task_template);
     perform _refuse_long('loops.task_template', p_row.task_template, 'prompt');
-    if _is_blank(p_row.user_id) then
-        perform _invalid_value('loops.user_id', 'must not be blank', to_jsonb(p_row.user_id));
-    end if;
+    perform _check_not_blank('loops.user_id', p_row.user_id);
 
     -- triggers -------------------------------------------------------------
     if v_triggers is null or jsonb_typeof(v_triggers) <> 'object' then
@@ -96,11 +88,8 @@ begin
                                'webhook_scheme?}',
                                v_triggers);
     end if;
-    -- A misspelt key ("on_complete") would be a trigger that silently never
-    -- fires.
-    select k into v_key from jsonb_object_keys(v_triggers) k
-    where k not in ('cron', 'timezone', 'on_completion', 'webhook_enabled', 'webhook_scheme')
-    limit 1;
+    v_key := _unknown_key(v_triggers,
+                          '{cron, timezone, on_completion, webhook_enabled, webhook_scheme}');
     if v_key is not null then
         perform _invalid_value('loops.triggers', format(
             'unknown key %s (known: cron, timezone, on_completion, webhook_enabled, webhook_scheme)',
@@ -124,7 +113,7 @@ begin
         perform _invalid_value('loops.repeat_policy.kind', 'must be infinite, iters or until',
                                coalesce(v_policy -> 'kind', v_policy));
     end if;
-    select k into v_key from jsonb_object_keys(v_policy) k where k not in ('kind', 'spec') limit 1;
+    v_key := _unknown_key(v_policy, '{kind, spec}');
     if v_key is not null then
         perform _invalid_value('loops.repeat_policy', format('unknown key %s (known: kind, spec)',
                                                       to_jsonb(left(v_key, 60))), v_policy);
@@ -140,19 +129,15 @@ begin
                                    'an infinite policy takes no spec', v_spec);
         end if;
     when 'iters' then
-        select k into v_key from jsonb_object_keys(v_spec) k where k <> 'n' limit 1;
+        v_key := _unknown_key(v_spec, '{n}');
         if v_key is not null then
             perform _invalid_value('loops.repeat_policy.spec', format(
                 'unknown key %s (an iters policy takes {n})', to_jsonb(left(v_key, 60))), v_spec);
         end if;
-        if jsonb_typeof(v_spec -> 'n') is distinct from 'number'
-           or not _is_positive_int_or_null(v_spec -> 'n') then
-            perform _invalid_value('loops.repeat_policy.spec.n', 'must be a positive integer',
-                                   v_spec -> 'n');
-        end if;
+        perform _check_positive_int('loops.repeat_policy.spec.n', v_spec -> 'n',
+                                    p_required => true);
     when 'until' then
-        select k into v_key from jsonb_object_keys(v_spec) k
-        where k not in ('event', 'match', 'within_iters') limit 1;
+        v_key := _unknown_key(v_spec, '{event, match, within_iters}');
         if v_key is not null then
             perform _invalid_value('loops.repeat_policy.spec', format(
                 'unknown key %s (an until policy takes {event, within_iters} or '
@@ -174,11 +159,9 @@ begin
         end if;
         -- Required: an until policy that never gives up is an infinite loop
         -- that only looks bounded.
-        if jsonb_typeof(v_spec -> 'within_iters') is distinct from 'number'
-           or not _is_positive_int_or_null(v_spec -> 'within_iters') then
-            perform _invalid_value('loops.repeat_policy.spec.within_iters',
-                                   'an until policy needs a positive integer', v_spec -> 'within_iters');
-        end if;
+        perform _check_positive_int('loops.repeat_policy.spec.within_iters',
+                                    v_spec -> 'within_iters',
+                                    'an until policy needs a positive integer', true);
     end case;
     v_policy := case when v_policy ->> 'kind' = 'infinite' then jsonb_build_object('kind', 'infinite')
                      else jsonb_build_object('kind', v_policy ->> 'kind', 'spec', v_spec) end;
@@ -220,19 +203,6 @@ $$;
 comment on function _loop_creator(text) is
     'The users row whose handle is a loop owner''s role name, created on first use '
     '(loops.created_by).';
-
--- A fresh webhook credential: 64 hex characters from two random UUIDs (244
--- random bits), no pgcrypto needed.
-create or replace function _loop_secret_hex()
-returns text
-language sql volatile
-set search_path = pg_catalog, pg_temp
-as $$
-    select replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '');
-$$;
-
-comment on function _loop_secret_hex() is
-    'Sixty-four random hex characters (two v4 UUIDs): a loop''s webhook token or signing key.';
 
 create or replace function _tg_loops_validate()
 returns trigger
@@ -281,7 +251,7 @@ begin
         v_was_webhook := coalesce((old.triggers ->> 'webhook_enabled')::boolean, false);
     end if;
     if v_webhook and not v_was_webhook then
-        new.webhook_token := 'loop_' || _loop_secret_hex();
+        new.webhook_token := 'loop_' || _webhook_new_key('ceaseless');
         new.webhook_signing_key := _webhook_new_key(new.triggers ->> 'webhook_scheme');
     elsif v_webhook and tg_op = 'UPDATE' and (new.triggers ->> 'webhook_scheme')
                          is distinct from (old.triggers ->> 'webhook_scheme') then

@@ -1,12 +1,12 @@
 -- Loops: the one firing path, where the trigger layer's fires of loops end;
 -- chaining, and repeat policies.
 --
--- Called by: the trigger layer (_fire_schedules, 39_schedules.sql) for cron
+-- Called by: the trigger layer (_fire_schedules, 32_schedules.sql) for cron
 -- batches, webhooks and run_loop; the loops_schedule trigger
 -- (55_loop_validation.sql, re-enabling an on_completion loop); the
 -- agents_enabled trigger (below, re-enabling an agent); and PostgreSQL after
 -- a loop iteration's status becomes terminal (the engine moves it there,
--- 5x_topology_*.sql, in the transaction that ends its last job or cancels
+-- 51_topology_runs.sql, in the transaction that ends its last job or cancels
 -- it).
 -- Guarantees:
 -- - every fire of every kind goes through _fire_loop: refused fires (loop
@@ -93,24 +93,6 @@ comment on function _graph_agents_disabled(jsonb) is
     'The nodes of a topology graph whose agent is disabled or not registered (node, agent, '
     'registered): what refuses a loop''s fire as agent_disabled.';
 
--- Mark p_run_id as the run _fire_loop is inserting (transaction_state, db/0026),
--- keeping what else this transaction's row holds.
-create or replace function _remember_loop_fire(p_run_id uuid)
-returns void
-language sql
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    insert into transaction_state as s (backend_pid, xact, loop_fire)
-    values (pg_backend_pid(), pg_current_xact_id(), p_run_id)
-    on conflict (backend_pid) do update
-    set loop_fire = excluded.loop_fire,
-        fire_mode = case when s.xact = excluded.xact then s.fire_mode end,
-        fire_room = case when s.xact = excluded.xact then s.fire_room end,
-        xact = excluded.xact;
-$$;
-
-comment on function _remember_loop_fire(uuid) is
-    'Record in transaction_state the topology run _fire_loop is about to insert.';
 
 -- Fire a loop: the one path of every trigger. p_trigger is cron,
 -- on_completion, webhook or manual; p_detail what fired it (the schedule, the
@@ -152,7 +134,7 @@ begin
             then 'live_iteration'
     end;
     -- The mark lets topology_runs_loop_lock tell this insert from any other.
-    perform _remember_loop_fire(v_run_id);
+    perform _remember_fire(null, null, v_run_id);
     if v_reason is not null then
         insert into topology_runs (id, workspace_id, graph, task, status, skip_reason, loop_id,
                                    user_id, trigger_type, trigger_detail, finished_at,

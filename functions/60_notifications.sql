@@ -1,9 +1,10 @@
 -- The notifications outbox: sink settings, claim and finish, the wake-up
--- NOTIFY, the operator view, and the notification of a blocked job.
+-- NOTIFY, and the notification of a blocked job.
 --
 -- Called by: listeners (claim_notifications, finish_notifications, through
--- listener/outbox.py), operators (the notification_status view, the
--- notification_sinks and notification_max_attempts settings), and
+-- listener/outbox.py), operators (the notification_sinks and
+-- notification_max_attempts settings; notification_status in 90_views.sql
+-- shows what is wrong with a sink, by _notification_sink_problem), and
 -- PostgreSQL after every INSERT into notifications and every UPDATE of job.
 -- Guarantees:
 -- - a job that becomes blocked on what only a person can fix (its agent
@@ -171,14 +172,7 @@ declare
     v_lease constant interval := interval '60 seconds';
     v_ids uuid[];
 begin
-    if p_worker is null or p_worker = '' then
-        raise exception 'claim_notifications: p_worker must name the claiming listener'
-            using errcode = 'CE422';
-    end if;
-    if p_limit is null or p_limit < 1 then
-        raise exception 'claim_notifications: p_limit must be at least 1, got %', p_limit
-            using errcode = 'CE422';
-    end if;
+    perform _check_claim('claim_notifications', p_worker, p_limit);
     v_max := _setting_int('notification_max_attempts');
     perform set_config('ceaseless.actor', p_worker, true);
 
@@ -383,7 +377,7 @@ create or replace trigger notifications_insert
 -- spent (budget_exhausted) blocks without a word: the lane's operator set
 -- the budget.
 --
--- Statement-level, like the job triggers of 30_notify_audit.sql: a finish
+-- Statement-level, like the job triggers of 25_notify_audit.sql: a finish
 -- batch that blocks a thousand jobs of a lane whose login expired queues its
 -- thousand notifications in one INSERT. A job counts once, when it enters
 -- blocked: a later UPDATE of a blocked row (its forge labels) is no new
@@ -448,42 +442,3 @@ create or replace trigger job_blocked
     referencing old table as old_rows new table as new_rows
     for each statement execute function _tg_job_blocked();
 
--- CREATE OR REPLACE, never dropped here: see the rule in 90_views.sql's
--- header for changing a column.
-create or replace view notification_status as
--- One row per (sink, status), because the operator's question is "which sink
--- is in trouble". It reads the whole table: an operator query, not a hot one.
-with grouped as (
-    select coalesce(n.channel, 'default') as sink,
-           n.status,
-           count(*) as notifications,
-           count(*) filter (where n.status = 'pending' and n.next_attempt_at <= now()) as due,
-           -- Pending rows already tried: retrying, or claimed right now.
-           count(*) filter (where n.status = 'pending' and n.attempts > 0) as attempted,
-           max(now() - n.created_at) filter (where n.status = 'pending') as oldest_pending_age,
-           min(n.next_attempt_at) filter (where n.status = 'pending') as next_attempt_at,
-           max(n.attempts) as max_attempts_used,
-           (array_agg(n.last_error order by n.created_at desc)
-                filter (where n.last_error is not null))[1] as last_error
-    from notifications n
-    group by 1, 2
-)
-select g.sink,
-       case when jsonb_typeof(c.sinks) = 'object' then c.sinks -> g.sink ->> 'type' end
-           as sink_type,
-       _notification_sink_problem(g.sink, c.sinks) as sink_problem,
-       g.status,
-       g.notifications,
-       g.due,
-       g.attempted,
-       g.oldest_pending_age,
-       g.next_attempt_at,
-       g.max_attempts_used,
-       g.last_error
-from grouped g
-cross join (select _notification_sinks() as sinks) c
-order by g.sink, g.status;
-
-comment on view notification_status is
-    'Notifications per sink and status: how many, how many due, the oldest pending age, the next '
-    'attempt, the newest error, and what is wrong with the sink''s configuration, if anything.';

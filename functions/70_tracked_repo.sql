@@ -2,7 +2,8 @@
 --
 -- Called by: PostgreSQL, before each INSERT and UPDATE of tracked_repo
 -- (tracked_repo_validate); the listener's forge poller (due_repos, then
--- finish_repo_poll per repo); repo_status (71_repo_status.sql) and operators
+-- finish_repo_poll per repo); the forge intake (_forge_lock_repo,
+-- 71_forge_issues.sql); repo_status (90_views.sql) and operators
 -- (_repo_quiet_at, _repo_interval).
 -- Guarantees:
 -- - nothing half-valid is stored: forge, owner, repo, api_url, clone_url,
@@ -28,20 +29,6 @@
 -- - a repo inside its quiet window, or disabled, is never handed out.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
-
--- Raise CE422 for a tracked_repo column: the field, the rule, and the bad
--- value shown up to 200 characters (it is user input).
-create or replace function _invalid_repo(p_field text, p_rule text, p_value jsonb)
-returns void
-language sql
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    select _invalid_value('tracked_repo.' || p_field, p_rule, p_value);
-$$;
-
-comment on function _invalid_repo(text, text, jsonb) is
-    'Raise CE422 naming the tracked_repo field, the rule and the bad value, shown up to 200 '
-    'characters (tracked repo validation).';
 
 -- Why p_ref is not a branch name git accepts (git check-ref-format --branch),
 -- or NULL. The checkout runs `git clone --branch <default_branch>`: a name
@@ -106,7 +93,7 @@ comment on function _clone_url_error(text) is
     'absolute local path), else why not; never raises.';
 
 -- Check a tracked repo in full, filling api_url's default. Returns the row
--- to store. Raises CE422 (_invalid_repo) at the first bad field.
+-- to store. Raises CE422 (_invalid_value) at the first bad field.
 create or replace function _validated_repo(p_row tracked_repo)
 returns tracked_repo
 language plpgsql stable
@@ -119,7 +106,8 @@ declare
     v_author text;
 begin
     if p_row.forge is null or p_row.forge not in ('github', 'gitea') then
-        perform _invalid_repo('forge', 'must be github or gitea', to_jsonb(p_row.forge));
+        perform _invalid_value('tracked_repo.forge', 'must be github or gitea',
+                               to_jsonb(p_row.forge));
     end if;
 
     -- GitHub logins: letters, digits and single hyphens, up to 39; Gitea also
@@ -128,136 +116,137 @@ begin
     if p_row.forge = 'github' then
         if p_row.owner is null or char_length(p_row.owner) > 39
            or p_row.owner !~ '^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$' then
-            perform _invalid_repo('owner',
-                                  'must be a GitHub account name: up to 39 letters, digits or '
-                                  'hyphens, not starting or ending with a hyphen',
-                                  to_jsonb(p_row.owner));
+            perform _invalid_value('tracked_repo.owner',
+                                   'must be a GitHub account name: up to 39 letters, digits or '
+                                   'hyphens, not starting or ending with a hyphen',
+                                   to_jsonb(p_row.owner));
         end if;
     elsif p_row.owner is null or char_length(p_row.owner) > 40
           or p_row.owner !~ '^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$' then
-        perform _invalid_repo('owner',
-                              'must be a Gitea account name: up to 40 letters, digits, '
-                              'hyphens, dots or underscores, starting and ending with a letter, '
-                              'digit or underscore',
-                              to_jsonb(p_row.owner));
+        perform _invalid_value('tracked_repo.owner',
+                               'must be a Gitea account name: up to 40 letters, digits, '
+                               'hyphens, dots or underscores, starting and ending with a letter, '
+                               'digit or underscore',
+                               to_jsonb(p_row.owner));
     end if;
     if p_row.repo is null or char_length(p_row.repo) > 100
        or p_row.repo !~ '^[A-Za-z0-9._-]+$' or p_row.repo in ('.', '..') then
-        perform _invalid_repo('repo',
-                              'must be a repository name: up to 100 letters, digits, hyphens, '
-                              'dots or underscores, not . or ..',
-                              to_jsonb(p_row.repo));
+        perform _invalid_value('tracked_repo.repo',
+                               'must be a repository name: up to 100 letters, digits, hyphens, '
+                               'dots or underscores, not . or ..',
+                               to_jsonb(p_row.repo));
     end if;
 
     if p_row.api_url is null and p_row.forge = 'github' then
         p_row.api_url := 'https://api.github.com';
     end if;
     if p_row.api_url is null then
-        perform _invalid_repo('api_url',
-                              'a gitea repo needs its host''s API URL, e.g. '
-                              'https://gitea.example.com/api/v1',
-                              null);
+        perform _invalid_value('tracked_repo.api_url',
+                               'a gitea repo needs its host''s API URL, e.g. '
+                               'https://gitea.example.com/api/v1',
+                               null);
     end if;
     if p_row.api_url !~* '^https?://[^/@?#[:space:]]+(/[^?#[:space:]]*)?$' then
-        perform _invalid_repo('api_url',
-                              'must be an absolute http(s) URL with no credentials, query or '
-                              'fragment',
-                              to_jsonb(p_row.api_url));
+        perform _invalid_value('tracked_repo.api_url',
+                               'must be an absolute http(s) URL with no credentials, query or '
+                               'fragment',
+                               to_jsonb(p_row.api_url));
     end if;
     if p_row.api_url ~ '/$' then
-        perform _invalid_repo('api_url', 'must not end with /', to_jsonb(p_row.api_url));
+        perform _invalid_value('tracked_repo.api_url', 'must not end with /',
+                               to_jsonb(p_row.api_url));
     end if;
 
     v_error := _clone_url_error(p_row.clone_url);
     if v_error is not null then
-        perform _invalid_repo('clone_url', v_error, to_jsonb(p_row.clone_url));
+        perform _invalid_value('tracked_repo.clone_url', v_error, to_jsonb(p_row.clone_url));
     end if;
     v_error := _git_branch_error(p_row.default_branch);
     if v_error is not null then
-        perform _invalid_repo('default_branch', 'must be a git branch name: ' || v_error,
-                              to_jsonb(p_row.default_branch));
+        perform _invalid_value('tracked_repo.default_branch',
+                               'must be a git branch name: ' || v_error,
+                               to_jsonb(p_row.default_branch));
     end if;
 
     if p_row.interval_seconds is null or p_row.interval_seconds <= 0 then
-        perform _invalid_repo('interval_seconds',
-                              'must be a positive number of seconds (the forge_min_interval_secs '
-                              'floor applies at use)',
-                              to_jsonb(p_row.interval_seconds));
+        perform _invalid_value('tracked_repo.interval_seconds',
+                               'must be a positive number of seconds (the forge_min_interval_secs '
+                               'floor applies at use)',
+                               to_jsonb(p_row.interval_seconds));
     end if;
 
     if (p_row.quiet_from is null) <> (p_row.quiet_until is null) then
-        perform _invalid_repo(case when p_row.quiet_from is null then 'quiet_from'
-                                   else 'quiet_until' end,
-                              'a quiet window needs both quiet_from and quiet_until, or neither',
-                              null);
+        perform _invalid_value(case when p_row.quiet_from is null then 'tracked_repo.quiet_from'
+                                     else 'tracked_repo.quiet_until' end,
+                               'a quiet window needs both quiet_from and quiet_until, or neither',
+                               null);
     end if;
     if p_row.quiet_from !~ '^([01][0-9]|2[0-3]):[0-5][0-9]$' then
-        perform _invalid_repo('quiet_from', 'must be HH:MM, 00:00 to 23:59',
-                              to_jsonb(p_row.quiet_from));
+        perform _invalid_value('tracked_repo.quiet_from', 'must be HH:MM, 00:00 to 23:59',
+                               to_jsonb(p_row.quiet_from));
     end if;
     if p_row.quiet_until !~ '^([01][0-9]|2[0-3]):[0-5][0-9]$' then
-        perform _invalid_repo('quiet_until', 'must be HH:MM, 00:00 to 23:59',
-                              to_jsonb(p_row.quiet_until));
+        perform _invalid_value('tracked_repo.quiet_until', 'must be HH:MM, 00:00 to 23:59',
+                               to_jsonb(p_row.quiet_until));
     end if;
     if p_row.quiet_from = p_row.quiet_until then
-        perform _invalid_repo('quiet_until',
-                              'must differ from quiet_from (for no quiet window, leave both unset)',
-                              to_jsonb(p_row.quiet_until));
+        perform _invalid_value('tracked_repo.quiet_until',
+                               'must differ from quiet_from (for no quiet window, leave both unset)',
+                               to_jsonb(p_row.quiet_until));
     end if;
     v_error := _timezone_error(p_row.quiet_timezone);
     if v_error is not null then
-        perform _invalid_repo('quiet_timezone', v_error, to_jsonb(p_row.quiet_timezone));
+        perform _invalid_value('tracked_repo.quiet_timezone', v_error,
+                               to_jsonb(p_row.quiet_timezone));
     end if;
 
     -- Labels are compared as the forge shows them: GitHub trims them and caps
     -- them at 50 characters, so a padded or longer one would never match.
     for i in 1 .. 3 loop
-        if _is_blank(v_labels[i]) then
-            perform _invalid_repo(v_label_fields[i], 'must not be blank', to_jsonb(v_labels[i]));
-        end if;
+        perform _check_not_blank('tracked_repo.' || v_label_fields[i], v_labels[i]);
         if v_labels[i] <> btrim(v_labels[i]) or char_length(v_labels[i]) > 50 then
-            perform _invalid_repo(v_label_fields[i],
-                                  'must be at most 50 characters without leading or trailing '
-                                  'spaces',
-                                  to_jsonb(v_labels[i]));
+            perform _invalid_value('tracked_repo.' || v_label_fields[i],
+                                   'must be at most 50 characters without leading or trailing '
+                                   'spaces',
+                                   to_jsonb(v_labels[i]));
         end if;
         for j in 1 .. i - 1 loop
             if lower(v_labels[i]) = lower(v_labels[j]) then
-                perform _invalid_repo(v_label_fields[i],
-                                      format('must differ from %s (labels match without case)',
-                                             v_label_fields[j]),
-                                      to_jsonb(v_labels[i]));
+                perform _invalid_value('tracked_repo.' || v_label_fields[i],
+                                       format('must differ from %s (labels match without case)',
+                                              v_label_fields[j]),
+                                       to_jsonb(v_labels[i]));
             end if;
         end loop;
     end loop;
 
     if p_row.allowed_authors is null then
-        perform _invalid_repo('allowed_authors', 'must be a list (empty admits nobody)', null);
+        perform _invalid_value('tracked_repo.allowed_authors',
+                               'must be a list (empty admits nobody)', null);
     end if;
     foreach v_author in array p_row.allowed_authors loop
         if v_author is null or v_author !~ '^[A-Za-z0-9_.-]+$' then
-            perform _invalid_repo('allowed_authors',
-                                  'each entry must be a forge login (letters, digits, - . _)',
-                                  to_jsonb(v_author));
+            perform _invalid_value('tracked_repo.allowed_authors',
+                                   'each entry must be a forge login (letters, digits, - . _)',
+                                   to_jsonb(v_author));
         end if;
     end loop;
     if cardinality(p_row.allowed_authors)
        <> (select count(distinct lower(a)) from unnest(p_row.allowed_authors) a) then
-        perform _invalid_repo('allowed_authors', 'must not name a login twice',
-                              to_jsonb(p_row.allowed_authors));
+        perform _invalid_value('tracked_repo.allowed_authors', 'must not name a login twice',
+                               to_jsonb(p_row.allowed_authors));
     end if;
 
     if p_row.tracking_issue is not null and p_row.tracking_issue <= 0 then
-        perform _invalid_repo('tracking_issue', 'must be a positive issue number',
-                              to_jsonb(p_row.tracking_issue));
+        perform _invalid_value('tracked_repo.tracking_issue', 'must be a positive issue number',
+                               to_jsonb(p_row.tracking_issue));
     end if;
     if p_row.discover_cooldown_secs is null or p_row.discover_cooldown_secs < 0 then
-        perform _invalid_repo('discover_cooldown_secs', 'must be zero or more seconds',
-                              to_jsonb(p_row.discover_cooldown_secs));
+        perform _invalid_value('tracked_repo.discover_cooldown_secs',
+                               'must be zero or more seconds',
+                               to_jsonb(p_row.discover_cooldown_secs));
     end if;
-    if _is_blank(p_row.user_id) then
-        perform _invalid_repo('user_id', 'must not be blank', to_jsonb(p_row.user_id));
-    end if;
+    perform _check_not_blank('tracked_repo.user_id', p_row.user_id);
     return p_row;
 end;
 $$;
@@ -403,6 +392,29 @@ comment on function due_repos(timestamptz, integer) is
     'Hand out up to p_limit enabled repos due at p_now and outside their quiet window, each to '
     'one caller only (SKIP LOCKED), moving their next_poll_at one clamped interval on.';
 
+-- The repo, locked: ingests of one repo queue (two callers cannot both
+-- decide "no job yet"), and a poll's end is recorded on the row it locked.
+-- Raises CE404 for an unknown id.
+create or replace function _forge_lock_repo(p_repo_id uuid)
+returns tracked_repo
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_repo tracked_repo;
+begin
+    select r.* into v_repo from tracked_repo r where r.id = p_repo_id for no key update;
+    if not found then
+        raise exception 'no tracked repo with id %', p_repo_id using errcode = 'CE404';
+    end if;
+    return v_repo;
+end;
+$$;
+
+comment on function _forge_lock_repo(uuid) is
+    'The tracked repo with this id, locked FOR NO KEY UPDATE (ingests and poll ends of one repo '
+    'queue); CE404 when there is none.';
+
 -- Record a poll's end. Success (p_error NULL): last_polled_at, last_etag
 -- (p_etag; NULL keeps the one before) and the last error cleared. Failure:
 -- last_error (first 1000 characters) and last_error_at, the etag kept so the
@@ -422,6 +434,7 @@ language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
+    v_repo constant tracked_repo := _forge_lock_repo(p_repo_id);
     v_next timestamptz;
 begin
     update tracked_repo r
@@ -431,11 +444,8 @@ begin
            last_error = left(p_error, 1000),
            last_error_at = case when p_error is null then null else p_now end,
            next_poll_at = greatest(p_now + _repo_interval(r), p_next_poll_at)
-     where r.id = p_repo_id
+     where r.id = v_repo.id
     returning r.next_poll_at into v_next;
-    if not found then
-        raise exception 'no tracked repo with id %', p_repo_id using errcode = 'CE404';
-    end if;
     return v_next;
 end;
 $$;

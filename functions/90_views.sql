@@ -1,11 +1,21 @@
--- Operator views: the psql interface to the queue and the governor.
+-- Operator views: the psql interface to the queue, the governor, routines,
+-- loops and topology runs, notifications, tracked repositories and the forge
+-- pipeline, and the listeners themselves.
 --
--- Called by: operators in psql, `ceaseless status`, dashboards.
--- Guarantees: read-only; column names are a stable interface (add columns,
--- never rename them); an operator's own view built on one of these survives
--- every migrate, or migrate fails naming it: nothing here is ever dropped.
+-- Called by: operators and users in psql, `ceaseless status`, the CLI's
+-- list and show commands, dashboards.
+-- Guarantees: read-only; the views over owned rows (owner_budget_usage,
+-- topology_node_status, loop_status, repo_status, forge_pipeline) are
+-- security_invoker, so a user role sees only its own rows (the row-level
+-- security of the caller applies, not the view owner's), and the rest are
+-- the operators' and listeners' (99_access.sql); no view shows a credential
+-- (a loop's webhook token or signing key, an agent's env, a sink's headers);
+-- column names are a stable interface (add columns, never rename them); an
+-- operator's own view built on one of these survives every migrate, or
+-- migrate fails naming it: nothing here is ever dropped.
 --
--- The rule for changing a view (here and in notification_status, 60_):
+-- The rule for changing a view (here, and for the schedules view of
+-- 32_schedules.sql, which the trigger layer's functions read):
 -- - CREATE OR REPLACE VIEW can only append columns at the end, with the
 --   existing ones keeping their names, types and order. That is the only
 --   change to make in this file.
@@ -84,7 +94,7 @@ where (q.state in ('claimed', 'running') and q.lease_remaining < interval '0')
 comment on view stuck_jobs is
     'Live jobs that should have moved by now, each with the likely reason.';
 
--- One row per lane, as _lane_capacity (11_lanes.sql) counts it for the claim:
+-- One row per lane, as _lane_capacity (12_lanes.sql) counts it for the claim:
 -- free_slots is what claim_jobs would admit now, nothing for a lane that is
 -- disabled, paused or over a budget, whatever its counts say. paused_until
 -- and pause_reason are those of a pause still in force (NULL once it has
@@ -120,6 +130,21 @@ comment on view governor_usage is
     'the pause in force and why, due work waiting, the cost and tokens the window''s runs '
     'reported against window_cost_usd and window_tokens, and what holds the lane (held_by, '
     'as explain_job names it).';
+
+create or replace view owner_budget_usage with (security_invoker = true) as
+select b.user_id,
+       b.window_secs,
+       b.window_cost_usd,
+       s.cost as cost_in_window,
+       b.window_tokens,
+       s.tokens as tokens_in_window,
+       (s.cost >= b.window_cost_usd or s.tokens >= b.window_tokens) is true as over_budget
+from owner_budgets b
+cross join lateral _owner_spend(b, now()) s;
+
+comment on view owner_budget_usage is
+    'Each owner budget against what the owner''s runs reported in its window; over_budget: its '
+    'jobs wait (explain_job says owner_budget).';
 
 create or replace view routine_status as
 select r.id,
@@ -262,3 +287,224 @@ comment on view listener_status is
     'results, connected, and what it reported at start: its agents'' sandbox and OS user, how its '
     'database connection authenticated, its HTTP address, and warnings (agents not isolated, no '
     'database password).';
+
+create or replace view notification_status as
+-- One row per (sink, status), because the operator's question is "which sink
+-- is in trouble". It reads the whole table: an operator query, not a hot one.
+with grouped as (
+    select coalesce(n.channel, 'default') as sink,
+           n.status,
+           count(*) as notifications,
+           count(*) filter (where n.status = 'pending' and n.next_attempt_at <= now()) as due,
+           -- Pending rows already tried: retrying, or claimed right now.
+           count(*) filter (where n.status = 'pending' and n.attempts > 0) as attempted,
+           max(now() - n.created_at) filter (where n.status = 'pending') as oldest_pending_age,
+           min(n.next_attempt_at) filter (where n.status = 'pending') as next_attempt_at,
+           max(n.attempts) as max_attempts_used,
+           (array_agg(n.last_error order by n.created_at desc)
+                filter (where n.last_error is not null))[1] as last_error
+    from notifications n
+    group by 1, 2
+)
+select g.sink,
+       case when jsonb_typeof(c.sinks) = 'object' then c.sinks -> g.sink ->> 'type' end
+           as sink_type,
+       _notification_sink_problem(g.sink, c.sinks) as sink_problem,
+       g.status,
+       g.notifications,
+       g.due,
+       g.attempted,
+       g.oldest_pending_age,
+       g.next_attempt_at,
+       g.max_attempts_used,
+       g.last_error
+from grouped g
+cross join (select _notification_sinks() as sinks) c
+order by g.sink, g.status;
+
+comment on view notification_status is
+    'Notifications per sink and status: how many, how many due, the oldest pending age, the next '
+    'attempt, the newest error, and what is wrong with the sink''s configuration, if anything.';
+
+create or replace view topology_node_status with (security_invoker = true) as
+select n.topology_run_id as run_id,
+       r.loop_id,
+       r.iteration,
+       n.node_id as node,
+       n.agent,
+       n.gate,
+       n.state,
+       n.upstream_left,
+       n.job_id,
+       j.state as job_state,
+       j.attempts,
+       n.started_at,
+       n.finished_at,
+       -- Until now for a node still running, so a stuck node shows its age.
+       round(extract(epoch from coalesce(n.finished_at, now()) - n.started_at)::numeric, 3)
+           as seconds,
+       -- A preview: the whole output is topology_nodes.output.
+       case when char_length(n.output) > 500 then left(n.output, 500) || '…'
+            else n.output end as output_preview,
+       n.error,
+       a.id as approval_id,
+       coalesce(a.decision, case when a.id is not null then 'pending' end) as approval_decision,
+       a.decided_by,
+       a.decided_at,
+       a.expires_at as approval_expires_at
+from topology_nodes n
+join topology_runs r on r.id = n.topology_run_id
+left join job j on j.id = n.job_id
+left join approvals a on a.topology_run_id = n.topology_run_id and a.node_id = n.node_id;
+
+comment on view topology_node_status is
+    'One row per node of every topology run the caller may see: its state and upstreams left, '
+    'its job''s state and attempts, timings, an output preview, the error, and its approval.';
+
+create or replace view loop_status with (security_invoker = true) as
+select l.id,
+       l.title,
+       l.user_id as owner,
+       l.enabled,
+       l.triggers ->> 'cron' as cron,
+       l.triggers ->> 'timezone' as timezone,
+       coalesce((l.triggers ->> 'on_completion')::boolean, false) as on_completion,
+       l.webhook_token is not null as webhook,
+       l.repeat_policy,
+       -- The iteration the policy counts from: set when a stopped loop is
+       -- re-enabled, so an operator can see why it has not stopped again.
+       l.policy_from_iteration,
+       latest.iteration as current_iteration,
+       live.id as live_run_id,
+       live.status as live_run_status,
+       done.id as last_run_id,
+       done.status as last_run_status,
+       done.finished_at as last_run_finished_at,
+       l.next_fire_at,
+       l.stopped_reason,
+       l.stopped_at,
+       coalesce(skips.n, 0) as skipped_fires,
+       skips.last_reason as last_skip_reason,
+       skips.last_at as last_skipped_at,
+       l.last_error
+from loops l
+-- topology_runs_loop_idx (loop_id, iteration desc): one entry each.
+left join lateral (
+    select r.iteration from topology_runs r
+    where r.loop_id = l.id and r.iteration is not null
+    order by r.iteration desc limit 1
+) latest on true
+-- At most one (topology_runs_one_live_iteration_idx).
+left join lateral (
+    select r.id, r.status from topology_runs r
+    where r.loop_id = l.id and r.status in ('pending', 'running', 'awaiting_approval')
+) live on true
+left join lateral (
+    select r.id, r.status, r.finished_at from topology_runs r
+    where r.loop_id = l.id and r.iteration is not null
+      and r.status in ('succeeded', 'failed', 'cancelled')
+    order by r.iteration desc limit 1
+) done on true
+-- topology_runs_loop_skipped_idx holds only skipped runs.
+left join lateral (
+    select count(*) as n,
+           (array_agg(r.skip_reason order by r.created_at desc))[1] as last_reason,
+           max(r.created_at) as last_at
+    from topology_runs r
+    where r.loop_id = l.id and r.status = 'skipped'
+) skips on true;
+
+comment on view loop_status is
+    'One row per loop: title, owner, enabled, triggers (cron, timezone, on_completion, webhook on '
+    'or off — never its credential), repeat policy, current iteration, the live run, the last '
+    'finished run, next fire, why and when it stopped, skipped fires (count, last reason) and the '
+    'last error.';
+
+create or replace view repo_status with (security_invoker = true) as
+select r.id,
+       r.user_id as owner_role,
+       r.forge,
+       r.owner,
+       r.repo,
+       r.api_url,
+       r.enabled,
+       r.last_polled_at,
+       r.next_poll_at,
+       -- Quiet now: a due repo that is quiet waits for its window to end,
+       -- which is why next_poll_at may lie in the past.
+       _repo_quiet_at(r, now()) as quiet_now,
+       case when r.quiet_from is not null
+            then format('%s-%s %s', r.quiet_from, r.quiet_until, r.quiet_timezone)
+       end as quiet_window,
+       -- The interval used, after the floor, next to the one asked for: a
+       -- difference means forge_min_interval_secs overrides the row.
+       extract(epoch from _repo_interval(r))::integer as interval_used_secs,
+       r.interval_seconds as interval_asked_secs,
+       r.last_error,
+       r.last_error_at,
+       coalesce(live.n, 0) as live_jobs,
+       r.discover_label,
+       r.plan_label,
+       r.implement_label,
+       r.allowed_authors,
+       r.tracking_issue,
+       -- false: polled, cloned and written to without the listener's forge
+       -- tokens until an operator allows them (db/0030).
+       r.tokens_allowed
+from tracked_repo r
+-- job_live_issue_idx (forge, owner, repo, number) where live: a prefix probe.
+left join lateral (
+    select count(*)::integer as n from job j
+    where j.forge = r.forge and j.owner = r.owner and j.repo = r.repo
+      and j.state in ('pending', 'claimed', 'running')
+) live on true;
+
+comment on view repo_status is
+    'One row per tracked repo: last and next poll, whether it is quiet now, the interval used '
+    '(clamped to forge_min_interval_secs) and asked, the last error, its live jobs, and whether '
+    'the listener''s forge tokens may serve it.';
+
+create or replace view forge_pipeline with (security_invoker = true) as
+select r.id as repo_id,
+       j.user_id as owner_role,
+       j.forge,
+       j.owner,
+       j.repo,
+       j.number,
+       coalesce(i.title, j.payload #>> '{forge,title}') as title,
+       j.kind,
+       j.id as job_id,
+       j.state,
+       j.agent,
+       j.attempts,
+       j.last_error,
+       j.parent_job_id,
+       p.number as parent_number,
+       pr.pr_number,
+       pr.pr_url,
+       -- A plan's children: asked for, and created on the forge so far.
+       ch.asked as children_asked,
+       ch.created as children_created,
+       j.labels_synced_label,
+       j.labels_synced_at,
+       j.labels_error,
+       j.created_at,
+       j.finished_at
+from job j
+left join tracked_repo r on r.forge = j.forge and r.owner = j.owner and r.repo = j.repo
+left join forge_issue i on i.repo_id = r.id and i.number = j.number
+left join job p on p.id = j.parent_job_id
+left join lateral (
+    select ar.pr_number, ar.pr_url from agent_run ar
+    where ar.job_id = j.id and ar.pr_number is not null
+    order by ar.started_at desc limit 1
+) pr on true
+left join lateral (
+    select count(*)::integer as asked, count(c.number)::integer as created
+    from forge_child_issue c where c.plan_job_id = j.id
+) ch on j.kind = 'plan'
+where j.forge is not null;
+
+comment on view forge_pipeline is
+    'One row per forge job: its repo and issue, kind, state, lane, parent, pull request, '
+    'children (plans), mirrored label; newest last. Filter by owner, repo, number.';

@@ -1,24 +1,27 @@
--- "Why is this not running?": every reason that holds a job, a routine or a
--- topology run, one row each, with the time it clears when one is known.
+-- "Why is this not running?": every reason that holds a job, a routine, a
+-- topology run or a loop, one row each, with the time it clears when one is
+-- known.
 --
 -- Called by: operators and users (psql, `ceaseless job why`, `ceaseless
--- routine why`, the dashboard).
+-- routine why`, `ceaseless loop why`, the dashboard).
 -- Guarantees:
 -- - read only: no row is locked or written, so asking never delays a claim or
 --   a fire, and the answer is what held the row when the statement started
 --   (another listener may claim the job a moment later);
 -- - the rules are those claim_jobs admits by for jobs (the same functions:
---   _lane_capacity and _owners_over_budget, 11_lanes.sql) and of
---   _fire_routines (41_routine_firing.sql) for routines, judged against
---   p_now, and a row names each rule that holds, not only the first; a job
---   or routine nothing holds gets one row, 'ready';
+--   _lane_capacity and _owners_over_budget, 12_lanes.sql), of _fire_routines
+--   (42_routine_firing.sql) for routines and of _fire_loop
+--   (56_loop_firing.sql) for loops, and a schedule's as the schedules view
+--   reads it, judged against p_now; a row names each rule that holds, not
+--   only the first, and a job, routine, run or loop nothing holds gets one
+--   row, 'ready';
 -- - a user explains only its own rows (_acts_for); someone else's is as
 --   unknown as one that does not exist (CE404). Security definer
 --   (99_access.sql), because a lane's counts include every owner's jobs.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
--- What holds a lane's next claim: each reason _lane_capacity (11_lanes.sql,
+-- What holds a lane's next claim: each reason _lane_capacity (12_lanes.sql,
 -- the rule claim_jobs admits by) names, in its order, with the counts behind
 -- it and when it clears. Also returns the free slots, which the callers need
 -- to say whether older due work comes first.
@@ -96,25 +99,11 @@ begin
                    -- aged out, brings the window's total under the budget
                    -- have left the window.
                    when 'cost_budget' then
-                       (select o.started_at + make_interval(secs => v_agent.window_secs)
-                        from (select r.started_at,
-                                     sum(coalesce(r.cost_usd, 0))
-                                         over (order by r.started_at, r.id) as spent
-                              from agent_run r
-                              where r.agent = p_agent and r.started_at > v_since) o
-                        where o.spent > v_lane.cost_in_window - v_agent.window_cost_usd
-                        order by o.started_at
-                        limit 1)
+                       _spend_clears(array[p_agent], null, v_since, v_agent.window_secs, false,
+                                     v_lane.cost_in_window - v_agent.window_cost_usd)
                    when 'token_budget' then
-                       (select o.started_at + make_interval(secs => v_agent.window_secs)
-                        from (select r.started_at,
-                                     sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0))
-                                         over (order by r.started_at, r.id) as spent
-                              from agent_run r
-                              where r.agent = p_agent and r.started_at > v_since) o
-                        where o.spent > v_lane.tokens_in_window - v_agent.window_tokens
-                        order by o.started_at
-                        limit 1)
+                       _spend_clears(array[p_agent], null, v_since, v_agent.window_secs, true,
+                                     v_lane.tokens_in_window - v_agent.window_tokens)
                end,
                v_lane.free;
     end loop;
@@ -125,6 +114,33 @@ comment on function _explain_lane(text, timestamptz) is
     'What holds the next claim of a lane, each reason _lane_capacity names (agent_disabled, '
     'lane_paused, lane_full, window_budget, cost_budget, token_budget) with its counts and when '
     'it clears; one row with a NULL reason and the free slots when nothing does.';
+
+-- What holds a scheduled routine's or loop's next fire on the clock: no slot
+-- computed yet (not_scheduled), or a slot still to come (not_due, clearing
+-- at it). Nothing for a row that is disabled or has no schedule, or whose
+-- slot has come. Read from the schedules view, the trigger layer's one
+-- reading of a row's schedule.
+create or replace function _explain_schedule(p_kind text, p_id uuid, p_now timestamptz)
+returns table (reason text, detail text, clears_at timestamptz)
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select case when s.next_fire_at is null then 'not_scheduled' else 'not_due' end,
+           case when s.next_fire_at is null
+                then format('no next fire computed yet: a running listener computes it when the '
+                            '%s is created, changed or enabled', s.kind)
+                else format('next slot of %s (%s)', s.schedule, s.timezone)
+           end,
+           s.next_fire_at
+    from schedules s
+    where s.kind = p_kind and s.id = p_id and s.enabled and s.schedule is not null
+      and (s.next_fire_at is null or s.next_fire_at > p_now);
+$$;
+
+comment on function _explain_schedule(text, uuid, timestamptz) is
+    'What holds the next cron fire of a routine or loop (p_kind): not_scheduled (no slot '
+    'computed yet) or not_due (clears at the slot); nothing when its slot has come or it has no '
+    'schedule.';
 
 -- Every reason that holds a job. A job not pending says what it is instead
 -- (claimed, running, or finished in its state); a pending one lists each of:
@@ -145,7 +161,7 @@ declare
     v_job job;
     v_free bigint;
     v_ahead bigint;
-    v_held boolean := false;
+    v_held boolean;
     v_lane record;
 begin
     select j.* into v_job from job j where j.id = p_job_id and _acts_for(j.user_id);
@@ -169,32 +185,30 @@ begin
         return;
     end if;
 
-    if v_job.run_after > p_now then
-        v_held := true;
-        return query select 'not_due'::text,
-            format('run_after is %s%s', v_job.run_after,
-                   case when v_job.last_error is not null
-                        then format(' (retry after attempt %s: %s)', v_job.attempts,
-                                    left(v_job.last_error, 200))
-                        else '' end),
-            v_job.run_after;
-    end if;
+    return query
+    select 'not_due'::text,
+           format('run_after is %s%s', v_job.run_after,
+                  case when v_job.last_error is not null
+                       then format(' (retry after attempt %s: %s)', v_job.attempts,
+                                   left(v_job.last_error, 200))
+                       else '' end),
+           v_job.run_after
+    where v_job.run_after > p_now;
+    v_held := found;
 
     -- The owner's spend budget (owner_budgets): every lane waits for it,
     -- when the claim's own rule (_owners_over_budget) says so.
-    if v_job.user_id = any (_owners_over_budget(p_now)) then
-        v_held := true;
-        return query
-        select 'owner_budget'::text,
-               format('owner %s''s runs started in the last %s s reported %s USD and %s tokens, '
-                      'against its budget of %s USD and %s tokens', b.user_id, b.window_secs,
-                      s.cost, s.tokens, coalesce(b.window_cost_usd::text, 'no'),
-                      coalesce(b.window_tokens::text, 'no')),
-               _owner_budget_clears(b, p_now)
-        from owner_budgets b
-        cross join lateral _owner_spend(b, p_now) s
-        where b.user_id = v_job.user_id;
-    end if;
+    return query
+    select 'owner_budget'::text,
+           format('owner %s''s runs started in the last %s s reported %s USD and %s tokens, '
+                  'against its budget of %s USD and %s tokens', b.user_id, b.window_secs,
+                  s.cost, s.tokens, coalesce(b.window_cost_usd::text, 'no'),
+                  coalesce(b.window_tokens::text, 'no')),
+           _owner_budget_clears(b, p_now)
+    from owner_budgets b
+    cross join lateral _owner_spend(b, p_now) s
+    where b.user_id = v_job.user_id and v_job.user_id = any (_owners_over_budget(p_now));
+    v_held := v_held or found;
 
     for v_lane in select l.* from _explain_lane(v_job.agent, p_now) l loop
         v_free := v_lane.free;
@@ -255,84 +269,67 @@ declare
     v_running bigint;
     v_all_running bigint;
     v_cap integer := _setting_int('routine_max_running');
-    v_held boolean := false;
-    v_lane record;
+    v_cooldown_ends timestamptz;
 begin
     select r.* into v_routine from routines r where r.id = p_routine_id and _acts_for(r.user_id);
     if v_routine.id is null then
         raise exception 'explain_routine: no routine with id %', p_routine_id
             using errcode = 'CE404';
     end if;
-
-    if not v_routine.enabled then
-        v_held := true;
-        return query select 'disabled'::text,
-            format('routine %s is disabled%s', v_routine.name,
-                   case when v_routine.last_error is not null
-                        then format(' (last error: %s)', left(v_routine.last_error, 200))
-                        else '' end),
-            null::timestamptz;
-    end if;
-    if exists (select from agents a where a.name = v_routine.agent and not a.enabled) then
-        v_held := true;
-        return query select 'agent_disabled'::text,
-            format('agent %s is disabled: fires are skipped (agent_disabled)', v_routine.agent),
-            null::timestamptz;
-    end if;
-    if v_routine.cooldown_secs > 0 and v_routine.last_run_at is not null
-       and p_now < v_routine.last_run_at + make_interval(secs => v_routine.cooldown_secs) then
-        v_held := true;
-        return query select 'cooldown'::text,
-            format('the last run finished at %s and cooldown_secs is %s (run_routine ignores it)',
-                   v_routine.last_run_at, v_routine.cooldown_secs),
-            v_routine.last_run_at + make_interval(secs => v_routine.cooldown_secs);
-    end if;
     select count(*) into v_running
     from routine_runs rr
     where rr.routine_id = v_routine.id and rr.status = 'running';
-    if v_running >= v_routine.max_concurrent then
-        v_held := true;
-        return query select 'concurrency'::text,
-            format('%s runs are running of max_concurrent %s; one ends when its job does',
-                   v_running, v_routine.max_concurrent),
-            null::timestamptz;
-    end if;
     -- The count the firing path judges by: one row per shard, no scan.
     select coalesce(sum(s.running), 0) into v_all_running from routine_run_shards s;
-    if v_all_running >= v_cap then
-        v_held := true;
-        return query select 'global_cap'::text,
-            format('%s routine runs are running across all users, the setting '
-                   'routine_max_running is %s', v_all_running, v_cap),
-            null::timestamptz;
-    end if;
-    if v_routine.trigger_type = 'cron' and v_routine.enabled then
-        if v_routine.next_fire_at is null then
-            v_held := true;
-            return query select 'not_scheduled'::text,
-                'no next fire computed yet: a running listener computes it when the routine is '
-                'created, changed or enabled'::text,
-                null::timestamptz;
-        elsif v_routine.next_fire_at > p_now then
-            v_held := true;
-            return query select 'not_due'::text,
-                format('next slot of %s (%s)', v_routine.trigger_config ->> 'schedule',
-                       v_routine.trigger_config ->> 'timezone'),
-                v_routine.next_fire_at;
-        end if;
-    end if;
+    -- NULL, and no reason, when there is no cooldown or no run has finished.
+    v_cooldown_ends := case when v_routine.cooldown_secs > 0
+                            then v_routine.last_run_at
+                                 + make_interval(secs => v_routine.cooldown_secs) end;
 
-    -- Its runs are jobs in the lane: what would hold them there. An
-    -- agent_disabled row is already given above.
-    for v_lane in select l.* from _explain_lane(v_routine.agent, p_now) l loop
-        if v_lane.reason is not null and v_lane.reason <> 'agent_disabled' then
-            v_held := true;
-            return query select v_lane.reason, 'its jobs wait: ' || v_lane.detail,
-                                v_lane.clears_at;
-        end if;
-    end loop;
+    -- The guardrails in the order _fire_routines judges them, then the
+    -- schedule's, then what would hold its runs' jobs in their lane (whose
+    -- agent_disabled is the guardrail's, given once).
+    return query
+    select h.reason, h.detail, h.clears_at
+    from (
+        select g.ord, g.reason, g.detail, g.clears_at
+        from (values
+            (1, not v_routine.enabled, 'disabled',
+             format('routine %s is disabled%s', v_routine.name,
+                    case when v_routine.last_error is not null
+                         then format(' (last error: %s)', left(v_routine.last_error, 200))
+                         else '' end),
+             null::timestamptz),
+            (2, exists (select from agents a where a.name = v_routine.agent and not a.enabled),
+             'agent_disabled',
+             format('agent %s is disabled: fires are skipped (agent_disabled)', v_routine.agent),
+             null),
+            (3, p_now < v_cooldown_ends, 'cooldown',
+             format('the last run finished at %s and cooldown_secs is %s (run_routine ignores it)',
+                    v_routine.last_run_at, v_routine.cooldown_secs),
+             v_cooldown_ends),
+            (4, v_running >= v_routine.max_concurrent, 'concurrency',
+             format('%s runs are running of max_concurrent %s; one ends when its job does',
+                    v_running, v_routine.max_concurrent),
+             null),
+            (5, v_all_running >= v_cap, 'global_cap',
+             format('%s routine runs are running across all users, the setting '
+                    'routine_max_running is %s', v_all_running, v_cap),
+             null)
+        ) g (ord, holds, reason, detail, clears_at)
+        where g.holds
+        union all
+        select 6, e.reason, e.detail, e.clears_at
+        from _explain_schedule('routine', v_routine.id, p_now) e
+        union all
+        select 6 + l.n, l.reason, 'its jobs wait: ' || l.detail, l.clears_at
+        from _explain_lane(v_routine.agent, p_now) with ordinality as l (reason, detail, clears_at,
+                                                                         free, n)
+        where l.reason is not null and l.reason <> 'agent_disabled'
+    ) h
+    order by h.ord;
 
-    if not v_held then
+    if not found then
         return query select 'ready'::text,
             case v_routine.trigger_type
                 when 'cron' then format('due: slot %s fires at the next cron tick',
@@ -371,8 +368,7 @@ as $$
 #variable_conflict use_column
 declare
     v_run topology_runs;
-    v_held boolean := false;
-    v_row record;
+    v_held boolean;
 begin
     select r.* into v_run from topology_runs r where r.id = p_run_id and _acts_for(r.user_id);
     if v_run.id is null then
@@ -385,38 +381,28 @@ begin
         return;
     end if;
 
-    for v_row in
-        select n.node_id, a.id as approval_id, a.expires_at
-        from topology_nodes n
-        join approvals a on a.topology_run_id = n.topology_run_id and a.node_id = n.node_id
-        where n.topology_run_id = p_run_id and n.state = 'awaiting_approval'
-          and a.decision is null
-        order by n.node_id
-    loop
-        v_held := true;
-        return query select 'awaiting_approval'::text,
-            format('node %s awaits approval %s: select ceaseless.decide_approval(%L, true, null, '
-                   'null)%s', v_row.node_id, v_row.approval_id, v_row.approval_id,
-                   case when v_row.expires_at is not null
-                        then format('; undecided, it fails the run at %s', v_row.expires_at)
-                        else '' end),
-            v_row.expires_at;
-    end loop;
+    return query
+    select 'awaiting_approval'::text,
+           format('node %s awaits approval %s: select ceaseless.decide_approval(%L, true, null, '
+                  'null)%s', n.node_id, a.id, a.id,
+                  case when a.expires_at is not null
+                       then format('; undecided, it fails the run at %s', a.expires_at)
+                       else '' end),
+           a.expires_at
+    from topology_nodes n
+    join approvals a on a.topology_run_id = n.topology_run_id and a.node_id = n.node_id
+    where n.topology_run_id = p_run_id and n.state = 'awaiting_approval' and a.decision is null
+    order by n.node_id;
+    v_held := found;
 
-    for v_row in
-        select n.node_id, e.reason, e.detail, e.clears_at
-        from topology_nodes n
-        join job j on j.id = n.job_id and j.state = 'pending'
-        cross join lateral explain_job(j.id, p_now) e
-        where n.topology_run_id = p_run_id and n.state = 'queued'
-        order by n.node_id
-    loop
-        if v_row.reason <> 'ready' then
-            v_held := true;
-            return query select v_row.reason, format('node %s: %s', v_row.node_id, v_row.detail),
-                                v_row.clears_at;
-        end if;
-    end loop;
+    return query
+    select e.reason, format('node %s: %s', n.node_id, e.detail), e.clears_at
+    from topology_nodes n
+    join job j on j.id = n.job_id and j.state = 'pending'
+    cross join lateral explain_job(j.id, p_now) with ordinality as e (reason, detail, clears_at, n)
+    where n.topology_run_id = p_run_id and n.state = 'queued' and e.reason <> 'ready'
+    order by n.node_id, e.n;
+    v_held := v_held or found;
 
     if not v_held then
         return query select 'ready'::text,
@@ -455,90 +441,77 @@ declare
     v_loop loops;
     v_live topology_runs;
     v_on_completion boolean;
-    v_held boolean := false;
-    v_row record;
+    v_held boolean;
 begin
     select l.* into v_loop from loops l where l.id = p_loop_id and _acts_for(l.user_id);
     if v_loop.id is null then
         raise exception 'explain_loop: no loop with id %', p_loop_id using errcode = 'CE404';
     end if;
     v_on_completion := coalesce((v_loop.triggers ->> 'on_completion')::boolean, false);
-
-    if not v_loop.enabled then
-        v_held := true;
-        return query select
-            case when v_loop.stopped_reason is not null then 'stopped' else 'disabled' end,
-            case when v_loop.stopped_reason is not null
-                 then format('loop %s stopped at %s: %s; re-enabling it continues the chain and '
-                             'counts its policy again: update ceaseless.loops set enabled = true '
-                             'where id = %L;',
-                             left(v_loop.title, 200), v_loop.stopped_at,
-                             case v_loop.stopped_reason
-                                 when 'completed' then 'its repeat policy is met'
-                                 when 'exhausted' then 'its repeat policy gave up (within_iters '
-                                                       'passed without the condition)'
-                                 when 'failed' then 'an iteration failed'
-                                 when 'cancelled' then 'an iteration was cancelled'
-                                 else v_loop.stopped_reason
-                             end,
-                             v_loop.id)
-                 else format('loop %s is disabled%s: fires are skipped (disabled) until it is '
-                             're-enabled', left(v_loop.title, 200),
-                             case when v_loop.last_error is not null
-                                  then format(' (last error: %s)', left(v_loop.last_error, 200))
-                                  else '' end)
-            end,
-            null::timestamptz;
-    end if;
-
-    for v_row in select d.* from _graph_agents_disabled(v_loop.graph) d order by d.node_id loop
-        v_held := true;
-        return query select 'agent_disabled'::text,
-            format('node %s runs on agent %s, which is %s: fires are skipped (agent_disabled)%s',
-                   v_row.node_id, v_row.agent,
-                   case when v_row.registered then 'disabled' else 'not registered' end,
-                   case when v_on_completion and v_loop.enabled
-                        then '; enabling it starts the next iteration' else '' end),
-            null::timestamptz;
-    end loop;
-
     -- topology_runs_one_live_iteration_idx: at most one.
     select r.* into v_live
     from topology_runs r
     where r.loop_id = v_loop.id and r.status in ('pending', 'running', 'awaiting_approval');
+
+    return query
+    select case when v_loop.stopped_reason is not null then 'stopped' else 'disabled' end,
+           case when v_loop.stopped_reason is not null
+                then format('loop %s stopped at %s: %s; re-enabling it continues the chain and '
+                            'counts its policy again: update ceaseless.loops set enabled = true '
+                            'where id = %L;',
+                            left(v_loop.title, 200), v_loop.stopped_at,
+                            case v_loop.stopped_reason
+                                when 'completed' then 'its repeat policy is met'
+                                when 'exhausted' then 'its repeat policy gave up (within_iters '
+                                                      'passed without the condition)'
+                                when 'failed' then 'an iteration failed'
+                                when 'cancelled' then 'an iteration was cancelled'
+                                else v_loop.stopped_reason
+                            end,
+                            v_loop.id)
+                else format('loop %s is disabled%s: fires are skipped (disabled) until it is '
+                            're-enabled', left(v_loop.title, 200),
+                            case when v_loop.last_error is not null
+                                 then format(' (last error: %s)', left(v_loop.last_error, 200))
+                                 else '' end)
+           end,
+           null::timestamptz
+    where not v_loop.enabled;
+    v_held := found;
+
+    return query
+    select 'agent_disabled'::text,
+           format('node %s runs on agent %s, which is %s: fires are skipped (agent_disabled)%s',
+                  d.node_id, d.agent,
+                  case when d.registered then 'disabled' else 'not registered' end,
+                  case when v_on_completion and v_loop.enabled
+                       then '; enabling it starts the next iteration' else '' end),
+           null::timestamptz
+    from _graph_agents_disabled(v_loop.graph) d
+    order by d.node_id;
+    v_held := v_held or found;
+
+    -- The live iteration, then what holds it, each prefixed with it.
     if v_live.id is not null then
         v_held := true;
-        return query select 'live_iteration'::text,
-            format('iteration %s (run %s) is %s since %s: a loop runs one iteration at a time, '
-                   'so a fire now is skipped (live_iteration)%s', v_live.iteration, v_live.id,
-                   v_live.status, coalesce(v_live.started_at, v_live.created_at),
-                   case when v_on_completion and v_loop.enabled
-                        then '; its end starts the next (on_completion)' else '' end),
-            null::timestamptz;
-        for v_row in
-            select e.* from explain_topology_run(v_live.id, p_now) e where e.reason <> 'ready'
-        loop
-            return query select v_row.reason,
-                                format('iteration %s: %s', v_live.iteration, v_row.detail),
-                                v_row.clears_at;
-        end loop;
+        return query
+        select 'live_iteration'::text,
+               format('iteration %s (run %s) is %s since %s: a loop runs one iteration at a '
+                      'time, so a fire now is skipped (live_iteration)%s', v_live.iteration,
+                      v_live.id, v_live.status, coalesce(v_live.started_at, v_live.created_at),
+                      case when v_on_completion and v_loop.enabled
+                           then '; its end starts the next (on_completion)' else '' end),
+               null::timestamptz;
+        return query
+        select e.reason, format('iteration %s: %s', v_live.iteration, e.detail), e.clears_at
+        from explain_topology_run(v_live.id, p_now) with ordinality as e (reason, detail,
+                                                                          clears_at, n)
+        where e.reason <> 'ready'
+        order by e.n;
     end if;
 
-    if v_loop.enabled and v_loop.triggers ? 'cron' then
-        if v_loop.next_fire_at is null then
-            v_held := true;
-            return query select 'not_scheduled'::text,
-                'no next fire computed yet: a running listener computes it when the loop is '
-                'created, changed or enabled'::text,
-                null::timestamptz;
-        elsif v_loop.next_fire_at > p_now then
-            v_held := true;
-            return query select 'not_due'::text,
-                format('next slot of %s (%s)', v_loop.triggers ->> 'cron',
-                       v_loop.triggers ->> 'timezone'),
-                v_loop.next_fire_at;
-        end if;
-    end if;
+    return query select * from _explain_schedule('loop', v_loop.id, p_now);
+    v_held := v_held or found;
 
     if not v_held then
         return query select 'ready'::text,

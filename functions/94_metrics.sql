@@ -37,7 +37,7 @@ comment on function _metrics_duration_bounds() is
 
 -- Finished runs: one count per (agent, outcome), and the duration histogram
 -- per agent (its bucket, its sum). enable_nestloop, as _tg_job_update
--- (30_notify_audit.sql): a finish_runs batch of thousands of runs after
+-- (25_notify_audit.sql): a finish_runs batch of thousands of runs after
 -- one-run statements rescans the transition table without it
 -- (tests/sql/test_batch_plans.py, test_without_enable_nestloop_…). The other
 -- update triggers below carry no setting: the same test shows no rescan for
@@ -200,7 +200,7 @@ comment on function _tg_notifications_update_metrics() is
     'After UPDATE on notifications: count rows that became delivered or failed, by channel.';
 
 -- CREATE OR REPLACE, never drop and create: DROP TRIGGER takes ACCESS
--- EXCLUSIVE on the table (see 30_notify_audit.sql).
+-- EXCLUSIVE on the table (see 25_notify_audit.sql).
 create or replace trigger agent_run_metrics
     after update on agent_run
     referencing old table as old_rows new table as new_rows
@@ -400,58 +400,35 @@ histograms as (
 ),
 samples (family, sample, labels, value) as (
     select 'ceaseless_jobs', 'ceaseless_jobs',
-           jsonb_build_object('lane', p.name, 'state', 'pending'), p.n::double precision
-    from pending p
-    union all
-    select 'ceaseless_jobs', 'ceaseless_jobs',
-           jsonb_build_object('lane', v.name, 'state', s.state), s.n::double precision
-    from live v
-    cross join lateral (values ('claimed', v.claimed), ('running', v.running)) s (state, n)
-    union all
-    select 'ceaseless_jobs_due', 'ceaseless_jobs_due',
-           jsonb_build_object('lane', p.name), p.due
-    from pending p
-    union all
-    select 'ceaseless_oldest_due_job_age_seconds', 'ceaseless_oldest_due_job_age_seconds',
-           jsonb_build_object('lane', p.name),
-           coalesce(greatest(extract(epoch from p_now - p.oldest_due), 0), 0)
-    from pending p
-    union all
-    select 'ceaseless_expired_leases', 'ceaseless_expired_leases',
-           jsonb_build_object('lane', v.name), v.expired
-    from live v
-    union all
-    select 'ceaseless_lane_live_runs', 'ceaseless_lane_live_runs',
-           jsonb_build_object('lane', v.name), v.claimed + v.running
-    from live v
-    union all
-    select 'ceaseless_lane_max_concurrent', 'ceaseless_lane_max_concurrent',
-           jsonb_build_object('lane', l.name), l.max_concurrent
+           jsonb_build_object('lane', l.name, 'state', s.state), s.n::double precision
     from lanes l
+    join pending p on p.name = l.name
+    join live v on v.name = l.name
+    cross join lateral (values ('pending', p.n), ('claimed', v.claimed), ('running', v.running))
+        s (state, n)
     union all
-    select 'ceaseless_lane_window_started_runs', 'ceaseless_lane_window_started_runs',
-           jsonb_build_object('lane', w.name), w.n
-    from windowed w
-    union all
-    select 'ceaseless_lane_window_budget', 'ceaseless_lane_window_budget',
-           jsonb_build_object('lane', l.name), l.window_budget
-    from lanes l where l.window_budget is not null
-    union all
-    select 'ceaseless_lane_window_seconds', 'ceaseless_lane_window_seconds',
-           jsonb_build_object('lane', l.name), l.window_secs
+    -- One gauge a row for each lane; a gauge with no value (no window budget,
+    -- no pause) has no sample.
+    select g.family, g.family, jsonb_build_object('lane', l.name), g.value
     from lanes l
-    union all
-    select 'ceaseless_lane_enabled', 'ceaseless_lane_enabled',
-           jsonb_build_object('lane', l.name), l.enabled::integer
-    from lanes l
-    union all
-    select 'ceaseless_lane_paused', 'ceaseless_lane_paused',
-           jsonb_build_object('lane', l.name), (l.paused_until is not null)::integer
-    from lanes l
-    union all
-    select 'ceaseless_lane_paused_until_seconds', 'ceaseless_lane_paused_until_seconds',
-           jsonb_build_object('lane', l.name), extract(epoch from l.paused_until)
-    from lanes l where l.paused_until is not null
+    join pending p on p.name = l.name
+    join live v on v.name = l.name
+    join windowed w on w.name = l.name
+    cross join lateral (values
+        ('ceaseless_jobs_due', p.due::double precision),
+        ('ceaseless_oldest_due_job_age_seconds',
+         coalesce(greatest(extract(epoch from p_now - p.oldest_due), 0), 0)),
+        ('ceaseless_expired_leases', v.expired),
+        ('ceaseless_lane_live_runs', v.claimed + v.running),
+        ('ceaseless_lane_max_concurrent', l.max_concurrent),
+        ('ceaseless_lane_window_started_runs', w.n),
+        ('ceaseless_lane_window_budget', l.window_budget),
+        ('ceaseless_lane_window_seconds', l.window_secs),
+        ('ceaseless_lane_enabled', l.enabled::integer),
+        ('ceaseless_lane_paused', (l.paused_until is not null)::integer),
+        ('ceaseless_lane_paused_until_seconds', extract(epoch from l.paused_until))
+    ) g (family, value)
+    where g.value is not null
     union all
     -- notifications_pending_idx, approvals_open_idx, idx_routine_runs_status:
     -- each partial on exactly the rows counted.

@@ -1,11 +1,12 @@
--- Who may do what (spec section 10): the privileges of the three roles of
+-- Who may do what: the privileges of the three roles of
 -- db/0016_roles_and_owners.sql, and which functions run with their owner's
 -- rights.
 --
--- Applied last and re-applied with every change of functions/, so a table or
--- function added later is covered at once: privileges are granted on "all
--- tables/functions in schema" and then narrowed. GRANT and REVOKE change the
--- catalog only; they take no lock that stops readers or writers of a table.
+-- Called by: migrate, which applies this file last, with every change of
+-- functions/, so a table or function added later is covered at once:
+-- privileges are granted on "all tables/functions in schema" and then
+-- narrowed. GRANT and REVOKE change the catalog only; they take no lock that
+-- stops readers or writers of a table.
 --
 -- Guarantees: nothing is granted to PUBLIC; nobody but the owner may CREATE
 -- in the schema (so no role can shadow a function or a table); a user role
@@ -41,12 +42,13 @@ grant select on all tables in schema ceaseless to ceaseless_operator;
 grant insert, update, delete on agents, settings to ceaseless_operator;
 grant execute on all functions in schema ceaseless to ceaseless_operator;
 -- The audit log keeps what operators did too: it is pruned by its owner or a
--- listener's maintenance, above the retention floor (30_notify_audit.sql).
+-- listener's maintenance, above the retention floor (25_notify_audit.sql).
 revoke execute on function prune_audit_log(timestamptz, integer) from ceaseless_operator;
 
 -- Users: their own routines, jobs and events (row-level security narrows
 -- every table below to their rows), and what they need to pick a lane. Reset
--- first: a table-wide grant of an earlier version would cover every column.
+-- first: a table-wide grant, made by hand or by an older install, would cover
+-- every column.
 revoke all on all tables in schema ceaseless from ceaseless_user;
 -- Writes name columns: what a user decides. The rest are the engine's and the
 -- listener's (states, claims, attempts, counters, next_fire_at, errors, the
@@ -107,7 +109,7 @@ grant execute on function
 -- INSERT must be able to count every owner's running work against the caps,
 -- read settings, and append to audit_log, none of which it may do itself.
 -- Each is a trigger function (never callable directly), or checks that the
--- caller owns the row (run_routine, in 39_schedules.sql).
+-- caller owns the row (run_routine, in 32_schedules.sql).
 alter function _tg_job_insert() security definer;
 alter function _tg_job_update() security definer;
 alter function _tg_routines_validate() security definer;
@@ -135,15 +137,16 @@ alter function _tg_routine_runs_insert() security definer;
 alter function _tg_routine_runs_update() security definer;
 alter function _tg_routine_runs_deleted() security definer;
 
--- Loops and topology runs (5x_*.sql): their triggers audit and create rows a
--- user may not write itself (audit_log, workspaces, jobs of its nodes).
+-- Loops and topology runs (25_notify_audit.sql, 50_topology_graph.sql): their
+-- triggers audit and create rows a user may not write itself (audit_log,
+-- workspaces).
 alter function _default_workspace() security definer;
 alter function _tg_topology_runs_changed() security definer;
 alter function _tg_topology_nodes_changed() security definer;
 alter function _tg_approvals_changed() security definer;
 alter function _tg_loops_changed() security definer;
 
--- Topology engine (51-54_*.sql): graph validation reads the agent registry;
+-- Topology engine (50-52_*.sql): graph validation reads the agent registry;
 -- a run's start and its jobs' outcomes write nodes, jobs, approvals and the
 -- outbox, which a user role may not write itself; cancel_topology_run and
 -- decide_approval check ownership (_acts_for) themselves.
@@ -159,7 +162,7 @@ grant execute on function
     to ceaseless_user;
 grant select on topology_node_status to ceaseless_user;
 
--- Loops (55-58_*.sql): validation fills the creator (users) and re-enabling
+-- Loops (55-56_*.sql): validation fills the creator (users) and re-enabling
 -- fires the next iteration; an iteration's end stops the loop (notification)
 -- or fires the next one, whose start writes nodes and jobs; run_loop checks
 -- ownership (_acts_for) itself. loop_status is security_invoker: a user sees
@@ -173,12 +176,12 @@ alter function _tg_topology_runs_loop_outcome() security definer;
 alter function run_loop(uuid, timestamptz) security definer;
 grant execute on function run_loop(uuid, timestamptz) to ceaseless_user;
 grant select on loop_status to ceaseless_user;
--- The trigger layer (38-39_*.sql): schedules is security_invoker, so a user
+-- The trigger layer (31-32_*.sql): schedules is security_invoker, so a user
 -- sees its own routines and loops; the scheduler's functions are the
 -- listener's.
 grant select on schedules to ceaseless_user;
 
--- Tracked repos (70-71_*.sql): owned rows like loops. Validation reads the
+-- Tracked repos (70_tracked_repo.sql): owned rows like loops. Validation reads the
 -- zone list and _repo_interval reads settings, neither of which a user role
 -- may read; repo_status is security_invoker, so a user sees its own repos.
 -- due_repos and finish_repo_poll are the poller's: not granted to users.
@@ -204,19 +207,19 @@ grant execute on function
     _repo_interval(tracked_repo)
     to ceaseless_user;
 
--- The forge lane (72-76_*.sql): a user reads the cached issues and child
+-- The forge lane (71-74_*.sql): a user reads the cached issues and child
 -- issues of its own repos and the pipeline of its own jobs. Intake, verdicts,
 -- children and labels are the listener's (ingest_issues, note_labellers,
 -- child_issues_due, record_child_issue, child_issue_failed, labels_*): not
 -- granted to users.
 grant select on forge_issue, forge_child_issue, forge_pipeline to ceaseless_user;
 
--- Run observer (59_run_events.sql): run_events, run_snapshot, loop_events and
+-- Run observer (91_run_events.sql): run_events, run_snapshot, loop_events and
 -- loop_snapshot read audit_log, which is beyond a user role; they run as the
 -- caller and are granted to no user (listeners and operators have every
 -- function above). The SSE observer serves them behind its own token.
 
--- Explain and the default agent (92_explain.sql, 12_default_agent.sql):
+-- Explain and the default agent (92_explain.sql, 13_default_agent.sql):
 -- explain_job, explain_routine and explain_topology_run count every owner's
 -- jobs and runs in a lane and check the caller owns the row explained
 -- (_acts_for) themselves; the default agent triggers read settings, which a
@@ -254,7 +257,7 @@ alter function _tg_topology_runs_insert_metrics() security definer;
 alter function _tg_topology_runs_update_metrics() security definer;
 alter function _tg_notifications_update_metrics() security definer;
 
--- Owner budgets (11_lanes.sql): a user reads its own budget and what its runs spent
+-- Owner budgets (12_lanes.sql): a user reads its own budget and what its runs spent
 -- against it (owner_budget_usage is security_invoker); operators set them.
 grant select on owner_budgets, owner_budget_usage to ceaseless_user;
 grant insert, update, delete on owner_budgets to ceaseless_operator;

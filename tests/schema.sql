@@ -1488,16 +1488,7 @@ create function ceaseless._acts_for_everyone()
 comment on function ceaseless._acts_for_everyone() is 'True when the session''s login role is an operator, a listener or a superuser.';
 grant execute on function ceaseless._acts_for_everyone() to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 ed3bf8ebd02b2b65cd1f8333bf2b9340
-create function ceaseless._acts_for_job_refs(p_job ceaseless.job)
-    returns boolean
-    language sql
-    stable
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._acts_for_job_refs(p_job ceaseless.job) is 'True when the caller may act for the owners of the routine run, topology run and parent job a job names (_acts_for), as well as for the job''s own.';
-grant execute on function ceaseless._acts_for_job_refs(p_job ceaseless.job) to ceaseless_listener, ceaseless_operator;
-
--- functions/41_routine_firing.sql, body md5 4bf773298869d8a13c46fbf2509d4274
+-- functions/41_fire_admission.sql, body md5 4bf773298869d8a13c46fbf2509d4274
 create function ceaseless._admit_exactly()
     returns void
     language plpgsql
@@ -1506,7 +1497,7 @@ create function ceaseless._admit_exactly()
 comment on function ceaseless._admit_exactly() is 'Make a transaction admitted shared judge exactly: every fire slot, or the fire lock in exclusive mode (one such waiter at a time; 40001 for a second).';
 grant execute on function ceaseless._admit_exactly() to ceaseless_listener, ceaseless_operator;
 
--- functions/41_routine_firing.sql, body md5 1cbb8f39df475d45a1a7e2bcebb8c1c0
+-- functions/41_fire_admission.sql, body md5 1cbb8f39df475d45a1a7e2bcebb8c1c0
 create function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint)
     returns record
     language plpgsql
@@ -1515,7 +1506,7 @@ create function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigin
 comment on function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint) is 'Admit a fire: shared (fire lock shared, a slot, per-routine locks) while the cap is far, else exclusive; returns the running count to judge by and the free places of the cap.';
 grant execute on function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint) to ceaseless_listener, ceaseless_operator;
 
--- functions/39_schedules.sql, body md5 4078c06d4f9ec886faff1bbcd0c19032
+-- functions/32_schedules.sql, body md5 4078c06d4f9ec886faff1bbcd0c19032
 create function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamp with time zone)
     returns void
     language sql
@@ -1524,7 +1515,25 @@ create function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule
 comment on function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamp with time zone) is 'NOTIFY ceaseless_schedule {table, id} for an enabled row with a schedule and no next_fire_at.';
 grant execute on function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_topology_runs.sql, body md5 8e317f27312e5485ba8702f3ab8b7bdc
+-- functions/25_notify_audit.sql, body md5 78cd1dceedbbbfb35e9e5a7e38fe8574
+create function ceaseless._audit_change(p_entity text, p_id uuid, p_action text, p_old_state text, p_new_state text, p_detail jsonb DEFAULT '{}'::jsonb, p_channel text DEFAULT NULL::text, p_payload jsonb DEFAULT NULL::jsonb)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._audit_change(p_entity text, p_id uuid, p_action text, p_old_state text, p_new_state text, p_detail jsonb, p_channel text, p_payload jsonb) is 'Write one audit_log row for a change of a row (entity, id, action, old and new state, detail) and, with p_channel, NOTIFY p_payload on it.';
+grant execute on function ceaseless._audit_change(p_entity text, p_id uuid, p_action text, p_old_state text, p_new_state text, p_detail jsonb, p_channel text, p_payload jsonb) to ceaseless_listener, ceaseless_operator;
+
+-- functions/25_notify_audit.sql, body md5 86231c04f6a6f0e83eb88a25197b81e9
+create function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p_was_enabled boolean, p_is_enabled boolean, p_detail jsonb DEFAULT '{}'::jsonb)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p_was_enabled boolean, p_is_enabled boolean, p_detail jsonb) is 'Audit an INSERT, UPDATE or DELETE (p_op) of a routine or loop with its enabled state before and after (_audit_change).';
+grant execute on function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p_was_enabled boolean, p_is_enabled boolean, p_detail jsonb) to ceaseless_listener, ceaseless_operator;
+
+-- functions/51_topology_runs.sql, body md5 8e317f27312e5485ba8702f3ab8b7bdc
 create function ceaseless._cancel_topology_jobs(p_run_ids uuid[], p_reason text, p_now timestamp with time zone)
     returns integer
     language sql
@@ -1533,7 +1542,25 @@ create function ceaseless._cancel_topology_jobs(p_run_ids uuid[], p_reason text,
 comment on function ceaseless._cancel_topology_jobs(p_run_ids uuid[], p_reason text, p_now timestamp with time zone) is 'Cancel the live jobs of these runs (their open agent runs too), skipping any another statement holds; returns how many. The orphan sweep catches the skipped ones.';
 grant execute on function ceaseless._cancel_topology_jobs(p_run_ids uuid[], p_reason text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/38_trigger_validation.sql, body md5 f42d828e7a1a81ce51c38cc20fc588d0
+-- functions/10_jobs.sql, body md5 c9733d4134fce6779e86887ccb1e6718
+create function ceaseless._check_claim(p_function text, p_worker text, p_limit integer)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._check_claim(p_function text, p_worker text, p_limit integer) is 'Raise CE422 (naming p_function) unless a claim names its listener and asks for at least one row.';
+grant execute on function ceaseless._check_claim(p_function text, p_worker text, p_limit integer) to ceaseless_listener, ceaseless_operator;
+
+-- functions/00_helpers.sql, body md5 e7fbf437cf192d93a8feb19f017121f2
+create function ceaseless._check_not_blank(p_where text, p_value text)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._check_not_blank(p_where text, p_value text) is 'Raise CE422 naming p_where when p_value is NULL, empty or only Unicode whitespace.';
+grant execute on function ceaseless._check_not_blank(p_where text, p_value text) to ceaseless_listener, ceaseless_operator;
+
+-- functions/31_trigger_validation.sql, body md5 d006da6009d493295c2ab9988e645839
 create function ceaseless._check_pattern(p_field text, p_pattern jsonb)
     returns void
     language plpgsql
@@ -1542,7 +1569,25 @@ create function ceaseless._check_pattern(p_field text, p_pattern jsonb)
 comment on function ceaseless._check_pattern(p_field text, p_pattern jsonb) is 'Refuse (CE422) a regular expression that is blank, too long, uses back-references or does not compile: the rule for patterns run against untrusted text.';
 grant execute on function ceaseless._check_pattern(p_field text, p_pattern jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/74_forge_children.sql, body md5 a311a36bf21c9dcc2b0563a4fa027e9a
+-- functions/00_helpers.sql, body md5 d4ba94b5611d7f01ccc98fd8878805b1
+create function ceaseless._check_positive_int(p_where text, p_value jsonb, p_rule text DEFAULT 'must be a positive integer'::text, p_required boolean DEFAULT false)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._check_positive_int(p_where text, p_value jsonb, p_rule text, p_required boolean) is 'Raise CE422 naming p_where and p_rule unless p_value is a positive JSON integer (or absent or null, unless p_required).';
+grant execute on function ceaseless._check_positive_int(p_where text, p_value jsonb, p_rule text, p_required boolean) to ceaseless_listener, ceaseless_operator;
+
+-- functions/00_helpers.sql, body md5 50e34b58a1ed7873e7ef2b3b90d5be0a
+create function ceaseless._check_text(p_where text, p_value jsonb, p_rule text)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._check_text(p_where text, p_value jsonb, p_rule text) is 'Raise CE422 naming p_where and the rule p_rule unless p_value is a JSON string that is not blank.';
+grant execute on function ceaseless._check_text(p_where text, p_value jsonb, p_rule text) to ceaseless_listener, ceaseless_operator;
+
+-- functions/73_forge_children.sql, body md5 a311a36bf21c9dcc2b0563a4fa027e9a
 create function ceaseless._child_marker(p_parent_number bigint, p_key text)
     returns text
     language sql
@@ -1569,7 +1614,7 @@ create function ceaseless._close_routine_runs(p_run_ids uuid[])
 comment on function ceaseless._close_routine_runs(p_run_ids uuid[]) is 'Close the running routine runs among these whose jobs have finished (ok / attention / failed), update each routine''s counters and state once, and queue notifications.';
 grant execute on function ceaseless._close_routine_runs(p_run_ids uuid[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_routine_firing.sql, body md5 1bd4844349bc82ca8dc447bb65316ace
+-- functions/41_fire_admission.sql, body md5 1bd4844349bc82ca8dc447bb65316ace
 create function ceaseless._count_running(p_delta integer)
     returns void
     language plpgsql
@@ -1578,7 +1623,7 @@ create function ceaseless._count_running(p_delta integer)
 comment on function ceaseless._count_running(p_delta integer) is 'Move the running routine_runs count by p_delta in a shard no other transaction holds.';
 grant execute on function ceaseless._count_running(p_delta integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/35_cron.sql, body md5 a224d5565a5114c9ef81aafe88005538
+-- functions/30_cron.sql, body md5 a224d5565a5114c9ef81aafe88005538
 create function ceaseless._cron_days_error(p_day_of_month text, p_month text, p_day_of_week text, p_days integer[], p_months integer[], p_weekdays integer[])
     returns text
     language plpgsql
@@ -1587,7 +1632,7 @@ create function ceaseless._cron_days_error(p_day_of_month text, p_month text, p_
 comment on function ceaseless._cron_days_error(p_day_of_month text, p_month text, p_day_of_week text, p_days integer[], p_months integer[], p_weekdays integer[]) is 'Why valid day-of-month, month and day-of-week fields cannot be used together (nth weekday or W next to a restricted other day field, a day field naming every day next to a restricted other, a day its months never have), or NULL.';
 grant execute on function ceaseless._cron_days_error(p_day_of_month text, p_month text, p_day_of_week text, p_days integer[], p_months integer[], p_weekdays integer[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/35_cron.sql, body md5 c575cce2ac71d7c9d6c61a38fbf30557
+-- functions/30_cron.sql, body md5 d4a06e47b570aec356b9b28a88489c0a
 create function ceaseless._cron_error(p_expression text)
     returns text
     language plpgsql
@@ -1596,7 +1641,7 @@ create function ceaseless._cron_error(p_expression text)
 comment on function ceaseless._cron_error(p_expression text) is 'NULL when p_expression is a schedule of the accepted language (5 fields, 6 with seconds sixth, or a macro; a plain subset of croniter''s), else why not, naming the field, the value and the rule; never raises.';
 grant execute on function ceaseless._cron_error(p_expression text) to ceaseless_listener, ceaseless_operator;
 
--- functions/35_cron.sql, body md5 6fc1111056eb14d6e94c6c1bcafee46a
+-- functions/30_cron.sql, body md5 6fc1111056eb14d6e94c6c1bcafee46a
 create function ceaseless._cron_field(p_field text, p_position integer, OUT error text, OUT field_values integer[])
     returns record
     language plpgsql
@@ -1605,7 +1650,7 @@ create function ceaseless._cron_field(p_field text, p_position integer, OUT erro
 comment on function ceaseless._cron_field(p_field text, p_position integer, OUT error text, OUT field_values integer[]) is 'One cron field (0 minute .. 4 day-of-week, 5 second): why it is refused (error), else the values it names (field_values; NULL for every value).';
 grant execute on function ceaseless._cron_field(p_field text, p_position integer, OUT error text, OUT field_values integer[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/35_cron.sql, body md5 74d4bcc9fb3817d077ce40fc54855225
+-- functions/30_cron.sql, body md5 74d4bcc9fb3817d077ce40fc54855225
 create function ceaseless._cron_number(p_digits text)
     returns integer
     language sql
@@ -1615,7 +1660,7 @@ create function ceaseless._cron_number(p_digits text)
 comment on function ceaseless._cron_number(p_digits text) is 'A run of ASCII digits as an integer, capped at 1e9 so huge cron numbers compare as too big.';
 grant execute on function ceaseless._cron_number(p_digits text) to ceaseless_listener, ceaseless_operator;
 
--- functions/35_cron.sql, body md5 87e40c84ac4b354778fdb81c18a2180a
+-- functions/30_cron.sql, body md5 87e40c84ac4b354778fdb81c18a2180a
 create function ceaseless._cron_token(p_value integer, p_position integer, p_like text)
     returns text
     language sql
@@ -1624,7 +1669,7 @@ create function ceaseless._cron_token(p_value integer, p_position integer, p_lik
 comment on function ceaseless._cron_token(p_value integer, p_position integer, p_like text) is 'A cron value written the way p_like is (a number, or a month or day name in its case).';
 grant execute on function ceaseless._cron_token(p_value integer, p_position integer, p_like text) to ceaseless_listener, ceaseless_operator;
 
--- functions/35_cron.sql, body md5 3a240a77bdea54ba5795b9d78fb41fc0
+-- functions/30_cron.sql, body md5 3a240a77bdea54ba5795b9d78fb41fc0
 create function ceaseless._cron_value(p_token text, p_position integer)
     returns integer
     language sql
@@ -1642,7 +1687,7 @@ create function ceaseless._db_auth_warning(p_db_auth text)
 comment on function ceaseless._db_auth_warning(p_db_auth text) is 'The warning a listener''s database authentication (listener_reports.db_auth) calls for: trust, or no password on a server that cannot say why; NULL otherwise.';
 grant execute on function ceaseless._db_auth_warning(p_db_auth text) to ceaseless_listener, ceaseless_operator;
 
--- functions/12_default_agent.sql, body md5 7d73b45540995dc4dc3b75d863fc71a6
+-- functions/13_default_agent.sql, body md5 7d73b45540995dc4dc3b75d863fc71a6
 create function ceaseless._default_agent(p_where text)
     returns text
     language plpgsql
@@ -1651,7 +1696,7 @@ create function ceaseless._default_agent(p_where text)
 comment on function ceaseless._default_agent(p_where text) is 'The name in settings.default_agent for a row at p_where that names no agent; CE422 naming p_where when no default is set or it names no registered agent.';
 grant execute on function ceaseless._default_agent(p_where text) to ceaseless_listener, ceaseless_operator;
 
--- functions/50_topology_notify.sql, body md5 0990f80aa8ceb73812697545dec562e9
+-- functions/50_topology_graph.sql, body md5 0990f80aa8ceb73812697545dec562e9
 create function ceaseless._default_workspace()
     returns uuid
     language plpgsql
@@ -1661,7 +1706,7 @@ create function ceaseless._default_workspace()
 comment on function ceaseless._default_workspace() is 'The id of the workspace named default, created on first use: where a loop or topology run that names no workspace lands.';
 grant execute on function ceaseless._default_workspace() to ceaseless_listener, ceaseless_operator;
 
--- functions/21_agent_egress.sql, body md5 c2361e46c0228966e0052f086f44bb2b
+-- functions/14_agent_egress.sql, body md5 c2361e46c0228966e0052f086f44bb2b
 create function ceaseless._egress_entry_error(p_entry text)
     returns text
     language plpgsql
@@ -1679,7 +1724,7 @@ create function ceaseless._end_jobs(p_job_ids uuid[], p_ended_by text, p_reason 
 comment on function ceaseless._end_jobs(p_job_ids uuid[], p_ended_by text, p_reason text, p_now timestamp with time zone) is 'End the current attempt of these live jobs with a reason, their open runs finished as cancelled: ended_by cancel cancels the job, release returns it to pending with its attempt refunded. Returns how many it ended.';
 grant execute on function ceaseless._end_jobs(p_job_ids uuid[], p_ended_by text, p_reason text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_topology_runs.sql, body md5 b1bf43a1a2d81d851c990cd710ecee87
+-- functions/51_topology_runs.sql, body md5 b1bf43a1a2d81d851c990cd710ecee87
 create function ceaseless._end_topology_run(p_run_id uuid, p_status text, p_error text, p_now timestamp with time zone)
     returns void
     language plpgsql
@@ -1688,7 +1733,16 @@ create function ceaseless._end_topology_run(p_run_id uuid, p_status text, p_erro
 comment on function ceaseless._end_topology_run(p_run_id uuid, p_status text, p_error text, p_now timestamp with time zone) is 'End a live run as failed or cancelled: its unfinished nodes cancelled, its live jobs cancelled (SKIP LOCKED), its open approvals left undecided. Caller holds the run row.';
 grant execute on function ceaseless._end_topology_run(p_run_id uuid, p_status text, p_error text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_topology_runs.sql, body md5 3aeab24bf072253b7f4a2e7b4face714
+-- functions/71_forge_issues.sql, body md5 2b813eb3b79726cd265b7603828aec7d
+create function ceaseless._enqueue_forge_job(p_repo ceaseless.tracked_repo, p_number bigint, p_kind text, p_lane text, p_title text, p_html_url text, p_parent_job_id uuid, p_user_id text, p_now timestamp with time zone)
+    returns uuid
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._enqueue_forge_job(p_repo ceaseless.tracked_repo, p_number bigint, p_kind text, p_lane text, p_title text, p_html_url text, p_parent_job_id uuid, p_user_id text, p_now timestamp with time zone) is 'Insert the forge job of a kind for an issue of the repo (prompt and payload of its kind, the lane, owner and parent given), unless a live job holds the issue; its id, or NULL.';
+grant execute on function ceaseless._enqueue_forge_job(p_repo ceaseless.tracked_repo, p_number bigint, p_kind text, p_lane text, p_title text, p_html_url text, p_parent_job_id uuid, p_user_id text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
+-- functions/51_topology_runs.sql, body md5 3aeab24bf072253b7f4a2e7b4face714
 create function ceaseless._enqueue_topology_node(p_run_id uuid, p_node_id text)
     returns uuid
     language plpgsql
@@ -1697,7 +1751,7 @@ create function ceaseless._enqueue_topology_node(p_run_id uuid, p_node_id text)
 comment on function ceaseless._enqueue_topology_node(p_run_id uuid, p_node_id text) is 'Insert the loop_node job of a run''s node (prompt from _topology_node_prompt, owned by the run''s owner) and mark the node queued, or fail it when its agent is disabled; the caller holds the run row.';
 grant execute on function ceaseless._enqueue_topology_node(p_run_id uuid, p_node_id text) to ceaseless_listener, ceaseless_operator;
 
--- functions/45_webhooks.sql, body md5 af47c7dd887754f3475c8b7f3c1eabad
+-- functions/35_webhook_schemes.sql, body md5 af47c7dd887754f3475c8b7f3c1eabad
 create function ceaseless._equal_constant_time(p_a bytea, p_b bytea)
     returns boolean
     language plpgsql
@@ -1717,7 +1771,7 @@ create function ceaseless._event_candidates(p_user_id text, p_content text)
 comment on function ceaseless._event_candidates(p_user_id text, p_content text) is 'The enabled event routines of a user whose literal occurs in the content, found by reading them all or by probing routines_event_key_idx, whichever is cheaper for this event.';
 grant execute on function ceaseless._event_candidates(p_user_id text, p_content text) to ceaseless_listener, ceaseless_operator;
 
--- functions/92_explain.sql, body md5 8e7099a08c10d10783f7c9a917468665
+-- functions/92_explain.sql, body md5 d03c9fcc0e3ff2bbc926a571b34ea7fc
 create function ceaseless._explain_lane(p_agent text, p_now timestamp with time zone)
     returns TABLE(reason text, detail text, clears_at timestamp with time zone, free bigint)
     language plpgsql
@@ -1726,7 +1780,16 @@ create function ceaseless._explain_lane(p_agent text, p_now timestamp with time 
 comment on function ceaseless._explain_lane(p_agent text, p_now timestamp with time zone) is 'What holds the next claim of a lane, each reason _lane_capacity names (agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget) with its counts and when it clears; one row with a NULL reason and the free slots when nothing does.';
 grant execute on function ceaseless._explain_lane(p_agent text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_topology_runs.sql, body md5 35adac426d736a9eb505105fcc03e593
+-- functions/92_explain.sql, body md5 a79100dc6931551f369777929e2dad9c
+create function ceaseless._explain_schedule(p_kind text, p_id uuid, p_now timestamp with time zone)
+    returns TABLE(reason text, detail text, clears_at timestamp with time zone)
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._explain_schedule(p_kind text, p_id uuid, p_now timestamp with time zone) is 'What holds the next cron fire of a routine or loop (p_kind): not_scheduled (no slot computed yet) or not_due (clears at the slot); nothing when its slot has come or it has no schedule.';
+grant execute on function ceaseless._explain_schedule(p_kind text, p_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
+-- functions/51_topology_runs.sql, body md5 35adac426d736a9eb505105fcc03e593
 create function ceaseless._fail_topology_node(p_run_id uuid, p_node_id text, p_error text, p_now timestamp with time zone)
     returns void
     language plpgsql
@@ -1735,7 +1798,7 @@ create function ceaseless._fail_topology_node(p_run_id uuid, p_node_id text, p_e
 comment on function ceaseless._fail_topology_node(p_run_id uuid, p_node_id text, p_error text, p_now timestamp with time zone) is 'Mark a node failed and fail its run (error naming the node), cancelling the rest. Caller holds the run row.';
 grant execute on function ceaseless._fail_topology_node(p_run_id uuid, p_node_id text, p_error text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/39_schedules.sql, body md5 e90e2a914ba5ce7d85d81afd0f65fac1
+-- functions/32_schedules.sql, body md5 e90e2a914ba5ce7d85d81afd0f65fac1
 create function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone)
     returns uuid
     language plpgsql
@@ -1744,7 +1807,7 @@ create function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp 
 comment on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) is 'Fire a routine or loop by hand for its owner (or an operator, a listener); its run''s id. CE404 when unknown or someone else''s.';
 grant execute on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/56_loop_firing.sql, body md5 d9075d8b79078f858e14fe15e94edc20
+-- functions/56_loop_firing.sql, body md5 6fe20ccf92be1e60cf451fb38dc12748
 create function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone)
     returns uuid
     language plpgsql
@@ -1753,7 +1816,7 @@ create function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail te
 comment on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone) is 'The one firing path of loops: lock the loop, record a skipped run (disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to the last, with the webhook body and the prior iteration''s final message in its task; returns the run id.';
 grant execute on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_routine_firing.sql, body md5 1fa42e8da1e5e3ff19d2227d190a1040
+-- functions/42_routine_firing.sql, body md5 1fa42e8da1e5e3ff19d2227d190a1040
 create function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false, p_job_ids uuid[] DEFAULT NULL::uuid[])
     returns TABLE(ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text, skip_reason text)
     language plpgsql
@@ -1763,7 +1826,7 @@ create function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p
 comment on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[]) is 'The one firing path: judge each routine against its guardrails (disabled, agent disabled, cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row per routine and a job per running run.';
 grant execute on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/39_schedules.sql, body md5 da048e68341d3ef0b1b84c853144d636
+-- functions/32_schedules.sql, body md5 da048e68341d3ef0b1b84c853144d636
 create function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false)
     returns TABLE(ord bigint, id uuid, run_id uuid, status text, skip_reason text)
     language plpgsql
@@ -1772,7 +1835,7 @@ create function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger t
 comment on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean) is 'Fire routines (_fire_routines) or loops (_fire_loop): the end of every cron, webhook and manual fire; one row per row fired with its run, status and skip reason.';
 grant execute on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean) to ceaseless_listener, ceaseless_operator;
 
--- functions/72_forge_issues.sql, body md5 ec4beb4983fa7a9e457220ce3580efc6
+-- functions/71_forge_issues.sql, body md5 ec4beb4983fa7a9e457220ce3580efc6
 create function ceaseless._forge_admitted(p_repo ceaseless.tracked_repo, p_issue ceaseless.forge_issue, p_kind text)
     returns boolean
     language sql
@@ -1781,7 +1844,7 @@ create function ceaseless._forge_admitted(p_repo ceaseless.tracked_repo, p_issue
 comment on function ceaseless._forge_admitted(p_repo ceaseless.tracked_repo, p_issue ceaseless.forge_issue, p_kind text) is 'Whether an issue gets work: its author is in allowed_authors, or an allowed author added the work label; NULL when the author is not allowed and who added the label is unknown.';
 grant execute on function ceaseless._forge_admitted(p_repo ceaseless.tracked_repo, p_issue ceaseless.forge_issue, p_kind text) to ceaseless_listener, ceaseless_operator;
 
--- functions/73_forge_verdict.sql, body md5 c657459ed0a4621683d0be64729f176c
+-- functions/72_forge_verdict.sql, body md5 c657459ed0a4621683d0be64729f176c
 create function ceaseless._forge_block(p_message text, OUT block jsonb, OUT problem text)
     returns record
     language plpgsql
@@ -1790,7 +1853,7 @@ create function ceaseless._forge_block(p_message text, OUT block jsonb, OUT prob
 comment on function ceaseless._forge_block(p_message text, OUT block jsonb, OUT problem text) is 'The last ```ceaseless fenced JSON object of an agent''s final message (block), or why it is not one (problem); both NULL when there is none.';
 grant execute on function ceaseless._forge_block(p_message text, OUT block jsonb, OUT problem text) to ceaseless_listener, ceaseless_operator;
 
--- functions/72_forge_issues.sql, body md5 fc5a44d27feeb8e4f27fd3cba66e7c83
+-- functions/71_forge_issues.sql, body md5 225fb54150624f8adde27d5aae9bbfbd
 create function ceaseless._forge_decide(p_repo ceaseless.tracked_repo, p_numbers bigint[], p_now timestamp with time zone)
     returns TABLE(number bigint, kind text, label text, decision text, job_id uuid)
     language plpgsql
@@ -1799,7 +1862,7 @@ create function ceaseless._forge_decide(p_repo ceaseless.tracked_repo, p_numbers
 comment on function ceaseless._forge_decide(p_repo ceaseless.tracked_repo, p_numbers bigint[], p_now timestamp with time zone) is 'Decide the cached issues of a locked repo (all, or those in p_numbers) and create the jobs due: created, live, done, cooldown, not_admitted, needs_labeller, no_lane; with the kind and the repo''s label that asks for it.';
 grant execute on function ceaseless._forge_decide(p_repo ceaseless.tracked_repo, p_numbers bigint[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/72_forge_issues.sql, body md5 7cf53562da8d8ced398224fe3e6e261c
+-- functions/71_forge_issues.sql, body md5 7cf53562da8d8ced398224fe3e6e261c
 create function ceaseless._forge_issue_kind(p_repo ceaseless.tracked_repo, p_issue ceaseless.forge_issue)
     returns text
     language sql
@@ -1808,7 +1871,7 @@ create function ceaseless._forge_issue_kind(p_repo ceaseless.tracked_repo, p_iss
 comment on function ceaseless._forge_issue_kind(p_repo ceaseless.tracked_repo, p_issue ceaseless.forge_issue) is 'The kind of job an issue''s labels ask for (discover on the tracking issue, then plan, then implement), or NULL.';
 grant execute on function ceaseless._forge_issue_kind(p_repo ceaseless.tracked_repo, p_issue ceaseless.forge_issue) to ceaseless_listener, ceaseless_operator;
 
--- functions/72_forge_issues.sql, body md5 02d75c61579d489b675e7713b1702fa9
+-- functions/71_forge_issues.sql, body md5 02d75c61579d489b675e7713b1702fa9
 create function ceaseless._forge_job_payload(p_job_id uuid, p_repo ceaseless.tracked_repo, p_title text, p_html_url text)
     returns jsonb
     language sql
@@ -1817,7 +1880,7 @@ create function ceaseless._forge_job_payload(p_job_id uuid, p_repo ceaseless.tra
 comment on function ceaseless._forge_job_payload(p_job_id uuid, p_repo ceaseless.tracked_repo, p_title text, p_html_url text) is 'job.payload of a forge job: {"forge": {repo_id, api_url, clone_url, default_branch, branch: ceaseless/<job id>, title, html_url}}.';
 grant execute on function ceaseless._forge_job_payload(p_job_id uuid, p_repo ceaseless.tracked_repo, p_title text, p_html_url text) to ceaseless_listener, ceaseless_operator;
 
--- functions/72_forge_issues.sql, body md5 1a9cc4d57327a03c3a43d1a3d5d0eea3
+-- functions/71_forge_issues.sql, body md5 1a9cc4d57327a03c3a43d1a3d5d0eea3
 create function ceaseless._forge_job_prompt(p_kind text, p_repo ceaseless.tracked_repo, p_number bigint)
     returns text
     language sql
@@ -1826,7 +1889,7 @@ create function ceaseless._forge_job_prompt(p_kind text, p_repo ceaseless.tracke
 comment on function ceaseless._forge_job_prompt(p_kind text, p_repo ceaseless.tracked_repo, p_number bigint) is 'What a forge job of this kind asks of its agent; the listener adds the issue, the branch and the blocks the agent may print.';
 grant execute on function ceaseless._forge_job_prompt(p_kind text, p_repo ceaseless.tracked_repo, p_number bigint) to ceaseless_listener, ceaseless_operator;
 
--- functions/72_forge_issues.sql, body md5 d014c1c41b9a477d80a786f90150c32f
+-- functions/71_forge_issues.sql, body md5 d014c1c41b9a477d80a786f90150c32f
 create function ceaseless._forge_kind_label(p_repo ceaseless.tracked_repo, p_kind text)
     returns text
     language sql
@@ -1835,7 +1898,7 @@ create function ceaseless._forge_kind_label(p_repo ceaseless.tracked_repo, p_kin
 comment on function ceaseless._forge_kind_label(p_repo ceaseless.tracked_repo, p_kind text) is 'The repo''s label that asks for a job of this kind.';
 grant execute on function ceaseless._forge_kind_label(p_repo ceaseless.tracked_repo, p_kind text) to ceaseless_listener, ceaseless_operator;
 
--- functions/72_forge_issues.sql, body md5 0ad1c54ef85b6882117600c00de08ddb
+-- functions/71_forge_issues.sql, body md5 0ad1c54ef85b6882117600c00de08ddb
 create function ceaseless._forge_lane(p_kind text, p_has_parent boolean)
     returns text
     language sql
@@ -1844,7 +1907,7 @@ create function ceaseless._forge_lane(p_kind text, p_has_parent boolean)
 comment on function ceaseless._forge_lane(p_kind text, p_has_parent boolean) is 'The agents row a forge job runs on: discover and plan → claude_code; implement → opencode when it has a parent job (a plan''s child), claude_code otherwise.';
 grant execute on function ceaseless._forge_lane(p_kind text, p_has_parent boolean) to ceaseless_listener, ceaseless_operator;
 
--- functions/72_forge_issues.sql, body md5 aa84f6cb8b2f0f2ec17db57515c8b016
+-- functions/71_forge_issues.sql, body md5 aa84f6cb8b2f0f2ec17db57515c8b016
 create function ceaseless._forge_listed_issue(p_item jsonb, p_position integer)
     returns ceaseless.forge_issue
     language plpgsql
@@ -1853,16 +1916,16 @@ create function ceaseless._forge_listed_issue(p_item jsonb, p_position integer)
 comment on function ceaseless._forge_listed_issue(p_item jsonb, p_position integer) is 'One item of a listing as a forge_issue (title and labels cut to their bounds), or CE422 naming the item, the field and the rule.';
 grant execute on function ceaseless._forge_listed_issue(p_item jsonb, p_position integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/72_forge_issues.sql, body md5 dd614521c1b5fc3cf5ac8bd728713d7d
+-- functions/70_tracked_repo.sql, body md5 dd614521c1b5fc3cf5ac8bd728713d7d
 create function ceaseless._forge_lock_repo(p_repo_id uuid)
     returns ceaseless.tracked_repo
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._forge_lock_repo(p_repo_id uuid) is 'The tracked repo with this id, locked FOR NO KEY UPDATE (ingests of one repo queue); CE404 when there is none.';
+comment on function ceaseless._forge_lock_repo(p_repo_id uuid) is 'The tracked repo with this id, locked FOR NO KEY UPDATE (ingests and poll ends of one repo queue); CE404 when there is none.';
 grant execute on function ceaseless._forge_lock_repo(p_repo_id uuid) to ceaseless_listener, ceaseless_operator;
 
--- functions/75_forge_labels.sql, body md5 05a11bf63a4fb026e6dcef42501dbc7b
+-- functions/74_forge_labels.sql, body md5 05a11bf63a4fb026e6dcef42501dbc7b
 create function ceaseless._forge_state_label(p_state text)
     returns text
     language sql
@@ -1871,7 +1934,7 @@ create function ceaseless._forge_state_label(p_state text)
 comment on function ceaseless._forge_state_label(p_state text) is 'The label mirroring a job state: ceaseless:pending | running (claimed, running) | delivered | blocked | failed (failed, abandoned, cancelled).';
 grant execute on function ceaseless._forge_state_label(p_state text) to ceaseless_listener, ceaseless_operator;
 
--- functions/47_settings_validation.sql, body md5 014e18db29303091dbdafe582b3341dc
+-- functions/03_settings.sql, body md5 a4060ca1e9c538b5110293e223dd4e4a
 create function ceaseless._forge_token_source_problem(p_value jsonb)
     returns text
     language sql
@@ -1880,7 +1943,7 @@ create function ceaseless._forge_token_source_problem(p_value jsonb)
 comment on function ceaseless._forge_token_source_problem(p_value jsonb) is 'What is wrong with a forge_token_source value ({env, label_env: {forge: variable}, file: absolute path, hosts: {forge: [origin]}}), or NULL; never quotes the value.';
 grant execute on function ceaseless._forge_token_source_problem(p_value jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/73_forge_verdict.sql, body md5 10f92b085d5956e7308fc99d55381cb1
+-- functions/72_forge_verdict.sql, body md5 10f92b085d5956e7308fc99d55381cb1
 create function ceaseless._forge_verdict(p_job_id uuid, p_kind text, p_final_message text, p_pr_number bigint, OUT outcome text, OUT error text)
     returns record
     language plpgsql
@@ -1907,7 +1970,7 @@ create function ceaseless._graph_agents_disabled(p_graph jsonb)
 comment on function ceaseless._graph_agents_disabled(p_graph jsonb) is 'The nodes of a topology graph whose agent is disabled or not registered (node, agent, registered): what refuses a loop''s fire as agent_disabled.';
 grant execute on function ceaseless._graph_agents_disabled(p_graph jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/12_default_agent.sql, body md5 d26722ee38af29e387d468b9d6cf826b
+-- functions/13_default_agent.sql, body md5 d26722ee38af29e387d468b9d6cf826b
 create function ceaseless._graph_with_default_agent(p_where text, p_graph jsonb)
     returns jsonb
     language plpgsql
@@ -1926,7 +1989,7 @@ create function ceaseless._hidden_values(p_object jsonb)
 comment on function ceaseless._hidden_values(p_object jsonb) is 'A JSON object with every value replaced by "(hidden)"; anything else becomes "(hidden)".';
 grant execute on function ceaseless._hidden_values(p_object jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/45_webhooks.sql, body md5 6f2b6cf42ada9ecea057846ba44be459
+-- functions/35_webhook_schemes.sql, body md5 6f2b6cf42ada9ecea057846ba44be459
 create function ceaseless._hmac_sha256(p_key bytea, p_message bytea)
     returns bytea
     language plpgsql
@@ -1936,7 +1999,7 @@ create function ceaseless._hmac_sha256(p_key bytea, p_message bytea)
 comment on function ceaseless._hmac_sha256(p_key bytea, p_message bytea) is 'HMAC-SHA256 of p_message under p_key (RFC 2104), built on sha256() so no extension is needed.';
 grant execute on function ceaseless._hmac_sha256(p_key bytea, p_message bytea) to ceaseless_listener, ceaseless_operator;
 
--- functions/00_helpers.sql, body md5 8a8099c65fde4e9d59d71a3a4cb124c7
+-- functions/00_helpers.sql, body md5 4d217c67dd2ce70fb253e622e98d11b2
 create function ceaseless._input_cap(p_name text)
     returns integer
     language sql
@@ -1944,6 +2007,15 @@ create function ceaseless._input_cap(p_name text)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._input_cap(p_name text) is 'The cap on a kind of untrusted text (pattern, schedule, schedule_items, prompt, event_content, event_payload, job_prompt, job_payload, graph_nodes, graph_edges, run_final_message, json_depth): characters, items for schedule_items, graph_nodes and graph_edges, levels for json_depth; NULL for an unknown name.';
 grant execute on function ceaseless._input_cap(p_name text) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
+-- functions/02_bounded_json.sql, body md5 50ca3d2edede461f9e78f7276db1c951
+create function ceaseless._install_bounded_json(p_table regclass, p_columns text[])
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._install_bounded_json(p_table regclass, p_columns text[]) is 'Create (or replace) the BEFORE trigger <table>_bounded_json that refuses a document nested deeper than the cap in any of p_columns, calling _tg_bounded_json only for such a row.';
+grant execute on function ceaseless._install_bounded_json(p_table regclass, p_columns text[]) to ceaseless_listener, ceaseless_operator;
 
 -- functions/05_secrets.sql, body md5 378545232f965838f2e88361303cb4c8
 create function ceaseless._install_quiet_checks(p_table regclass, p_when text, p_secret_columns text[])
@@ -1953,15 +2025,6 @@ create function ceaseless._install_quiet_checks(p_table regclass, p_when text, p
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._install_quiet_checks(p_table regclass, p_when text, p_secret_columns text[]) is 'Generate a BEFORE trigger on a table that raises its NOT NULL and CHECK violations with the values the rule read, but never the whole row or p_secret_columns; p_when selects the rows.';
 grant execute on function ceaseless._install_quiet_checks(p_table regclass, p_when text, p_secret_columns text[]) to ceaseless_listener, ceaseless_operator;
-
--- functions/70_tracked_repo.sql, body md5 5e82d16ebc20dd713313cf4219d549c1
-create function ceaseless._invalid_repo(p_field text, p_rule text, p_value jsonb)
-    returns void
-    language sql
-    volatile
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._invalid_repo(p_field text, p_rule text, p_value jsonb) is 'Raise CE422 naming the tracked_repo field, the rule and the bad value, shown up to 200 characters (tracked repo validation).';
-grant execute on function ceaseless._invalid_repo(p_field text, p_rule text, p_value jsonb) to ceaseless_listener, ceaseless_operator;
 
 -- functions/00_helpers.sql, body md5 7140e8740e5c1bc6a568d212596590fd
 create function ceaseless._invalid_value(p_where text, p_rule text, p_value jsonb)
@@ -1981,16 +2044,7 @@ create function ceaseless._is_blank(p_value text)
 comment on function ceaseless._is_blank(p_value text) is 'True for NULL, empty, or only Unicode whitespace (White_Space plus zero-width characters).';
 grant execute on function ceaseless._is_blank(p_value text) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/38_trigger_validation.sql, body md5 d71faf30647711395148755680b1986e
-create function ceaseless._is_positive_int_or_null(p_value jsonb)
-    returns boolean
-    language sql
-    immutable
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._is_positive_int_or_null(p_value jsonb) is 'True for null/absent or a positive JSON integer.';
-grant execute on function ceaseless._is_positive_int_or_null(p_value jsonb) to ceaseless_listener, ceaseless_operator;
-
--- functions/38_trigger_validation.sql, body md5 6ec2e987481b4c0edf5ee8997b84a426
+-- functions/00_helpers.sql, body md5 6ec2e987481b4c0edf5ee8997b84a426
 create function ceaseless._is_text(p_value jsonb)
     returns boolean
     language sql
@@ -1999,7 +2053,7 @@ create function ceaseless._is_text(p_value jsonb)
 comment on function ceaseless._is_text(p_value jsonb) is 'True for a JSON string that is not blank (Unicode whitespace).';
 grant execute on function ceaseless._is_text(p_value jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/31_job_input.sql, body md5 7645114e101373bd69d6d7f44ca0f0ba
+-- functions/11_job_input.sql, body md5 7645114e101373bd69d6d7f44ca0f0ba
 create function ceaseless._is_workspace_path(p_value jsonb)
     returns boolean
     language sql
@@ -2007,6 +2061,15 @@ create function ceaseless._is_workspace_path(p_value jsonb)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._is_workspace_path(p_value jsonb) is 'True for a JSON string that is a relative path without a .. component (a context path).';
 grant execute on function ceaseless._is_workspace_path(p_value jsonb) to ceaseless_listener, ceaseless_operator;
+
+-- functions/10_jobs.sql, body md5 e98c75c2c4c66e29584f6c4c2383e318
+create function ceaseless._job_for(p_verb text, p_job_id uuid)
+    returns ceaseless.job
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._job_for(p_verb text, p_job_id uuid) is 'The job p_job_id locked FOR UPDATE, when the caller acts for its owner and for the owners of the routine run, topology run and parent job it names (_acts_for); else CE404 naming p_verb.';
+grant execute on function ceaseless._job_for(p_verb text, p_job_id uuid) to ceaseless_listener, ceaseless_operator;
 
 -- functions/20_agent_runs.sql, body md5 36aeb1f5cb93092ab0b28f1e5c96c6ac
 create function ceaseless._job_state_after(p_outcome text, p_attempts integer, p_max_attempts integer, p_rate_limit_reset_at timestamp with time zone DEFAULT NULL::timestamp with time zone)
@@ -2017,7 +2080,7 @@ create function ceaseless._job_state_after(p_outcome text, p_attempts integer, p
 comment on function ceaseless._job_state_after(p_outcome text, p_attempts integer, p_max_attempts integer, p_rate_limit_reset_at timestamp with time zone) is 'The state a job moves to when its run ends with p_outcome, after p_attempts of p_max_attempts attempts: delivered, blocked (budget_exhausted, output_budget_exhausted, auth_failed, needs_human), cancelled, pending (another attempt, or a rate limit''s reset), abandoned (lease_expired, none left) or failed.';
 grant execute on function ceaseless._job_state_after(p_outcome text, p_attempts integer, p_max_attempts integer, p_rate_limit_reset_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/32_bounded_json.sql, body md5 2b4ec889281555cad16f6daf944173da
+-- functions/02_bounded_json.sql, body md5 2b4ec889281555cad16f6daf944173da
 create function ceaseless._json_too_deep(p_value jsonb)
     returns boolean
     language sql
@@ -2026,7 +2089,7 @@ create function ceaseless._json_too_deep(p_value jsonb)
 comment on function ceaseless._json_too_deep(p_value jsonb) is 'True when the document has a value nested deeper than _input_cap(''json_depth'') levels.';
 grant execute on function ceaseless._json_too_deep(p_value jsonb) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/11_lanes.sql, body md5 83a10c86571f38b924eb0de135f1a17b
+-- functions/12_lanes.sql, body md5 83a10c86571f38b924eb0de135f1a17b
 create function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[] DEFAULT NULL::text[], p_measure_all boolean DEFAULT false)
     returns TABLE(agent text, live bigint, claimed bigint, started_in_window bigint, cost_in_window numeric, tokens_in_window numeric, paused_until timestamp with time zone, pause_reason text, held_by text[], free bigint)
     language plpgsql
@@ -2036,7 +2099,7 @@ create function ceaseless._lane_capacity(p_now timestamp with time zone, p_agent
 comment on function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[], p_measure_all boolean) is 'Per lane (all, or those in p_agents): its live and claimed jobs, the runs, cost and tokens of its window, the pause in force, what holds it (held_by: agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget) and its free slots (0 while held), read against p_now: the one rule claim_jobs admits by, governor_usage shows and _explain_lane explains. With p_measure_all false (a claim), a closed lane and the window of a lane without a budget are not counted.';
 grant execute on function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[], p_measure_all boolean) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_routine_firing.sql, body md5 9aa169b23c6292011d128f0ea1365366
+-- functions/41_fire_admission.sql, body md5 9aa169b23c6292011d128f0ea1365366
 create function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_running bigint, p_no_wait boolean)
     returns boolean
     language plpgsql
@@ -2045,7 +2108,7 @@ create function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_runnin
 comment on function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_running bigint, p_no_wait boolean) is 'Serialise the fires of routines whose dedup or max_concurrent could bind (advisory locks in key order; or without waiting, false when another fire holds one).';
 grant execute on function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_running bigint, p_no_wait boolean) to ceaseless_listener, ceaseless_operator;
 
--- functions/50_topology_notify.sql, body md5 b398fb46b23954e6fb6747553bcbc240
+-- functions/25_notify_audit.sql, body md5 b398fb46b23954e6fb6747553bcbc240
 create function ceaseless._loop_audit_detail(p_old ceaseless.loops, p_new ceaseless.loops)
     returns jsonb
     language sql
@@ -2071,15 +2134,6 @@ create function ceaseless._loop_prior_context(p_message text, p_status text, p_c
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._loop_prior_context(p_message text, p_status text, p_cap integer) is 'The prior-iteration context of a loop''s next task: the parent''s final message, cut to p_cap characters with a marker (or a line saying it has none).';
 grant execute on function ceaseless._loop_prior_context(p_message text, p_status text, p_cap integer) to ceaseless_listener, ceaseless_operator;
-
--- functions/55_loop_validation.sql, body md5 aef1614db95240cdc43ae0dc62afa5b8
-create function ceaseless._loop_secret_hex()
-    returns text
-    language sql
-    volatile
-    set search_path = pg_catalog, pg_temp;
-comment on function ceaseless._loop_secret_hex() is 'Sixty-four random hex characters (two v4 UUIDs): a loop''s webhook token or signing key.';
-grant execute on function ceaseless._loop_secret_hex() to ceaseless_listener, ceaseless_operator;
 
 -- functions/56_loop_firing.sql, body md5 29d023f7e879c16e82f71bdbca740be1
 create function ceaseless._loop_stop_reason(p_policy jsonb, p_count integer, p_status text, p_final_message text)
@@ -2136,7 +2190,7 @@ create function ceaseless._notification_sinks()
 comment on function ceaseless._notification_sinks() is 'The notification_sinks setting, or {"default": {"type": "log"}} when the row is missing.';
 grant execute on function ceaseless._notification_sinks() to ceaseless_listener, ceaseless_operator;
 
--- functions/30_notify_audit.sql, body md5 296003488afe36c30773fd6412477691
+-- functions/25_notify_audit.sql, body md5 296003488afe36c30773fd6412477691
 create function ceaseless._notify_group(p_channel text, p_ids uuid[], p_fields jsonb)
     returns void
     language plpgsql
@@ -2145,7 +2199,7 @@ create function ceaseless._notify_group(p_channel text, p_ids uuid[], p_fields j
 comment on function ceaseless._notify_group(p_channel text, p_ids uuid[], p_fields jsonb) is 'pg_notify one group of rows: {id} for a single row, {id: null, count} for many, plus p_fields; nothing for no rows.';
 grant execute on function ceaseless._notify_group(p_channel text, p_ids uuid[], p_fields jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/59_run_events.sql, body md5 7ae62627fc6175e5217fbdfb633f0438
+-- functions/91_run_events.sql, body md5 7ae62627fc6175e5217fbdfb633f0438
 create function ceaseless._observer_event(p_row ceaseless.audit_log)
     returns TABLE(event text, data jsonb)
     language sql
@@ -2154,7 +2208,7 @@ create function ceaseless._observer_event(p_row ceaseless.audit_log)
 comment on function ceaseless._observer_event(p_row ceaseless.audit_log) is 'The SSE event of one audit row: its name (run, node, approval, loop) and its data (ids, states, the time, the actor and a listener''s worker id; bounded errors and notes).';
 grant execute on function ceaseless._observer_event(p_row ceaseless.audit_log) to ceaseless_listener, ceaseless_operator;
 
--- functions/11_lanes.sql, body md5 7eb06864afc86304090d16b86b0f0c4b
+-- functions/12_lanes.sql, body md5 e848a34b185f15717051868620a81bff
 create function ceaseless._owner_budget_clears(p_budget ceaseless.owner_budgets, p_now timestamp with time zone)
     returns timestamp with time zone
     language sql
@@ -2163,7 +2217,7 @@ create function ceaseless._owner_budget_clears(p_budget ceaseless.owner_budgets,
 comment on function ceaseless._owner_budget_clears(p_budget ceaseless.owner_budgets, p_now timestamp with time zone) is 'When an owner over its spend budget is under it again (enough of its window''s spend aged out); NULL when it is not over.';
 grant execute on function ceaseless._owner_budget_clears(p_budget ceaseless.owner_budgets, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/11_lanes.sql, body md5 d6dde88b0494b10ee0b00f1215915d6a
+-- functions/12_lanes.sql, body md5 d6dde88b0494b10ee0b00f1215915d6a
 create function ceaseless._owner_spend(p_budget ceaseless.owner_budgets, p_now timestamp with time zone)
     returns TABLE(cost numeric, tokens numeric)
     language sql
@@ -2172,7 +2226,7 @@ create function ceaseless._owner_spend(p_budget ceaseless.owner_budgets, p_now t
 comment on function ceaseless._owner_spend(p_budget ceaseless.owner_budgets, p_now timestamp with time zone) is 'USD and tokens reported by the owner''s runs started in its budget window (every lane).';
 grant execute on function ceaseless._owner_spend(p_budget ceaseless.owner_budgets, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/11_lanes.sql, body md5 f74acc20203de5b09c4d67449ecdb53a
+-- functions/12_lanes.sql, body md5 f74acc20203de5b09c4d67449ecdb53a
 create function ceaseless._owners_over_budget(p_now timestamp with time zone)
     returns text[]
     language sql
@@ -2181,7 +2235,7 @@ create function ceaseless._owners_over_budget(p_now timestamp with time zone)
 comment on function ceaseless._owners_over_budget(p_now timestamp with time zone) is 'The owners whose runs in their window reported their cost or token budget: claim_jobs claims none of their jobs until it clears.';
 grant execute on function ceaseless._owners_over_budget(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/73_forge_verdict.sql, body md5 4b35fd38173742bcdc91ca802b2700f6
+-- functions/72_forge_verdict.sql, body md5 4b35fd38173742bcdc91ca802b2700f6
 create function ceaseless._plan_child_key(p_child jsonb)
     returns text
     language sql
@@ -2190,7 +2244,7 @@ create function ceaseless._plan_child_key(p_child jsonb)
 comment on function ceaseless._plan_child_key(p_child jsonb) is 'A child issue''s key: its "key", else t-<16 hex digits of md5(lower(title))>.';
 grant execute on function ceaseless._plan_child_key(p_child jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/73_forge_verdict.sql, body md5 c277b332e8178a906877f2599d9dfb22
+-- functions/72_forge_verdict.sql, body md5 c277b332e8178a906877f2599d9dfb22
 create function ceaseless._plan_children_problem(p_children jsonb)
     returns text
     language plpgsql
@@ -2199,7 +2253,7 @@ create function ceaseless._plan_children_problem(p_children jsonb)
 comment on function ceaseless._plan_children_problem(p_children jsonb) is 'Why a plan''s children array is invalid (child and rule named), or NULL when it is valid.';
 grant execute on function ceaseless._plan_children_problem(p_children jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/45_webhooks.sql, body md5 0f69568cc4b0ec0a5c88c5832d7b2c85
+-- functions/36_webhooks.sql, body md5 0f69568cc4b0ec0a5c88c5832d7b2c85
 create function ceaseless._receive_webhook(p_token text, p_body bytea, p_headers jsonb)
     returns TABLE(run_id uuid, refused_sqlstate text, refused_message text)
     language plpgsql
@@ -2208,13 +2262,13 @@ create function ceaseless._receive_webhook(p_token text, p_body bytea, p_headers
 comment on function ceaseless._receive_webhook(p_token text, p_body bytea, p_headers jsonb) is 'Verify a webhook request (raw body and headers) under its target''s scheme and fire its loop or routine; a fire refused by a guardrail is returned (skipped run id, SQLSTATE, message) instead of raised, so the caller commits its record and the replay memory. Raises CE404/CE403/CE401/CE413.';
 grant execute on function ceaseless._receive_webhook(p_token text, p_body bytea, p_headers jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/45_webhooks.sql, body md5 35775e4607f1fedc0d88737ab926e5c2
+-- functions/36_webhooks.sql, body md5 42a88d22d21959ca5abb7baeecaedb6f
 create function ceaseless._receive_webhook(p_token text, p_body bytea, p_signature text, p_sent_at timestamp with time zone)
     returns TABLE(run_id uuid, refused_sqlstate text, refused_message text)
-    language plpgsql
+    language sql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._receive_webhook(p_token text, p_body bytea, p_signature text, p_sent_at timestamp with time zone) is '_receive_webhook with the X-Ceaseless-Signature value and the X-Ceaseless-Timestamp time given apart (spec section 7); a target of another scheme refuses it (CE401).';
+comment on function ceaseless._receive_webhook(p_token text, p_body bytea, p_signature text, p_sent_at timestamp with time zone) is '_receive_webhook with the X-Ceaseless-Signature value and the X-Ceaseless-Timestamp time given apart; a target of another scheme refuses it (CE401).';
 grant execute on function ceaseless._receive_webhook(p_token text, p_body bytea, p_signature text, p_sent_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/00_helpers.sql, body md5 4e23d2938f0d7f61baa589c574b02165
@@ -2226,7 +2280,7 @@ create function ceaseless._refuse_long(p_where text, p_value text, p_cap text)
 comment on function ceaseless._refuse_long(p_where text, p_value text, p_cap text) is 'Raise CE422 when p_value is longer than the cap p_cap (_input_cap), naming p_where, the cap and the length and showing only the first 40 characters.';
 grant execute on function ceaseless._refuse_long(p_where text, p_value text, p_cap text) to ceaseless_listener, ceaseless_operator;
 
--- functions/40_routine_validation.sql, body md5 2cd9bac306a8348c637004955cf67442
+-- functions/31_trigger_validation.sql, body md5 2cd9bac306a8348c637004955cf67442
 create function ceaseless._regex_backreference(p_pattern text)
     returns text
     language sql
@@ -2244,23 +2298,14 @@ create function ceaseless._regex_required_literal(p_pattern text)
 comment on function ceaseless._regex_required_literal(p_pattern text) is 'A literal that every match of the regular expression must contain (empty when none is known): the cheap prefilter of event matching. Linear in the pattern''s length.';
 grant execute on function ceaseless._regex_required_literal(p_pattern text) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_routine_firing.sql, body md5 5d1da293677e1ef16b97ce4197f29444
-create function ceaseless._remember_fire(p_mode text, p_room bigint)
+-- functions/41_fire_admission.sql, body md5 e058ee31fa20ba8e7b209d5825c8d21f
+create function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run uuid DEFAULT NULL::uuid)
     returns void
     language sql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._remember_fire(p_mode text, p_room bigint) is 'Record in transaction_state how this transaction''s fires were admitted (shared or exclusive) and the room its shared slots have left.';
-grant execute on function ceaseless._remember_fire(p_mode text, p_room bigint) to ceaseless_listener, ceaseless_operator;
-
--- functions/56_loop_firing.sql, body md5 9bdf33ad5da0bd19b02da78c64732332
-create function ceaseless._remember_loop_fire(p_run_id uuid)
-    returns void
-    language sql
-    volatile
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._remember_loop_fire(p_run_id uuid) is 'Record in transaction_state the topology run _fire_loop is about to insert.';
-grant execute on function ceaseless._remember_loop_fire(p_run_id uuid) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run uuid) is 'Record in transaction_state how this transaction''s routine fires were admitted (shared or exclusive) and the room its shared slots have left, or the loop iteration it is inserting; a NULL part keeps what the transaction recorded.';
+grant execute on function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run uuid) to ceaseless_listener, ceaseless_operator;
 
 -- functions/70_tracked_repo.sql, body md5 b5892455749f9555700e0e44db89efc5
 create function ceaseless._repo_bookkeeping()
@@ -2290,7 +2335,7 @@ create function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now ti
 comment on function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now timestamp with time zone) is 'True when p_now falls in the repo''s quiet window, read as wall-clock time in its quiet_timezone (DST-safe; a window may cross midnight; start inside, end outside).';
 grant execute on function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/53_approvals.sql, body md5 2ed76c026d5ba5be55b18f70ce335bab
+-- functions/52_approvals.sql, body md5 2ed76c026d5ba5be55b18f70ce335bab
 create function ceaseless._request_approval(p_run_id uuid, p_node_id text, p_now timestamp with time zone)
     returns uuid
     language plpgsql
@@ -2308,23 +2353,14 @@ create function ceaseless._restrict_temporary()
 comment on function ceaseless._restrict_temporary() is 'On a database holding only ceaseless, take TEMPORARY from PUBLIC (user roles cannot create temporary tables) and give it to the listener and operator roles; elsewhere a NOTICE. Applied by migrate; true when it restricted.';
 grant execute on function ceaseless._restrict_temporary() to public;
 
--- functions/10_jobs.sql, body md5 38a1c635ffd182ccf1724c1f267caf17
+-- functions/11_job_input.sql, body md5 6d4c6e05dbe00001b63f5c6a97f890c0
 create function ceaseless._resumable(p_session_id text)
     returns text
     language sql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._resumable(p_session_id text) is 'The session id when _resume_session_id_ok accepts it, else NULL.';
+comment on function ceaseless._resumable(p_session_id text) is 'The session id when an agent CLI can resume it (a UUID for Claude Code, ses_ and 26 letters or digits for opencode), else NULL.';
 grant execute on function ceaseless._resumable(p_session_id text) to ceaseless_listener, ceaseless_operator;
-
--- functions/10_jobs.sql, body md5 142e79b0f80e53557b7e25fc627169c4
-create function ceaseless._resume_session_id_ok(p_session_id text)
-    returns boolean
-    language sql
-    immutable
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._resume_session_id_ok(p_session_id text) is 'True when a session id can be resumed: a UUID (Claude Code) or ses_ and 26 letters or digits (opencode).';
-grant execute on function ceaseless._resume_session_id_ok(p_session_id text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/00_helpers.sql, body md5 cfe2e8f5220937c4a032f4af4fd7cdd9
 create function ceaseless._retry_delay(p_attempts integer)
@@ -2335,7 +2371,7 @@ create function ceaseless._retry_delay(p_attempts integer)
 comment on function ceaseless._retry_delay(p_attempts integer) is 'Backoff before retry number p_attempts: base * 2^(attempts-1), capped, plus up to 25% jitter.';
 grant execute on function ceaseless._retry_delay(p_attempts integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_routine_firing.sql, body md5 8bcdb81929c3235201f90e157efab250
+-- functions/42_routine_firing.sql, body md5 8bcdb81929c3235201f90e157efab250
 create function ceaseless._routine_job_spec(p_routine ceaseless.routines, p_context text)
     returns TABLE(prompt text, payload jsonb, expects_reply boolean, max_attempts integer, max_turns integer)
     language plpgsql
@@ -2344,7 +2380,7 @@ create function ceaseless._routine_job_spec(p_routine ceaseless.routines, p_cont
 comment on function ceaseless._routine_job_spec(p_routine ceaseless.routines, p_context text) is 'The prompt, payload and limits of a routine run''s job: lightweight (prompt + context + state + ROUTINE_OK, replies required) or full_job (title + description, max_turns).';
 grant execute on function ceaseless._routine_job_spec(p_routine ceaseless.routines, p_context text) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_routine_firing.sql, body md5 85d8ad039d4e4421d9168d505c29d62a
+-- functions/42_routine_firing.sql, body md5 85d8ad039d4e4421d9168d505c29d62a
 create function ceaseless._routine_ok_instruction()
     returns text
     language sql
@@ -2353,7 +2389,7 @@ create function ceaseless._routine_ok_instruction()
 comment on function ceaseless._routine_ok_instruction() is 'The closing instruction of every lightweight routine prompt.';
 grant execute on function ceaseless._routine_ok_instruction() to ceaseless_listener, ceaseless_operator;
 
--- functions/59_run_events.sql, body md5 7beaa318744badf9e6bd86d654bdf9ee
+-- functions/91_run_events.sql, body md5 7beaa318744badf9e6bd86d654bdf9ee
 create function ceaseless._run_status_final(p_status text)
     returns boolean
     language sql
@@ -2362,7 +2398,7 @@ create function ceaseless._run_status_final(p_status text)
 comment on function ceaseless._run_status_final(p_status text) is 'True for the statuses a topology run never leaves (succeeded, failed, cancelled, skipped): the run stream of the SSE observer ends there.';
 grant execute on function ceaseless._run_status_final(p_status text) to ceaseless_listener, ceaseless_operator;
 
--- functions/39_schedules.sql, body md5 b6ec807d6a84e1f39414e79d5045bcfd
+-- functions/32_schedules.sql, body md5 b6ec807d6a84e1f39414e79d5045bcfd
 create function ceaseless._schedule_changed(p_schedule text, p_timezone text, p_enabled boolean, p_old_schedule text, p_old_timezone text, p_old_enabled boolean)
     returns boolean
     language sql
@@ -2371,7 +2407,7 @@ create function ceaseless._schedule_changed(p_schedule text, p_timezone text, p_
 comment on function ceaseless._schedule_changed(p_schedule text, p_timezone text, p_enabled boolean, p_old_schedule text, p_old_timezone text, p_old_enabled boolean) is 'True when an enabled row with a schedule changed its schedule, timezone or enabling: its next_fire_at must be computed again.';
 grant execute on function ceaseless._schedule_changed(p_schedule text, p_timezone text, p_enabled boolean, p_old_schedule text, p_old_timezone text, p_old_enabled boolean) to ceaseless_listener, ceaseless_operator;
 
--- functions/20_agent_runs.sql, body md5 f74bd2e5cd23f7f74dac5702a28f3cf8
+-- functions/11_job_input.sql, body md5 f74bd2e5cd23f7f74dac5702a28f3cf8
 create function ceaseless._session_id_ok(p_session_id text)
     returns boolean
     language sql
@@ -2389,7 +2425,7 @@ create function ceaseless._setting_int(p_key text)
 comment on function ceaseless._setting_int(p_key text) is 'Read an integer from ceaseless.settings; raises CE500 when the row is missing.';
 grant execute on function ceaseless._setting_int(p_key text) to ceaseless_listener, ceaseless_operator;
 
--- functions/47_settings_validation.sql, body md5 c60cb9e2846494036de289189c32215a
+-- functions/03_settings.sql, body md5 c60cb9e2846494036de289189c32215a
 create function ceaseless._setting_range(p_key text)
     returns int8range
     language sql
@@ -2398,7 +2434,7 @@ create function ceaseless._setting_range(p_key text)
 comment on function ceaseless._setting_range(p_key text) is 'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, audit_log_min_retention_secs); NULL for any other key.';
 grant execute on function ceaseless._setting_range(p_key text) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_topology_runs.sql, body md5 da31e62864882c25ff052d888f30f552
+-- functions/51_topology_runs.sql, body md5 da31e62864882c25ff052d888f30f552
 create function ceaseless._settle_topology_run(p_run_id uuid, p_now timestamp with time zone)
     returns void
     language plpgsql
@@ -2417,7 +2453,16 @@ create function ceaseless._sinks_without_secrets(p_sinks jsonb)
 comment on function ceaseless._sinks_without_secrets(p_sinks jsonb) is 'The notification_sinks setting with header values hidden and URLs cut to scheme://host.';
 grant execute on function ceaseless._sinks_without_secrets(p_sinks jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_topology_runs.sql, body md5 a92d58405b43866fc853c46528c32987
+-- functions/12_lanes.sql, body md5 a919f28f9688895037140dede3e31b15
+create function ceaseless._spend_clears(p_agents text[], p_user_id text, p_since timestamp with time zone, p_window_secs integer, p_tokens boolean, p_over numeric)
+    returns timestamp with time zone
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._spend_clears(p_agents text[], p_user_id text, p_since timestamp with time zone, p_window_secs integer, p_tokens boolean, p_over numeric) is 'When a spend budget reached in a window clears: the runs of p_agents (of p_user_id''s jobs when given) since p_since age out in start order until the spend gone exceeds p_over; USD, or tokens with p_tokens. NULL when they cannot.';
+grant execute on function ceaseless._spend_clears(p_agents text[], p_user_id text, p_since timestamp with time zone, p_window_secs integer, p_tokens boolean, p_over numeric) to ceaseless_listener, ceaseless_operator;
+
+-- functions/51_topology_runs.sql, body md5 a92d58405b43866fc853c46528c32987
 create function ceaseless._start_topology_nodes(p_run_id uuid, p_node_ids text[], p_now timestamp with time zone)
     returns void
     language plpgsql
@@ -2426,7 +2471,7 @@ create function ceaseless._start_topology_nodes(p_run_id uuid, p_node_ids text[]
 comment on function ceaseless._start_topology_nodes(p_run_id uuid, p_node_ids text[], p_now timestamp with time zone) is 'Start the given waiting nodes of a run whose upstreams have all succeeded: a gated node asks for approval, any other gets its job. The caller holds the run row.';
 grant execute on function ceaseless._start_topology_nodes(p_run_id uuid, p_node_ids text[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_routine_firing.sql, body md5 2d1398fee7a2936cd950832c82eb17a7
+-- functions/41_fire_admission.sql, body md5 2d1398fee7a2936cd950832c82eb17a7
 create function ceaseless._take_fire_slot()
     returns boolean
     language plpgsql
@@ -2435,7 +2480,7 @@ create function ceaseless._take_fire_slot()
 comment on function ceaseless._take_fire_slot() is 'Take one of the sixteen fire slots (transaction-scoped advisory lock) without waiting.';
 grant execute on function ceaseless._take_fire_slot() to ceaseless_listener, ceaseless_operator;
 
--- functions/30_notify_audit.sql, body md5 3f7061a4c50a5eefaebf8cac335a1d4a
+-- functions/25_notify_audit.sql, body md5 3f7061a4c50a5eefaebf8cac335a1d4a
 create function ceaseless._tg_agent_run_insert()
     returns trigger
     language plpgsql
@@ -2455,7 +2500,7 @@ create function ceaseless._tg_agent_run_metrics()
 comment on function ceaseless._tg_agent_run_metrics() is 'After UPDATE on agent_run: count the runs that just finished by agent and outcome, and their durations, into metric_deltas.';
 grant execute on function ceaseless._tg_agent_run_metrics() to ceaseless_listener, ceaseless_operator;
 
--- functions/30_notify_audit.sql, body md5 09442eba95ce0e8f3ae6c16686ce02a7
+-- functions/25_notify_audit.sql, body md5 09442eba95ce0e8f3ae6c16686ce02a7
 create function ceaseless._tg_agent_run_update()
     returns trigger
     language plpgsql
@@ -2495,7 +2540,7 @@ create function ceaseless._tg_agents_quiet_checks()
 comment on function ceaseless._tg_agents_quiet_checks() is 'Before INSERT/UPDATE on agents: raise NOT NULL and CHECK violations without printing the row, which may hold secrets (generated by _install_quiet_checks).';
 grant execute on function ceaseless._tg_agents_quiet_checks() to ceaseless_listener, ceaseless_operator;
 
--- functions/21_agent_egress.sql, body md5 6287f83321a72657a4baa7272291c49e
+-- functions/14_agent_egress.sql, body md5 6287f83321a72657a4baa7272291c49e
 create function ceaseless._tg_agents_validate_egress()
     returns trigger
     language plpgsql
@@ -2504,7 +2549,7 @@ create function ceaseless._tg_agents_validate_egress()
 comment on function ceaseless._tg_agents_validate_egress() is 'Before INSERT/UPDATE of egress on agents: {none}, {open} or 1 to 100 host[:port] entries, else CE422 naming agents.egress, the rule and the entry.';
 grant execute on function ceaseless._tg_agents_validate_egress() to ceaseless_listener, ceaseless_operator;
 
--- functions/50_topology_notify.sql, body md5 d0dff70087467b764f511488546b797f
+-- functions/25_notify_audit.sql, body md5 c5c24046408a76b3baf8332cc60090c8
 create function ceaseless._tg_approvals_changed()
     returns trigger
     language plpgsql
@@ -2514,7 +2559,7 @@ create function ceaseless._tg_approvals_changed()
 comment on function ceaseless._tg_approvals_changed() is 'After an approval is requested or decided: audit it (who asked, who decided, the note) and NOTIFY ceaseless_run.';
 grant execute on function ceaseless._tg_approvals_changed() to ceaseless_listener, ceaseless_operator;
 
--- functions/30_notify_audit.sql, body md5 9bf25a61c41642537669fe3ca1dd9034
+-- functions/25_notify_audit.sql, body md5 9bf25a61c41642537669fe3ca1dd9034
 create function ceaseless._tg_audit_log_actor()
     returns trigger
     language plpgsql
@@ -2523,7 +2568,7 @@ create function ceaseless._tg_audit_log_actor()
 comment on function ceaseless._tg_audit_log_actor() is 'Before INSERT on audit_log of a row naming another actor than the session''s login role, or a worker id from a role that is no listener: refuse (CE422).';
 grant execute on function ceaseless._tg_audit_log_actor() to ceaseless_listener, ceaseless_operator;
 
--- functions/30_notify_audit.sql, body md5 647fa826d9edfe07a8b458eddb1068b4
+-- functions/25_notify_audit.sql, body md5 647fa826d9edfe07a8b458eddb1068b4
 create function ceaseless._tg_audit_log_append_only()
     returns trigger
     language plpgsql
@@ -2532,7 +2577,7 @@ create function ceaseless._tg_audit_log_append_only()
 comment on function ceaseless._tg_audit_log_append_only() is 'Before UPDATE, DELETE or TRUNCATE on audit_log: refuse, except the deletes of prune_audit_log.';
 grant execute on function ceaseless._tg_audit_log_append_only() to ceaseless_listener, ceaseless_operator;
 
--- functions/32_bounded_json.sql, body md5 25b6d44be829191b153603c02771950c
+-- functions/02_bounded_json.sql, body md5 25b6d44be829191b153603c02771950c
 create function ceaseless._tg_bounded_json()
     returns trigger
     language plpgsql
@@ -2541,7 +2586,7 @@ create function ceaseless._tg_bounded_json()
 comment on function ceaseless._tg_bounded_json() is 'Before INSERT/UPDATE: refuse (CE422) a JSON column (named by the trigger''s arguments) nested deeper than _input_cap(''json_depth'').';
 grant execute on function ceaseless._tg_bounded_json() to ceaseless_listener, ceaseless_operator;
 
--- functions/30_notify_audit.sql, body md5 b5c27865a0b61171ba6196b898927394
+-- functions/25_notify_audit.sql, body md5 b5c27865a0b61171ba6196b898927394
 create function ceaseless._tg_config_changed()
     returns trigger
     language plpgsql
@@ -2551,7 +2596,7 @@ create function ceaseless._tg_config_changed()
 comment on function ceaseless._tg_config_changed() is 'After a change to an agents or settings row: audit it and NOTIFY ceaseless_config so listeners reload.';
 grant execute on function ceaseless._tg_config_changed() to ceaseless_listener, ceaseless_operator;
 
--- functions/12_default_agent.sql, body md5 eb2fe8ead8d9450571cfdd57ded446f8
+-- functions/13_default_agent.sql, body md5 eb2fe8ead8d9450571cfdd57ded446f8
 create function ceaseless._tg_default_agent()
     returns trigger
     language plpgsql
@@ -2571,7 +2616,7 @@ create function ceaseless._tg_events_fire()
 comment on function ceaseless._tg_events_fire() is 'Before INSERT on events: fire the user''s matching event routines in the same transaction, all in one call of _fire_routines.';
 grant execute on function ceaseless._tg_events_fire() to ceaseless_listener, ceaseless_operator;
 
--- functions/12_default_agent.sql, body md5 e2b519e719bd120206639d4567251e99
+-- functions/13_default_agent.sql, body md5 e2b519e719bd120206639d4567251e99
 create function ceaseless._tg_graph_default_agent()
     returns trigger
     language plpgsql
@@ -2590,7 +2635,7 @@ create function ceaseless._tg_job_blocked()
 comment on function ceaseless._tg_job_blocked() is 'After UPDATE on job: queue an attention notification for each job the statement blocked because its agent could not authenticate (auth_failed) or a forge run asked for a human (needs_human), naming the fix and the retry_job call.';
 grant execute on function ceaseless._tg_job_blocked() to ceaseless_listener, ceaseless_operator;
 
--- functions/31_job_input.sql, body md5 ca10282c9a744e1a99572918762c36e0
+-- functions/11_job_input.sql, body md5 ca10282c9a744e1a99572918762c36e0
 create function ceaseless._tg_job_input()
     returns trigger
     language plpgsql
@@ -2600,7 +2645,7 @@ create function ceaseless._tg_job_input()
 comment on function ceaseless._tg_job_input() is 'Before INSERT/UPDATE of prompt or payload on job: refuse (CE422) a blank prompt, a prompt or payload over its cap, or a context path outside the workspace.';
 grant execute on function ceaseless._tg_job_input() to ceaseless_listener, ceaseless_operator;
 
--- functions/30_notify_audit.sql, body md5 494efc9219dadb1c8490bc88d2a111d9
+-- functions/25_notify_audit.sql, body md5 494efc9219dadb1c8490bc88d2a111d9
 create function ceaseless._tg_job_insert()
     returns trigger
     language plpgsql
@@ -2610,7 +2655,7 @@ create function ceaseless._tg_job_insert()
 comment on function ceaseless._tg_job_insert() is 'After INSERT on job: audit each row, NOTIFY ceaseless_job once per (kind, agent, state).';
 grant execute on function ceaseless._tg_job_insert() to ceaseless_listener, ceaseless_operator;
 
--- functions/74_forge_children.sql, body md5 dbc0d1a8528f77f11a6989056d27c40d
+-- functions/73_forge_children.sql, body md5 dbc0d1a8528f77f11a6989056d27c40d
 create function ceaseless._tg_job_plan_children()
     returns trigger
     language plpgsql
@@ -2629,7 +2674,7 @@ create function ceaseless._tg_job_routine_outcome()
 comment on function ceaseless._tg_job_routine_outcome() is 'After UPDATE on job: close the routine runs whose jobs the statement ended.';
 grant execute on function ceaseless._tg_job_routine_outcome() to ceaseless_listener, ceaseless_operator;
 
--- functions/52_topology_runs.sql, body md5 f28d3a0e53f7d4d161e4d235ec7cfe6c
+-- functions/51_topology_runs.sql, body md5 f28d3a0e53f7d4d161e4d235ec7cfe6c
 create function ceaseless._tg_job_topology_outcome()
     returns trigger
     language plpgsql
@@ -2639,7 +2684,7 @@ create function ceaseless._tg_job_topology_outcome()
 comment on function ceaseless._tg_job_topology_outcome() is 'After UPDATE on job: move the topology nodes of the loop_node jobs the statement changed.';
 grant execute on function ceaseless._tg_job_topology_outcome() to ceaseless_listener, ceaseless_operator;
 
--- functions/30_notify_audit.sql, body md5 04a975a3846f3ae4d09574c750d54b84
+-- functions/25_notify_audit.sql, body md5 04a975a3846f3ae4d09574c750d54b84
 create function ceaseless._tg_job_update()
     returns trigger
     language plpgsql
@@ -2650,7 +2695,7 @@ create function ceaseless._tg_job_update()
 comment on function ceaseless._tg_job_update() is 'After UPDATE on job: audit and NOTIFY ceaseless_job for rows whose state changed, once per group.';
 grant execute on function ceaseless._tg_job_update() to ceaseless_listener, ceaseless_operator;
 
--- functions/31_job_input.sql, body md5 31045c874c995139adffee96b616142b
+-- functions/11_job_input.sql, body md5 31045c874c995139adffee96b616142b
 create function ceaseless._tg_job_user_due()
     returns trigger
     language plpgsql
@@ -2659,7 +2704,7 @@ create function ceaseless._tg_job_user_due()
 comment on function ceaseless._tg_job_user_due() is 'Before INSERT on job of a row due before now: a user role''s job is due from now (its place in the queue), the engine''s keeps its time.';
 grant execute on function ceaseless._tg_job_user_due() to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 a8a263cfbcd33c4bbe45555fd1e6c4d4
+-- functions/11_job_input.sql, body md5 72100912f2f30ef13858125bb0196e12
 create function ceaseless._tg_job_validate()
     returns trigger
     language plpgsql
@@ -2669,7 +2714,7 @@ create function ceaseless._tg_job_validate()
 comment on function ceaseless._tg_job_validate() is 'Before INSERT or UPDATE of resume_session_id on job: refuse an id no agent CLI can resume (CE422, naming the field and the value).';
 grant execute on function ceaseless._tg_job_validate() to ceaseless_listener, ceaseless_operator;
 
--- functions/50_topology_notify.sql, body md5 78e6f46e6e04e325f9aec0c741b4aed2
+-- functions/25_notify_audit.sql, body md5 cc4f9845d150523d70450a01cada41b2
 create function ceaseless._tg_loops_changed()
     returns trigger
     language plpgsql
@@ -2689,7 +2734,7 @@ create function ceaseless._tg_loops_delete()
 comment on function ceaseless._tg_loops_delete() is 'Before a loop is deleted: refuse (CE409) while an iteration is live, so no job runs on for a deleted loop.';
 grant execute on function ceaseless._tg_loops_delete() to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_graph.sql, body md5 eb51613cc50df7513847ae0e1a28d4ff
+-- functions/50_topology_graph.sql, body md5 eb51613cc50df7513847ae0e1a28d4ff
 create function ceaseless._tg_loops_graph_validate()
     returns trigger
     language plpgsql
@@ -2719,7 +2764,7 @@ create function ceaseless._tg_loops_schedule()
 comment on function ceaseless._tg_loops_schedule() is 'After a loop is inserted or updated: NOTIFY ceaseless_schedule when it needs a next_fire_at; start the next iteration of an on_completion loop that was re-enabled with none live.';
 grant execute on function ceaseless._tg_loops_schedule() to ceaseless_listener, ceaseless_operator;
 
--- functions/55_loop_validation.sql, body md5 918fa568937f6754df4c29984a0efb23
+-- functions/55_loop_validation.sql, body md5 0f649854ca4cf6253b1df6ab952c1fdc
 create function ceaseless._tg_loops_validate()
     returns trigger
     language plpgsql
@@ -2799,7 +2844,7 @@ create function ceaseless._tg_routine_runs_update_metrics()
 comment on function ceaseless._tg_routine_runs_update_metrics() is 'After UPDATE on routine_runs: count runs that became skipped, by trigger and reason.';
 grant execute on function ceaseless._tg_routine_runs_update_metrics() to ceaseless_listener, ceaseless_operator;
 
--- functions/40_routine_validation.sql, body md5 3af2548e809b7f03e9c8a1d238632250
+-- functions/40_routine_validation.sql, body md5 155402e0ced542220634f2cb0fddd3b2
 create function ceaseless._tg_routines_changed()
     returns trigger
     language plpgsql
@@ -2829,7 +2874,7 @@ create function ceaseless._tg_routines_validate()
 comment on function ceaseless._tg_routines_validate() is 'Before INSERT/UPDATE on routines: validate the configuration, fill defaults, and clear next_fire_at whenever the schedule may have changed.';
 grant execute on function ceaseless._tg_routines_validate() to ceaseless_listener, ceaseless_operator;
 
--- functions/12_default_agent.sql, body md5 6e4660a929f50cc2e9c8b1e29eb48d91
+-- functions/13_default_agent.sql, body md5 6e4660a929f50cc2e9c8b1e29eb48d91
 create function ceaseless._tg_settings_default_agent()
     returns trigger
     language plpgsql
@@ -2848,7 +2893,7 @@ create function ceaseless._tg_settings_quiet_checks()
 comment on function ceaseless._tg_settings_quiet_checks() is 'Before INSERT/UPDATE on settings: raise NOT NULL and CHECK violations without printing the row, which may hold secrets (generated by _install_quiet_checks).';
 grant execute on function ceaseless._tg_settings_quiet_checks() to ceaseless_listener, ceaseless_operator;
 
--- functions/47_settings_validation.sql, body md5 48c8c80cc5420ea33853135cf5770f92
+-- functions/03_settings.sql, body md5 48c8c80cc5420ea33853135cf5770f92
 create function ceaseless._tg_settings_validate()
     returns trigger
     language plpgsql
@@ -2857,7 +2902,7 @@ create function ceaseless._tg_settings_validate()
 comment on function ceaseless._tg_settings_validate() is 'Before INSERT/UPDATE on settings: a numeric setting must be an integer within its range (_setting_range), forge_token_source must have its shape (_forge_token_source_problem); CE422 names the key, the rule and (numeric settings) the value.';
 grant execute on function ceaseless._tg_settings_validate() to ceaseless_listener, ceaseless_operator;
 
--- functions/50_topology_notify.sql, body md5 c40b6fa116fcedacc753f5fc1f38c986
+-- functions/25_notify_audit.sql, body md5 acc2a2429e96eedb6a748e6b06f58cb8
 create function ceaseless._tg_topology_nodes_changed()
     returns trigger
     language plpgsql
@@ -2867,7 +2912,7 @@ create function ceaseless._tg_topology_nodes_changed()
 comment on function ceaseless._tg_topology_nodes_changed() is 'After a topology node changes state: audit it (entity topology_node, the run''s id, the node in detail) and NOTIFY ceaseless_run.';
 grant execute on function ceaseless._tg_topology_nodes_changed() to ceaseless_listener, ceaseless_operator;
 
--- functions/50_topology_notify.sql, body md5 11ad94160168e5d4e075a23b56fb0462
+-- functions/25_notify_audit.sql, body md5 f83ea08bcc9c41f91fa47fc533dd939c
 create function ceaseless._tg_topology_runs_changed()
     returns trigger
     language plpgsql
@@ -2907,7 +2952,7 @@ create function ceaseless._tg_topology_runs_loop_outcome()
 comment on function ceaseless._tg_topology_runs_loop_outcome() is 'After a loop iteration''s status becomes succeeded, failed or cancelled: apply the repeat policy and stop the loop (notified) or, with on_completion, fire the next iteration, in the same transaction.';
 grant execute on function ceaseless._tg_topology_runs_loop_outcome() to ceaseless_listener, ceaseless_operator;
 
--- functions/52_topology_runs.sql, body md5 f7997ab50581d91a28b7d59d94b6fb11
+-- functions/51_topology_runs.sql, body md5 f7997ab50581d91a28b7d59d94b6fb11
 create function ceaseless._tg_topology_runs_start()
     returns trigger
     language plpgsql
@@ -2927,7 +2972,7 @@ create function ceaseless._tg_topology_runs_update_metrics()
 comment on function ceaseless._tg_topology_runs_update_metrics() is 'After UPDATE on topology_runs: count loop iterations that just ended, by final status.';
 grant execute on function ceaseless._tg_topology_runs_update_metrics() to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_graph.sql, body md5 a5b2ee4b2c1185aef2f8c1a7037926b7
+-- functions/50_topology_graph.sql, body md5 a5b2ee4b2c1185aef2f8c1a7037926b7
 create function ceaseless._tg_topology_runs_validate()
     returns trigger
     language plpgsql
@@ -2947,7 +2992,7 @@ create function ceaseless._tg_tracked_repo_validate()
 comment on function ceaseless._tg_tracked_repo_validate() is 'Before INSERT/UPDATE on tracked_repo: validate the configuration in full (CE422 naming field, rule and value) and fill api_url''s default; tokens_allowed is false on a row a user role writes or retargets; a shorter interval brings next_poll_at forward; poll bookkeeping alone is not re-checked.';
 grant execute on function ceaseless._tg_tracked_repo_validate() to ceaseless_listener, ceaseless_operator;
 
--- functions/35_cron.sql, body md5 e652284f5cc442d6c8e1560e01a45280
+-- functions/30_cron.sql, body md5 e652284f5cc442d6c8e1560e01a45280
 create function ceaseless._timezone_error(p_timezone text)
     returns text
     language sql
@@ -2956,7 +3001,7 @@ create function ceaseless._timezone_error(p_timezone text)
 comment on function ceaseless._timezone_error(p_timezone text) is 'NULL when p_timezone is an IANA time zone name the server knows (exact case), else why not; never raises.';
 grant execute on function ceaseless._timezone_error(p_timezone text) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_topology_runs.sql, body md5 33768043c5afa8d4bf8d8677c22297db
+-- functions/51_topology_runs.sql, body md5 33768043c5afa8d4bf8d8677c22297db
 create function ceaseless._topology_cut(p_text text, p_chars integer)
     returns text
     language sql
@@ -2965,7 +3010,7 @@ create function ceaseless._topology_cut(p_text text, p_chars integer)
 comment on function ceaseless._topology_cut(p_text text, p_chars integer) is 'p_text cut to p_chars characters, followed by a marker naming how many were cut.';
 grant execute on function ceaseless._topology_cut(p_text text, p_chars integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_topology_runs.sql, body md5 63dbb20ae97233e06a41bb753f058341
+-- functions/51_topology_runs.sql, body md5 63dbb20ae97233e06a41bb753f058341
 create function ceaseless._topology_graph_order(p_graph jsonb)
     returns TABLE(node_id text, at bigint)
     language sql
@@ -2974,7 +3019,7 @@ create function ceaseless._topology_graph_order(p_graph jsonb)
 comment on function ceaseless._topology_graph_order(p_graph jsonb) is 'The node ids of a topology graph with their 1-based position in its nodes array.';
 grant execute on function ceaseless._topology_graph_order(p_graph jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_topology_runs.sql, body md5 ce01cfc608f52bb8e059d6e91072d16c
+-- functions/51_topology_runs.sql, body md5 ce01cfc608f52bb8e059d6e91072d16c
 create function ceaseless._topology_jobs_changed(p_job_ids uuid[])
     returns void
     language plpgsql
@@ -2983,7 +3028,7 @@ create function ceaseless._topology_jobs_changed(p_job_ids uuid[])
 comment on function ceaseless._topology_jobs_changed(p_job_ids uuid[]) is 'Move the nodes of these loop_node jobs as their jobs moved (running, queued, succeeded, failed), start the nodes a success unblocks, and settle their runs.';
 grant execute on function ceaseless._topology_jobs_changed(p_job_ids uuid[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_graph.sql, body md5 a4aa24c48a75e483db0836806a51d680
+-- functions/50_topology_graph.sql, body md5 a4aa24c48a75e483db0836806a51d680
 create function ceaseless._topology_node_id_ok(p_id jsonb)
     returns boolean
     language sql
@@ -2992,7 +3037,7 @@ create function ceaseless._topology_node_id_ok(p_id jsonb)
 comment on function ceaseless._topology_node_id_ok(p_id jsonb) is 'True for a JSON string that may be a topology node id: 1-64 of A-Z a-z 0-9 _ . -.';
 grant execute on function ceaseless._topology_node_id_ok(p_id jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_topology_runs.sql, body md5 be31bf5ff3b66f0c6261d8145d7360df
+-- functions/51_topology_runs.sql, body md5 be31bf5ff3b66f0c6261d8145d7360df
 create function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text)
     returns text
     language plpgsql
@@ -3001,7 +3046,7 @@ create function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text)
 comment on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) is 'The prompt of a node''s job: its prompt, "## Task" and the run''s task, then "## Output of <node>" and each upstream''s output cut to topology_upstream_chars; within the job prompt cap.';
 grant execute on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_routine_firing.sql, body md5 54dfd6b43eef2c445409340f767dc025
+-- functions/41_fire_admission.sql, body md5 54dfd6b43eef2c445409340f767dc025
 create function ceaseless._transaction_state()
     returns ceaseless.transaction_state
     language plpgsql
@@ -3019,6 +3064,15 @@ create function ceaseless._trim_blank(p_value text)
 comment on function ceaseless._trim_blank(p_value text) is 'p_value without leading and trailing Unicode whitespace (the characters _is_blank counts).';
 grant execute on function ceaseless._trim_blank(p_value text) to ceaseless_listener, ceaseless_operator;
 
+-- functions/00_helpers.sql, body md5 e3eb577d9688e81aecb9abd35048c6c6
+create function ceaseless._unknown_key(p_object jsonb, p_known text[])
+    returns text
+    language plpgsql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._unknown_key(p_object jsonb, p_known text[]) is 'The first key (in key order) of the JSON object p_object that p_known does not list, or NULL.';
+grant execute on function ceaseless._unknown_key(p_object jsonb, p_known text[]) to ceaseless_listener, ceaseless_operator;
+
 -- functions/05_secrets.sql, body md5 bf55c8fc009e9b4a8c0ef6ab78f7e2d6
 create function ceaseless._url_origin(p_url text)
     returns text
@@ -3029,7 +3083,7 @@ create function ceaseless._url_origin(p_url text)
 comment on function ceaseless._url_origin(p_url text) is 'scheme://host[:port] of a URL, without the userinfo, path and query that may hold credentials.';
 grant execute on function ceaseless._url_origin(p_url text) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_graph.sql, body md5 3863ea2e642c9993cd9217bcc5e2adfe
+-- functions/50_topology_graph.sql, body md5 68dd2160bbd7aed766c555d6e5ab7e14
 create function ceaseless._validate_topology_graph(p_where text, p_graph jsonb)
     returns void
     language plpgsql
@@ -3038,7 +3092,7 @@ create function ceaseless._validate_topology_graph(p_where text, p_graph jsonb)
 comment on function ceaseless._validate_topology_graph(p_where text, p_graph jsonb) is 'Raise CE422 unless p_graph is a valid topology graph (shape, known agents, unique safe ids, bounded prompts and size, edges between known nodes, acyclic), naming the culprit.';
 grant execute on function ceaseless._validate_topology_graph(p_where text, p_graph jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/55_loop_validation.sql, body md5 608f6ac708916cfdd996e31e1a167351
+-- functions/55_loop_validation.sql, body md5 5ed51bb221e9a59cb82f6b2dd339596f
 create function ceaseless._validated_loop(p_row ceaseless.loops)
     returns ceaseless.loops
     language plpgsql
@@ -3047,7 +3101,7 @@ create function ceaseless._validated_loop(p_row ceaseless.loops)
 comment on function ceaseless._validated_loop(p_row ceaseless.loops) is 'Validate a loop''s title, description, task_template, triggers and repeat_policy (CE422 naming field, rule, value) and fill their defaults.';
 grant execute on function ceaseless._validated_loop(p_row ceaseless.loops) to ceaseless_listener, ceaseless_operator;
 
--- functions/70_tracked_repo.sql, body md5 8b11efff72e6b7fa73841ab9af80e0be
+-- functions/70_tracked_repo.sql, body md5 70f6300c8d1376e4a428512597cc8781
 create function ceaseless._validated_repo(p_row ceaseless.tracked_repo)
     returns ceaseless.tracked_repo
     language plpgsql
@@ -3056,7 +3110,7 @@ create function ceaseless._validated_repo(p_row ceaseless.tracked_repo)
 comment on function ceaseless._validated_repo(p_row ceaseless.tracked_repo) is 'Check a tracked repo in full and fill api_url''s default (GitHub''s); raises CE422 naming the field, the rule and the value at the first bad one.';
 grant execute on function ceaseless._validated_repo(p_row ceaseless.tracked_repo) to ceaseless_listener, ceaseless_operator;
 
--- functions/40_routine_validation.sql, body md5 59a62c3343ad09e7620f114d47c3b962
+-- functions/40_routine_validation.sql, body md5 603c88bfd07dd801060320550ac9e1b6
 create function ceaseless._validated_routine(p_row ceaseless.routines)
     returns ceaseless.routines
     language plpgsql
@@ -3065,7 +3119,7 @@ create function ceaseless._validated_routine(p_row ceaseless.routines)
 comment on function ceaseless._validated_routine(p_row ceaseless.routines) is 'Validate a routine''s trigger_config and action_config (CE422 naming field, rule, value) and fill their defaults.';
 grant execute on function ceaseless._validated_routine(p_row ceaseless.routines) to ceaseless_listener, ceaseless_operator;
 
--- functions/38_trigger_validation.sql, body md5 36e4c9d97fbfd7bd2a39479817e9d013
+-- functions/31_trigger_validation.sql, body md5 e15dffe40049d6dee6160affab20b228
 create function ceaseless._validated_trigger(p_object text, p_config jsonb, p_schedule_key text, p_cron boolean, p_scheme_key text)
     returns jsonb
     language plpgsql
@@ -3074,7 +3128,7 @@ create function ceaseless._validated_trigger(p_object text, p_config jsonb, p_sc
 comment on function ceaseless._validated_trigger(p_object text, p_config jsonb, p_schedule_key text, p_cron boolean, p_scheme_key text) is 'Check a trigger object where routines and loops share the rules (cron schedule: not blank, bounded, accepted by the cron gate; timezone: IANA, UTC when absent; webhook scheme), CE422 naming the field; returns the object with its defaults filled.';
 grant execute on function ceaseless._validated_trigger(p_object text, p_config jsonb, p_schedule_key text, p_cron boolean, p_scheme_key text) to ceaseless_listener, ceaseless_operator;
 
--- functions/45_webhooks.sql, body md5 fb371b3f8f43893370ce43a36a47983c
+-- functions/36_webhooks.sql, body md5 fb371b3f8f43893370ce43a36a47983c
 create function ceaseless._webhook_body_text(p_body bytea)
     returns text
     language plpgsql
@@ -3083,7 +3137,7 @@ create function ceaseless._webhook_body_text(p_body bytea)
 comment on function ceaseless._webhook_body_text(p_body bytea) is 'A webhook body as text: UTF-8 as it is, anything else as \x and hex.';
 grant execute on function ceaseless._webhook_body_text(p_body bytea) to ceaseless_listener, ceaseless_operator;
 
--- functions/46_webhook_schemes.sql, body md5 708168e7ad86bb0c95811ee1bb9967cf
+-- functions/35_webhook_schemes.sql, body md5 708168e7ad86bb0c95811ee1bb9967cf
 create function ceaseless._webhook_ceaseless_headers(p_signature text, p_sent_at timestamp with time zone)
     returns jsonb
     language sql
@@ -3092,7 +3146,7 @@ create function ceaseless._webhook_ceaseless_headers(p_signature text, p_sent_at
 comment on function ceaseless._webhook_ceaseless_headers(p_signature text, p_sent_at timestamp with time zone) is 'The X-Ceaseless-Signature and X-Ceaseless-Timestamp headers for a signature and time given apart (the four-argument receive_webhook).';
 grant execute on function ceaseless._webhook_ceaseless_headers(p_signature text, p_sent_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/46_webhook_schemes.sql, body md5 1674e0d17384754e2694c57524ac73e2
+-- functions/35_webhook_schemes.sql, body md5 1674e0d17384754e2694c57524ac73e2
 create function ceaseless._webhook_check_time(p_header text, p_value text, p_now timestamp with time zone, p_window interval)
     returns timestamp with time zone
     language plpgsql
@@ -3101,7 +3155,7 @@ create function ceaseless._webhook_check_time(p_header text, p_value text, p_now
 comment on function ceaseless._webhook_check_time(p_header text, p_value text, p_now timestamp with time zone, p_window interval) is 'The signed timestamp of a webhook header, refused with CE403 when malformed or further than the window from now.';
 grant execute on function ceaseless._webhook_check_time(p_header text, p_value text, p_now timestamp with time zone, p_window interval) to ceaseless_listener, ceaseless_operator;
 
--- functions/46_webhook_schemes.sql, body md5 51eb7a0a62a19f89116734947138c6aa
+-- functions/35_webhook_schemes.sql, body md5 51eb7a0a62a19f89116734947138c6aa
 create function ceaseless._webhook_header_names()
     returns text[]
     language sql
@@ -3111,7 +3165,7 @@ create function ceaseless._webhook_header_names()
 comment on function ceaseless._webhook_header_names() is 'The request headers (lower case) the webhook schemes read; the HTTP ingress passes exactly these to _receive_webhook.';
 grant execute on function ceaseless._webhook_header_names() to ceaseless_listener, ceaseless_operator;
 
--- functions/46_webhook_schemes.sql, body md5 61f629e2c3d8dad909636ca050bada42
+-- functions/35_webhook_schemes.sql, body md5 61f629e2c3d8dad909636ca050bada42
 create function ceaseless._webhook_headers(p_headers jsonb)
     returns jsonb
     language sql
@@ -3120,7 +3174,7 @@ create function ceaseless._webhook_headers(p_headers jsonb)
 comment on function ceaseless._webhook_headers(p_headers jsonb) is 'Request headers as a jsonb object with lower-case names and string values only.';
 grant execute on function ceaseless._webhook_headers(p_headers jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/46_webhook_schemes.sql, body md5 1c06ae439c1d1f29e9bbd4b9ecb1d7ac
+-- functions/35_webhook_schemes.sql, body md5 1c06ae439c1d1f29e9bbd4b9ecb1d7ac
 create function ceaseless._webhook_matching(p_expected bytea, p_candidates bytea[])
     returns integer
     language plpgsql
@@ -3129,16 +3183,16 @@ create function ceaseless._webhook_matching(p_expected bytea, p_candidates bytea
 comment on function ceaseless._webhook_matching(p_expected bytea, p_candidates bytea[]) is 'The position of the first of up to 16 candidate signatures equal to the expected digest (each compared in constant time), or NULL.';
 grant execute on function ceaseless._webhook_matching(p_expected bytea, p_candidates bytea[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/46_webhook_schemes.sql, body md5 26079ad1487382871590e71f737fe259
+-- functions/35_webhook_schemes.sql, body md5 3dbbf272f25c39b9cd34a6795c4e262a
 create function ceaseless._webhook_new_key(p_scheme text)
     returns text
-    language plpgsql
+    language sql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._webhook_new_key(p_scheme text) is 'A fresh random webhook signing key in its scheme''s form: 64 hex characters, or whsec_ and base64 for standard.';
+comment on function ceaseless._webhook_new_key(p_scheme text) is 'A fresh random webhook secret in its scheme''s form: 64 hex characters, or whsec_ and base64 for standard; a loop''s token and signing key.';
 grant execute on function ceaseless._webhook_new_key(p_scheme text) to ceaseless_listener, ceaseless_operator;
 
--- functions/46_webhook_schemes.sql, body md5 e0dba43812462207a0786c2fdf234a37
+-- functions/35_webhook_schemes.sql, body md5 e0dba43812462207a0786c2fdf234a37
 create function ceaseless._webhook_remember(p_target text, p_target_id uuid, p_keys text[], p_sent_at timestamp with time zone, p_now timestamp with time zone, p_window interval)
     returns void
     language plpgsql
@@ -3147,7 +3201,7 @@ create function ceaseless._webhook_remember(p_target text, p_target_id uuid, p_k
 comment on function ceaseless._webhook_remember(p_target text, p_target_id uuid, p_keys text[], p_sent_at timestamp with time zone, p_now timestamp with time zone, p_window interval) is 'Record a verified webhook request''s replay keys for the window; CE413 when any was seen before (signature_seen_once decides, so racing copies cannot both pass).';
 grant execute on function ceaseless._webhook_remember(p_target text, p_target_id uuid, p_keys text[], p_sent_at timestamp with time zone, p_now timestamp with time zone, p_window interval) to ceaseless_listener, ceaseless_operator;
 
--- functions/46_webhook_schemes.sql, body md5 9f59b8ec00b095fd9ff931b5f131aa9e
+-- functions/35_webhook_schemes.sql, body md5 9f59b8ec00b095fd9ff931b5f131aa9e
 create function ceaseless._webhook_scheme_error(p_scheme jsonb)
     returns text
     language sql
@@ -3156,7 +3210,7 @@ create function ceaseless._webhook_scheme_error(p_scheme jsonb)
 comment on function ceaseless._webhook_scheme_error(p_scheme jsonb) is 'Why a webhook scheme value is refused (not one of _webhook_schemes()), or NULL when it is valid or absent.';
 grant execute on function ceaseless._webhook_scheme_error(p_scheme jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/46_webhook_schemes.sql, body md5 241a5e99d8aa8910a2ac845c163fcaa9
+-- functions/35_webhook_schemes.sql, body md5 241a5e99d8aa8910a2ac845c163fcaa9
 create function ceaseless._webhook_schemes()
     returns text[]
     language sql
@@ -3166,7 +3220,7 @@ create function ceaseless._webhook_schemes()
 comment on function ceaseless._webhook_schemes() is 'The webhook signature schemes a routine or loop may name: ceaseless (the default), github, standard (Standard Webhooks) and stripe.';
 grant execute on function ceaseless._webhook_schemes() to ceaseless_listener, ceaseless_operator;
 
--- functions/46_webhook_schemes.sql, body md5 835c68a231e0300f0359602bfb8f1411
+-- functions/35_webhook_schemes.sql, body md5 835c68a231e0300f0359602bfb8f1411
 create function ceaseless._webhook_secret_error(p_scheme text, p_secret text)
     returns text
     language plpgsql
@@ -3175,7 +3229,7 @@ create function ceaseless._webhook_secret_error(p_scheme text, p_secret text)
 comment on function ceaseless._webhook_secret_error(p_scheme text, p_secret text) is 'Why a secret cannot sign under a webhook scheme (a standard secret must be whsec_ and base64 of 24 to 64 bytes), or NULL.';
 grant execute on function ceaseless._webhook_secret_error(p_scheme text, p_secret text) to ceaseless_listener, ceaseless_operator;
 
--- functions/45_webhooks.sql, body md5 306816032d3bccb670eae887727f1ee4
+-- functions/36_webhooks.sql, body md5 306816032d3bccb670eae887727f1ee4
 create function ceaseless._webhook_token_pattern()
     returns text
     language sql
@@ -3185,7 +3239,7 @@ create function ceaseless._webhook_token_pattern()
 comment on function ceaseless._webhook_token_pattern() is 'The regular expression every webhook token (a routine''s trigger_config.path) matches; the ingress refuses other paths without asking the database.';
 grant execute on function ceaseless._webhook_token_pattern() to ceaseless_listener, ceaseless_operator;
 
--- functions/46_webhook_schemes.sql, body md5 fc3c38c13121c6a3445dcda1358651ad
+-- functions/35_webhook_schemes.sql, body md5 fc3c38c13121c6a3445dcda1358651ad
 create function ceaseless._webhook_unix_time(p_value text)
     returns timestamp with time zone
     language sql
@@ -3194,7 +3248,7 @@ create function ceaseless._webhook_unix_time(p_value text)
 comment on function ceaseless._webhook_unix_time(p_value text) is 'A header''s unix seconds (1 to 11 ASCII digits) as a timestamptz, or NULL for anything else.';
 grant execute on function ceaseless._webhook_unix_time(p_value text) to ceaseless_listener, ceaseless_operator;
 
--- functions/46_webhook_schemes.sql, body md5 a5aa5f8549785be7e6a85d681ed092b8
+-- functions/35_webhook_schemes.sql, body md5 2c5c84b5f261a02d132e8f510b2a126a
 create function ceaseless._webhook_verify(p_scheme text, p_key text, p_body bytea, p_headers jsonb, p_now timestamp with time zone, p_window interval)
     returns TABLE(replay_keys text[], sent_at timestamp with time zone)
     language plpgsql
@@ -3213,7 +3267,7 @@ create function ceaseless._without_secrets(p_table text, p_row jsonb)
 comment on function ceaseless._without_secrets(p_table text, p_row jsonb) is 'A row (as jsonb) of agents or settings with its secrets hidden, for audit_log.';
 grant execute on function ceaseless._without_secrets(p_table text, p_row jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 204aa7a7a4ee6cf8fef23aec57f3cc76
+-- functions/10_jobs.sql, body md5 ea21db40c1dbb49b60ec9a5628d6c278
 create function ceaseless.cancel_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql
@@ -3223,7 +3277,7 @@ create function ceaseless.cancel_job(p_job_id uuid, p_now timestamp with time zo
 comment on function ceaseless.cancel_job(p_job_id uuid, p_now timestamp with time zone) is 'Cancel a pending, claimed or running job; a running agent is stopped by its listener. Raises CE404 (unknown) or CE409 (already finished).';
 grant execute on function ceaseless.cancel_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/52_topology_runs.sql, body md5 ce67d3e38a5d2d81e335de1188cafb98
+-- functions/51_topology_runs.sql, body md5 ce67d3e38a5d2d81e335de1188cafb98
 create function ceaseless.cancel_orphaned_topology_jobs(p_now timestamp with time zone DEFAULT now())
     returns integer
     language plpgsql
@@ -3232,7 +3286,7 @@ create function ceaseless.cancel_orphaned_topology_jobs(p_now timestamp with tim
 comment on function ceaseless.cancel_orphaned_topology_jobs(p_now timestamp with time zone) is 'Cancel live jobs whose topology run has ended (skipped by the run''s end because another statement held them, or retried since); returns how many. Maintenance, every listener.';
 grant execute on function ceaseless.cancel_orphaned_topology_jobs(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_topology_runs.sql, body md5 2f28bf9e8fdbad06479a9cfb9ce6fb83
+-- functions/51_topology_runs.sql, body md5 2f28bf9e8fdbad06479a9cfb9ce6fb83
 create function ceaseless.cancel_topology_run(p_run_id uuid, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql
@@ -3242,7 +3296,7 @@ create function ceaseless.cancel_topology_run(p_run_id uuid, p_now timestamp wit
 comment on function ceaseless.cancel_topology_run(p_run_id uuid, p_now timestamp with time zone) is 'Cancel a live topology run: unfinished nodes and live jobs cancelled (running agents stopped), open approvals left undecided. Raises CE404 (unknown) or CE409 (already ended).';
 grant execute on function ceaseless.cancel_topology_run(p_run_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/35_cron.sql, body md5 46a4ac981003599ed884c93a946abd61
+-- functions/30_cron.sql, body md5 46a4ac981003599ed884c93a946abd61
 create function ceaseless.check_schedule(p_schedule text, p_timezone text DEFAULT 'UTC'::text)
     returns void
     language plpgsql
@@ -3252,7 +3306,7 @@ create function ceaseless.check_schedule(p_schedule text, p_timezone text DEFAUL
 comment on function ceaseless.check_schedule(p_schedule text, p_timezone text) is 'Check a cron schedule and time zone as routines and loops are checked (NULL time zone: UTC); raises CE422 naming the field, the rule and the value, returns nothing when valid.';
 grant execute on function ceaseless.check_schedule(p_schedule text, p_timezone text) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/74_forge_children.sql, body md5 3df29a6273499be7e5e4b8ab9da554ba
+-- functions/73_forge_children.sql, body md5 3df29a6273499be7e5e4b8ab9da554ba
 create function ceaseless.child_issue_failed(p_id uuid, p_error text, p_now timestamp with time zone DEFAULT now())
     returns timestamp with time zone
     language plpgsql
@@ -3261,7 +3315,7 @@ create function ceaseless.child_issue_failed(p_id uuid, p_error text, p_now time
 comment on function ceaseless.child_issue_failed(p_id uuid, p_error text, p_now timestamp with time zone) is 'Record a failed creation of a child issue and return when it is tried again.';
 grant execute on function ceaseless.child_issue_failed(p_id uuid, p_error text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/74_forge_children.sql, body md5 97aeb831d85cfb51db9670a130eb44ae
+-- functions/73_forge_children.sql, body md5 97aeb831d85cfb51db9670a130eb44ae
 create function ceaseless.child_issues_due(p_limit integer DEFAULT 10, p_now timestamp with time zone DEFAULT now())
     returns SETOF ceaseless.forge_child_issue
     language sql
@@ -3270,7 +3324,7 @@ create function ceaseless.child_issues_due(p_limit integer DEFAULT 10, p_now tim
 comment on function ceaseless.child_issues_due(p_limit integer, p_now timestamp with time zone) is 'Hand out up to p_limit child issues not yet created on the forge, each to one caller (SKIP LOCKED), counting the attempt and moving next_attempt_at 5 minutes on.';
 grant execute on function ceaseless.child_issues_due(p_limit integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 dbab6142f6e0ba77fb87a0d55b89b56f
+-- functions/10_jobs.sql, body md5 4fdf5df55fd196a3bd4f4b186aad0b2e
 create function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[] DEFAULT NULL::text[], p_agents text[] DEFAULT NULL::text[], p_now timestamp with time zone DEFAULT now(), p_lease_secs integer DEFAULT NULL::integer, p_start boolean DEFAULT false)
     returns TABLE(id uuid, kind text, agent text, prompt text, payload jsonb, max_turns integer, resume_session_id text, attempts integer, claim_expires_at timestamp with time zone, run_id uuid)
     language plpgsql
@@ -3281,7 +3335,7 @@ create function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds tex
 comment on function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[], p_agents text[], p_now timestamp with time zone, p_lease_secs integer, p_start boolean) is 'Claim up to p_limit due pending jobs for listener p_worker, oldest first, admitting each through its lane''s governor (max_concurrent, window_budget, window_cost_usd, window_tokens, lane_pauses) and its owner''s spend budget (owner_budgets) atomically; with p_start, open their agent runs too and return run_id.';
 grant execute on function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[], p_agents text[], p_now timestamp with time zone, p_lease_secs integer, p_start boolean) to ceaseless_listener, ceaseless_operator;
 
--- functions/60_notifications.sql, body md5 edd6101f860ae635fe55fa6cd69db5aa
+-- functions/60_notifications.sql, body md5 2c7ed31224cd587559f7163edee1894d
 create function ceaseless.claim_notifications(p_worker text, p_limit integer, p_now timestamp with time zone DEFAULT now())
     returns TABLE(id uuid, state text, attempts integer, sink_name text, sink jsonb, kind text, subject text, body text, recipient text, source_table text, source_id uuid, created_at timestamp with time zone, last_error text)
     language plpgsql
@@ -3290,7 +3344,7 @@ create function ceaseless.claim_notifications(p_worker text, p_limit integer, p_
 comment on function ceaseless.claim_notifications(p_worker text, p_limit integer, p_now timestamp with time zone) is 'Claim up to p_limit due pending notifications for listener p_worker. pg sinks are notified and marked delivered here, unknown or malformed sinks failed; the rest return as state ''claimed'' with their sink config, leased for 60 s (at-least-once: an unreported claim comes due again).';
 grant execute on function ceaseless.claim_notifications(p_worker text, p_limit integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/53_approvals.sql, body md5 159f1e3f21edc962b7847e0d390ba115
+-- functions/52_approvals.sql, body md5 159f1e3f21edc962b7847e0d390ba115
 create function ceaseless.decide_approval(p_approval_id uuid, p_approve boolean, p_decided_by text, p_note text, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql
@@ -3300,7 +3354,7 @@ create function ceaseless.decide_approval(p_approval_id uuid, p_approve boolean,
 comment on function ceaseless.decide_approval(p_approval_id uuid, p_approve boolean, p_decided_by text, p_note text, p_now timestamp with time zone) is 'Approve (the node''s job is enqueued) or reject (the node and its run fail) a pending approval. Raises CE404 (unknown), CE409 (already decided, or its run ended), CE422.';
 grant execute on function ceaseless.decide_approval(p_approval_id uuid, p_approve boolean, p_decided_by text, p_note text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/39_schedules.sql, body md5 ccb757fcb90f0e3c3c89ba3a7d5cbdb0
+-- functions/32_schedules.sql, body md5 ccb757fcb90f0e3c3c89ba3a7d5cbdb0
 create function ceaseless.disable_schedule(p_kind text, p_id uuid, p_error text)
     returns void
     language sql
@@ -3318,7 +3372,7 @@ create function ceaseless.due_repos(p_now timestamp with time zone DEFAULT now()
 comment on function ceaseless.due_repos(p_now timestamp with time zone, p_limit integer) is 'Hand out up to p_limit enabled repos due at p_now and outside their quiet window, each to one caller only (SKIP LOCKED), moving their next_poll_at one clamped interval on.';
 grant execute on function ceaseless.due_repos(p_now timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/39_schedules.sql, body md5 156b8dac058021c45e99781d7f40f8a2
+-- functions/32_schedules.sql, body md5 156b8dac058021c45e99781d7f40f8a2
 create function ceaseless.due_schedules(p_now timestamp with time zone, p_limit integer)
     returns TABLE(kind text, id uuid, schedule text, timezone text, next_fire_at timestamp with time zone)
     language plpgsql
@@ -3327,7 +3381,7 @@ create function ceaseless.due_schedules(p_now timestamp with time zone, p_limit 
 comment on function ceaseless.due_schedules(p_now timestamp with time zone, p_limit integer) is 'Lock and return up to p_limit routines due at p_now, or when none is, up to p_limit loops (FOR NO KEY UPDATE SKIP LOCKED); fire them with fire_cron in the same transaction.';
 grant execute on function ceaseless.due_schedules(p_now timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/15_job_directories.sql, body md5 1624447290fa8929afab906ce2aee682
+-- functions/10_jobs.sql, body md5 1624447290fa8929afab906ce2aee682
 create function ceaseless.ended_jobs(p_ids uuid[])
     returns SETOF uuid
     language sql
@@ -3336,7 +3390,7 @@ create function ceaseless.ended_jobs(p_ids uuid[])
 comment on function ceaseless.ended_jobs(p_ids uuid[]) is 'Of p_ids, the jobs of this database that will not run again (delivered, failed, abandoned, cancelled): listeners remove their working directories.';
 grant execute on function ceaseless.ended_jobs(p_ids uuid[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/53_approvals.sql, body md5 6a0cbc15ef480352899467c997be8a91
+-- functions/52_approvals.sql, body md5 6a0cbc15ef480352899467c997be8a91
 create function ceaseless.expire_approvals(p_now timestamp with time zone DEFAULT now())
     returns integer
     language plpgsql
@@ -3354,7 +3408,7 @@ create function ceaseless.expire_leases(p_now timestamp with time zone DEFAULT n
 comment on function ceaseless.expire_leases(p_now timestamp with time zone) is 'Return jobs with passed leases to pending (or abandoned after max attempts) and finish their open runs as lease_expired. Safe to call from every listener at once.';
 grant execute on function ceaseless.expire_leases(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/92_explain.sql, body md5 51f1007d3de4156355b40fed607b054a
+-- functions/92_explain.sql, body md5 7fea975ce46bbe01871ab41fc987ed8e
 create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3364,7 +3418,7 @@ create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time z
 comment on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) is 'Every reason that holds a job (not_due, owner_budget, agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget, behind_older_jobs; or claimed, running, finished), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown job.';
 grant execute on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/92_explain.sql, body md5 8658a71c437efc65ed5e15bfbc2bc5ac
+-- functions/92_explain.sql, body md5 0d5741a990955e63e8fcd5b8578a4cf6
 create function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3374,7 +3428,7 @@ create function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time
 comment on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) is 'Every reason that holds a loop''s next iteration (stopped, disabled, agent_disabled, live_iteration and what holds it: awaiting_approval, its nodes'' jobs; not_scheduled, not_due), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown loop.';
 grant execute on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/92_explain.sql, body md5 5b0033507cea3ab264ab58a1fe4a3a22
+-- functions/92_explain.sql, body md5 a5264d9cbcc5fd71ebabb48520ea7d02
 create function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3384,7 +3438,7 @@ create function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp wit
 comment on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) is 'Every reason that holds a routine''s next fire (disabled, agent_disabled, cooldown, concurrency, global_cap, not_due, not_scheduled) or its jobs in their lane (lane_paused, lane_full, window_budget, cost_budget, token_budget), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown routine.';
 grant execute on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/92_explain.sql, body md5 8960299992c3cca77eeafa2f2ccaad6f
+-- functions/92_explain.sql, body md5 0fee462bc13f65dab6b624995d7c7a56
 create function ceaseless.explain_topology_run(p_run_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3412,7 +3466,7 @@ create function ceaseless.finish_notifications(p_worker text, p_results jsonb, p
 comment on function ceaseless.finish_notifications(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Record delivery results [{id, ok, error?, attempt?}]: ok → delivered; else retry after exponential backoff with jitter, or failed after notification_max_attempts. Stale failures (attempt superseded) and reports on delivered rows are ignored. Returns the rows it changed.';
 grant execute on function ceaseless.finish_notifications(p_worker text, p_results jsonb, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/70_tracked_repo.sql, body md5 142b328cb556b30f9cec0357b3060d32
+-- functions/70_tracked_repo.sql, body md5 63b6674f34a46b8fc97d00e96edd1933
 create function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone DEFAULT now(), p_etag text DEFAULT NULL::text, p_error text DEFAULT NULL::text, p_next_poll_at timestamp with time zone DEFAULT NULL::timestamp with time zone)
     returns timestamp with time zone
     language plpgsql
@@ -3421,7 +3475,7 @@ create function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with 
 comment on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) is 'Record a poll''s end (last_polled_at, last_etag on success, last_error on failure) and set next_poll_at to one clamped interval later, or to p_next_poll_at when later (rate limits).';
 grant execute on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/20_agent_runs.sql, body md5 d04cd57c0c49916953359c6842c7b21b
+-- functions/20_agent_runs.sql, body md5 e370bd7e968143fef3f651fd215e7f60
 create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone DEFAULT now())
     returns TABLE(run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
     language plpgsql
@@ -3430,7 +3484,7 @@ create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now time
 comment on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Finish a batch of agent runs and move each job by its outcome (_job_state_after: delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job, attempt refunded. A succeeded forge run gets its verdict first (_forge_verdict: an implement run without a pull request fails, a needs_human block blocks the job, a plan needs a valid children block). A result for a run that is no longer the reporter''s is kept in late_results, never written onto the closed run (recorded = false).';
 grant execute on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/39_schedules.sql, body md5 5f5a83d96242264d9005c06537001165
+-- functions/32_schedules.sql, body md5 5f5a83d96242264d9005c06537001165
 create function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone DEFAULT now())
     returns TABLE(kind text, id uuid, run_id uuid, status text, skip_reason text, next_fire_at timestamp with time zone)
     language plpgsql
@@ -3439,7 +3493,7 @@ create function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_at
 comment on function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) is 'Fire a batch of due routines and loops the caller locked (due_schedules), each once however many slots it missed; a routine refused for cooldown is deferred to its end, the rest move to the next slot given. CE422 when the arrays differ in length.';
 grant execute on function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_routine_firing.sql, body md5 c56ef8d7f8f9790d2b0b62dd3aa25d50
+-- functions/41_fire_admission.sql, body md5 c56ef8d7f8f9790d2b0b62dd3aa25d50
 create function ceaseless.forget_ended_backends()
     returns integer
     language plpgsql
@@ -3448,7 +3502,7 @@ create function ceaseless.forget_ended_backends()
 comment on function ceaseless.forget_ended_backends() is 'Delete the transaction_state rows of backends that no longer exist; returns how many. Maintenance, every listener.';
 grant execute on function ceaseless.forget_ended_backends() to ceaseless_listener, ceaseless_operator;
 
--- functions/72_forge_issues.sql, body md5 3fe09e02f405b29d1ca34fe82a570421
+-- functions/71_forge_issues.sql, body md5 3fe09e02f405b29d1ca34fe82a570421
 create function ceaseless.ingest_issues(p_repo_id uuid, p_issues jsonb, p_now timestamp with time zone DEFAULT now())
     returns TABLE(number bigint, kind text, label text, decision text, job_id uuid)
     language plpgsql
@@ -3457,7 +3511,7 @@ create function ceaseless.ingest_issues(p_repo_id uuid, p_issues jsonb, p_now ti
 comment on function ceaseless.ingest_issues(p_repo_id uuid, p_issues jsonb, p_now timestamp with time zone) is 'After a poll: replace the repo''s cached listing with p_issues (NULL after a 304 keeps it) and decide each issue with a work label, creating the jobs due. One row per such issue, with its kind and the label that asks for it: created (job_id) | live | done | cooldown | not_admitted | needs_labeller | no_lane.';
 grant execute on function ceaseless.ingest_issues(p_repo_id uuid, p_issues jsonb, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/75_forge_labels.sql, body md5 4adf20acb277208e43db8f120f957f98
+-- functions/74_forge_labels.sql, body md5 4adf20acb277208e43db8f120f957f98
 create function ceaseless.labels_due(p_limit integer DEFAULT 20, p_now timestamp with time zone DEFAULT now())
     returns TABLE(job_id uuid, forge text, api_url text, owner text, repo text, number bigint, add_label text, remove_label text, job_updated_at timestamp with time zone, tokens_allowed boolean)
     language sql
@@ -3466,7 +3520,7 @@ create function ceaseless.labels_due(p_limit integer DEFAULT 20, p_now timestamp
 comment on function ceaseless.labels_due(p_limit integer, p_now timestamp with time zone) is 'Hand out up to p_limit forge jobs whose state label is out of date (add_label, and remove_label: the one written before), each to one caller for 60 s, with whether the repo may use the listener''s tokens.';
 grant execute on function ceaseless.labels_due(p_limit integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/75_forge_labels.sql, body md5 0fbe92f17a221b086bbc9c0f9b5bc5b7
+-- functions/74_forge_labels.sql, body md5 0fbe92f17a221b086bbc9c0f9b5bc5b7
 create function ceaseless.labels_sync_failed(p_job_id uuid, p_error text, p_now timestamp with time zone DEFAULT now())
     returns timestamp with time zone
     language plpgsql
@@ -3475,7 +3529,7 @@ create function ceaseless.labels_sync_failed(p_job_id uuid, p_error text, p_now 
 comment on function ceaseless.labels_sync_failed(p_job_id uuid, p_error text, p_now timestamp with time zone) is 'Record a failed label sync (labels_error) and retry it in 60 s; the job''s state is not touched.';
 grant execute on function ceaseless.labels_sync_failed(p_job_id uuid, p_error text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/75_forge_labels.sql, body md5 a806613aa13760989e3af8d8f32f37ea
+-- functions/74_forge_labels.sql, body md5 a806613aa13760989e3af8d8f32f37ea
 create function ceaseless.labels_synced(p_job_id uuid, p_label text, p_job_updated_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql
@@ -3484,7 +3538,7 @@ create function ceaseless.labels_synced(p_job_id uuid, p_label text, p_job_updat
 comment on function ceaseless.labels_synced(p_job_id uuid, p_label text, p_job_updated_at timestamp with time zone, p_now timestamp with time zone) is 'Record that p_label was written on the job''s issue (labels_synced_at); the job''s state is not touched.';
 grant execute on function ceaseless.labels_synced(p_job_id uuid, p_label text, p_job_updated_at timestamp with time zone, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/59_run_events.sql, body md5 9bff2c3aa97df51e7d2532acaf9262dc
+-- functions/91_run_events.sql, body md5 9bff2c3aa97df51e7d2532acaf9262dc
 create function ceaseless.loop_events(p_loop_id uuid, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500)
     returns TABLE(id bigint, event text, data jsonb, last boolean)
     language sql
@@ -3493,7 +3547,7 @@ create function ceaseless.loop_events(p_loop_id uuid, p_after bigint DEFAULT 0, 
 comment on function ceaseless.loop_events(p_loop_id uuid, p_after bigint, p_limit integer) is 'The events of a loop after audit id p_after, in order (at most p_limit, up to 5000): its own changes (enabled, disabled, stopped, deleted), its iterations'' and skipped fires'' run changes and their nodes'' and approvals''; `last` marks its deletion. What GET /loops/{id}/events streams.';
 grant execute on function ceaseless.loop_events(p_loop_id uuid, p_after bigint, p_limit integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/59_run_events.sql, body md5 73d3ab67270ada19a9e820b0a1cb4152
+-- functions/91_run_events.sql, body md5 73d3ab67270ada19a9e820b0a1cb4152
 create function ceaseless.loop_snapshot(p_loop_id uuid)
     returns jsonb
     language sql
@@ -3502,7 +3556,7 @@ create function ceaseless.loop_snapshot(p_loop_id uuid)
 comment on function ceaseless.loop_snapshot(p_loop_id uuid) is 'A loop as loop_status shows it (never its webhook credential), its latest iteration as run_snapshot shows it, and last_event_id, the audit id both are current to: what a new follower of GET /loops/{id}/events receives first. NULL when there is no such loop.';
 grant execute on function ceaseless.loop_snapshot(p_loop_id uuid) to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 60bc69c8cc45d6563dc41465e47d1dcd
+-- functions/94_metrics.sql, body md5 3076e94bed26907ccfbba09d3287f5ac
 create function ceaseless.metrics_snapshot(p_now timestamp with time zone DEFAULT now())
     returns TABLE(family text, kind text, help text, sample text, labels jsonb, value double precision)
     language sql
@@ -3511,7 +3565,7 @@ create function ceaseless.metrics_snapshot(p_now timestamp with time zone DEFAUL
 comment on function ceaseless.metrics_snapshot(p_now timestamp with time zone) is 'Every database-wide series of GET /metrics, one row a sample: live queue depth and lane usage from partial indexes, counters from metric_totals + metric_deltas. Reads no history.';
 grant execute on function ceaseless.metrics_snapshot(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/39_schedules.sql, body md5 8dc0990ba366173eb81747597590c02b
+-- functions/32_schedules.sql, body md5 8dc0990ba366173eb81747597590c02b
 create function ceaseless.next_schedule_fire()
     returns timestamp with time zone
     language sql
@@ -3520,7 +3574,7 @@ create function ceaseless.next_schedule_fire()
 comment on function ceaseless.next_schedule_fire() is 'The earliest next_fire_at among enabled routines and loops, or NULL.';
 grant execute on function ceaseless.next_schedule_fire() to ceaseless_listener, ceaseless_operator;
 
--- functions/72_forge_issues.sql, body md5 5a67fa31e5c021d5730b4595e8946242
+-- functions/71_forge_issues.sql, body md5 5a67fa31e5c021d5730b4595e8946242
 create function ceaseless.note_labellers(p_repo_id uuid, p_labellers jsonb, p_now timestamp with time zone DEFAULT now())
     returns TABLE(number bigint, kind text, label text, decision text, job_id uuid)
     language plpgsql
@@ -3538,7 +3592,7 @@ create function ceaseless.note_sessions(p_worker text, p_run_ids uuid[], p_sessi
 comment on function ceaseless.note_sessions(p_worker text, p_run_ids uuid[], p_session_ids text[]) is 'Store the session id each open run of p_worker reported at its start, so a rescued job can resume it; implausible ids are skipped.';
 grant execute on function ceaseless.note_sessions(p_worker text, p_run_ids uuid[], p_session_ids text[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/30_notify_audit.sql, body md5 dfeeefa2db5986d0cda39373ae16e984
+-- functions/25_notify_audit.sql, body md5 dfeeefa2db5986d0cda39373ae16e984
 create function ceaseless.prune_audit_log(p_before timestamp with time zone, p_limit integer DEFAULT 10000)
     returns integer
     language plpgsql
@@ -3548,7 +3602,7 @@ create function ceaseless.prune_audit_log(p_before timestamp with time zone, p_l
 comment on function ceaseless.prune_audit_log(p_before timestamp with time zone, p_limit integer) is 'Delete up to p_limit audit_log rows older than p_before (oldest first), which must be at least audit_log_min_retention_secs ago, and audit the prune; returns how many. The only way rows leave the append-only log. CE422 for a cutoff inside the floor.';
 grant execute on function ceaseless.prune_audit_log(p_before timestamp with time zone, p_limit integer) to ceaseless_listener;
 
--- functions/45_webhooks.sql, body md5 637498eca7350f839c87ad5265edc5f7
+-- functions/36_webhooks.sql, body md5 637498eca7350f839c87ad5265edc5f7
 create function ceaseless.receive_webhook(p_token text, p_body bytea, p_headers jsonb)
     returns uuid
     language plpgsql
@@ -3557,16 +3611,16 @@ create function ceaseless.receive_webhook(p_token text, p_body bytea, p_headers 
 comment on function ceaseless.receive_webhook(p_token text, p_body bytea, p_headers jsonb) is 'Verify a webhook request (raw body and headers, under the target''s scheme: ceaseless, github, standard or stripe) and fire its loop or routine; returns the topology_runs or routine_runs id. Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414/CE415.';
 grant execute on function ceaseless.receive_webhook(p_token text, p_body bytea, p_headers jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/45_webhooks.sql, body md5 370d110a429f7f5584aca52503b79e84
+-- functions/36_webhooks.sql, body md5 cf249e204dac967eac7c75a4537d2acb
 create function ceaseless.receive_webhook(p_token text, p_body bytea, p_signature text, p_sent_at timestamp with time zone)
     returns uuid
-    language plpgsql
+    language sql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless.receive_webhook(p_token text, p_body bytea, p_signature text, p_sent_at timestamp with time zone) is 'Verify a ceaseless-signed webhook request (HMAC-SHA256, 300 s window, replay refusal) and fire its loop or routine; returns the topology_runs or routine_runs id. Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414/CE415 (a guardrail''s raise rolls back the refused fire''s record: see _receive_webhook).';
 grant execute on function ceaseless.receive_webhook(p_token text, p_body bytea, p_signature text, p_sent_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/74_forge_children.sql, body md5 e7ff3c80dd0265c472f4207a878d9890
+-- functions/73_forge_children.sql, body md5 56da3219b8300625969601911ec397ea
 create function ceaseless.record_child_issue(p_id uuid, p_number bigint, p_html_url text, p_now timestamp with time zone DEFAULT now())
     returns uuid
     language plpgsql
@@ -3575,7 +3629,7 @@ create function ceaseless.record_child_issue(p_id uuid, p_number bigint, p_html_
 comment on function ceaseless.record_child_issue(p_id uuid, p_number bigint, p_html_url text, p_now timestamp with time zone) is 'Record that a child issue exists on the forge and enqueue its implement job (parent = the plan job, opencode lane); idempotent. Returns the job id.';
 grant execute on function ceaseless.record_child_issue(p_id uuid, p_number bigint, p_html_url text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_routine_firing.sql, body md5 97beea8d8316b1d93fb71a9ccb8d4246
+-- functions/41_fire_admission.sql, body md5 97beea8d8316b1d93fb71a9ccb8d4246
 create function ceaseless.recount_routine_run_shards(p_now timestamp with time zone DEFAULT now())
     returns integer
     language plpgsql
@@ -3593,7 +3647,7 @@ create function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now ti
 comment on function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now timestamp with time zone) is 'Shutdown: return jobs held by p_worker to pending, attempt refunded, open runs finished as cancelled.';
 grant execute on function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 3ac8a9167bf2e91373000d7097ee20d3
+-- functions/10_jobs.sql, body md5 2db1c54ba89004dbae5f2eab55c01cef
 create function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql
@@ -3603,7 +3657,7 @@ create function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zon
 comment on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) is 'Return a finished job to pending with its attempts reset; a routine''s job through its routine''s guardrails, as a new routine run. Raises CE404 (unknown), CE409 (still live), CE410/CE412/CE415 (the routine may not run now).';
 grant execute on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/59_run_events.sql, body md5 3a4baecb87f5cc68a9254b13dad2b504
+-- functions/91_run_events.sql, body md5 3a4baecb87f5cc68a9254b13dad2b504
 create function ceaseless.run_events(p_run_id uuid, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500)
     returns TABLE(id bigint, event text, data jsonb, last boolean)
     language sql
@@ -3612,7 +3666,7 @@ create function ceaseless.run_events(p_run_id uuid, p_after bigint DEFAULT 0, p_
 comment on function ceaseless.run_events(p_run_id uuid, p_after bigint, p_limit integer) is 'The events of a topology run after audit id p_after, in order (at most p_limit, up to 5000): run, node and approval changes with ids, states and times; `last` marks the final status. What GET /runs/{id}/events streams.';
 grant execute on function ceaseless.run_events(p_run_id uuid, p_after bigint, p_limit integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/39_schedules.sql, body md5 929d60a6e2087b4e897ba2fd657b3e01
+-- functions/32_schedules.sql, body md5 929d60a6e2087b4e897ba2fd657b3e01
 create function ceaseless.run_loop(p_loop_id uuid, p_now timestamp with time zone DEFAULT now())
     returns uuid
     language sql
@@ -3622,7 +3676,7 @@ create function ceaseless.run_loop(p_loop_id uuid, p_now timestamp with time zon
 comment on function ceaseless.run_loop(p_loop_id uuid, p_now timestamp with time zone) is 'Fire a loop by hand; returns the topology_runs id, whose status says whether the iteration runs (pending) or was skipped and why. CE404 for an unknown loop or someone else''s.';
 grant execute on function ceaseless.run_loop(p_loop_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/39_schedules.sql, body md5 5df74ad5917f6a5e6b1cfb1fe5c6d277
+-- functions/32_schedules.sql, body md5 5df74ad5917f6a5e6b1cfb1fe5c6d277
 create function ceaseless.run_routine(p_routine_id uuid, p_now timestamp with time zone DEFAULT now())
     returns uuid
     language sql
@@ -3632,7 +3686,7 @@ create function ceaseless.run_routine(p_routine_id uuid, p_now timestamp with ti
 comment on function ceaseless.run_routine(p_routine_id uuid, p_now timestamp with time zone) is 'Fire a routine by hand (ignores cooldown, respects max_concurrent and the global cap); returns the routine_runs id, whose status says whether it runs or was skipped and why.';
 grant execute on function ceaseless.run_routine(p_routine_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/59_run_events.sql, body md5 a38eb69a252f7c4a059f2d518f0e6698
+-- functions/91_run_events.sql, body md5 a38eb69a252f7c4a059f2d518f0e6698
 create function ceaseless.run_snapshot(p_run_id uuid)
     returns jsonb
     language sql
@@ -3641,7 +3695,7 @@ create function ceaseless.run_snapshot(p_run_id uuid)
 comment on function ceaseless.run_snapshot(p_run_id uuid) is 'A topology run as it stands (the run, every node, the open approvals, whether it is final) and last_event_id, the audit id it is current to: what a new follower of GET /runs/{id}/events receives first. NULL when there is no such run.';
 grant execute on function ceaseless.run_snapshot(p_run_id uuid) to ceaseless_listener, ceaseless_operator;
 
--- functions/39_schedules.sql, body md5 c77262ef27d1ded9401d305d08efc6c7
+-- functions/32_schedules.sql, body md5 c77262ef27d1ded9401d305d08efc6c7
 create function ceaseless.set_next_fires(p_kinds text[], p_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[])
     returns integer
     language sql
@@ -3650,7 +3704,7 @@ create function ceaseless.set_next_fires(p_kinds text[], p_ids uuid[], p_schedul
 comment on function ceaseless.set_next_fires(p_kinds text[], p_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[]) is 'Store listener-computed next_fire_at values where the routine or loop still has that schedule and timezone; returns how many were stored.';
 grant execute on function ceaseless.set_next_fires(p_kinds text[], p_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/39_schedules.sql, body md5 890ffb0bd10978a1481ccb9603a7f8d8
+-- functions/32_schedules.sql, body md5 890ffb0bd10978a1481ccb9603a7f8d8
 create function ceaseless.unscheduled_schedules(p_ids uuid[] DEFAULT NULL::uuid[])
     returns TABLE(kind text, id uuid, schedule text, timezone text)
     language sql

@@ -1,6 +1,6 @@
 """Every pair of operations that fire or end routine runs, raced against each other.
 
-The stated guarantee of the one firing path (functions/41_routine_firing.sql):
+The stated guarantee of the one firing path (functions/42_routine_firing.sql):
 no deadlock between any two of event inserts, webhook fires, manual runs, cron
 batches, finish batches, lease expiry, release, cancel and retry_job. Each runs
 here in a thread of its own, on its own connection, as fast as it can, over the

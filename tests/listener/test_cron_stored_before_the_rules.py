@@ -1,6 +1,6 @@
 """A schedule stored before the database refused its form keeps firing as croniter reads it.
 
-The gate (functions/35_cron.sql) refuses forms croniter reads otherwise than the text
+The gate (functions/30_cron.sql) refuses forms croniter reads otherwise than the text
 says: a reversed or equal range, a * in a list, a day field naming every day beside a
 restricted other. A routine or loop stored with one earlier was accepted because the
 gate then read it as croniter does, so its slots do not change (docs/cron.md, "Schedules

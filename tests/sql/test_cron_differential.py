@@ -1,6 +1,6 @@
 """croniter reads every schedule the database accepts, and reads it as the database does.
 
-`_cron_error` (functions/35_cron.sql) is the one gate a schedule passes before it
+`_cron_error` (functions/30_cron.sql) is the one gate a schedule passes before it
 is stored; the listener then computes slots with croniter (listener/cron.py), and
 checks nothing itself. So one direction matters, and it is checked on thousands
 of generated expressions over every form of every field: for each expression the

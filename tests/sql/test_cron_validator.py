@@ -1,4 +1,4 @@
-"""_cron_error, _timezone_error and check_schedule (functions/35_cron.sql).
+"""_cron_error, _timezone_error and check_schedule (functions/30_cron.sql).
 
 The validator accepts only what croniter, the listener's authority for times,
 accepts, and refuses what croniter refuses; what croniter reads and the

@@ -1,7 +1,7 @@
 """Fire admission: fires far below the cap run side by side, and every guardrail stays exact.
 
 While the running count is far from the cap, fires are admitted shared
-(_admit_fires, functions/41_routine_firing.sql): the fire lock in shared mode,
+(_admit_fires, functions/41_fire_admission.sql): the fire lock in shared mode,
 one of sixteen slots, and a per-routine lock only for routines whose dedup or
 max_concurrent could bind. Near the cap they are admitted exclusive. These
 tests race producers against each guardrail and check it held exactly, and pin

@@ -1,4 +1,4 @@
-"""The trigger layer (functions/39_schedules.sql): routines and loops as one kind of thing.
+"""The trigger layer (functions/32_schedules.sql): routines and loops as one kind of thing.
 
 One view of schedules, and one call per step of the scheduler (unscheduled, set next
 fires, due, fire, disable, next fire), whichever kind the rows are.

@@ -1,17 +1,22 @@
--- Jobs: the bounds on what a job carries to its agent.
+-- Jobs: what a job row may carry to its agent, checked where it is written.
 --
--- Called by: PostgreSQL (BEFORE INSERT or UPDATE of prompt or payload on job),
--- whoever inserts the job: a routine's fire, an operator, a user's client.
+-- Called by: PostgreSQL, before each INSERT of job and each UPDATE of its
+-- prompt, payload or resume_session_id (job_input, job_user_due,
+-- job_validate), whoever writes the row: a routine's fire, a topology node,
+-- the forge intake, an operator, a user's client; and the paths that hand an
+-- agent's session to the job's next attempt (_resumable: finish_runs,
+-- expire_leases, release_jobs) or store it on a run (_session_id_ok:
+-- note_sessions, finish_runs).
 -- Guarantees: no job is stored whose prompt is blank (_is_blank: empty or
 -- only whitespace, as a routine's or a loop's is refused), or whose prompt or
 -- payload is longer than its cap (_input_cap), or whose
 -- payload.context_paths names a file outside the workspace (absolute, or
--- with a .. component); the error names the field, the rule and the value,
--- the length or the path (CE422), never a whole long value; a job a user role
--- inserts is due no earlier than its insert.
--- Rows within the bounds do not call the PL/pgSQL function at all: the
--- trigger's WHEN clause tests them in the executor, so a fire of a thousand
--- routines pays for no PL/pgSQL call.
+-- with a .. component), or whose resume_session_id no agent CLI could
+-- resume; the error names the field, the rule and the value, the length or
+-- the path (CE422), never a whole long value; a job a user role inserts is
+-- due no earlier than its insert. Rows within the bounds call no PL/pgSQL:
+-- the triggers' WHEN clauses test them in the executor, so a fire of a
+-- thousand routines pays for no PL/pgSQL call.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
@@ -119,3 +124,69 @@ create or replace trigger job_user_due
     for each row
     when (new.run_after < now())
     execute function _tg_job_user_due();
+
+-- Whether an agent-reported session id may be stored and later passed back
+-- on an agent's command line (db/0008: session_id_plausible).
+create or replace function _session_id_ok(p_session_id text)
+returns boolean
+language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select p_session_id ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$';
+$$;
+
+comment on function _session_id_ok(text) is
+    'True when a session id is plausible: 1-200 characters of [A-Za-z0-9._:-], not starting '
+    'with punctuation (so it can never be read as a command-line flag).';
+
+-- A session id, if it may go back onto an agent's command line, else NULL:
+-- the shape Claude Code prints (a UUID) or opencode's (ses_ and 26 letters
+-- or digits). Agents print what their prompt asks, and a looser rule would
+-- let an id that is no session either CLI knows reach `--resume`; every id
+-- of this shape is plausible too (_session_id_ok). The same rule is CHECK
+-- resume_session_id_resumable on job (db/0014), spelled out there. The paths
+-- that hand sessions over (finish_runs, expire_leases, release_jobs) keep
+-- the job's previous session on NULL instead of failing the batch on one
+-- agent's odd output.
+create or replace function _resumable(p_session_id text)
+returns text
+language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select case when p_session_id ~ '^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|ses_[0-9A-Za-z]{26})$'
+                then p_session_id end;
+$$;
+
+comment on function _resumable(text) is
+    'The session id when an agent CLI can resume it (a UUID for Claude Code, ses_ and 26 letters '
+    'or digits for opencode), else NULL.';
+
+-- Refuse a job whose resume_session_id no agent CLI could resume, naming the
+-- field, the rule and the value (CE422), before the CHECK constraint could
+-- (its message would print the whole row, prompt included).
+create or replace function _tg_job_validate()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    if _resumable(new.resume_session_id) is null then
+        raise exception 'job.resume_session_id: must be a Claude Code session id (a UUID) or an '
+                        'opencode session id (ses_ and 26 letters or digits); got %',
+                        to_jsonb(left(new.resume_session_id, 100))
+            using errcode = 'CE422', table = 'job', column = 'resume_session_id';
+    end if;
+    return new;
+end;
+$$;
+
+comment on function _tg_job_validate() is
+    'Before INSERT or UPDATE of resume_session_id on job: refuse an id no agent CLI can resume '
+    '(CE422, naming the field and the value).';
+
+-- Only rows that carry a session: the WHEN clause keeps every other insert
+-- and update free of a function call.
+create or replace trigger job_validate
+    before insert or update of resume_session_id on job
+    for each row when (new.resume_session_id is not null)
+    execute function _tg_job_validate();

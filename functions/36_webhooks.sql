@@ -1,67 +1,18 @@
--- Webhooks: HMAC-SHA256 verification in SQL, replay protection, and the one
--- receive path of routines and loops: look the token up, verify, fire through
--- the trigger layer (_fire_schedules, 39_schedules.sql).
+-- Webhooks: the one receive path of routines and loops: look the token up,
+-- verify the request under its target's scheme, remember it against replays,
+-- fire through the trigger layer (_fire_schedules, 32_schedules.sql).
 --
 -- Called by: the listener's HTTP ingress (POST /hooks/{path}), or anyone with
 -- the raw request in hand.
 -- Guarantees: the signature is checked in constant time over the exact bytes
--- received, under the target's scheme (46_webhook_schemes.sql); a signed
+-- received, under the target's scheme (35_webhook_schemes.sql); a signed
 -- timestamp more than webhook_window_secs from now is refused; a request is
 -- accepted once per window (its replay keys, under the unique constraint
--- signature_seen_once, so concurrent replays cannot both pass);
--- refusals raise the documented SQLSTATEs (docs/errors.md), which the ingress
--- maps to HTTP status codes. No pgcrypto: HMAC is built on sha256().
+-- signature_seen_once, so concurrent replays cannot both pass); refusals
+-- raise the documented SQLSTATEs (docs/errors.md), which the ingress maps to
+-- HTTP status codes.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
-
--- HMAC-SHA256 (RFC 2104) over the built-in sha256().
-create or replace function _hmac_sha256(p_key bytea, p_message bytea)
-returns bytea
-language plpgsql immutable strict
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-declare
-    v_block integer := 64;
-    v_key bytea := case when length(p_key) > 64 then sha256(p_key) else p_key end;
-    v_inner bytea;
-    v_outer bytea;
-begin
-    v_key := v_key || decode(repeat('00', v_block - length(v_key)), 'hex');
-    v_inner := v_key;
-    v_outer := v_key;
-    for i in 0 .. v_block - 1 loop
-        v_inner := set_byte(v_inner, i, get_byte(v_key, i) # 54);  -- 0x36
-        v_outer := set_byte(v_outer, i, get_byte(v_key, i) # 92);  -- 0x5c
-    end loop;
-    return sha256(v_outer || sha256(v_inner || p_message));
-end;
-$$;
-
-comment on function _hmac_sha256(bytea, bytea) is
-    'HMAC-SHA256 of p_message under p_key (RFC 2104), built on sha256() so no extension is needed.';
-
--- Compare two digests without an early exit, so the time taken does not tell
--- an attacker how many leading bytes of a forged signature were right.
-create or replace function _equal_constant_time(p_a bytea, p_b bytea)
-returns boolean
-language plpgsql immutable strict
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-declare
-    v_diff integer := 0;
-begin
-    if length(p_a) <> length(p_b) then
-        return false;  -- lengths are public: every digest here is 32 bytes
-    end if;
-    for i in 0 .. length(p_a) - 1 loop
-        v_diff := v_diff | (get_byte(p_a, i) # get_byte(p_b, i));
-    end loop;
-    return v_diff = 0;
-end;
-$$;
-
-comment on function _equal_constant_time(bytea, bytea) is
-    'True when two byte strings are equal, examining every byte whatever the first difference.';
 
 -- The grammar of a webhook token in a URL path: routine paths are validated
 -- against it (40_routine_validation.sql), loop tokens are generated in it
@@ -102,7 +53,7 @@ comment on function _webhook_body_text(bytea) is
 -- p_body the raw request body; p_headers the request's headers as a jsonb
 -- object of name → value (any case; the ingress passes those named by
 -- _webhook_header_names()). The target's scheme says which headers sign it
--- (46_webhook_schemes.sql).
+-- (35_webhook_schemes.sql).
 --
 -- Returns the run's id (a routine_runs id, or a loop's topology_runs id) and,
 -- when a guardrail refused the fire, the SQLSTATE and message receive_webhook
@@ -198,8 +149,8 @@ comment on function _receive_webhook(text, bytea, jsonb) is
     'instead of raised, so the caller commits its record and the replay memory. Raises '
     'CE404/CE403/CE401/CE413.';
 
--- The spec section 7 form of _receive_webhook: the ceaseless scheme's
--- signature and time given apart.
+-- _receive_webhook for a caller holding the ceaseless scheme's signature and
+-- time apart rather than as headers (psql, a script).
 create or replace function _receive_webhook(
     p_token text,
     p_body bytea,
@@ -207,21 +158,18 @@ create or replace function _receive_webhook(
     p_sent_at timestamptz
 )
 returns table (run_id uuid, refused_sqlstate text, refused_message text)
-language plpgsql  -- not sql: its helper is created later, in 46_webhook_schemes.sql
+language sql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-begin
-    return query
     select * from _receive_webhook(p_token, p_body, _webhook_ceaseless_headers(p_signature, p_sent_at));
-end;
 $$;
 
 comment on function _receive_webhook(text, bytea, text, timestamptz) is
     '_receive_webhook with the X-Ceaseless-Signature value and the X-Ceaseless-Timestamp time given '
-    'apart (spec section 7); a target of another scheme refuses it (CE401).';
+    'apart; a target of another scheme refuses it (CE401).';
 
--- Verify a webhook request and fire what it targets (spec sections 7 and
--- 11): the public form, which raises for every refusal.
+-- Verify a webhook request and fire what it targets: the public form, which
+-- raises for every refusal.
 --
 -- p_headers: the request's headers, name → value (see _receive_webhook).
 -- Returns the routine_runs id, or for a loop's token the topology_runs id.
@@ -257,8 +205,8 @@ comment on function receive_webhook(text, bytea, jsonb) is
     'standard or stripe) and fire its loop or routine; returns the topology_runs or routine_runs id. '
     'Raises CE404/CE401/CE403/CE413/CE410/CE411/CE412/CE414/CE415.';
 
--- The spec section 7 form: the ceaseless scheme's signature header value and
--- timestamp given apart.
+-- receive_webhook for a caller holding the ceaseless scheme's signature
+-- header value and timestamp apart.
 create or replace function receive_webhook(
     p_token text,
     p_body bytea,
@@ -266,12 +214,10 @@ create or replace function receive_webhook(
     p_sent_at timestamptz
 )
 returns uuid
-language plpgsql  -- not sql: its helper is created later, in 46_webhook_schemes.sql
+language sql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-begin
-    return receive_webhook(p_token, p_body, _webhook_ceaseless_headers(p_signature, p_sent_at));
-end;
+    select receive_webhook(p_token, p_body, _webhook_ceaseless_headers(p_signature, p_sent_at));
 $$;
 
 comment on function receive_webhook(text, bytea, text, timestamptz) is

@@ -1,18 +1,20 @@
--- Settings: the numeric ones, the notification sinks and forge_token_source
--- are checked when they are written.
+-- Settings: what a value of ceaseless.settings may be, checked when it is
+-- written, so a bad value fails the operator's UPDATE rather than every claim,
+-- fire or delivery that reads it later.
 --
--- Called by: PostgreSQL, before an INSERT or UPDATE of a settings row.
+-- Called by: PostgreSQL, before an INSERT or UPDATE of a settings row
+-- (settings_validate); the default_agent setting has its own trigger, beside
+-- the rule it serves (13_default_agent.sql).
 -- Guarantees: a numeric setting the SQL functions read (_setting_int) holds an
--- integer within its range, and notification_sinks a JSON object of sinks each
--- of which can deliver (_notification_sink_problem, 60_notifications.sql), or
--- the write fails with CE422 naming the key, the rule and the value. Without
--- it, `lease_secs = 'soon'` was stored and every claim then failed with a
--- cast error, and `rate_limit_max_wait_secs = -1` made every reported reset a
--- moment in the past. forge_token_source has the shape
--- listener/forge/tokens.py reads, or the write fails with CE422 naming the key
--- and the rule, never the value (a token pasted into it by mistake must not be
--- echoed). Keys this file does not know (an operator's note, a later
--- version's setting) are stored as given.
+-- integer within its range (_setting_range): `lease_secs = 'soon'` would make
+-- every claim fail with a cast error, `rate_limit_max_wait_secs = -1` would
+-- make every reported reset a moment in the past. notification_sinks is a
+-- JSON object of sinks each of which can deliver (_notification_sink_problem,
+-- 60_notifications.sql). Each refusal is CE422 naming the key, the rule and the
+-- value; forge_token_source has the shape listener/forge/tokens.py reads, and
+-- its refusal never quotes the value (a token pasted into it by mistake must
+-- not be echoed). Keys this file does not know (an operator's note, a later
+-- version's setting) are stored as given. Nothing is locked or written.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
@@ -67,9 +69,8 @@ set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(
         case when jsonb_typeof(p_value) <> 'object' then ': must be a JSON object' end,
-        (select ': the only keys are env, label_env, file and hosts'
-         from jsonb_object_keys(p_value) k
-         where k not in ('env', 'label_env', 'file', 'hosts') limit 1),
+        case when _unknown_key(p_value, '{env, label_env, file, hosts}') is not null
+             then ': the only keys are env, label_env, file and hosts' end,
         (select format('.%s: must be an object {forge: variable name} or null', s)
          from unnest(array['env', 'label_env']) s
          where jsonb_typeof(p_value -> s) not in ('object', 'null') limit 1),

@@ -144,17 +144,9 @@ begin
     end if;
     select r.* into v_repo from tracked_repo r where r.id = v_child.repo_id;
 
-    v_job := gen_random_uuid();
-    insert into job (id, forge, owner, repo, number, kind, agent, prompt, payload, parent_job_id,
-                     user_id, run_after, created_at, updated_at)
-    values (v_job, v_repo.forge, v_repo.owner, v_repo.repo, p_number, 'implement', v_lane,
-            _forge_job_prompt('implement', v_repo, p_number),
-            _forge_job_payload(v_job, v_repo, v_child.title, p_html_url),
-            v_child.plan_job_id, v_child.user_id, p_now, p_now, p_now)
-    on conflict (forge, owner, repo, number)
-        where state in ('pending', 'claimed', 'running') and forge is not null
-        do nothing;
-    if not found then
+    v_job := _enqueue_forge_job(v_repo, p_number, 'implement', v_lane, v_child.title, p_html_url,
+                                v_child.plan_job_id, v_child.user_id, p_now);
+    if v_job is null then
         -- A live job holds the issue already (someone labelled it too).
         select j.id into v_job from job j
         where j.forge = v_repo.forge and j.owner = v_repo.owner and j.repo = v_repo.repo

@@ -1,44 +1,18 @@
--- Triggers: the validation rules routines and loops share, written once, and
--- the small tests of JSON values both use.
+-- Triggers: the validation rules routines and loops share, written once.
 --
 -- Called by: the validation triggers of routines (40_routine_validation.sql)
 -- and loops (55_loop_validation.sql), which name their own fields.
 -- Guarantees: a cron schedule is a string that is not blank, within the
--- schedule cap, that the cron gate (35_cron.sql) accepts, so the listener can
+-- schedule cap, that the cron gate (30_cron.sql) accepts, so the listener can
 -- always compute its next slot; its timezone an IANA name, UTC when absent; a
--- webhook's signature scheme one of 46_webhook_schemes.sql; a regular
--- expression run against untrusted text (a routine's event pattern, a loop's
--- until-match) is bounded and free of back-references. Each refusal is CE422
--- naming the field as its table spells it (routines.trigger_config.schedule,
--- loops.triggers.cron), the rule and the value; nothing is locked or written.
+-- webhook's signature scheme one of _webhook_schemes() (35_webhook_schemes.sql);
+-- a regular expression run against untrusted text (a routine's event
+-- pattern, a loop's until-match) is bounded and free of back-references. Each
+-- refusal is CE422 naming the field as its table spells it
+-- (routines.trigger_config.schedule, loops.triggers.cron), the rule and the
+-- value; nothing is locked or written.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
-
--- Is a value a JSON string with something other than whitespace in it? Any
--- Unicode whitespace counts as blank (_is_blank), not only spaces.
-create or replace function _is_text(p_value jsonb)
-returns boolean
-language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    -- coalesce: an absent key is NULL, and "not NULL" would let it through.
-    select coalesce(jsonb_typeof(p_value) = 'string' and not _is_blank(p_value #>> '{}'), false);
-$$;
-
-comment on function _is_text(jsonb) is 'True for a JSON string that is not blank (Unicode whitespace).';
-
--- Is a value absent, or a positive JSON integer?
-create or replace function _is_positive_int_or_null(p_value jsonb)
-returns boolean
-language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    select p_value is null or jsonb_typeof(p_value) = 'null'
-        or (jsonb_typeof(p_value) = 'number' and (p_value #>> '{}') ~ '^[0-9]+$'
-            and (p_value #>> '{}')::numeric between 1 and 2147483647);
-$$;
-
-comment on function _is_positive_int_or_null(jsonb) is 'True for null/absent or a positive JSON integer.';
 
 -- A trigger object (routines.trigger_config, loops.triggers: p_object) checked
 -- and completed where a routine's rules and a loop's are one:
@@ -60,10 +34,8 @@ declare
     v_error text;
 begin
     if p_cron or p_config ? p_schedule_key then
-        if not _is_text(p_config -> p_schedule_key) then
-            perform _invalid_value(v_field, 'must be a cron expression string that is not blank',
-                                   p_config -> p_schedule_key);
-        end if;
+        perform _check_text(v_field, p_config -> p_schedule_key,
+                            'must be a cron expression string that is not blank');
         -- Before _cron_error, which refuses it too but whose message the
         -- error would follow with the whole schedule.
         perform _refuse_long(v_field, p_config ->> p_schedule_key, 'schedule');
@@ -100,6 +72,29 @@ comment on function _validated_trigger(text, jsonb, text, boolean, text) is
     'bounded, accepted by the cron gate; timezone: IANA, UTC when absent; webhook scheme), CE422 '
     'naming the field; returns the object with its defaults filled.';
 
+-- The first back-reference in a PostgreSQL regular expression (\1 .. \9,
+-- \10 and up), or NULL when it has none. PostgreSQL has no other form: no
+-- \k<name>, no (?P=name). Conservative: an escape of a nonzero digit is
+-- reported wherever it stands, also where the engine would read it as an
+-- octal character (write \x or \u for those). A pattern led by ***= is a
+-- literal string, so its digits escape nothing.
+--
+-- A single regular expression, with no back-reference of its own: linear in
+-- the pattern's length. An even run of backslashes before the digit escapes
+-- itself ("\\1" is a backslash and a 1).
+create or replace function _regex_backreference(p_pattern text)
+returns text
+language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select case when left(p_pattern, 4) <> '***=' then
+        (regexp_match(p_pattern, '(?:^|[^\\])(?:\\\\)*(\\[1-9][0-9]*)'))[1]
+    end;
+$$;
+
+comment on function _regex_backreference(text) is
+    'The first back-reference (\1 and up) in a regular expression, or NULL when it has none.';
+
 -- Check a regular expression stored to run against untrusted text (a
 -- routine's event pattern against every event of its user, a loop's
 -- until-match against every iteration's output): a string that is not blank,
@@ -116,10 +111,7 @@ as $$
 declare
     v_backreference text;
 begin
-    if not _is_text(p_pattern) then
-        perform _invalid_value(p_field, 'must be a regular expression that is not blank',
-                               p_pattern);
-    end if;
+    perform _check_text(p_field, p_pattern, 'must be a regular expression that is not blank');
     perform _refuse_long(p_field, p_pattern #>> '{}', 'pattern');
     v_backreference := _regex_backreference(p_pattern #>> '{}');
     if v_backreference is not null then

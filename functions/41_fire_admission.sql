@@ -1,27 +1,24 @@
--- Routines: the one firing path, where the trigger layer's fires of routines
--- end.
+-- Fire admission: what every fire of a routine takes before it reads its
+-- guardrails, the running count of routine runs the global cap judges by,
+-- and what a transaction remembers between two of its fires.
 --
--- Called by: the events trigger (43_routine_events.sql), retry_job
--- (10_jobs.sql), and the trigger layer (_fire_schedules, 39_schedules.sql) for
--- cron batches, webhooks and run_routine.
+-- Called by: _fire_routines (42_routine_firing.sql), before each fire;
+-- the routine_runs triggers (44_routine_outcomes.sql), which move the running
+-- count; _fire_loop and topology_runs_loop_lock (56_loop_firing.sql), which
+-- mark the iteration a fire inserts (transaction_state); every listener's
+-- maintenance tick (recount_routine_run_shards, forget_ended_backends).
 -- Guarantees:
--- - every fire of every kind goes through _fire_routines, one set-based
---   statement: the guardrails are written once, and judged in this order —
---   the routine disabled; its agent disabled; cooldown_secs since the last run
---   finished (not for manual runs and retries; 0 means no cooldown at all);
---   max_concurrent running runs; dedup_window_secs on the hash of what fired
---   it; the global cap (setting routine_max_running), filled in the order the
---   fires were asked for;
--- - every fire, and every refused fire, leaves a routine_runs row;
 -- - the global cap, max_concurrent and dedup are exact: a fire is admitted
---   (_admit_fires, below) before it reads them — shared while the cap is
---   far, with the fires of one routine serialised when its own guardrails
---   could bind, exclusive near the cap — so no two fires both take the last
---   place;
+--   (_admit_fires) before it reads them — shared while the cap is far, with
+--   the fires of one routine serialised when its own guardrails could bind,
+--   exclusive near the cap — so no two fires both take the last place;
 -- - a transaction's fires are admitted whatever their number (a statement
 --   inserting many events fires once per row): the fires past the cap are
 --   skipped (global_cap), never refused with an error; 40001 means only that
 --   concurrent fires conflict with this transaction's, and a retry clears it;
+-- - the sum of routine_run_shards is the number of running routine runs,
+--   moved in the transaction that starts or ends them, and recounted exactly
+--   while fires and finishes go on;
 -- - no deadlock between any two of: event inserts, webhook fires, manual
 --   runs, retry_job, cron batches, finish batches, lease expiry, release_jobs
 --   and cancel_job. The lock order:
@@ -45,78 +42,8 @@
 --   so an admitted fire is never in a cycle, every wait for routine rows or
 --   routine fire locks is in id or key order, and a finishing statement
 --   holds its routines only for its end, not all of it.
--- - NOTIFY ceaseless_run when a run starts or is refused (routine_runs
---   triggers, 44_routine_outcomes.sql).
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
-
--- The instruction that ends every lightweight prompt (spec 5.8).
-create or replace function _routine_ok_instruction()
-returns text
-language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    select 'If nothing needs attention, answer exactly ROUTINE_OK and nothing else. '
-           'Otherwise, answer with what needs attention.';
-$$;
-
-comment on function _routine_ok_instruction() is
-    'The closing instruction of every lightweight routine prompt.';
-
--- What the job of one routine run looks like, assembled in the order of spec
--- 5.8: the routine's prompt (and what fired it), then the context files —
--- which only the listener can read, so they are named in
--- payload.context_paths and inserted by the listener between `prompt` and
--- payload.prompt_tail — then the previous run's state, then the ROUTINE_OK
--- instruction. One definition for every kind of fire.
---
--- PL/pgSQL, which keeps its plan for the session: a SQL function with a SET
--- clause (every function here has one, for its search_path) is not inlined
--- and is planned afresh in every transaction, half a millisecond of each
--- event's insert (bin/bench event fan-in); this costs a call and a tuplestore
--- per routine fired.
-create or replace function _routine_job_spec(p_routine routines, p_context text)
-returns table (prompt text, payload jsonb, expects_reply boolean, max_attempts integer,
-               max_turns integer)
-language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-begin
-    return query
-    with fired as (
-        select case when p_context is not null and p_context <> ''
-                    then E'\n\n## What fired this run\n\n' || p_context else '' end as context
-    )
-    select case when p_routine.action_type = 'lightweight'
-                then (p_routine.action_config ->> 'prompt') || fired.context
-                else (p_routine.action_config ->> 'title') || E'\n\n'
-                     || (p_routine.action_config ->> 'description') || fired.context
-           end,
-           case when p_routine.action_type = 'lightweight'
-                then jsonb_build_object(
-                         'routine_id', p_routine.id, 'action', 'lightweight',
-                         'context_paths', p_routine.action_config -> 'context_paths',
-                         'max_tokens', p_routine.action_config -> 'max_tokens',
-                         'prompt_tail',
-                         case when p_routine.state <> '{}'::jsonb
-                              then E'\n\n## State from the previous run\n\n' || p_routine.state::text
-                              else '' end
-                         || E'\n\n' || ceaseless._routine_ok_instruction())
-                else jsonb_build_object('routine_id', p_routine.id, 'action', 'full_job')
-           end,
-           -- A lightweight run's whole product is its reply: an empty one is
-           -- a failure, retried at most twice (three attempts).
-           p_routine.action_type = 'lightweight',
-           case when p_routine.action_type = 'lightweight' then 3 end,
-           case when p_routine.action_type = 'full_job'
-                then (p_routine.action_config ->> 'max_iterations')::integer end
-    from fired;
-end;
-$$;
-
-comment on function _routine_job_spec(routines, text) is
-    'The prompt, payload and limits of a routine run''s job: lightweight (prompt + context + '
-    'state + ROUTINE_OK, replies required) or full_job (title + description, max_turns).';
 
 -- This transaction's row of transaction_state (db/0026), or a row of NULLs
 -- when it has none: what the engine's functions remember between two calls
@@ -142,25 +69,34 @@ $$;
 comment on function _transaction_state() is
     'This transaction''s transaction_state row (what the engine remembers within it), or NULLs.';
 
--- Remember how this transaction's fires were admitted (_admit_fires): one
+-- Remember in transaction_state what this transaction's later fires need:
+-- how its routine fires were admitted and the room its shared slot has left
+-- (p_mode, p_room; _admit_fires), or the loop iteration _fire_loop is about to
+-- insert (p_loop_run; topology_runs_loop_lock checks it). A NULL p_mode, or a
+-- NULL p_loop_run, keeps what this transaction remembered of that part. One
 -- row per backend, taken over from whichever transaction last wrote it.
-create or replace function _remember_fire(p_mode text, p_room bigint)
+create or replace function _remember_fire(p_mode text, p_room bigint,
+                                          p_loop_run uuid default null)
 returns void
 language sql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-    insert into transaction_state as s (backend_pid, xact, fire_mode, fire_room)
-    values (pg_backend_pid(), pg_current_xact_id(), p_mode, p_room)
+    insert into transaction_state as s (backend_pid, xact, fire_mode, fire_room, loop_fire)
+    values (pg_backend_pid(), pg_current_xact_id(), p_mode, p_room, p_loop_run)
     on conflict (backend_pid) do update
-    set fire_mode = excluded.fire_mode,
-        fire_room = excluded.fire_room,
-        loop_fire = case when s.xact = excluded.xact then s.loop_fire end,
+    set fire_mode = case when p_mode is not null then excluded.fire_mode
+                         when s.xact = excluded.xact then s.fire_mode end,
+        fire_room = case when p_mode is not null then excluded.fire_room
+                         when s.xact = excluded.xact then s.fire_room end,
+        loop_fire = case when p_loop_run is not null then excluded.loop_fire
+                         when s.xact = excluded.xact then s.loop_fire end,
         xact = excluded.xact;
 $$;
 
-comment on function _remember_fire(text, bigint) is
-    'Record in transaction_state how this transaction''s fires were admitted (shared or '
-    'exclusive) and the room its shared slots have left.';
+comment on function _remember_fire(text, bigint, uuid) is
+    'Record in transaction_state how this transaction''s routine fires were admitted (shared or '
+    'exclusive) and the room its shared slots have left, or the loop iteration it is inserting; '
+    'a NULL part keeps what the transaction recorded.';
 
 -- Forget the transaction_state rows of backends that have exited: a row is
 -- one per backend and means nothing once its backend is gone, but pids are
@@ -523,162 +459,3 @@ comment on function recount_routine_run_shards(timestamptz) is
     'Correct the running-count shards to the running routine_runs (one shard moved by the '
     'difference, audited); exact while fires and finishes go on. Returns the correction, or NULL '
     'when another recount holds the lock. Maintenance, one listener at a time.';
-
--- Fire routines: the one path every fire takes. One entry per routine, in the
--- order the global cap fills them; p_details[i] is what fired routine i (the
--- schedule, the event preview, the webhook path), p_contexts[i] the whole text
--- the agent reacts to (also the dedup key), p_missed[i] the cron slots
--- collapsed into this fire, p_job_ids[i] an existing job the run adopts
--- instead of a new one (retry_job). p_manual skips the cooldown. Array
--- arguments may be NULL or shorter than p_routine_ids: a missing entry is
--- NULL (0 for p_missed). A routine id that names no routine returns no row.
---
--- Returns one row per routine fired: its run, its job (NULL when skipped),
--- and the status (running or skipped) with the skip reason. Writes one
--- routine_runs row per routine, plus one skipped row (reason missed_slots,
--- carrying the count) for a cron fire that stands for missed slots, and one
--- job per running run.
---
--- Locks: fire admission (_admit_fires); see this file's header for the
--- order every operation follows.
-create or replace function _fire_routines(
-    p_routine_ids uuid[],
-    p_trigger text,
-    p_now timestamptz,
-    p_details text[] default null,
-    p_contexts text[] default null,
-    p_missed integer[] default null,
-    p_manual boolean default false,
-    p_job_ids uuid[] default null
-)
-returns table (ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text,
-               skip_reason text)
-language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
--- Once the guard compared max_concurrent with the running count (v_running),
--- PL/pgSQL judged every custom plan of the big statement cheaper than the
--- generic one and planned it on every fire: 1.5 ms of a 2.8 ms event insert
--- (bin/bench event fan-in: 338 inserts/s instead of 899, PG 18). Its shape
--- does not depend on the values, so the one generic plan is the right one
--- (docs/performance.md, "Planner settings on functions").
-set plan_cache_mode = force_generic_plan
-as $$
-#variable_conflict use_column
-declare
-    v_running bigint;
-    v_free bigint;
-begin
-    if coalesce(cardinality(p_routine_ids), 0) = 0 then
-        return;
-    end if;
-    select a.o_running, a.o_free into v_running, v_free from _admit_fires(p_routine_ids) a;
-
-    return query
-    with input as (
-        select i.id, i.ord, p_details[i.ord] as detail, p_contexts[i.ord] as context,
-               greatest(coalesce(p_missed[i.ord], 0), 0) as missed, p_job_ids[i.ord] as job_id
-        from unnest(p_routine_ids) with ordinality as i(id, ord)
-    ),
-    -- Materialized: `capped` reads each reason three times, and inlined,
-    -- every read would count the routine's running runs again.
-    judged as materialized (
-        select found.r as routine, i.ord, i.detail, i.context, i.missed, i.job_id, h.hash,
-               case
-                   when not r.enabled then 'disabled'
-                   when not a.enabled then 'agent_disabled'
-                   -- Zero is no cooldown at all: compared to the finishing
-                   -- transaction's clock, an event inserted a moment before
-                   -- the finish committed would look "too soon".
-                   when not p_manual and r.cooldown_secs > 0 and r.last_run_at is not null
-                        and p_now < r.last_run_at + make_interval(secs => r.cooldown_secs)
-                       then 'cooldown'
-                   -- Counting stops at max_concurrent: a routine allowed one
-                   -- run at a time reads one index entry, not all of them.
-                   -- And no count when fewer runs than that are running in
-                   -- all (v_running: every run committed and every fire in
-                   -- flight, _admit_fires): a routine allowed thousands
-                   -- would otherwise count its whole backlog at every fire.
-                   when r.max_concurrent <= v_running
-                        and (select count(*)
-                         from (select from routine_runs rr
-                               where rr.routine_id = r.id and rr.status = 'running'
-                               limit r.max_concurrent) running)
-                        >= r.max_concurrent
-                       then 'concurrency'
-                   when h.hash is not null and exists (
-                           select 1 from routine_runs rr
-                           where rr.routine_id = r.id and rr.content_hash = h.hash
-                             and rr.status <> 'skipped'
-                             and rr.started_at > p_now - make_interval(secs => r.dedup_window_secs))
-                       then 'dedup'
-               end as reason
-        from input i
-        -- Each routine probed by key, the fires on the outer side (OFFSET 0
-        -- fences it): the generic plan cannot size the fires, and joined, it
-        -- hashed them against a read of every routine (1.1 ms a fire at a
-        -- thousand routines).
-        cross join lateral (
-            select r from routines r where r.id = i.id offset 0
-        ) found
-        cross join lateral (select (found.r).*) r
-        join agents a on a.name = r.agent
-        cross join lateral (
-            select case when i.context is not null and r.dedup_window_secs is not null
-                        then encode(sha256(convert_to(i.context, 'UTF8')), 'hex') end as hash
-        ) h
-    ),
-    -- The global cap admits the first v_free fires that passed the rest.
-    capped as (
-        select j.routine, j.ord, j.detail, j.context, j.missed, j.hash,
-               case when j.reason is null
-                         and count(*) filter (where j.reason is null) over (order by j.ord) > v_free
-                    then 'global_cap' else j.reason end as reason,
-               gen_random_uuid() as run_id,
-               coalesce(j.job_id, gen_random_uuid()) as job_id,
-               j.job_id is null as new_job
-        from judged j
-    ),
-    -- Runs and jobs point at each other; both are written by this one
-    -- statement, whose foreign keys are checked when it ends.
-    runs as (
-        insert into routine_runs (id, routine_id, trigger_type, trigger_detail, started_at,
-                                  status, skip_reason, completed_at, missed_slots, content_hash,
-                                  context, created_at, job_id)
-        select c.run_id, (c.routine).id, p_trigger, left(c.detail, 200), p_now,
-               case when c.reason is null then 'running' else 'skipped' end, c.reason,
-               case when c.reason is null then null else p_now end, c.missed, c.hash,
-               c.context, p_now, case when c.reason is null then c.job_id end
-        from capped c
-        union all
-        -- The slots that passed unfired: refused fires too, so they leave
-        -- their own row, with the count.
-        select gen_random_uuid(), (c.routine).id, p_trigger, left(c.detail, 200), p_now,
-               'skipped', 'missed_slots', p_now, c.missed, null, null, p_now, null
-        from capped c
-        where c.missed > 0
-        returning routine_runs.id
-    ),
-    jobs as (
-        -- The job is the routine owner's, whoever fired it (a listener's
-        -- cron, an operator's run_routine).
-        insert into job (id, kind, agent, prompt, payload, routine_run_id, expects_reply,
-                         max_attempts, max_turns, run_after, created_at, user_id)
-        select c.job_id, 'routine', (c.routine).agent, s.prompt, s.payload, c.run_id,
-               s.expects_reply, s.max_attempts, s.max_turns, p_now, p_now, (c.routine).user_id
-        from capped c
-        cross join lateral _routine_job_spec(c.routine, c.context) s
-        where c.reason is null and c.new_job
-        returning job.id
-    )
-    select c.ord, (c.routine).id, c.run_id, case when c.reason is null then c.job_id end,
-           case when c.reason is null then 'running' else 'skipped' end, c.reason
-    from capped c
-    order by c.ord;
-end;
-$$;
-
-comment on function _fire_routines(uuid[], text, timestamptz, text[], text[], integer[], boolean,
-                                   uuid[]) is
-    'The one firing path: judge each routine against its guardrails (disabled, agent disabled, '
-    'cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row '
-    'per routine and a job per running run.';

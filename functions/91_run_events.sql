@@ -9,7 +9,7 @@
 -- id, so "the events after id X" resumes a stream (SSE Last-Event-ID) where it
 -- stopped. A run's events come in commit order: every change to a run, its
 -- nodes and its approvals is written under the run's row lock (the lock
--- order of 52_topology_runs.sql), so the run's audit rows commit in id order
+-- order of 51_topology_runs.sql), so the run's audit rows commit in id order
 -- and nothing can later appear below an id already read. A snapshot and the
 -- id it is current to are read by one statement, so the changes after it are
 -- exactly the events after that id. Event data are small: ids, states,

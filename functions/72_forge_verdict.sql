@@ -11,7 +11,7 @@
 -- - a run whose reply asks for a human ends `needs_human`: its job is
 --   blocked with the reason and a notification (finish_runs);
 -- - a plan run is delivered only with a valid children block; its children
---   are then queued (74_forge_children.sql);
+--   are then queued (73_forge_children.sql);
 -- - the agent's text is only ever read through the one documented block,
 --   checked and bounded here: nothing else it prints decides anything.
 --

@@ -1,12 +1,14 @@
--- Webhook signature schemes (spec section 11): ceaseless, github, standard
--- (Standard Webhooks) and stripe, each verified here, in SQL, over the raw
--- body and the request's headers.
+-- Webhook signatures: HMAC-SHA256 built on sha256() (no pgcrypto), the four
+-- signature schemes (ceaseless, github, standard for Standard Webhooks,
+-- stripe), each verified here, in SQL, over the raw body and the request's
+-- headers, the replay memory, and the signing keys a loop's webhook gets.
 --
--- Called by: _receive_webhook (45_webhooks.sql), which looks up the target
--- and its scheme; routine and loop validation (38_trigger_validation.sql,
+-- Called by: _receive_webhook (36_webhooks.sql), which looks up the target
+-- and its scheme; routine and loop validation (31_trigger_validation.sql,
 -- 40_routine_validation.sql, 55_loop_validation.sql), which refuse an
--- unknown scheme or a secret the scheme cannot use; the HTTP ingress, which
--- reads _webhook_header_names() once at start and passes those headers only.
+-- unknown scheme or a secret the scheme cannot use, and generate a loop's
+-- token and key; the HTTP ingress, which reads _webhook_header_names() once
+-- at start and passes those headers only.
 -- Guarantees: every comparison of a digest is constant time
 -- (_equal_constant_time); a header that is missing or malformed refuses
 -- (CE401, or CE403 for a timestamp), never errors otherwise and never lets a
@@ -15,6 +17,55 @@
 -- racing copies of one request cannot both pass.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
+
+-- HMAC-SHA256 (RFC 2104) over the built-in sha256().
+create or replace function _hmac_sha256(p_key bytea, p_message bytea)
+returns bytea
+language plpgsql immutable strict
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_block integer := 64;
+    v_key bytea := case when length(p_key) > 64 then sha256(p_key) else p_key end;
+    v_inner bytea;
+    v_outer bytea;
+begin
+    v_key := v_key || decode(repeat('00', v_block - length(v_key)), 'hex');
+    v_inner := v_key;
+    v_outer := v_key;
+    for i in 0 .. v_block - 1 loop
+        v_inner := set_byte(v_inner, i, get_byte(v_key, i) # 54);  -- 0x36
+        v_outer := set_byte(v_outer, i, get_byte(v_key, i) # 92);  -- 0x5c
+    end loop;
+    return sha256(v_outer || sha256(v_inner || p_message));
+end;
+$$;
+
+comment on function _hmac_sha256(bytea, bytea) is
+    'HMAC-SHA256 of p_message under p_key (RFC 2104), built on sha256() so no extension is needed.';
+
+-- Compare two digests without an early exit, so the time taken does not tell
+-- an attacker how many leading bytes of a forged signature were right.
+create or replace function _equal_constant_time(p_a bytea, p_b bytea)
+returns boolean
+language plpgsql immutable strict
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_diff integer := 0;
+begin
+    if length(p_a) <> length(p_b) then
+        return false;  -- lengths are public: every digest here is 32 bytes
+    end if;
+    for i in 0 .. length(p_a) - 1 loop
+        v_diff := v_diff | (get_byte(p_a, i) # get_byte(p_b, i));
+    end loop;
+    return v_diff = 0;
+end;
+$$;
+
+comment on function _equal_constant_time(bytea, bytea) is
+    'True when two byte strings are equal, examining every byte whatever the first difference.';
 
 -- The schemes a routine's trigger_config.scheme or a loop's
 -- triggers.webhook_scheme may name; absent means ceaseless.
@@ -69,10 +120,10 @@ comment on function _webhook_scheme_error(jsonb) is
     'valid or absent.';
 
 -- Why a secret cannot sign under a scheme, or NULL. Standard Webhooks keys
--- are `whsec_` and base64 of 24 to 64 random bytes (the specification's
--- range): anything else would be a key the senders' libraries refuse, or
--- a short one. The other schemes use the secret's UTF-8 bytes as the HMAC key;
--- their minimum length is the routine validator's.
+-- are `whsec_` and base64 of 24 to 64 random bytes (the Standard Webhooks
+-- specification's range): anything else would be a key the senders'
+-- libraries refuse, or a short one. The other schemes use the secret's UTF-8
+-- bytes as the HMAC key; their minimum length is the routine validator's.
 create or replace function _webhook_secret_error(p_scheme text, p_secret text)
 returns text
 language plpgsql immutable
@@ -104,25 +155,27 @@ comment on function _webhook_secret_error(text, text) is
     'Why a secret cannot sign under a webhook scheme (a standard secret must be whsec_ and base64 '
     'of 24 to 64 bytes), or NULL.';
 
--- A fresh signing key for a loop's webhook in the form its scheme takes:
--- 32 random bytes (244 random bits, from two v4 UUIDs) as 64 hex characters,
--- or for standard as whsec_ and their base64.
+
+-- A fresh webhook secret for a loop: 32 random bytes (244 random bits, from
+-- two v4 UUIDs, so no pgcrypto is needed) in the form p_scheme's signing key
+-- takes: 64 hex characters, or for standard whsec_ and their base64. The
+-- loop's token is one in the ceaseless form, prefixed.
 create or replace function _webhook_new_key(p_scheme text)
 returns text
-language plpgsql volatile  -- not sql: _loop_secret_hex is created later (55_*.sql)
+language sql volatile
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-begin
-    return case coalesce(p_scheme, 'ceaseless')
-        when 'standard' then 'whsec_' || encode(decode(_loop_secret_hex(), 'hex'), 'base64')
-        else _loop_secret_hex()
-    end;
-end;
+    select case coalesce(p_scheme, 'ceaseless')
+               when 'standard' then 'whsec_' || encode(r.bytes, 'base64')
+               else encode(r.bytes, 'hex')
+           end
+    from (select decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''),
+                        'hex') as bytes) r;
 $$;
 
 comment on function _webhook_new_key(text) is
-    'A fresh random webhook signing key in its scheme''s form: 64 hex characters, or whsec_ and '
-    'base64 for standard.';
+    'A fresh random webhook secret in its scheme''s form: 64 hex characters, or whsec_ and '
+    'base64 for standard; a loop''s token and signing key.';
 
 -- The headers with lower-case names and text values, whatever the caller
 -- passed (a psql user may write "X-Hub-Signature-256"). Values that are not
@@ -219,7 +272,7 @@ comment on function _webhook_matching(bytea, bytea[]) is
 --
 -- Per scheme:
 -- - ceaseless: X-Ceaseless-Timestamp, X-Ceaseless-Signature sha256=<hex> of
---   HMAC(key, "<ts>.<body>"); replay key the signature (as before schemes).
+--   HMAC(key, "<ts>.<body>"); replay key the signature.
 -- - github: X-Hub-Signature-256 sha256=<hex> of HMAC(key, body), and
 --   X-GitHub-Delivery. GitHub signs no time and not the delivery id, so both
 --   the delivery id (a redelivery) and the signature (the same body resent
@@ -264,7 +317,7 @@ begin
         sent_at := _webhook_check_time('X-Ceaseless-Timestamp', v_ts, p_now, p_window);
         v_sig := v_h ->> 'x-ceaseless-signature';
         -- The signed string is the integer as the sender's clock wrote it,
-        -- without leading zeros, as before schemes existed.
+        -- without leading zeros: what every ceaseless sender signs.
         if v_sig is null or v_sig !~ '^sha256=[0-9a-f]{64}$'
            or _webhook_matching(
                   _hmac_sha256(convert_to(p_key, 'UTF8'),
@@ -299,7 +352,7 @@ begin
         v_ts := btrim(v_h ->> 'webhook-timestamp');
         sent_at := _webhook_check_time('webhook-timestamp', v_ts, p_now, p_window);
         -- Space-separated "v1,<base64 of 32 bytes>"; other versions are
-        -- skipped, as the specification asks.
+        -- skipped, as the Standard Webhooks specification asks.
         select array_agg(decode(substr(s, 4), 'base64') order by n) into v_candidates
         from unnest((string_to_array(left(coalesce(v_h ->> 'webhook-signature', ''), 4096), ' '))[1:16])
              with ordinality as c (s, n)
@@ -386,9 +439,9 @@ comment on function _webhook_remember(text, uuid, text[], timestamptz, timestamp
     'before (signature_seen_once decides, so racing copies cannot both pass).';
 
 -- The headers of a request signed in the ceaseless scheme, for the
--- four-argument receive_webhook (spec section 7), which takes the signature
--- and the time apart. A time that is NULL or not finite gives no timestamp
--- header, which refuses (CE403) as before.
+-- four-argument receive_webhook, which takes the signature and the time
+-- apart. A time that is NULL or not finite gives no timestamp header, which
+-- refuses (CE403) like any request without one.
 create or replace function _webhook_ceaseless_headers(p_signature text, p_sent_at timestamptz)
 returns jsonb
 language sql immutable

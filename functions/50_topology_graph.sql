@@ -1,4 +1,5 @@
--- Topology graphs: the one validation of a graph, wherever it is stored.
+-- Topology graphs: the one validation of a graph, wherever it is stored, and
+-- the workspace a loop or run lands in when it names none.
 --
 -- Called by: PostgreSQL, before a loop is inserted or its graph changes
 -- (loops_graph_validate) and before a topology run is inserted or its graph
@@ -14,9 +15,39 @@
 -- cycle. The error (CE422) names the field, the culprit (node id, edge
 -- from→to, the nodes of a cycle or the key) and a bounded value. A run's
 -- graph never changes after its insert: a loop's later edit cannot change
--- what a running iteration does. Reads only; takes no lock.
+-- what a running iteration does. Reads only and takes no lock, except that
+-- the first run or loop without a workspace creates the default one.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
+
+-- The workspace a loop or run lands in when it names none: one called
+-- `default`, created on first use. Security definer, so a user role need not
+-- be able to write workspaces; the name is fixed, so it cannot be steered.
+create or replace function _default_workspace()
+returns uuid
+language plpgsql
+security definer
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_id uuid;
+begin
+    select id into v_id from workspaces where name = 'default';
+    if v_id is null then
+        insert into workspaces (name) values ('default')
+        on conflict (name) do nothing
+        returning id into v_id;
+        if v_id is null then
+            select id into v_id from workspaces where name = 'default';
+        end if;
+    end if;
+    return v_id;
+end;
+$$;
+
+comment on function _default_workspace() is
+    'The id of the workspace named default, created on first use: where a loop or topology run '
+    'that names no workspace lands.';
 
 -- A node id goes into job dedup keys, prompt headings ("## Output of <id>")
 -- and NOTIFY payloads: letters, digits and ._- only, so it can neither forge
@@ -69,13 +100,12 @@ begin
         perform _invalid_value(p_where,
             'must be an object {"nodes": [...], "edges": [...]}', p_graph);
     end if;
-    for v_key in select k from jsonb_object_keys(p_graph) k order by k loop
-        if v_key not in ('nodes', 'edges') then
-            perform _invalid_value(p_where,
-                format('unknown key %s: a graph has only nodes and edges', to_jsonb(v_key)),
-                p_graph);
-        end if;
-    end loop;
+    v_key := _unknown_key(p_graph, '{nodes, edges}');
+    if v_key is not null then
+        perform _invalid_value(p_where,
+            format('unknown key %s: a graph has only nodes and edges', to_jsonb(v_key)),
+            p_graph);
+    end if;
 
     v_nodes := p_graph -> 'nodes';
     if jsonb_typeof(v_nodes) is distinct from 'array' or jsonb_array_length(v_nodes) = 0 then
@@ -118,14 +148,13 @@ begin
                 v_node -> 'id');
         end if;
         v_ids := v_ids || v_id;
-        for v_key in select k from jsonb_object_keys(v_node) k order by k loop
-            if v_key not in ('id', 'agent', 'prompt', 'gate', 'approval_timeout_secs') then
-                perform _invalid_value(p_where || '.nodes',
-                    format('node %s: unknown key %s (a node has id, agent, prompt, gate, '
-                           'approval_timeout_secs)', to_jsonb(v_id), to_jsonb(v_key)),
-                    v_node);
-            end if;
-        end loop;
+        v_key := _unknown_key(v_node, '{id, agent, prompt, gate, approval_timeout_secs}');
+        if v_key is not null then
+            perform _invalid_value(p_where || '.nodes',
+                format('node %s: unknown key %s (a node has id, agent, prompt, gate, '
+                       'approval_timeout_secs)', to_jsonb(v_id), to_jsonb(v_key)),
+                v_node);
+        end if;
         if jsonb_typeof(v_node -> 'agent') is distinct from 'string'
            or not exists (select from agents a where a.name = v_node ->> 'agent') then
             perform _invalid_value(p_where || '.nodes',
@@ -133,11 +162,9 @@ begin
                        to_jsonb(v_id)),
                 v_node -> 'agent');
         end if;
-        if not _is_text(v_node -> 'prompt') then
-            perform _invalid_value(p_where || '.nodes',
-                format('node %s: prompt must be a string that is not blank', to_jsonb(v_id)),
-                v_node -> 'prompt');
-        end if;
+        perform _check_text(p_where || '.nodes', v_node -> 'prompt',
+                            format('node %s: prompt must be a string that is not blank',
+                                   to_jsonb(v_id)));
         perform _refuse_long(format('%s.nodes[%s].prompt', p_where, v_id),
                              v_node ->> 'prompt', 'prompt');
         if coalesce(jsonb_typeof(v_node -> 'gate'), 'null') <> 'null'
@@ -153,12 +180,10 @@ begin
                            to_jsonb(v_id)),
                     v_node -> 'approval_timeout_secs');
             end if;
-            if not _is_positive_int_or_null(v_node -> 'approval_timeout_secs') then
-                perform _invalid_value(p_where || '.nodes',
-                    format('node %s: approval_timeout_secs must be a positive integer of seconds',
-                           to_jsonb(v_id)),
-                    v_node -> 'approval_timeout_secs');
-            end if;
+            perform _check_positive_int(
+                p_where || '.nodes', v_node -> 'approval_timeout_secs',
+                format('node %s: approval_timeout_secs must be a positive integer of seconds',
+                       to_jsonb(v_id)));
         end if;
     end loop;
 
@@ -167,14 +192,12 @@ begin
             perform _invalid_value(p_where || '.edges',
                 'each edge must be an object {"from", "to"}', v_edge);
         end if;
-        for v_key in select k from jsonb_object_keys(v_edge) k order by k loop
-            if v_key not in ('from', 'to') then
-                perform _invalid_value(p_where || '.edges',
-                    format('unknown key %s in an edge (an edge has from and to)',
-                           to_jsonb(v_key)),
-                    v_edge);
-            end if;
-        end loop;
+        v_key := _unknown_key(v_edge, '{from, to}');
+        if v_key is not null then
+            perform _invalid_value(p_where || '.edges',
+                format('unknown key %s in an edge (an edge has from and to)', to_jsonb(v_key)),
+                v_edge);
+        end if;
         if jsonb_typeof(v_edge -> 'from') is distinct from 'string'
            or not (v_edge ->> 'from' = any (v_ids)) then
             perform _invalid_value(p_where || '.edges',

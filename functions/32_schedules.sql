@@ -5,7 +5,7 @@
 -- the schedules view, the cron scheduler's calls, next-fire bookkeeping,
 -- disabling what the engine cannot run, and manual firing. Every fire it makes
 -- goes through _fire_schedules, which dispatches at the very end to "start a
--- routine run" (_fire_routines, 41_routine_firing.sql) or "start a loop
+-- routine run" (_fire_routines, 42_routine_firing.sql) or "start a loop
 -- iteration" (_fire_loop, 56_loop_firing.sql); what only one kind has (a
 -- routine's cooldown, dedup and global cap, a loop's one live iteration and
 -- on_completion chain) stays in its kind's file.
@@ -14,7 +14,7 @@
 -- listener/queries/schedule.py: unscheduled_schedules, set_next_fires,
 -- due_schedules, fire_cron, disable_schedule, next_schedule_fire), users and
 -- operators (run_routine, run_loop, the schedules view), the webhook path
--- (_receive_webhook, 45_webhooks.sql), and the validation triggers of
+-- (_receive_webhook, 36_webhooks.sql), and the validation triggers of
 -- routines and loops (_schedule_changed, _ask_for_next_fire).
 -- Guarantees:
 -- - next_fire_at is the listener's to compute (croniter): a row stores one
@@ -27,12 +27,13 @@
 --   the caller's transaction ends, so the caller fires them (fire_cron) in
 --   that transaction and two listeners never fire one slot. A batch is of one
 --   kind, routines first: a routine batch is admitted after its routines (the
---   lock order of 41_routine_firing.sql), a loop batch takes no fire lock
+--   lock order of 41_fire_admission.sql), a loop batch takes no fire lock
 --   (56_loop_firing.sql), so no batch holds a loop while it waits for fire
 --   admission;
 -- - fire_cron fires each row once however many slots it missed, leaves out a
 --   row no longer enabled and due, defers a routine refused for its cooldown
---   to the cooldown's end (spec 5.6) and moves every other row to the slot
+--   to the cooldown's end (so the slot it missed fires once the cooldown
+--   allows, not a whole period later) and moves every other row to the slot
 --   the listener computed;
 -- - every fire, refused ones too, leaves a run of its kind (routine_runs or
 --   topology_runs) with its trigger and, when refused, the reason.
@@ -300,8 +301,8 @@ comment on function _fire_schedules(text, uuid[], text, timestamptz, text[], tex
 -- A row changed or disabled since the listener read it is left out: its new
 -- schedule gets a fresh next_fire_at through ceaseless_schedule instead. The
 -- rest fire through _fire_schedules, routines before loops; a routine fire
--- refused for its cooldown is deferred to the cooldown's end (spec 5.6), every
--- other row moves to its next slot, refused or not: the slot is spent.
+-- refused for its cooldown is deferred to the cooldown's end, every other row
+-- moves to its next slot, refused or not: the slot is spent.
 --
 -- Raises: CE422 when the arrays differ in length.
 create or replace function fire_cron(

@@ -6,7 +6,7 @@
 -- free slots and holds back the jobs of owners over budget; governor_usage
 -- (90_views.sql), which shows the same numbers to operators; _explain_lane and
 -- explain_job (92_explain.sql), which name what holds a lane or an owner;
--- operators (owner_budget_usage).
+-- owner_budget_usage (90_views.sql), which shows owners their spend.
 -- Guarantees:
 -- - read only: nothing is locked or written here, so the caller decides what
 --   to lock (claim_jobs locks the lanes first, then counts);
@@ -145,43 +145,68 @@ $$;
 comment on function _owner_spend(owner_budgets, timestamptz) is
     'USD and tokens reported by the owner''s runs started in its budget window (every lane).';
 
--- When an owner over budget is under it again: when enough of the spend in
--- its window has aged out (the later of the cost's and the tokens' times,
--- for the budgets reached). NULL when it is not over budget.
+-- When spend that reached a budget is under it again: the runs of p_agents
+-- (one lane's, or every lane's for an owner) started after p_since, of
+-- p_user_id's jobs when one is given, age out of the window in start order,
+-- and the budget clears once the spend of those gone exceeds p_over (the
+-- window's spend less the budget): p_window_secs after the start of the last
+-- of them. p_tokens counts tokens (in and out), else USD. Assumes nothing
+-- else starts meanwhile; NULL when the window's runs alone cannot clear it.
+create or replace function _spend_clears(
+    p_agents text[], p_user_id text, p_since timestamptz, p_window_secs integer,
+    p_tokens boolean, p_over numeric
+)
+returns timestamptz
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select o.started_at + make_interval(secs => p_window_secs)
+    from (select r.started_at,
+                 sum(case when p_tokens then coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)
+                          else coalesce(r.cost_usd, 0) end)
+                     over (order by r.started_at, r.id) as spent
+          from unnest(p_agents) as a (name)
+          -- agent_run_lane_window_idx, one lane at a time: the window's runs,
+          -- never the history.
+          cross join lateral (
+              select r.started_at, r.id, r.cost_usd, r.tokens_in, r.tokens_out
+              from agent_run r
+              join job j on j.id = r.job_id
+              where r.agent = a.name
+                and r.started_at > p_since
+                and (p_user_id is null or j.user_id = p_user_id)
+          ) r) o
+    where o.spent > p_over
+    order by o.started_at
+    limit 1;
+$$;
+
+comment on function _spend_clears(text[], text, timestamptz, integer, boolean, numeric) is
+    'When a spend budget reached in a window clears: the runs of p_agents (of p_user_id''s jobs '
+    'when given) since p_since age out in start order until the spend gone exceeds p_over; '
+    'USD, or tokens with p_tokens. NULL when they cannot.';
+
+-- When an owner over budget is under it again: the later of the times its
+-- cost and its tokens clear (_spend_clears), for the budgets reached. NULL
+-- when it is not over budget.
 create or replace function _owner_budget_clears(p_budget owner_budgets, p_now timestamptz)
 returns timestamptz
 language sql stable
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-    with runs as (
-        select r.started_at, r.id, coalesce(r.cost_usd, 0) as cost,
-               coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0) as tokens
-        from agents a
-        cross join lateral (
-            select r.started_at, r.id, r.cost_usd, r.tokens_in, r.tokens_out
-            from agent_run r
-            join job j on j.id = r.job_id
-            where r.agent = a.name
-              and r.started_at > p_now - make_interval(secs => p_budget.window_secs)
-              and j.user_id = p_budget.user_id
-        ) r
-    ),
-    running as (
-        select started_at,
-               sum(cost) over (order by started_at, id) as cost_so_far,
-               sum(tokens) over (order by started_at, id) as tokens_so_far,
-               sum(cost) over () as cost_total,
-               sum(tokens) over () as tokens_total
-        from runs
-    )
     select greatest(
-        (select min(started_at) from running
-         where cost_total >= p_budget.window_cost_usd
-           and cost_so_far > cost_total - p_budget.window_cost_usd),
-        (select min(started_at) from running
-         where tokens_total >= p_budget.window_tokens
-           and tokens_so_far > tokens_total - p_budget.window_tokens))
-        + make_interval(secs => p_budget.window_secs);
+        case when s.cost >= p_budget.window_cost_usd
+             then _spend_clears(a.names, p_budget.user_id,
+                                p_now - make_interval(secs => p_budget.window_secs),
+                                p_budget.window_secs, false, s.cost - p_budget.window_cost_usd)
+        end,
+        case when s.tokens >= p_budget.window_tokens
+             then _spend_clears(a.names, p_budget.user_id,
+                                p_now - make_interval(secs => p_budget.window_secs),
+                                p_budget.window_secs, true, s.tokens - p_budget.window_tokens)
+        end)
+    from _owner_spend(p_budget, p_now) s
+    cross join (select array_agg(a.name) as names from agents a) a;
 $$;
 
 comment on function _owner_budget_clears(owner_budgets, timestamptz) is
@@ -203,17 +228,3 @@ comment on function _owners_over_budget(timestamptz) is
     'The owners whose runs in their window reported their cost or token budget: claim_jobs '
     'claims none of their jobs until it clears.';
 
-create or replace view owner_budget_usage with (security_invoker = true) as
-select b.user_id,
-       b.window_secs,
-       b.window_cost_usd,
-       s.cost as cost_in_window,
-       b.window_tokens,
-       s.tokens as tokens_in_window,
-       (s.cost >= b.window_cost_usd or s.tokens >= b.window_tokens) is true as over_budget
-from owner_budgets b
-cross join lateral _owner_spend(b, now()) s;
-
-comment on view owner_budget_usage is
-    'Each owner budget against what the owner''s runs reported in its window; over_budget: its '
-    'jobs wait (explain_job says owner_budget).';

@@ -95,6 +95,40 @@ comment on function _forge_job_payload(uuid, tracked_repo, text, text) is
     'job.payload of a forge job: {"forge": {repo_id, api_url, clone_url, default_branch, '
     'branch: ceaseless/<job id>, title, html_url}}.';
 
+-- Enqueue the forge job of kind p_kind for issue p_number of the repo, on
+-- lane p_lane, owned by p_user_id (the repo's owner, or a plan's for its
+-- children), with p_parent_job_id for a plan's child; unless a live job holds
+-- the issue already (job_live_issue_idx: one live job per issue, whoever
+-- asked first). Returns the new job's id, or NULL when one was live.
+create or replace function _enqueue_forge_job(
+    p_repo tracked_repo, p_number bigint, p_kind text, p_lane text, p_title text,
+    p_html_url text, p_parent_job_id uuid, p_user_id text, p_now timestamptz
+)
+returns uuid
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_job constant uuid := gen_random_uuid();
+begin
+    insert into job (id, forge, owner, repo, number, kind, agent, prompt, payload, parent_job_id,
+                     user_id, run_after, created_at, updated_at)
+    values (v_job, p_repo.forge, p_repo.owner, p_repo.repo, p_number, p_kind, p_lane,
+            _forge_job_prompt(p_kind, p_repo, p_number),
+            _forge_job_payload(v_job, p_repo, p_title, p_html_url),
+            p_parent_job_id, p_user_id, p_now, p_now, p_now)
+    on conflict (forge, owner, repo, number)
+        where state in ('pending', 'claimed', 'running') and forge is not null
+        do nothing;
+    return case when found then v_job end;
+end;
+$$;
+
+comment on function _enqueue_forge_job(tracked_repo, bigint, text, text, text, text, uuid, text,
+                                       timestamptz) is
+    'Insert the forge job of a kind for an issue of the repo (prompt and payload of its kind, '
+    'the lane, owner and parent given), unless a live job holds the issue; its id, or NULL.';
+
 -- Which kind of work an issue's labels ask for, if any. The discover label
 -- counts on the tracking issue only (on any issue while the repo names
 -- none); with several work labels, the earlier step wins: discover, then
@@ -174,7 +208,6 @@ declare
     v_issue forge_issue;
     v_kind text;
     v_admitted boolean;
-    v_job uuid;
     v_lane text;
     v_last_finished timestamptz;
 begin
@@ -235,23 +268,9 @@ begin
             continue;
         end if;
 
-        v_job := gen_random_uuid();
-        insert into job (id, forge, owner, repo, number, kind, agent, prompt, payload,
-                         user_id, run_after, created_at, updated_at)
-        values (v_job, p_repo.forge, p_repo.owner, p_repo.repo, v_issue.number, v_kind, v_lane,
-                _forge_job_prompt(v_kind, p_repo, v_issue.number),
-                _forge_job_payload(v_job, p_repo, v_issue.title, v_issue.html_url),
-                p_repo.user_id, p_now, p_now, p_now)
-        on conflict (forge, owner, repo, number)
-            where state in ('pending', 'claimed', 'running') and forge is not null
-            do nothing;
-        if found then
-            job_id := v_job;
-            decision := 'created';
-        else
-            job_id := null;
-            decision := 'live';
-        end if;
+        job_id := _enqueue_forge_job(p_repo, v_issue.number, v_kind, v_lane, v_issue.title,
+                                     v_issue.html_url, null, p_repo.user_id, p_now);
+        decision := case when job_id is not null then 'created' else 'live' end;
         return next;
     end loop;
 end;
@@ -261,27 +280,6 @@ comment on function _forge_decide(tracked_repo, bigint[], timestamptz) is
     'Decide the cached issues of a locked repo (all, or those in p_numbers) and create the jobs '
     'due: created, live, done, cooldown, not_admitted, needs_labeller, no_lane; with the kind '
     'and the repo''s label that asks for it.';
-
--- The repo, locked for the ingest. Raises CE404 for an unknown id.
-create or replace function _forge_lock_repo(p_repo_id uuid)
-returns tracked_repo
-language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-declare
-    v_repo tracked_repo;
-begin
-    select r.* into v_repo from tracked_repo r where r.id = p_repo_id for no key update;
-    if not found then
-        raise exception 'no tracked repo with id %', p_repo_id using errcode = 'CE404';
-    end if;
-    return v_repo;
-end;
-$$;
-
-comment on function _forge_lock_repo(uuid) is
-    'The tracked repo with this id, locked FOR NO KEY UPDATE (ingests of one repo queue); CE404 '
-    'when there is none.';
 
 -- One listed issue, checked: a listing that is not what the client promised
 -- is a bug or a hostile forge, and is refused whole (the repo's last_error

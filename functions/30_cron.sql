@@ -13,9 +13,10 @@
 -- the whole field), a * inside a list, a day field written to name every day
 -- next to a restricted other day field, and day fields croniter would read
 -- against the "either day-of-month or day-of-week" meaning or never fire on.
--- Refused too though croniter reads them: seven fields (a year; the spec
--- allows 5 or 6), R (random values), and schedules past the caps on length
--- and list items. So a stored schedule always has a next slot in UTC, and a
+-- Refused too though croniter reads them: seven fields (a year: routines and
+-- loops recur, and a schedule bound to a year would stop firing without a
+-- word once it passed), R (random values), and schedules past the caps on
+-- length and list items. So a stored schedule always has a next slot in UTC, and a
 -- bad one is refused at INSERT, naming the field and the rule, rather than
 -- found at 3 a.m. by the listener. Every function but check_schedule returns
 -- a message instead of raising, for any input including NULL, so the caller
@@ -534,7 +535,8 @@ begin
         return format('unknown macro "%s" (use @yearly, @annually, @monthly, @weekly, @daily, '
                       '@midnight or @hourly)', v_fields[1]);
     elsif v_count = 7 then
-        -- croniter would read a year as the seventh field; the spec allows 5 or 6.
+        -- croniter would read a year as the seventh field: a schedule that
+        -- stops firing once its year has passed.
         return 'expected 5 fields (or 6 with seconds as the sixth) or a macro, got 7: '
                'a year field is not supported';
     elsif v_count not in (5, 6) then

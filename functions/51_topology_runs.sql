@@ -6,7 +6,7 @@
 -- retry_job, a plain UPDATE) and after an agent is disabled; operators and
 -- owners (cancel_topology_run);
 -- listeners' maintenance tick (cancel_orphaned_topology_jobs); decide_approval
--- and expire_approvals (53_approvals.sql).
+-- and expire_approvals (52_approvals.sql).
 -- Guarantees:
 -- - a pending run gets one topology_nodes row per graph node (upstream_left =
 --   its in-degree), becomes running, and starts every node without upstreams,
@@ -26,7 +26,7 @@
 --   again, whatever its jobs do later (a sibling finishing after the run
 --   failed, a retried job): such jobs are cancelled, now or by the sweep;
 -- - NOTIFY and audit of every run, node and approval change: by the triggers
---   of 50_topology_notify.sql.
+--   of 25_notify_audit.sql.
 --
 -- Lock order (no deadlock between any two of: finishing, claiming, expiring
 -- or cancelling jobs of one run on several listeners, cancel_topology_run,
@@ -158,7 +158,7 @@ comment on function _enqueue_topology_node(uuid, text) is
     'holds the run row.';
 
 -- Start nodes whose upstreams have all succeeded: a gated node asks for
--- approval (_request_approval, 53_approvals.sql), any other is enqueued. The
+-- approval (_request_approval, 52_approvals.sql), any other is enqueued. The
 -- caller holds the run row and passes only nodes still waiting.
 create or replace function _start_topology_nodes(p_run_id uuid, p_node_ids text[],
                                                  p_now timestamptz)

@@ -1,7 +1,7 @@
 -- Gated approvals: a node with "gate": "approval" waits for a person.
 --
 -- Called by: the run engine when a gated node's upstreams have all
--- succeeded (_request_approval, from 52_topology_runs.sql); owners and
+-- succeeded (_request_approval, from 51_topology_runs.sql); owners and
 -- operators (decide_approval); every listener's maintenance tick
 -- (expire_approvals).
 -- Guarantees:
@@ -19,9 +19,9 @@
 --   elsewhere) stays undecided and can no longer be decided (CE409): nobody
 --   decided it, and the record says so;
 -- - NOTIFY ceaseless_run and audit of every request and decision: by
---   approvals_changed (50_topology_notify.sql).
+--   approvals_changed (25_notify_audit.sql).
 -- Locks: the run row FOR NO KEY UPDATE before the approval row, the lock
--- order of 52_topology_runs.sql; the expiry sweep skips runs another
+-- order of 51_topology_runs.sql; the expiry sweep skips runs another
 -- statement holds (SKIP LOCKED) and takes them at its next tick.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
@@ -78,9 +78,9 @@ comment on function _request_approval(uuid, text, timestamptz) is
     'Create the approval of a gated node (expiring after its approval_timeout_secs), mark the '
     'node awaiting_approval and queue the owner''s notification with the SQL to decide it.';
 
--- Decide an approval (spec section 3's decide_approval). p_decided_by names
--- the person (NULL: the calling role); decided_by_role and the audit row's
--- actor are the login role that called, which the caller cannot choose.
+-- Decide an approval. p_decided_by names the person (NULL: the calling
+-- role); decided_by_role and the audit row's actor are the login role that
+-- called, which the caller cannot choose.
 --
 -- Security definer: a user may decide the approvals of its own runs,
 -- operators and listeners any; one it may not decide is as unknown as one
