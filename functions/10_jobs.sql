@@ -219,7 +219,7 @@ comment on function claim_jobs(text, integer, text[], text[], timestamptz, integ
 -- the others locally: it counts each lease from just before the call that
 -- last renewed it, so it knows a lower bound of when the lease ends without
 -- trusting its clock against the server's, and stops an agent whose lease it
--- could not renew before that moment (listener/producer/leases.py).
+-- could not renew before that moment (listener/daemon/producer/leases.py).
 --
 -- Only leases past half their life are pushed. A listener draining thousands
 -- of short jobs holds thousands of fresh leases at every heartbeat; rewriting
@@ -667,7 +667,7 @@ comment on function retry_job(uuid, timestamptz) is
 
 -- Of p_ids, the jobs that will not run again: delivered, failed, abandoned or
 -- cancelled. A listener gives each job a working directory of its own and
--- keeps it across the job's attempts (listener/producer/workdirs.py), so a
+-- keeps it across the job's attempts (listener/daemon/producer/workdirs.py), so a
 -- retry or a resumed session finds what the previous attempt left; it asks
 -- here, for the directories it finds on disk and for the jobs whose results it
 -- has just recorded, which may go. A failed job that retry_job brings back

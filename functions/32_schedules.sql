@@ -10,7 +10,7 @@
 -- routine's cooldown, dedup and global cap, a loop's one live iteration and
 -- on_completion chain) stays in its kind's file.
 --
--- Called by: listeners (listener/scheduler.py through
+-- Called by: listeners (listener/daemon/scheduler.py through
 -- listener/queries/schedule.py: unscheduled_schedules, set_next_fires,
 -- due_schedules, fire_cron, disable_schedule, next_schedule_fire), users and
 -- operators (run_routine, run_loop, the schedules view), the webhook path

@@ -104,7 +104,7 @@ comment on function _remember_fire(text, bigint, uuid) is
 -- row is kept whatever transaction it belongs to (it takes it over at its
 -- next fire). Returns how many were forgotten.
 --
--- Called by: every listener's maintenance tick (listener/maintenance.py).
+-- Called by: every listener's maintenance tick (listener/daemon/maintenance.py).
 create or replace function forget_ended_backends()
 returns integer
 language plpgsql
@@ -415,7 +415,7 @@ comment on function _count_running(integer) is
 -- first), so nothing is lost or counted twice. Two recounts at once would
 -- each correct the same error: one at a time, and a second caller skips.
 --
--- Called by: every listener's maintenance tick (listener/maintenance.py); the
+-- Called by: every listener's maintenance tick (listener/daemon/maintenance.py); the
 -- one that gets the lock recounts. Returns the correction (0 when the shards
 -- were right), NULL when another recount was running. A correction is
 -- audited (entity routine_run_shards), at p_now.

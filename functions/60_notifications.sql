@@ -2,7 +2,7 @@
 -- NOTIFY, and the notification of a blocked job.
 --
 -- Called by: listeners (claim_notifications, finish_notifications, through
--- listener/outbox.py), operators (the notification_sinks and
+-- listener/daemon/outbox.py), operators (the notification_sinks and
 -- notification_max_attempts settings; notification_status in 90_views.sql
 -- shows what is wrong with a sink, by _notification_sink_problem), and
 -- PostgreSQL after every INSERT into notifications and every UPDATE of job.

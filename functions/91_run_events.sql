@@ -1,7 +1,7 @@
 -- Run and loop events: the audit trail of a topology run or a loop, read as
 -- a stream of small events, and the snapshot a late follower starts from.
 --
--- Called by: the listener's SSE observer (listener/observer.py, GET
+-- Called by: the listener's SSE observer (listener/web/observer.py, GET
 -- /runs/{id}/events and GET /loops/{id}/events); operators in psql who want a
 -- run's history as a follower sees it.
 -- Guarantees: read-only, and as the caller (the observer reads as the

@@ -1,7 +1,7 @@
 """When a cron schedule fires: croniter is the authority for times.
 
 The database is the authority on which schedules may be stored
-(functions/35_cron.sql: a plain subset of croniter's language, read the way
+(functions/30_cron.sql: a plain subset of croniter's language, read the way
 croniter reads it); this module only computes slots, with croniter, and checks
 nothing itself. tests/sql/test_cron_differential.py checks on generated
 schedules that croniter accepts everything the database accepts and computes

@@ -61,7 +61,7 @@ class Outcome(StrEnum):
     LEASE_EXPIRED = "lease_expired"
     AUTH_FAILED = "auth_failed"
     # Decided in SQL, never by an adapter: a forge run whose reply asked for a
-    # human (functions/73_forge_verdict.sql); its job is blocked.
+    # human (functions/72_forge_verdict.sql); its job is blocked.
     NEEDS_HUMAN = "needs_human"
 
 

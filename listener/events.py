@@ -1,6 +1,6 @@
 """Typed NOTIFY payloads and the channels they arrive on.
 
-The database sends small JSON documents of ids and states (functions/30_notify_audit.sql);
+The database sends small JSON documents of ids and states (functions/25_notify_audit.sql);
 this module turns them into dataclasses so the daemon routes each kind to exactly
 one handler and never digs through raw dicts.
 

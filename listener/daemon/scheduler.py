@@ -2,7 +2,7 @@
 
 croniter is the authority for times, and it runs here, so the listener
 computes every schedule's next_fire_at (a routine's or a loop's: one kind of
-thing here, the trigger layer's, functions/39_schedules.sql):
+thing here, the trigger layer's, functions/32_schedules.sql):
 - on NOTIFY ceaseless_schedule (a routine or loop was created, changed or re-enabled),
 - at startup for every schedule still waiting for one (reconcile),
 - when it fires what is due: it locks a batch (due_schedules, SKIP LOCKED; one

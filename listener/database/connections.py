@@ -77,7 +77,7 @@ class UndecodableJSON:
     """Stands in for a JSON value that Python cannot decode: nested deeper than its recursion.
 
     The database refuses such documents in every column written from outside
-    (functions/32_bounded_json.sql); one stored before that rule, or written
+    (functions/02_bounded_json.sql); one stored before that rule, or written
     around it, must still cost only its own row.
     """
 

@@ -2,7 +2,7 @@
 
 Guarantees: each call is one statement, so a snapshot and the id it is current
 to are one view of the database; events come in id order, at most `limit` at
-a time, as the JSON text the database built (functions/59_run_events.sql).
+a time, as the JSON text the database built (functions/91_run_events.sql).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Cron's calls: what waits for a slot, what is due now, and the answers croniter gave.
 
 Routines and loops are one kind of thing here, a schedule, named by its kind and id
-(functions/39_schedules.sql, the trigger layer): one function per step, whichever the
+(functions/32_schedules.sql, the trigger layer): one function per step, whichever the
 rows are.
 
 Guarantees: `lock_due` locks what it returns until the caller's transaction ends, so the

@@ -7,12 +7,12 @@ change in commit order, ending after the run's final status. GET
 it and its latest iteration), then every change of its iterations, their nodes
 and approvals, and the loop's own (`loop`: enabled, disabled, stopped,
 deleted). Event names and data are documented in docs/loops.md; the SQL that
-builds them is functions/59_run_events.sql.
+builds them is functions/91_run_events.sql.
 
 Guarantees:
 - an event's `id:` is its audit_log id, and a client that reconnects with
   Last-Event-ID gets exactly the events after it: no gap, no repeat (a run's
-  audit rows commit in id order, see 59_run_events.sql). A loop stream's
+  audit rows commit in id order, see 91_run_events.sql). A loop stream's
   changes may commit out of id order (the loop's own, a skipped fire, a
   node's); a follower looks back _LOOKBACK_SECS for them and sends a late one
   under the current high-water id (_Cursor). A reconnect to a run

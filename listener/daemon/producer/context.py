@@ -1,6 +1,6 @@
 """Context files for a job's prompt: the one part of prompt assembly SQL cannot do.
 
-SQL assembles a routine's prompt (functions/41_routine_firing.sql) and names the files
+SQL assembles a routine's prompt (functions/42_routine_firing.sql) and names the files
 that belong in its middle in `payload.context_paths`; only the listener can read
 them. This module reads them relative to the workspace root and joins
 `prompt + files + payload.prompt_tail`.
@@ -37,7 +37,7 @@ def compose_prompt(prompt: str, payload: dict[str, Any], workspace_root: Path) -
 
 def _file_section(relative: str, root: Path) -> str:
     base = root.resolve()
-    # The database refuses these already (functions/31_job_input.sql); a row
+    # The database refuses these already (functions/11_job_input.sql); a row
     # written before that rule, or a root of /, must not reach a file anyway.
     if base == Path(base.anchor):
         return f"### {relative}\n(skipped: the workspace root is {base})"

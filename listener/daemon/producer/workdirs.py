@@ -14,7 +14,7 @@ Guarantees:
   attempt left, and a resumed session finds the directory it was started in;
 - a directory left by another lane's user (the job's lane was changed) is
   emptied first: one lane never finds another's files;
-- a directory goes once ended_jobs (functions/15_job_directories.sql) says its
+- a directory goes once ended_jobs (functions/10_jobs.sql) says its
   job will not run again: within about a second of its result being recorded
   by the listener that ran it, else at the next full sweep (at startup, then
   every minute) of any listener of the same database that shares the root;
