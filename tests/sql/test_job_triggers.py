@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psycopg
 
-from listener.reference import triggers
+from listener.database.reference import triggers
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 
