@@ -21,23 +21,30 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 -- Is a document nested deeper than the cap? A value at level N sits inside N
 -- arrays or objects; strict mode, so arrays are not unwrapped on the way.
 -- The path is built from the cap, so the number lives in one place.
+-- The JSON path that finds a value nested one level deeper than the cap.
+create or replace function _json_too_deep_path()
+returns text
+language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select 'strict $.**{' || (ceaseless._input_cap('json_depth') + 1) || '}';
+$$;
+
+comment on function _json_too_deep_path() is
+    'The jsonpath (as text) that matches a value nested deeper than _input_cap(''json_depth'').';
+
 create or replace function _json_too_deep(p_value jsonb)
 returns boolean
 language sql immutable
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(pg_catalog.jsonb_path_exists(
-        p_value,
-        ('strict $.**{' || (ceaseless._input_cap('json_depth') + 1) || '}')::pg_catalog.jsonpath),
-        false);
+        p_value, ceaseless._json_too_deep_path()::pg_catalog.jsonpath), false);
 $$;
 
 comment on function _json_too_deep(jsonb) is
     'True when the document has a value nested deeper than _input_cap(''json_depth'') levels.';
 
--- The trigger's arguments name the row's JSON columns; the first one nested
--- too deep is refused. Called only for a row that the WHEN clause found too
--- deep, so reading the row as JSON here costs nothing on the common path.
 create or replace function _tg_bounded_json()
 returns trigger
 language plpgsql
@@ -85,7 +92,10 @@ begin
         format('%s_bounded_json', v_name),
         (select string_agg(format('%I', c), ', ') from unnest(p_columns) c),
         p_table,
-        (select string_agg(format('ceaseless._json_too_deep(new.%I)', c), ' or ')
+        -- The path is written into the clause as a constant: a function
+        -- called there runs for every row (about 35 µs of a job insert).
+        (select string_agg(format('pg_catalog.jsonb_path_exists(new.%I, %L::pg_catalog.jsonpath)',
+                                  c, _json_too_deep_path()), ' or ')
          from unnest(p_columns) c),
         (select string_agg(format('%L', c), ', ') from unnest(p_columns) c));
 end;

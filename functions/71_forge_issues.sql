@@ -210,6 +210,11 @@ declare
     v_admitted boolean;
     v_lane text;
     v_last_finished timestamptz;
+    -- Each kind's label, asked once per call rather than once per issue.
+    v_labels jsonb := jsonb_build_object(
+        'discover', _forge_kind_label(p_repo, 'discover'),
+        'plan', _forge_kind_label(p_repo, 'plan'),
+        'implement', _forge_kind_label(p_repo, 'implement'));
 begin
     for v_issue in
         select i.* from forge_issue i
@@ -221,7 +226,7 @@ begin
         continue when v_kind is null;
         number := v_issue.number;
         kind := v_kind;
-        label := _forge_kind_label(p_repo, v_kind);
+        label := v_labels ->> v_kind;
         job_id := null;
         v_admitted := _forge_admitted(p_repo, v_issue, v_kind);
         if v_admitted is null then

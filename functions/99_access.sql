@@ -100,6 +100,7 @@ grant execute on function
     retry_job(uuid, timestamptz),
     _input_cap(text),
     _json_too_deep(jsonb),
+    _json_too_deep_path(),
     _is_blank(text),
     _acts_for(text),
     _actor()

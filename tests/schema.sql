@@ -122,7 +122,7 @@ create table ceaseless.agents (
     constraint window_secs_positive CHECK ((window_secs > 0)),
     constraint window_tokens_positive CHECK (((window_tokens IS NULL) OR (window_tokens > 0)))
 );
-CREATE TRIGGER agents_bounded_json BEFORE INSERT OR UPDATE OF env ON ceaseless.agents FOR EACH ROW WHEN (ceaseless._json_too_deep(new.env)) EXECUTE FUNCTION ceaseless._tg_bounded_json('env');
+CREATE TRIGGER agents_bounded_json BEFORE INSERT OR UPDATE OF env ON ceaseless.agents FOR EACH ROW WHEN (jsonb_path_exists(new.env, 'strict $.**{65}'::jsonpath)) EXECUTE FUNCTION ceaseless._tg_bounded_json('env');
 CREATE TRIGGER agents_changed AFTER INSERT OR DELETE OR UPDATE ON ceaseless.agents FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_config_changed();
 CREATE TRIGGER agents_disabled AFTER UPDATE OF enabled ON ceaseless.agents FOR EACH ROW WHEN ((old.enabled AND (NOT new.enabled))) EXECUTE FUNCTION ceaseless._tg_agents_disabled();
 CREATE TRIGGER agents_enabled AFTER UPDATE ON ceaseless.agents REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_agents_enabled();
@@ -214,7 +214,7 @@ create table ceaseless.events (
 );
 alter table ceaseless.events enable row level security;
 CREATE INDEX events_user_created_idx ON ceaseless.events USING btree (user_id, created_at DESC);
-CREATE TRIGGER events_bounded_json BEFORE INSERT OR UPDATE OF payload ON ceaseless.events FOR EACH ROW WHEN (ceaseless._json_too_deep(new.payload)) EXECUTE FUNCTION ceaseless._tg_bounded_json('payload');
+CREATE TRIGGER events_bounded_json BEFORE INSERT OR UPDATE OF payload ON ceaseless.events FOR EACH ROW WHEN (jsonb_path_exists(new.payload, 'strict $.**{65}'::jsonpath)) EXECUTE FUNCTION ceaseless._tg_bounded_json('payload');
 CREATE TRIGGER events_fire BEFORE INSERT ON ceaseless.events FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_events_fire();
 create policy all_rows on ceaseless.events for all to ceaseless_listener, ceaseless_operator
     using (true)
@@ -376,9 +376,9 @@ CREATE INDEX job_routine_run_idx ON ceaseless.job USING btree (routine_run_id) W
 CREATE INDEX job_topology_run_idx ON ceaseless.job USING btree (topology_run_id) WHERE (topology_run_id IS NOT NULL);
 CREATE INDEX job_user_idx ON ceaseless.job USING btree (user_id, created_at DESC);
 CREATE TRIGGER job_blocked AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_blocked();
-CREATE TRIGGER job_bounded_json BEFORE INSERT OR UPDATE OF payload ON ceaseless.job FOR EACH ROW WHEN (ceaseless._json_too_deep(new.payload)) EXECUTE FUNCTION ceaseless._tg_bounded_json('payload');
+CREATE TRIGGER job_bounded_json BEFORE INSERT OR UPDATE OF payload ON ceaseless.job FOR EACH ROW WHEN (jsonb_path_exists(new.payload, 'strict $.**{65}'::jsonpath)) EXECUTE FUNCTION ceaseless._tg_bounded_json('payload');
 CREATE TRIGGER job_default_agent BEFORE INSERT OR UPDATE OF agent ON ceaseless.job FOR EACH ROW WHEN ((new.agent IS NULL)) EXECUTE FUNCTION ceaseless._tg_default_agent();
-CREATE TRIGGER job_input BEFORE INSERT OR UPDATE OF prompt, payload ON ceaseless.job FOR EACH ROW WHEN (((char_length(new.prompt) > ceaseless._input_cap('job_prompt'::text)) OR (char_length((new.payload)::text) > ceaseless._input_cap('job_payload'::text)) OR COALESCE(((new.payload -> 'context_paths'::text) <> '[]'::jsonb), false) OR ceaseless._is_blank(new.prompt))) EXECUTE FUNCTION ceaseless._tg_job_input();
+CREATE TRIGGER job_input BEFORE INSERT OR UPDATE OF prompt, payload ON ceaseless.job FOR EACH ROW WHEN (((char_length(new.prompt) > 2000000) OR (char_length((new.payload)::text) > 1000000) OR COALESCE(((new.payload -> 'context_paths'::text) <> '[]'::jsonb), false) OR ceaseless._is_blank(new.prompt))) EXECUTE FUNCTION ceaseless._tg_job_input();
 CREATE TRIGGER job_insert AFTER INSERT ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_insert();
 CREATE TRIGGER job_plan_children AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_plan_children();
 CREATE TRIGGER job_routine_outcome AFTER UPDATE ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_routine_outcome();
@@ -497,7 +497,7 @@ alter table ceaseless.loops enable row level security;
 CREATE INDEX loops_next_fire_idx ON ceaseless.loops USING btree (next_fire_at) WHERE (enabled AND (next_fire_at IS NOT NULL));
 CREATE INDEX loops_user_idx ON ceaseless.loops USING btree (user_id, created_at DESC);
 CREATE INDEX loops_workspace_idx ON ceaseless.loops USING btree (workspace_id, updated_at DESC);
-CREATE TRIGGER loops_bounded_json BEFORE INSERT OR UPDATE OF graph, repeat_policy, triggers ON ceaseless.loops FOR EACH ROW WHEN ((ceaseless._json_too_deep(new.graph) OR ceaseless._json_too_deep(new.repeat_policy) OR ceaseless._json_too_deep(new.triggers))) EXECUTE FUNCTION ceaseless._tg_bounded_json('graph', 'repeat_policy', 'triggers');
+CREATE TRIGGER loops_bounded_json BEFORE INSERT OR UPDATE OF graph, repeat_policy, triggers ON ceaseless.loops FOR EACH ROW WHEN ((jsonb_path_exists(new.graph, 'strict $.**{65}'::jsonpath) OR jsonb_path_exists(new.repeat_policy, 'strict $.**{65}'::jsonpath) OR jsonb_path_exists(new.triggers, 'strict $.**{65}'::jsonpath))) EXECUTE FUNCTION ceaseless._tg_bounded_json('graph', 'repeat_policy', 'triggers');
 CREATE TRIGGER loops_changed AFTER INSERT OR DELETE OR UPDATE ON ceaseless.loops FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_loops_changed();
 CREATE TRIGGER loops_default_agent BEFORE INSERT OR UPDATE OF graph ON ceaseless.loops FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_graph_default_agent();
 CREATE TRIGGER loops_delete BEFORE DELETE ON ceaseless.loops FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_loops_delete();
@@ -716,7 +716,7 @@ CREATE INDEX idx_routines_next_fire ON ceaseless.routines USING btree (next_fire
 CREATE UNIQUE INDEX idx_routines_webhook_path ON ceaseless.routines USING btree (((trigger_config ->> 'path'::text))) WHERE (trigger_type = 'webhook'::text);
 CREATE INDEX routines_event_key_idx ON ceaseless.routines USING btree (user_id, "right"(event_literal, 4)) WHERE (enabled AND (trigger_type = 'event'::text) AND (char_length(event_literal) >= 4));
 CREATE INDEX routines_event_keyless_idx ON ceaseless.routines USING btree (user_id) WHERE (enabled AND (trigger_type = 'event'::text) AND (char_length(event_literal) < 4));
-CREATE TRIGGER routines_bounded_json BEFORE INSERT OR UPDATE OF trigger_config, action_config, state ON ceaseless.routines FOR EACH ROW WHEN ((ceaseless._json_too_deep(new.trigger_config) OR ceaseless._json_too_deep(new.action_config) OR ceaseless._json_too_deep(new.state))) EXECUTE FUNCTION ceaseless._tg_bounded_json('trigger_config', 'action_config', 'state');
+CREATE TRIGGER routines_bounded_json BEFORE INSERT OR UPDATE OF trigger_config, action_config, state ON ceaseless.routines FOR EACH ROW WHEN ((jsonb_path_exists(new.trigger_config, 'strict $.**{65}'::jsonpath) OR jsonb_path_exists(new.action_config, 'strict $.**{65}'::jsonpath) OR jsonb_path_exists(new.state, 'strict $.**{65}'::jsonpath))) EXECUTE FUNCTION ceaseless._tg_bounded_json('trigger_config', 'action_config', 'state');
 CREATE TRIGGER routines_changed AFTER INSERT OR DELETE OR UPDATE ON ceaseless.routines FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_routines_changed();
 CREATE TRIGGER routines_default_agent BEFORE INSERT OR UPDATE OF agent ON ceaseless.routines FOR EACH ROW WHEN ((new.agent IS NULL)) EXECUTE FUNCTION ceaseless._tg_default_agent();
 CREATE TRIGGER routines_validate BEFORE INSERT OR UPDATE ON ceaseless.routines FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_routines_validate();
@@ -767,7 +767,7 @@ create table ceaseless.settings (
     updated_at timestamp with time zone default now() not null,
     constraint settings_pkey PRIMARY KEY (key)
 );
-CREATE TRIGGER settings_bounded_json BEFORE INSERT OR UPDATE OF value ON ceaseless.settings FOR EACH ROW WHEN (ceaseless._json_too_deep(new.value)) EXECUTE FUNCTION ceaseless._tg_bounded_json('value');
+CREATE TRIGGER settings_bounded_json BEFORE INSERT OR UPDATE OF value ON ceaseless.settings FOR EACH ROW WHEN (jsonb_path_exists(new.value, 'strict $.**{65}'::jsonpath)) EXECUTE FUNCTION ceaseless._tg_bounded_json('value');
 CREATE TRIGGER settings_changed AFTER INSERT OR DELETE OR UPDATE ON ceaseless.settings FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_config_changed();
 CREATE TRIGGER settings_default_agent BEFORE INSERT OR UPDATE ON ceaseless.settings FOR EACH ROW WHEN ((new.key = 'default_agent'::text)) EXECUTE FUNCTION ceaseless._tg_settings_default_agent();
 CREATE TRIGGER settings_validate BEFORE INSERT OR UPDATE ON ceaseless.settings FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_settings_validate();
@@ -864,7 +864,7 @@ CREATE UNIQUE INDEX topology_runs_loop_iteration_idx ON ceaseless.topology_runs 
 CREATE INDEX topology_runs_loop_skipped_idx ON ceaseless.topology_runs USING btree (loop_id, created_at DESC) WHERE (status = 'skipped'::text);
 CREATE UNIQUE INDEX topology_runs_one_live_iteration_idx ON ceaseless.topology_runs USING btree (loop_id) WHERE ((loop_id IS NOT NULL) AND (status = ANY (ARRAY['pending'::text, 'running'::text, 'awaiting_approval'::text])));
 CREATE INDEX topology_runs_user_idx ON ceaseless.topology_runs USING btree (user_id, created_at DESC);
-CREATE TRIGGER topology_runs_bounded_json BEFORE INSERT OR UPDATE OF graph ON ceaseless.topology_runs FOR EACH ROW WHEN (ceaseless._json_too_deep(new.graph)) EXECUTE FUNCTION ceaseless._tg_bounded_json('graph');
+CREATE TRIGGER topology_runs_bounded_json BEFORE INSERT OR UPDATE OF graph ON ceaseless.topology_runs FOR EACH ROW WHEN (jsonb_path_exists(new.graph, 'strict $.**{65}'::jsonpath)) EXECUTE FUNCTION ceaseless._tg_bounded_json('graph');
 CREATE TRIGGER topology_runs_changed AFTER INSERT OR UPDATE OF status ON ceaseless.topology_runs FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_topology_runs_changed();
 CREATE TRIGGER topology_runs_default_agent BEFORE INSERT ON ceaseless.topology_runs FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_graph_default_agent();
 CREATE TRIGGER topology_runs_insert_metrics AFTER INSERT ON ceaseless.topology_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_topology_runs_insert_metrics();
@@ -1853,7 +1853,7 @@ create function ceaseless._forge_block(p_message text, OUT block jsonb, OUT prob
 comment on function ceaseless._forge_block(p_message text, OUT block jsonb, OUT problem text) is 'The last ```ceaseless fenced JSON object of an agent''s final message (block), or why it is not one (problem); both NULL when there is none.';
 grant execute on function ceaseless._forge_block(p_message text, OUT block jsonb, OUT problem text) to ceaseless_listener, ceaseless_operator;
 
--- functions/71_forge_issues.sql, body md5 225fb54150624f8adde27d5aae9bbfbd
+-- functions/71_forge_issues.sql, body md5 6aadf6acf9c5d62d144ec47ff13cddd5
 create function ceaseless._forge_decide(p_repo ceaseless.tracked_repo, p_numbers bigint[], p_now timestamp with time zone)
     returns TABLE(number bigint, kind text, label text, decision text, job_id uuid)
     language plpgsql
@@ -2008,7 +2008,7 @@ create function ceaseless._input_cap(p_name text)
 comment on function ceaseless._input_cap(p_name text) is 'The cap on a kind of untrusted text (pattern, schedule, schedule_items, prompt, event_content, event_payload, job_prompt, job_payload, graph_nodes, graph_edges, run_final_message, json_depth): characters, items for schedule_items, graph_nodes and graph_edges, levels for json_depth; NULL for an unknown name.';
 grant execute on function ceaseless._input_cap(p_name text) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/02_bounded_json.sql, body md5 50ca3d2edede461f9e78f7276db1c951
+-- functions/02_bounded_json.sql, body md5 6389971568f76ef385d372b960c87587
 create function ceaseless._install_bounded_json(p_table regclass, p_columns text[])
     returns void
     language plpgsql
@@ -2080,7 +2080,7 @@ create function ceaseless._job_state_after(p_outcome text, p_attempts integer, p
 comment on function ceaseless._job_state_after(p_outcome text, p_attempts integer, p_max_attempts integer, p_rate_limit_reset_at timestamp with time zone) is 'The state a job moves to when its run ends with p_outcome, after p_attempts of p_max_attempts attempts: delivered, blocked (budget_exhausted, output_budget_exhausted, auth_failed, needs_human), cancelled, pending (another attempt, or a rate limit''s reset), abandoned (lease_expired, none left) or failed.';
 grant execute on function ceaseless._job_state_after(p_outcome text, p_attempts integer, p_max_attempts integer, p_rate_limit_reset_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/02_bounded_json.sql, body md5 2b4ec889281555cad16f6daf944173da
+-- functions/02_bounded_json.sql, body md5 139c9025cf598c611afe81c0c1fd5fdd
 create function ceaseless._json_too_deep(p_value jsonb)
     returns boolean
     language sql
@@ -2088,6 +2088,15 @@ create function ceaseless._json_too_deep(p_value jsonb)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._json_too_deep(p_value jsonb) is 'True when the document has a value nested deeper than _input_cap(''json_depth'') levels.';
 grant execute on function ceaseless._json_too_deep(p_value jsonb) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
+-- functions/02_bounded_json.sql, body md5 9113b6ea2b9e2ae003dbf827bae873fb
+create function ceaseless._json_too_deep_path()
+    returns text
+    language sql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._json_too_deep_path() is 'The jsonpath (as text) that matches a value nested deeper than _input_cap(''json_depth'').';
+grant execute on function ceaseless._json_too_deep_path() to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/12_lanes.sql, body md5 83a10c86571f38b924eb0de135f1a17b
 create function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[] DEFAULT NULL::text[], p_measure_all boolean DEFAULT false)
