@@ -4,11 +4,15 @@
 --
 -- Called by: operators and users in psql, `ceaseless status`, the CLI's
 -- list and show commands, dashboards.
--- Guarantees: read-only; the views over owned rows (owner_budget_usage,
--- topology_node_status, loop_status, repo_status, forge_pipeline) are
+-- Guarantees: read-only; every view a user role may read (job_queue,
+-- stuck_jobs, governor_usage, routine_status, owner_budget_usage,
+-- topology_node_status, loop_status, repo_status, forge_pipeline) is
 -- security_invoker, so a user role sees only its own rows (the row-level
--- security of the caller applies, not the view owner's), and the rest are
--- the operators' and listeners' (99_access.sql); no view shows a credential
+-- security of the caller applies, not the view owner's); a lane's row in
+-- governor_usage is every owner's lane, counted by _lane_capacity as the
+-- claim counts it, with pending_due the caller's own due jobs; listener_status
+-- and notification_status are the operators' and listeners' (99_access.sql):
+-- they describe the installation, not a user's rows; no view shows a credential
 -- (a loop's webhook token or signing key, an agent's env, a sink's headers);
 -- column names are a stable interface (add columns, never rename them); an
 -- operator's own view built on one of these survives every migrate, or
@@ -33,7 +37,7 @@
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
-create or replace view job_queue as
+create or replace view job_queue with (security_invoker = true) as
 select j.id,
        j.kind,
        j.agent,
@@ -65,7 +69,7 @@ comment on view job_queue is
 -- "Claimed but never started" counts from the claim, not from the job's
 -- creation: a job that waited an hour in the queue and was claimed a second
 -- ago is not stuck.
-create or replace view stuck_jobs as
+create or replace view stuck_jobs with (security_invoker = true) as
 select q.*,
        case
            when q.state in ('claimed', 'running') and q.lease_remaining < interval '0'
@@ -99,7 +103,7 @@ comment on view stuck_jobs is
 -- disabled, paused or over a budget, whatever its counts say. paused_until
 -- and pause_reason are those of a pause still in force (NULL once it has
 -- passed).
-create or replace view governor_usage as
+create or replace view governor_usage with (security_invoker = true) as
 select a.name as agent,
        a.adapter,
        a.enabled,
@@ -146,7 +150,7 @@ comment on view owner_budget_usage is
     'Each owner budget against what the owner''s runs reported in its window; over_budget: its '
     'jobs wait (explain_job says owner_budget).';
 
-create or replace view routine_status as
+create or replace view routine_status with (security_invoker = true) as
 select r.id,
        r.name,
        r.user_id,

@@ -258,6 +258,17 @@ alter function _tg_topology_runs_insert_metrics() security definer;
 alter function _tg_topology_runs_update_metrics() security definer;
 alter function _tg_notifications_update_metrics() security definer;
 
+-- The operator views a user's CLI reads (90_views.sql): each is
+-- security_invoker, so a user sees its own jobs and routines. A lane is every
+-- owner's: _lane_capacity counts its live jobs and its window's runs as the
+-- claim counts them, whoever asks, so it runs as the owner; it returns counts
+-- per lane and no owner's row, which is why it checks no ownership. A lane's
+-- pause (its reason is the provider's limit message) is the lane's, too.
+alter function _lane_capacity(timestamptz, text[], boolean) security definer;
+grant execute on function _lane_capacity(timestamptz, text[], boolean) to ceaseless_user;
+grant select on job_queue, stuck_jobs, governor_usage, routine_status, lane_pauses
+    to ceaseless_user;
+
 -- Owner budgets (12_lanes.sql): a user reads its own budget and what its runs spent
 -- against it (owner_budget_usage is security_invoker); operators set them.
 grant select on owner_budgets, owner_budget_usage to ceaseless_user;

@@ -413,7 +413,7 @@ create table ceaseless.lane_pauses (
     constraint reason_not_blank CHECK ((reason ~ '[^\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]'::text))
 );
 comment on table ceaseless.lane_pauses is 'Agent lanes paused until a time (a provider rate limit, or an operator): claim_jobs skips them until then. Not configuration: a change here audits nothing and NOTIFYs no listener. Delete the row to lift a pause.';
-grant select on table ceaseless.lane_pauses to ceaseless_operator;
+grant select on table ceaseless.lane_pauses to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.lane_pauses to ceaseless_listener;
 
 create table ceaseless.late_results (
@@ -1070,7 +1070,7 @@ comment on view ceaseless.forge_pipeline is 'One row per forge job: its repo and
 grant select on table ceaseless.forge_pipeline to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.forge_pipeline to ceaseless_listener;
 
-create view ceaseless.governor_usage as
+create view ceaseless.governor_usage with (security_invoker=true) as
  SELECT a.name AS agent,
     a.adapter,
     a.enabled,
@@ -1094,10 +1094,10 @@ create view ceaseless.governor_usage as
            FROM ceaseless.job j
           WHERE j.agent = a.name AND j.state = 'pending'::text AND j.run_after <= now()) due;
 comment on view ceaseless.governor_usage is 'Per agent lane: live runs against max_concurrent, starts in the rolling window against window_budget, free slots (none while disabled, paused or over a cost or token budget), the pause in force and why, due work waiting, the cost and tokens the window''s runs reported against window_cost_usd and window_tokens, and what holds the lane (held_by, as explain_job names it).';
-grant select on table ceaseless.governor_usage to ceaseless_operator;
+grant select on table ceaseless.governor_usage to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.governor_usage to ceaseless_listener;
 
-create view ceaseless.job_queue as
+create view ceaseless.job_queue with (security_invoker=true) as
  SELECT j.id,
     j.kind,
     j.agent,
@@ -1127,7 +1127,7 @@ create view ceaseless.job_queue as
      JOIN ceaseless.agents a ON a.name = j.agent
   WHERE j.state = ANY (ARRAY['pending'::text, 'claimed'::text, 'running'::text]);
 comment on view ceaseless.job_queue is 'Live jobs (pending, claimed, running): who holds each and since when, how long its lease has left, whether it is due.';
-grant select on table ceaseless.job_queue to ceaseless_operator;
+grant select on table ceaseless.job_queue to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.job_queue to ceaseless_listener;
 
 create view ceaseless.listener_status as
@@ -1312,7 +1312,7 @@ comment on view ceaseless.repo_status is 'One row per tracked repo: last and nex
 grant select on table ceaseless.repo_status to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.repo_status to ceaseless_listener;
 
-create view ceaseless.routine_status as
+create view ceaseless.routine_status with (security_invoker=true) as
  SELECT r.id,
     r.name,
     r.user_id,
@@ -1346,7 +1346,7 @@ create view ceaseless.routine_status as
            FROM ceaseless.routine_runs rr
           WHERE rr.routine_id = r.id AND rr.status = 'running'::text) live ON true;
 comment on view ceaseless.routine_status is 'One row per routine: trigger, schedule, next fire, last status, consecutive failures, runs and skips in the last 24 hours, and runs running now.';
-grant select on table ceaseless.routine_status to ceaseless_operator;
+grant select on table ceaseless.routine_status to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.routine_status to ceaseless_listener;
 
 create view ceaseless.schedules with (security_invoker=true) as
@@ -1384,7 +1384,7 @@ comment on view ceaseless.schedules is 'Every routine (kind routine) and loop (k
 grant select on table ceaseless.schedules to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.schedules to ceaseless_listener;
 
-create view ceaseless.stuck_jobs as
+create view ceaseless.stuck_jobs with (security_invoker=true) as
  SELECT q.id,
     q.kind,
     q.agent,
@@ -1419,7 +1419,7 @@ create view ceaseless.stuck_jobs as
      LEFT JOIN ceaseless.agent_run r ON r.job_id = q.id AND r.finished_at IS NULL
   WHERE (q.state = ANY (ARRAY['claimed'::text, 'running'::text])) AND q.lease_remaining < '00:00:00'::interval OR q.state = 'claimed'::text AND q.claimed_at < (now() - '00:05:00'::interval) OR q.state = 'running'::text AND r.started_at < (now() - make_interval(secs => (a.timeout_secs + a.kill_grace_secs + 60)::double precision)) OR q.due AND q.run_after < (now() - '00:05:00'::interval);
 comment on view ceaseless.stuck_jobs is 'Live jobs that should have moved by now, each with the likely reason.';
-grant select on table ceaseless.stuck_jobs to ceaseless_operator;
+grant select on table ceaseless.stuck_jobs to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.stuck_jobs to ceaseless_listener;
 
 create view ceaseless.topology_node_status with (security_invoker=true) as
@@ -2103,10 +2103,11 @@ create function ceaseless._lane_capacity(p_now timestamp with time zone, p_agent
     returns TABLE(agent text, live bigint, claimed bigint, started_in_window bigint, cost_in_window numeric, tokens_in_window numeric, paused_until timestamp with time zone, pause_reason text, held_by text[], free bigint)
     language plpgsql
     stable
+    security definer
     rows 10
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[], p_measure_all boolean) is 'Per lane (all, or those in p_agents): its live and claimed jobs, the runs, cost and tokens of its window, the pause in force, what holds it (held_by: agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget) and its free slots (0 while held), read against p_now: the one rule claim_jobs admits by, governor_usage shows and _explain_lane explains. With p_measure_all false (a claim), a closed lane and the window of a lane without a budget are not counted.';
-grant execute on function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[], p_measure_all boolean) to ceaseless_listener, ceaseless_operator;
+grant execute on function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[], p_measure_all boolean) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/41_fire_admission.sql, body md5 9aa169b23c6292011d128f0ea1365366
 create function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_running bigint, p_no_wait boolean)

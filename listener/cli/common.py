@@ -197,7 +197,9 @@ def record(pairs: Sequence[tuple[str, object]], *, name: str = "", width: int = 
         return
     for header, value in pairs:
         shown = json.dumps(value, default=_json_value) if isinstance(value, dict | list) else value
-        typer.echo(f"{header:>{width}}  {'' if shown is None else shown}")
+        # A multi-line value (an error, a final message) keeps its lines, indented under it.
+        text = "" if shown is None else str(shown).rstrip()
+        typer.echo(f"{header:>{width}}  " + text.replace("\n", "\n" + " " * (width + 2)))
 
 
 def collecting() -> bool:
@@ -217,12 +219,25 @@ def table(rows: list[tuple[object, ...]], headers: list[str], *, name: str = "")
     if document is not None:
         document[name] = [dict(zip(headers, row, strict=True)) for row in rows]
         return
-    cells = [headers, *[["" if v is None else str(v) for v in row] for row in rows]]
+    cells = [headers, *[[_cell(v) for v in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
         typer.echo("  ".join(value.ljust(widths[i]) for i, value in enumerate(row)).rstrip())
         if n == 0:
             typer.echo("  ".join("-" * w for w in widths))
+
+
+# A table cell is one line of at most this many characters: a multi-line error or an
+# agent's final message would otherwise break every row after it. `show` commands
+# and --output json carry the whole text.
+CELL_WIDTH = 80
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    text = " ⏎ ".join(line.strip() for line in str(value).strip().splitlines())
+    return text if len(text) <= CELL_WIDTH else text[: CELL_WIDTH - 1] + "…"
 
 
 def listed(listing: Listing, *, name: str = "") -> None:

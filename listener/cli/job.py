@@ -1,4 +1,4 @@
-"""`ceaseless job …`: enqueue, list, cancel and retry jobs in ceaseless.job.
+"""`ceaseless job …`: enqueue, list, show, cancel and retry jobs in ceaseless.job.
 
 Each command is one statement or one API function call (cancel_job, retry_job);
 whether a job may be cancelled or retried is the function's decision, and its
@@ -8,11 +8,12 @@ error is shown as it is.
 from __future__ import annotations
 
 from typing import Annotated
+from uuid import UUID
 
 import typer
 
-from listener.cli.common import Output, OutputOpt, call, emitting, listed, why
-from listener.enums import JobKind
+from listener.cli.common import Output, OutputOpt, call, emitting, fail, listed, note, record, why
+from listener.enums import JobKind, JobState
 from listener.queries import commands
 from listener.queries.commands import jobs
 
@@ -38,37 +39,91 @@ def job_add(
     typer.echo(call(jobs.add, values))
 
 
+JobArg = Annotated[
+    str, typer.Argument(help="The job's id, or a unique prefix of it (four hex digits or more).")
+]
+
+
+def _job_id(ref: str) -> str:
+    """The id of the one job `ref` starts (a user's own jobs only); exits otherwise. A whole id
+    is passed on, so an unknown one gets the database's own error."""
+    try:
+        return str(UUID(ref))
+    except ValueError:
+        pass
+    ids = call(jobs.ids_with_prefix, ref)
+    if not ids:
+        raise fail(f"no job with id {ref!r} (give its id, or four or more of its first digits)")
+    if len(ids) > 1:
+        raise fail(f"{ref!r} starts more than one job's id: give more of it")
+    return ids[0]
+
+
 @app.command("list")
 def job_list(
-    all_states: Annotated[
-        bool, typer.Option("--all", help="Include finished jobs (latest 50).")
-    ] = False,
+    state: Annotated[
+        list[JobState] | None,
+        typer.Option(
+            help="Only jobs in this state (repeat for several). Default: pending, "
+            "claimed, running and blocked."
+        ),
+    ] = None,
+    all_states: Annotated[bool, typer.Option("--all", help="Jobs in any state.")] = False,
+    agent: Annotated[str | None, typer.Option(help="Only this agent lane's jobs.")] = None,
+    owner: Annotated[str | None, typer.Option(help="Only this owner's jobs (job.user_id).")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="Only jobs created since: a time ('2026-12-01 09:00') or an interval "
+            "back from now ('1h', '2 days')."
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many, the latest first.")] = 50,
     output: OutputOpt = Output.TABLE,
 ) -> None:
-    """List live jobs (ceaseless.job_queue), or the latest jobs with --all."""
+    """List jobs, the latest first: those waiting or running and those blocked on a person,
+    or those the options choose."""
+    states = (
+        None if all_states else [s.value for s in state] if state else list(jobs.WAITING_STATES)
+    )
     with emitting(output):
-        listed(call(jobs.latest if all_states else jobs.live))
+        listed(call(jobs.listed, states=states, agent=agent, owner=owner, since=since, limit=limit))
+
+
+@app.command("show")
+def job_show(job: JobArg, output: OutputOpt = Output.TABLE) -> None:
+    """A job: what it was asked and where it came from, every attempt with its outcome and
+    what the agent said, and, while it waits, why (explain_job)."""
+    job_id = _job_id(job)
+    shown = call(jobs.job, job_id).first()
+    if shown is None:
+        raise fail(f"no job with id {job!r}")
+    with emitting(output):
+        record(shown, name="job", width=16)
+        note("")
+        listed(call(jobs.runs, job_id), name="runs")
+        note("")
+        listed(call(commands.explain, commands.Explained.JOB, job_id), name="why")
 
 
 @app.command("cancel")
-def job_cancel(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> None:
+def job_cancel(job: JobArg) -> None:
     """Cancel a job; a running agent is stopped (cancel_job)."""
+    job_id = _job_id(job)
     call(jobs.cancel, job_id)
     typer.echo(f"job {job_id} cancelled")
 
 
 @app.command("retry")
-def job_retry(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> None:
+def job_retry(job: JobArg) -> None:
     """Run a finished job again with a fresh attempt budget (retry_job)."""
+    job_id = _job_id(job)
     call(jobs.retry, job_id)
     typer.echo(f"job {job_id} is pending again")
 
 
 @app.command("why")
-def job_why(
-    job_id: Annotated[str, typer.Argument(help="The job's id.")],
-    output: OutputOpt = Output.TABLE,
-) -> None:
+def job_why(job: JobArg, output: OutputOpt = Output.TABLE) -> None:
     """Why is this job not running? Every reason that holds it, and when each clears
     (explain_job)."""
-    why(commands.Explained.JOB, job_id, output)
+    why(commands.Explained.JOB, _job_id(job), output)

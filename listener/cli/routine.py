@@ -57,7 +57,10 @@ def routine_add(
         str | None,
         typer.Option(help="Agent lane that runs it (default: the setting default_agent)."),
     ] = None,
-    user: Annotated[str, typer.Option(help="Owner (routines.user_id).")] = "default",
+    user: Annotated[
+        str | None,
+        typer.Option(help="Owner (routines.user_id; default: your database role)."),
+    ] = None,
     cron: Annotated[
         str | None, typer.Option(help="Cron schedule; 6 fields put seconds LAST: '0 9 * * * 30'.")
     ] = None,

@@ -13,7 +13,18 @@ from typing import Annotated
 import typer
 
 from listener import log
-from listener.cli.common import call, fail, listed, table, url
+from listener.cli.common import (
+    Output,
+    OutputOpt,
+    call,
+    collecting,
+    emitting,
+    fail,
+    listed,
+    note,
+    table,
+    url,
+)
 from listener.cli.options import ListenerOptions, listener_options
 from listener.config import ListenerConfig
 from listener.database import connections
@@ -86,34 +97,51 @@ def migrate_command(
 
 
 @app.command()
-def status() -> None:
+def status(output: OutputOpt = Output.TABLE) -> None:
     """Queue summary: jobs by state, each agent lane's governor usage, and the running listeners.
 
     What a listener says of itself (its agents' sandbox, how it reached the
     database) is what that listener reported (listener_status), not a guess
-    from this command's own environment.
+    from this command's own environment. A user role sees its own jobs and
+    every lane; the listeners are shown to operators.
     """
     summary = call(read_status)
-    listed(summary.jobs)
-    typer.echo("")
-    listed(summary.lanes)
-    typer.echo("")
-    listeners = summary.listeners.rows
-    # The last column is each listener's warnings, printed under the table.
-    table([row[:-1] for row in listeners], summary.listeners.headers[:-1])
-    if not any(row[1] for row in listeners):
-        typer.secho(
-            "\nno listener is running: `ceaseless listen` (or `ceaseless up`) starts one",
-            fg=typer.colors.YELLOW,
-        )
-    for row in listeners:
-        for warning in row[-1]:
-            typer.secho(f"\nwarning: listener {row[0]}: {warning}", fg=typer.colors.YELLOW)
-    if summary.stuck_jobs:
-        typer.secho(
-            f"\n{summary.stuck_jobs} stuck jobs: select * from ceaseless.stuck_jobs;",
-            fg=typer.colors.YELLOW,
-        )
+    with emitting(output):
+        listed(summary.jobs, name="jobs")
+        note("")
+        listed(summary.lanes, name="lanes")
+        note("")
+        if summary.listeners is None:
+            note("listeners: shown to operators only (ceaseless.listener_status)")
+        else:
+            listeners = summary.listeners.rows
+            # The last column is each listener's warnings, printed under the table.
+            if collecting():
+                listed(summary.listeners, name="listeners")
+            else:
+                table([row[:-1] for row in listeners], summary.listeners.headers[:-1])
+            if not any(row[1] for row in listeners):
+                _hint("no listener is running: `ceaseless listen` (or `ceaseless up`) starts one")
+            for row in listeners:
+                for warning in row[-1]:
+                    _hint(f"warning: listener {row[0]}: {warning}")
+        blocked = sum(row[1] for row in summary.jobs.rows if row[0] == "blocked")
+        if blocked:
+            _hint(
+                f"{blocked} blocked jobs wait for a person: `ceaseless job list --state blocked` "
+                "lists them, `ceaseless job show <id>` says why; fix that, then "
+                "`ceaseless job retry <id>`"
+            )
+        if summary.stuck_jobs.rows:
+            _hint(f"{len(summary.stuck_jobs.rows)} stuck jobs: select * from ceaseless.stuck_jobs;")
+        if collecting():
+            listed(summary.stuck_jobs, name="stuck_jobs")
+
+
+def _hint(text: str) -> None:
+    """A next step for people, in yellow after a blank line; not part of a JSON document."""
+    if not collecting():
+        typer.secho(f"\n{text}", fg=typer.colors.YELLOW)
 
 
 @app.command()

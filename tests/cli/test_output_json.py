@@ -19,8 +19,9 @@ def _json(db_url: str, *args: str) -> object:
 
 def test_lists_are_arrays_of_objects(db_url: str, conn: psycopg.Connection) -> None:
     conn.execute("insert into ceaseless.agents (name, adapter) values ('noop', 'noop')")
-    (job_id,) = conn.execute(
-        "insert into ceaseless.job (kind, agent, prompt) values ('task', 'noop', 'hi') returning id"
+    (job_id, owner, created_at) = conn.execute(
+        "insert into ceaseless.job (kind, agent, prompt) values ('task', 'noop', 'hi') "
+        "returning id, user_id, created_at"
     ).fetchone()  # type: ignore[misc]
     jobs = _json(db_url, "job", "list")
     assert jobs == [
@@ -32,6 +33,9 @@ def test_lists_are_arrays_of_objects(db_url: str, conn: psycopg.Connection) -> N
             "attempts": 0,
             "claimed_by": None,
             "last_error": None,
+            "owner": owner,
+            "created_at": created_at.isoformat(),
+            "took": None,
         }
     ]
     agents = _json(db_url, "agent", "list")

@@ -80,27 +80,51 @@ class Named(StrEnum):
     TRACKED_REPO = "tracked_repo"
 
 
+# An id may be given by a unique prefix of four or more hex digits, dashes
+# optional, as git takes a commit's: `df611f23` names the job whose id starts
+# so. The prefix becomes a range of the primary key, read by its index; a ref
+# that is no such prefix passes NULL (`_hex_prefix`), which matches nothing.
+_ID_PREFIX: LiteralString = """
+    id between rpad(%(prefix)s::text, 32, '0')::uuid and rpad(%(prefix)s::text, 32, 'f')::uuid
+"""
+
+
+def _hex_prefix(ref: str) -> str | None:
+    digits = ref.replace("-", "").lower()
+    is_hex = all(c in "0123456789abcdef" for c in digits)
+    return digits if is_hex and 4 <= len(digits) <= 32 else None
+
+
 # What names a row besides its id: a routine's name is unique per user (the
 # user narrows it down), a loop's title and a repo's OWNER/REPO need not be unique.
 _NAMED: dict[Named, LiteralString] = {
     Named.ROUTINES: """
         select id from ceaseless.routines
-         where (id::text = %(ref)s or name = %(ref)s)
+         where (name = %(ref)s or """
+    + _ID_PREFIX
+    + """)
            and (%(user)s::text is null or user_id = %(user)s)
     """,
-    Named.LOOPS: """
-        select id from ceaseless.loops where id::text = lower(%(ref)s) or title = %(ref)s
-    """,
-    Named.TRACKED_REPO: """
-        select id from ceaseless.tracked_repo
-         where id::text = lower(%(ref)s) or owner || '/' || repo = %(ref)s
-    """,
+    Named.LOOPS: "select id from ceaseless.loops where title = %(ref)s or " + _ID_PREFIX,
+    Named.TRACKED_REPO: "select id from ceaseless.tracked_repo where owner || '/' || repo = "
+    "%(ref)s or " + _ID_PREFIX,
 }
 
 
+def ids_by_prefix(conn: Connection, table: LiteralString, ref: str) -> list[str]:
+    """The ids (at most two) of ceaseless.<table>'s rows whose id starts with `ref`."""
+    statement = sql.SQL("select id from {} where " + _ID_PREFIX + " limit 2").format(
+        sql.Identifier("ceaseless", table)
+    )
+    rows = conn.execute(statement, {"prefix": _hex_prefix(ref)}).fetchall()
+    return [str(row[0]) for row in rows]
+
+
 def ids_named(conn: Connection, table: Named, ref: str, user: str | None = None) -> list[str]:
-    """The ids of the rows `ref` names (its id, or its name), of `user`'s when given."""
-    rows = conn.execute(_NAMED[table], {"ref": ref, "user": user}).fetchall()
+    """The ids of the rows `ref` names (its name, or its id or a prefix of it), of `user`'s when
+    given."""
+    params = {"ref": ref, "prefix": _hex_prefix(ref), "user": user}
+    rows = conn.execute(_NAMED[table], params).fetchall()
     return [str(row[0]) for row in rows]
 
 

@@ -1,4 +1,4 @@
-"""`ceaseless job …`: enqueue, list, cancel and retry jobs.
+"""`ceaseless job …`: enqueue, list, show, cancel and retry jobs.
 
 Guarantees: `add` is one INSERT of the columns given; whether a job may be
 cancelled or retried is cancel_job's and retry_job's decision, and their error
@@ -7,9 +7,9 @@ is the caller's to show.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from listener.queries.commands import Connection, Listing, insert, listing
+from listener.queries.commands import Connection, Listing, ids_by_prefix, insert, listing
 
 
 def add(conn: Connection, values: Mapping[str, object]) -> str:
@@ -17,28 +17,84 @@ def add(conn: Connection, values: Mapping[str, object]) -> str:
     return str(insert(conn, "job", values, ["id"])[0])
 
 
-def live(conn: Connection) -> Listing:
-    """The live jobs (job_queue reads only those), the oldest first."""
+# The states `job list` shows unless told otherwise: the live ones and blocked,
+# which waits for a person.
+WAITING_STATES = ("pending", "claimed", "running", "blocked")
+
+
+def listed(
+    conn: Connection,
+    *,
+    states: Sequence[str] | None,
+    agent: str | None,
+    owner: str | None,
+    since: str | None,
+    limit: int,
+) -> Listing:
+    """Jobs in `states` (any state: None), the latest first, at most `limit`.
+
+    `since` is an interval back from now ('1h', '2 days') or a time
+    ('2026-12-01 09:00'); PostgreSQL parses both, and its error names a bad one.
+    """
     return listing(
         conn,
         """
-        select id, kind, agent, state, attempts, claimed_by, last_error
-          from ceaseless.job_queue
-         order by created_at
+        select id, kind, agent, state, attempts, claimed_by, last_error, user_id as owner,
+               created_at, finished_at - coalesce(claimed_at, created_at) as took
+          from ceaseless.job
+         where (%(states)s::text[] is null or state = any (%(states)s::text[]))
+           and (%(agent)s::text is null or agent = %(agent)s)
+           and (%(owner)s::text is null or user_id = %(owner)s)
+           and (%(since)s::text is null
+                or created_at >= case when %(since)s ~ '^[0-9]{4}-'
+                                      then %(since)s::timestamptz
+                                      else now() - %(since)s::interval end)
+         order by created_at desc, id
+         limit %(limit)s
         """,
+        {"states": states, "agent": agent, "owner": owner, "since": since, "limit": limit},
     )
 
 
-def latest(conn: Connection) -> Listing:
-    """The latest 50 jobs in any state, the latest first."""
+def ids_with_prefix(conn: Connection, ref: str) -> list[str]:
+    """The ids of the jobs (at most two) whose id starts with `ref`, as git finds a commit."""
+    return ids_by_prefix(conn, "job", ref)
+
+
+def job(conn: Connection, job_id: str) -> Listing:
+    """One job: what it was asked, where it came from, and where it stands."""
     return listing(
         conn,
         """
-        select id, kind, agent, state, attempts, claimed_by, last_error
-          from ceaseless.job
-         order by created_at desc
-         limit 50
+        select j.id, j.kind, j.agent, j.state, j.user_id as owner, j.attempts,
+               coalesce(j.max_attempts, a.max_attempts) as max_attempts, j.created_at,
+               j.run_after, j.claimed_by, j.finished_at, j.dedup_key,
+               case when j.forge is not null
+                    then format('%%s:%%s/%%s#%%s', j.forge, j.owner, j.repo, j.number) end
+                 as issue,
+               j.routine_run_id, j.topology_run_id, j.parent_job_id,
+               left(j.prompt, 2000) as prompt, j.last_error
+          from ceaseless.job j
+          join ceaseless.agents a on a.name = j.agent
+         where j.id = %s
         """,
+        (job_id,),
+    )
+
+
+def runs(conn: Connection, job_id: str) -> Listing:
+    """Every attempt of a job: when, how long, how it ended, and what the agent said."""
+    return listing(
+        conn,
+        """
+        select attempt, worker, started_at, finished_at - started_at as took, outcome,
+               exit_status, billing, cost_usd, tokens_in, tokens_out,
+               coalesce(error, final_message) as message
+          from ceaseless.agent_run
+         where job_id = %s
+         order by attempt, started_at
+        """,
+        (job_id,),
     )
 
 

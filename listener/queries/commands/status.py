@@ -3,6 +3,9 @@
 Guarantees: four reads of the operator views (governor_usage, listener_status,
 stuck_jobs) and the job table, each its own statement: a summary, not one
 snapshot. What a listener says of itself is what it reported (listener_status).
+A user role reads its own jobs (the views are security_invoker) and every lane;
+the listeners are the operators' to see, so for a role that may not read
+listener_status they are None rather than an error.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from listener.queries.commands import Connection, Listing, listing
 class Status(NamedTuple):
     jobs: Listing
     lanes: Listing
-    # The last column, `warnings`, is each listener's list of warnings.
-    listeners: Listing
-    stuck_jobs: int
+    # The last column, `warnings`, is each listener's list of warnings; None for a role that
+    # may not see the listeners.
+    listeners: Listing | None
+    stuck_jobs: Listing
 
 
 def status(conn: Connection) -> Status:
@@ -34,18 +38,25 @@ def status(conn: Connection) -> Status:
          order by agent
         """,
     )
-    listeners = listing(
-        conn,
-        """
-        select worker as listener, listening, held, running,
-               coalesce(sandbox, '?') as sandbox,
-               coalesce(agent_user, case when sandbox is null then '?' else '(its own)' end)
-                 as agent_user,
-               coalesce(db_auth, '?') as db_auth, coalesce(http, '') as http,
-               coalesce(warnings, '{}') as warnings
-          from ceaseless.listener_status
-         order by worker
-        """,
+    may_see_listeners = conn.execute(
+        "select has_table_privilege('ceaseless.listener_status', 'select')"
+    ).fetchone()
+    listeners = None
+    if may_see_listeners and may_see_listeners[0]:
+        listeners = listing(
+            conn,
+            """
+            select worker as listener, listening, held, running,
+                   coalesce(sandbox, '?') as sandbox,
+                   coalesce(agent_user, case when sandbox is null then '?' else '(its own)' end)
+                     as agent_user,
+                   coalesce(db_auth, '?') as db_auth, coalesce(http, '') as http,
+                   coalesce(warnings, '{}') as warnings
+              from ceaseless.listener_status
+             order by worker
+            """,
+        )
+    stuck = listing(
+        conn, "select id, agent, state, reason from ceaseless.stuck_jobs order by run_after, id"
     )
-    stuck = conn.execute("select count(*) from ceaseless.stuck_jobs").fetchone()
-    return Status(jobs, lanes, listeners, int(stuck[0]) if stuck else 0)
+    return Status(jobs, lanes, listeners, stuck)
