@@ -250,8 +250,11 @@ comment on function explain_job(uuid, timestamptz) is
 -- Every reason that holds a routine's next fire, in the order _fire_routines
 -- judges them: disabled, agent_disabled, cooldown (clears at the cooldown's
 -- end; a manual run ignores it), concurrency (max_concurrent running runs),
--- global_cap (setting routine_max_running); for a cron routine, not_due
--- until next_fire_at (or not_scheduled while no listener has computed it).
+-- global_cap (setting routine_max_running); under concurrency, what holds
+-- the job of each running run (its explain_job reasons: a retry's backoff
+-- and its error, a lane that keeps it waiting, a job that is running); for
+-- a cron routine, not_due until next_fire_at (or not_scheduled while no
+-- listener has computed it).
 -- Then what would hold the jobs of its runs in their lane: lane_paused,
 -- lane_full, window_budget, cost_budget, token_budget. Nothing: one row,
 -- 'ready', naming what fires it.
@@ -286,13 +289,15 @@ begin
                             then v_routine.last_run_at
                                  + make_interval(secs => v_routine.cooldown_secs) end;
 
-    -- The guardrails in the order _fire_routines judges them, then the
-    -- schedule's, then what would hold its runs' jobs in their lane (whose
-    -- agent_disabled is the guardrail's, given once).
+    -- The guardrails in the order _fire_routines judges them, each running
+    -- run's job under the concurrency it holds (a job in retry backoff with
+    -- its error, a lane that keeps it waiting: the reason behind the
+    -- reason), then the schedule's, then what would hold its runs' jobs in
+    -- their lane (whose agent_disabled is the guardrail's, given once).
     return query
     select h.reason, h.detail, h.clears_at
     from (
-        select g.ord, g.reason, g.detail, g.clears_at
+        select g.ord, 0::bigint as sub, g.reason, g.detail, g.clears_at
         from (values
             (1, not v_routine.enabled, 'disabled',
              format('routine %s is disabled%s', v_routine.name,
@@ -319,15 +324,25 @@ begin
         ) g (ord, holds, reason, detail, clears_at)
         where g.holds
         union all
-        select 6, e.reason, e.detail, e.clears_at
+        -- job_routine_run_idx: the jobs of this routine's running runs only.
+        select 4, row_number() over (order by rr.started_at, j.id, e.n), e.reason,
+               format('run %s, job %s: %s', rr.id, j.id, e.detail), e.clears_at
+        from routine_runs rr
+        join job j on j.routine_run_id = rr.id
+                  and j.state in ('pending', 'claimed', 'running', 'blocked')
+        cross join lateral explain_job(j.id, p_now) with ordinality as e (reason, detail,
+                                                                         clears_at, n)
+        where rr.routine_id = v_routine.id and rr.status = 'running' and e.reason <> 'ready'
+        union all
+        select 6, 0, e.reason, e.detail, e.clears_at
         from _explain_schedule('routine', v_routine.id, p_now) e
         union all
-        select 6 + l.n, l.reason, 'its jobs wait: ' || l.detail, l.clears_at
+        select 6 + l.n, 0, l.reason, 'its jobs wait: ' || l.detail, l.clears_at
         from _explain_lane(v_routine.agent, p_now) with ordinality as l (reason, detail, clears_at,
                                                                          free, n)
         where l.reason is not null and l.reason <> 'agent_disabled'
     ) h
-    order by h.ord;
+    order by h.ord, h.sub;
 
     if not found then
         return query select 'ready'::text,
@@ -348,7 +363,8 @@ $$;
 
 comment on function explain_routine(uuid, timestamptz) is
     'Every reason that holds a routine''s next fire (disabled, agent_disabled, cooldown, '
-    'concurrency, global_cap, not_due, not_scheduled) or its jobs in their lane (lane_paused, '
+    'concurrency and the explain_job reasons of each running run''s job, global_cap, not_due, '
+    'not_scheduled) or its jobs in their lane (lane_paused, '
     'lane_full, window_budget, cost_budget, token_budget), one row each with the time it '
     'clears when known; ''ready'' when nothing does. CE404 for an unknown routine.';
 

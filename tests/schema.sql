@@ -3438,14 +3438,14 @@ create function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time
 comment on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) is 'Every reason that holds a loop''s next iteration (stopped, disabled, agent_disabled, live_iteration and what holds it: awaiting_approval, its nodes'' jobs; not_scheduled, not_due), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown loop.';
 grant execute on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/92_explain.sql, body md5 a5264d9cbcc5fd71ebabb48520ea7d02
+-- functions/92_explain.sql, body md5 d84b522b23051bfa0aa94e93592ec919
 create function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
     stable
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) is 'Every reason that holds a routine''s next fire (disabled, agent_disabled, cooldown, concurrency, global_cap, not_due, not_scheduled) or its jobs in their lane (lane_paused, lane_full, window_budget, cost_budget, token_budget), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown routine.';
+comment on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) is 'Every reason that holds a routine''s next fire (disabled, agent_disabled, cooldown, concurrency and the explain_job reasons of each running run''s job, global_cap, not_due, not_scheduled) or its jobs in their lane (lane_paused, lane_full, window_budget, cost_budget, token_budget), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown routine.';
 grant execute on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/92_explain.sql, body md5 0fee462bc13f65dab6b624995d7c7a56

@@ -219,7 +219,8 @@ def table(rows: list[tuple[object, ...]], headers: list[str], *, name: str = "")
     if document is not None:
         document[name] = [dict(zip(headers, row, strict=True)) for row in rows]
         return
-    cells = [headers, *[[_cell(v) for v in row] for row in rows]]
+    widest = [CELL_WIDTH] * (len(headers) - 1) + [LAST_CELL_WIDTH]
+    cells = [headers, *[[_cell(v, w) for v, w in zip(row, widest, strict=True)] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
         typer.echo("  ".join(value.ljust(widths[i]) for i, value in enumerate(row)).rstrip())
@@ -227,17 +228,19 @@ def table(rows: list[tuple[object, ...]], headers: list[str], *, name: str = "")
             typer.echo("  ".join("-" * w for w in widths))
 
 
-# A table cell is one line of at most this many characters: a multi-line error or an
-# agent's final message would otherwise break every row after it. `show` commands
-# and --output json carry the whole text.
+# A table cell is one line: a multi-line error or an agent's final message would
+# otherwise break every row after it. A cell is cut at CELL_WIDTH characters, except in
+# the last column, where a long text (a why's detail, an error) misaligns nothing and is
+# cut only at LAST_CELL_WIDTH. `show` commands and --output json carry the whole text.
 CELL_WIDTH = 80
+LAST_CELL_WIDTH = 400
 
 
-def _cell(value: object) -> str:
+def _cell(value: object, width: int) -> str:
     if value is None:
         return ""
     text = " ⏎ ".join(line.strip() for line in str(value).strip().splitlines())
-    return text if len(text) <= CELL_WIDTH else text[: CELL_WIDTH - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def listed(listing: Listing, *, name: str = "") -> None:

@@ -12,7 +12,7 @@ from psycopg.conninfo import make_conninfo
 
 from tests.conftest import PASSWORD
 from tests.e2e.support import run_cli
-from tests.factories import make_agent, make_job, make_routine, pause_lane
+from tests.factories import claim_started, finish, make_agent, make_job, make_routine, pause_lane
 from tests.sql.topology import graph, node
 
 
@@ -114,3 +114,20 @@ def test_loop_why_as_a_user_lists_its_reasons_and_someone_elses_loop_is_unknown(
     assert refused.stderr.strip() == (
         f"error: no loop with the id or title '{row[0]}' (see: ceaseless loop list)"
     )
+
+
+def test_routine_why_shows_the_error_of_the_job_that_holds_it(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    make_agent(conn)
+    routine = make_routine(conn, name="nightly", max_concurrent=1)
+    conn.execute("select ceaseless.run_routine(%s)", (routine,))
+    (run_id,) = claim_started(conn).values()
+    finish(conn, run_id, "failed", error="executable 'claude' not found")
+
+    result = run_cli(db_url, "routine", "why", "nightly", "--user", "alice")
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[2].startswith("concurrency") and lines[3].startswith("not_due")
+    assert "executable 'claude' not found" in lines[3]

@@ -299,6 +299,24 @@ def test_a_routine_at_max_concurrent_says_how_many_run(conn: psycopg.Connection)
     assert run is not None and run_of(conn, run[0])["skip_reason"] == "concurrency"
 
 
+def test_a_routine_held_by_its_own_run_explains_that_runs_job_too(
+    conn: psycopg.Connection,
+) -> None:
+    make_agent(conn)
+    routine = make_routine(conn, max_concurrent=1)
+    conn.execute("select ceaseless.run_routine(%s)", (routine,))
+    (job,) = claim_started(conn).items()
+    state = finish(conn, job[1], "failed", error="executable 'claude' not found")
+    assert state == "pending"  # in its retry backoff
+
+    rows = _why_routine(conn, routine)
+
+    assert _reasons(rows) == ["concurrency", "not_due"]
+    detail, clears = _one(rows, "not_due")
+    assert f"job {job[0]}: " in detail and "executable 'claude' not found" in detail
+    assert clears is not None and clears > datetime.now(UTC)
+
+
 def test_the_global_cap_holds_every_routine(conn: psycopg.Connection) -> None:
     make_agent(conn)
     routine = make_routine(conn)
@@ -355,6 +373,7 @@ def test_every_reason_that_holds_a_routine_is_listed(conn: psycopg.Connection) -
         "disabled",
         "cooldown",
         "concurrency",
+        "running",  # the job of the run that holds the concurrency
         "global_cap",
         "lane_full",
     ]

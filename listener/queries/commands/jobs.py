@@ -39,8 +39,8 @@ def listed(
     return listing(
         conn,
         """
-        select id, kind, agent, state, attempts, claimed_by, last_error, user_id as owner,
-               created_at, finished_at - coalesce(claimed_at, created_at) as took
+        select id, kind, agent, state, attempts, claimed_by, user_id as owner, created_at,
+               finished_at - coalesce(claimed_at, created_at) as took, last_error
           from ceaseless.job
          where (%(states)s::text[] is null or state = any (%(states)s::text[]))
            and (%(agent)s::text is null or agent = %(agent)s)
