@@ -1,5 +1,5 @@
 """`python -m listener` is the `ceaseless` command (used by tests and bin/ scripts)."""
 
-from listener.cli import app
+from listener.cli import main
 
-app(prog_name="ceaseless")
+main()

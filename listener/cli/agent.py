@@ -1,4 +1,5 @@
-"""`ceaseless agent …`: register agent lanes in ceaseless.agents, and list them.
+"""`ceaseless agent …`: register agent lanes in ceaseless.agents, list and show them, disable
+and delete them.
 
 Guarantees: `agent add` is one statement that registers a new lane or updates a
 registered one. An option left out is left out of the statement: a new lane gets
@@ -14,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from listener.cli.common import Output, OutputOpt, call, emitting, fail, listed
+from listener.cli.common import Output, OutputOpt, call, emitting, fail, listed, note, record
 from listener.enums import Adapter
 from listener.queries.commands import agents
 
@@ -87,3 +88,51 @@ def agent_list(output: OutputOpt = Output.TABLE) -> None:
     """List registered agents with their limits."""
     with emitting(output):
         listed(call(agents.agents))
+
+
+AgentArg = Annotated[str, typer.Argument(help="The lane's name (ceaseless agent list).")]
+
+
+@app.command("show")
+def agent_show(agent: AgentArg, output: OutputOpt = Output.TABLE) -> None:
+    """A lane's configuration (its environment's variable names, never their values) and its
+    governor now: live runs, the window's starts and spend, free slots, what holds it."""
+    shown = call(agents.agent, agent).first()
+    if shown is None:
+        raise fail(f"no agent named {agent!r} (ceaseless agent list shows them)")
+    with emitting(output):
+        record(shown, name="agent", width=17)
+        note("")
+        lane = call(agents.lane, agent).first()
+        record(lane or [], name="lane", width=17)
+
+
+@app.command("disable")
+def agent_disable(agent: AgentArg) -> None:
+    """Disable a lane: nothing new is claimed for it, and its pending jobs, routine runs and
+    loop nodes follow one rule (docs/agents.md, "Disabling an agent")."""
+    if not call(agents.set_enabled, agent, False):
+        raise fail(f"no agent named {agent!r} (ceaseless agent list shows them)")
+    typer.echo(f"agent {agent} disabled")
+
+
+@app.command("enable")
+def agent_enable(agent: AgentArg) -> None:
+    """Enable a lane again: its jobs are claimed, and loops it stalled resume."""
+    if not call(agents.set_enabled, agent, True):
+        raise fail(f"no agent named {agent!r} (ceaseless agent list shows them)")
+    typer.echo(f"agent {agent} enabled")
+
+
+@app.command("delete")
+def agent_delete(agent: AgentArg) -> None:
+    """Delete a lane that no job or routine names; one with a history can only be disabled."""
+    if call(agents.agent, agent).first() is None:
+        raise fail(f"no agent named {agent!r} (ceaseless agent list shows them)")
+    used = call(agents.delete, agent)
+    if used.jobs or used.routines:
+        raise fail(
+            f"agent {agent} is named by {used.jobs} jobs and {used.routines} routines, so it "
+            f"stays: `ceaseless agent disable {agent}` stops it"
+        )
+    typer.echo(f"agent {agent} deleted")

@@ -61,8 +61,28 @@ def _as_the_database_said() -> Iterator[None]:
     try:
         yield
     except psycopg.Error as exc:
-        detail = f"\n{exc.diag.message_detail}" if exc.diag.message_detail else ""
-        raise fail(f"{exc.diag.message_primary or exc}{detail}") from None
+        raise fail(_said(exc)) from None
+
+
+def _said(exc: psycopg.Error) -> str:
+    """The database's error as a user needs it: its message and detail, except two that name
+    no value a user gave (by constraint, never by message text)."""
+    diag = exc.diag
+    if isinstance(exc, psycopg.errors.ForeignKeyViolation) and (
+        diag.constraint_name or ""
+    ).endswith("_agent_fkey"):
+        # "Key (agent)=(ghost) is not present in table agents": the value is in the detail.
+        agent = (diag.message_detail or "").partition(")=(")[2].partition(")")[0]
+        return (
+            f"{diag.table_name}.agent: no agent named {agent!r} is registered "
+            "(`ceaseless agent list` shows them, `ceaseless agent add` adds one)"
+        )
+    detail = diag.message_detail or ""
+    if isinstance(exc, psycopg.errors.CheckViolation) and detail.startswith("Failing row"):
+        # PostgreSQL's own detail is the whole row, every column: noise, and perhaps a secret.
+        detail = ""
+    notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+    return f"{diag.message_primary or exc}{notes}" + (f"\n{detail}" if detail else "")
 
 
 def call(
@@ -239,6 +259,8 @@ LAST_CELL_WIDTH = 400
 def _cell(value: object, width: int) -> str:
     if value is None:
         return ""
+    if isinstance(value, list):  # an argv, a list of names: as a shell would show it
+        value = " ".join(map(str, value))
     text = " ⏎ ".join(line.strip() for line in str(value).strip().splitlines())
     return text if len(text) <= width else text[: width - 1] + "…"
 

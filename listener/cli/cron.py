@@ -73,15 +73,55 @@ def check(schedule: str, timezone: str) -> None:
 
 
 def print_slots(slots: list[datetime], timezone: str) -> None:
-    """One line per slot, local and UTC; with --output json, a `next_slots` section."""
+    """One line per slot, local (with its zone's abbreviation, CET or CEST) and UTC, in
+    aligned columns; with --output json, a `next_slots` section."""
     zone = ZoneInfo(timezone)
+    locals_ = [slot.astimezone(zone) for slot in slots]
     if collecting():
-        rows = [(slot.astimezone(zone), slot) for slot in slots]
-        table(rows, ["local", "utc"], name="next_slots")  # type: ignore[arg-type]
+        table(list(zip(locals_, slots, strict=True)), ["local", "utc"], name="next_slots")
         return
-    for slot in slots:
-        local = slot.astimezone(zone)
-        typer.echo(f"{local:%Y-%m-%d %H:%M:%S %Z} ({local:%a})   {slot:%Y-%m-%d %H:%M:%S} UTC")
+    rows: list[tuple[object, ...]] = [
+        (f"{local:%Y-%m-%d %H:%M:%S}", f"{local:%Z}", f"{local:%a}", f"{slot:%Y-%m-%d %H:%M:%S}")
+        for local, slot in zip(locals_, slots, strict=True)
+    ]
+    table(rows, [timezone, "zone", "day", "UTC"])
+
+
+def quartz_reading(schedule: str) -> str | None:
+    """A six-field schedule read as Quartz and Spring write it (seconds first), in the order
+    croniter reads (seconds last); None for any other schedule."""
+    fields = schedule.split()
+    return " ".join([*fields[1:], fields[0]]) if len(fields) == 6 else None
+
+
+def warn_if_quartz(schedule: str, timezone: str, after: datetime | None = None) -> None:
+    """On stderr: when a six-field schedule fires at other times read the Quartz way, say so and
+    show the next slots under both readings. The database keeps croniter's reading."""
+    quartz = quartz_reading(schedule)
+    if quartz is None:
+        return
+    start = after or datetime.now(UTC)
+    try:
+        as_written = upcoming(schedule, timezone, 3, start)
+        the_quartz_way = upcoming(quartz, timezone, 3, start)
+    except (cron.CronError, ValueError):
+        return  # no valid Quartz reading: nobody could have meant it
+    if as_written == the_quartz_way:
+        return
+    zone = ZoneInfo(timezone)
+
+    def shown(slots: list[datetime]) -> str:
+        return ", ".join(f"{slot.astimezone(zone):%Y-%m-%d %H:%M:%S %Z}" for slot in slots)
+
+    typer.secho(
+        f"warning: {schedule!r} has six fields, read as minute hour day month weekday SECOND "
+        f"(seconds last, as croniter reads them); Quartz and Spring put seconds first, which "
+        f"here would be {quartz!r}.\n"
+        f"  as read:           {shown(as_written)}\n"
+        f"  the Quartz way:    {shown(the_quartz_way)}",
+        fg=typer.colors.YELLOW,
+        err=True,
+    )
 
 
 @app.command("preview")
@@ -111,8 +151,10 @@ def cron_preview(
 ) -> None:
     """Print the next slots of SCHEDULE in --tz (and in UTC).
 
-    Example: `ceaseless cron preview '30 2 * * *' --tz Europe/Berlin -n 3 --after
-    2026-03-28T00:00+01:00` skips 29 March, the night the clocks skip 02:30.
+    Example: the night the clocks skip 02:30 (29 March) is skipped:
+
+    \b
+    ceaseless cron preview '30 2 * * *' --tz Europe/Berlin -n 3 --after 2026-03-28T00:00+01:00
     """
     try:
         start = datetime.fromisoformat(after) if after else datetime.now(UTC)
@@ -126,5 +168,6 @@ def cron_preview(
     except cron.CronError as exc:
         # Only a time zone can do this to a valid schedule: every slot in a DST gap.
         raise fail(f"schedule: {exc}") from None
+    warn_if_quartz(schedule, tz, start)
     with emitting(output):
         print_slots(slots, tz)

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
+from listener.cli import cron as cron_cli
 from listener.cli.common import (
     Named,
     Output,
@@ -165,8 +166,9 @@ def loop_add(
 
     Example (see docs/loops.md):
 
-    ceaseless loop add --title refine --task "Improve the intro" --graph g.json
-    --on-completion --until-match DONE --within 5
+    \b
+    ceaseless loop add --title refine --task "Improve the intro" --graph g.json \\
+        --on-completion --until-match DONE --within 5
     """
     triggers: dict[str, Any] = given({"cron": cron, "timezone": tz})
     if on_completion:
@@ -186,6 +188,8 @@ def loop_add(
     }
     new_id = call(loops.add, values)
     typer.echo(new_id)
+    if cron:
+        cron_cli.warn_if_quartz(cron, tz or "UTC")
     if webhook:
         typer.echo(_webhook_hint(new_id), err=True)
 
@@ -246,12 +250,14 @@ def loop_why(loop: LoopArg, output: OutputOpt = Output.TABLE) -> None:
 def loop_run(loop: LoopArg) -> None:
     """Fire the loop now (run_loop).
 
-    A fire refused (an iteration is live, the loop is paused) is recorded as a skipped run and
-    printed with its reason.
+    A fire refused (an iteration is live, the loop is paused) is recorded as a skipped run,
+    printed with its reason, and exits with status 1.
     """
     run_id, status, iteration, reason = call(loops.run, LOOPS.id(loop))
     detail = f"iteration {iteration}" if iteration is not None else f"skipped: {reason}"
     typer.echo(f"{run_id} {status} ({detail})")
+    if iteration is None:
+        raise typer.Exit(1)
 
 
 @app.command("pause")

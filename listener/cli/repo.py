@@ -135,9 +135,10 @@ def repo_add(
 
     Example (see docs/forge.md):
 
-    ceaseless repo add octo-org/hello --clone-url https://github.com/octo-org/hello.git
-    --branch main --interval 300 --author alice --quiet-from 22:00 --quiet-until 06:00
-    --quiet-tz Europe/Berlin
+    \b
+    ceaseless repo add octo-org/hello --clone-url https://github.com/octo-org/hello.git \\
+        --branch main --interval 300 --author alice \\
+        --quiet-from 22:00 --quiet-until 06:00 --quiet-tz Europe/Berlin
     """
     owner, repo = _split(name)
     values = {

@@ -74,6 +74,13 @@ def routine_add(
     channel: Annotated[str | None, typer.Option(help="Event channel (case-insensitive).")] = None,
     webhook: Annotated[str | None, typer.Option(help="URL path for POST /hooks/{path}.")] = None,
     secret: Annotated[str | None, typer.Option(help="Webhook signing secret.")] = None,
+    scheme: Annotated[
+        str | None,
+        typer.Option(
+            help="How the webhook's sender signs: ceaseless (the default), github, standard "
+            "(Standard Webhooks) or stripe; see docs/webhooks.md."
+        ),
+    ] = None,
     prompt: Annotated[
         str | None, typer.Option(help="Lightweight action: what the agent checks.")
     ] = None,
@@ -102,7 +109,9 @@ def routine_add(
     triggers = {
         "cron": given({"schedule": cron, "timezone": timezone}) if cron else None,
         "event": {"pattern": event, "channel": channel} if event else None,
-        "webhook": {"path": webhook, "secret": secret} if webhook else None,
+        "webhook": given({"path": webhook, "secret": secret, "scheme": scheme})
+        if webhook
+        else None,
     }
     chosen = {kind: config for kind, config in triggers.items() if config is not None}
     if len(chosen) > 1:
@@ -129,6 +138,8 @@ def routine_add(
         "dedup_window_secs": dedup_window,
     }
     typer.echo(call(routines.add, values))
+    if cron:
+        cron_cli.warn_if_quartz(cron, timezone or "UTC")
 
 
 @app.command("list")
@@ -171,9 +182,15 @@ def _show_next_slots(config: dict[str, object]) -> None:
 
 @app.command("run")
 def routine_run(routine: RoutineArg, user: UserOpt = None) -> None:
-    """Fire a routine now (run_routine): ignores cooldown, respects max_concurrent."""
+    """Fire a routine now (run_routine): ignores cooldown, respects max_concurrent.
+
+    A refused fire is recorded as a skipped run, printed with its reason, and exits with
+    status 1.
+    """
     run_id, status, reason = call(routines.run, ROUTINES.id(routine, user))
     typer.echo(f"{run_id} {status}" + (f" ({reason})" if reason else ""))
+    if status == "skipped":
+        raise typer.Exit(1)
 
 
 @app.command("enable")

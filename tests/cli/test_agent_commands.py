@@ -3,6 +3,8 @@ what was given."""
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 
 from tests.cli.column_defaults import shift_column_defaults
@@ -86,3 +88,35 @@ def test_egress_is_given_entry_by_entry_and_checked_by_the_database(
     )
     assert bad.returncode != 0
     assert "agents.egress" in bad.stderr and "'none' stands alone" in bad.stderr
+
+
+def test_agent_show_disable_enable_and_delete(db_url: str, conn: psycopg.Connection) -> None:
+    added = run_cli(db_url, "agent", "add", "script", "--adapter", "command",
+                    "--env", "API_KEY=s3cret", "--", "my-agent", "-v")  # fmt: skip
+    assert added.returncode == 0, added.stderr
+
+    shown = run_cli(db_url, "agent", "show", "script", "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    assert document["agent"]["argv"] == ["my-agent", "-v"]
+    assert document["agent"]["env_names"] == ["API_KEY"] and "s3cret" not in shown.stdout
+    assert document["lane"]["free_slots"] == document["agent"]["max_concurrent"]
+    listed = json.loads(run_cli(db_url, "agent", "list", "-o", "json").stdout)
+    assert listed[0]["argv"] == ["my-agent", "-v"]
+
+    assert run_cli(db_url, "agent", "disable", "script").stdout == "agent script disabled\n"
+    enabled = "select enabled from ceaseless.agents where name = 'script'"
+    assert conn.execute(enabled).fetchone() == (False,)
+    assert run_cli(db_url, "agent", "enable", "script").returncode == 0
+    assert conn.execute(enabled).fetchone() == (True,)
+
+    conn.execute("insert into ceaseless.job (kind, agent, prompt) values ('task', 'script', 'x')")
+    kept = run_cli(db_url, "agent", "delete", "script")
+    assert kept.returncode == 1
+    assert "named by 1 jobs and 0 routines" in kept.stderr and "agent disable script" in kept.stderr
+    conn.execute("delete from ceaseless.job")
+    assert run_cli(db_url, "agent", "delete", "script").returncode == 0
+    assert conn.execute("select count(*) from ceaseless.agents").fetchone() == (0,)
+    for verb in ("show", "disable", "delete"):
+        missing = run_cli(db_url, "agent", verb, "ghost")
+        assert missing.returncode == 1 and "no agent named 'ghost'" in missing.stderr

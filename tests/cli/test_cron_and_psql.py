@@ -24,10 +24,13 @@ def test_cron_preview_skips_the_slot_a_spring_forward_removes(db_url: str) -> No
         "--after", "2026-03-28T00:00+01:00",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    # Aligned columns, whichever of CET and CEST a slot falls in.
     assert result.stdout.splitlines() == [
-        "2026-03-28 02:30:00 CET (Sat)   2026-03-28 01:30:00 UTC",
-        "2026-03-30 02:30:00 CEST (Mon)   2026-03-30 00:30:00 UTC",
-        "2026-03-31 02:30:00 CEST (Tue)   2026-03-31 00:30:00 UTC",
+        "Europe/Berlin        zone  day  UTC",
+        "-------------------  ----  ---  -------------------",
+        "2026-03-28 02:30:00  CET   Sat  2026-03-28 01:30:00",
+        "2026-03-30 02:30:00  CEST  Mon  2026-03-30 00:30:00",
+        "2026-03-31 02:30:00  CEST  Tue  2026-03-31 00:30:00",
     ]
 
 
@@ -35,9 +38,9 @@ def test_cron_preview_reads_seconds_as_the_sixth_field(db_url: str) -> None:
     result = run_cli(
         db_url, "cron", "preview", "0 9 * * * 30", "-n", "2", "--after", "2026-12-01T00:00Z"
     )
-    assert result.stdout.splitlines() == [
-        "2026-12-01 09:00:30 UTC (Tue)   2026-12-01 09:00:30 UTC",
-        "2026-12-02 09:00:30 UTC (Wed)   2026-12-02 09:00:30 UTC",
+    assert result.stdout.splitlines()[2:] == [
+        "2026-12-01 09:00:30  UTC   Tue  2026-12-01 09:00:30",
+        "2026-12-02 09:00:30  UTC   Wed  2026-12-02 09:00:30",
     ]
 
 
@@ -125,8 +128,8 @@ def test_cron_preview_uses_the_embedded_server_like_every_other_command() -> Non
         assert ceaseless("migrate").returncode == 0
         after = ceaseless(*preview)
         assert after.returncode == 0, after.stderr
-        assert after.stdout.splitlines() == [
-            "2026-12-07 09:00:00 UTC (Mon)   2026-12-07 09:00:00 UTC"
+        assert after.stdout.splitlines()[2:] == [
+            "2026-12-07 09:00:00  UTC   Mon  2026-12-07 09:00:00"
         ]
     finally:
         ceaseless("db", "stop")
@@ -146,8 +149,9 @@ def test_routine_show_lists_the_next_slots(db_url: str, conn: psycopg.Connection
     result = run_cli(db_url, "routine", "show", "nightly")
     assert result.returncode == 0, result.stderr
     assert "next slots (0 3 * * *, Asia/Tokyo):" in result.stdout
-    slots = result.stdout.split("next slots")[1].splitlines()[1:]
-    assert len(slots) == 5 and all("03:00:00 JST" in s and "18:00:00 UTC" in s for s in slots)
+    slots = result.stdout.split("next slots")[1].splitlines()[3:]
+    assert len(slots) == 5 and all(s.split()[1:3] == ["03:00:00", "JST"] for s in slots)
+    assert all(s.split()[-1] == "18:00:00" for s in slots)
 
 
 def test_db_psql_passes_psql_arguments_through_without_a_separator(db_url: str) -> None:
@@ -170,3 +174,29 @@ def test_shell_completion_script_is_printed_as_the_readme_says(db_url: str) -> N
         ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=60
     )
     assert "_ceaseless_completion" in result.stdout, (result.stdout[:200], result.stderr[-500:])
+
+
+def test_a_six_field_schedule_meant_the_quartz_way_gets_a_warning_with_both_readings(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    previewed = run_cli(
+        db_url, "cron", "preview", "30 0 9 * * *", "-n", "1", "--after", "2026-12-01T00:00Z"
+    )
+    assert previewed.returncode == 0, previewed.stderr
+    warning = previewed.stderr.splitlines()
+    assert warning[0].startswith("warning: '30 0 9 * * *' has six fields")
+    assert "which here would be '0 9 * * * 30'" in warning[0]
+    assert warning[1].split(":", 1)[1].split(",")[0].strip() == "2026-12-09 00:30:00 UTC"
+    assert warning[2].split(":", 1)[1].split(",")[0].strip() == "2026-12-01 09:00:30 UTC"
+    assert previewed.stdout.splitlines()[2].startswith("2026-12-09 00:30:00")
+
+    conn.execute("insert into ceaseless.agents (name, adapter) values ('noop', 'noop')")
+    added = run_cli(db_url, "routine", "add", "r", "--agent", "noop", "--prompt", "p",
+                    "--cron", "30 0 9 * * *")  # fmt: skip
+    assert added.returncode == 0 and "has six fields" in added.stderr
+    stored = conn.execute("select trigger_config ->> 'schedule' from ceaseless.routines")
+    assert stored.fetchone() == ("30 0 9 * * *",)  # croniter's reading is kept
+
+    for plain in ("0 9 * * * 30", "* * * * * *", "0 9 * * *"):
+        quiet = run_cli(db_url, "cron", "preview", plain, "-n", "1")
+        assert quiet.returncode == 0 and quiet.stderr == "", (plain, quiet.stderr)

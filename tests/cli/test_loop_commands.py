@@ -70,9 +70,9 @@ def test_loop_lifecycle_from_the_command_line(
     fired = _ok(run_cli(db_url, "loop", "run", "refine"))
     run_id = fired.split()[0]
     assert "iteration 1" in fired
-    # One live iteration at most: the second fire is recorded as skipped.
-    again = _ok(run_cli(db_url, "loop", "run", loop))
-    assert "skipped: live_iteration" in again
+    # One live iteration at most: the second fire is recorded as skipped, and refused (exit 1).
+    again = run_cli(db_url, "loop", "run", loop)
+    assert again.returncode == 1 and "skipped: live_iteration" in again.stdout
 
     shown = _ok(run_cli(db_url, "loop", "show", "refine"))
     assert run_id in shown and "live_iteration" in shown and '"n": 3' in shown

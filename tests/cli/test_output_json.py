@@ -4,6 +4,7 @@ can read, the same data the tables show; errors stay one line on stderr with not
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import psycopg
@@ -14,7 +15,22 @@ from tests.e2e.support import run_cli
 def _json(db_url: str, *args: str) -> object:
     result = run_cli(db_url, *args, "--output", "json")
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    document = json.loads(result.stdout)
+    _assert_snake_case_keys(document, " ".join(args))
+    return document
+
+
+def _assert_snake_case_keys(document: object, command: str) -> None:
+    """A script reads fields by name: a list's rows, a show's section names and each section's
+    rows or record have snake_case identifiers for keys (values that are JSON data are not
+    looked into)."""
+    sections = document if isinstance(document, dict) else {"": document}
+    for name, section in sections.items():
+        rows = section if isinstance(section, list) else [section]
+        keys = [name] if name else []
+        keys += [key for row in rows if isinstance(row, dict) for key in row]
+        for key in keys:
+            assert re.fullmatch(r"[a-z][a-z0-9_]*", key), f"`{command}`: key {key!r}"
 
 
 def test_lists_are_arrays_of_objects(db_url: str, conn: psycopg.Connection) -> None:
@@ -140,7 +156,7 @@ def test_every_list_and_show_names_its_columns_as_its_table_does(
     ]  # fmt: skip
     assert _keys(run["nodes"]) == [
         "node", "agent", "gate", "state", "upstream", "job", "attempts", "seconds", "approval",
-        "decision", "output / error",
+        "decision", "output_or_error",
     ]  # fmt: skip
     assert _keys(_json(db_url, "repo", "list")) == [
         "id", "forge", "repo", "enabled", "quiet_now", "interval", "last_poll", "next_poll",

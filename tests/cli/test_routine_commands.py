@@ -137,3 +137,37 @@ def test_routine_guardrails_given_are_stored(db_url: str, conn: psycopg.Connecti
         "where name = 'tight'"
     ).fetchone()
     assert row == (0, 7, 60)
+
+
+def test_a_refused_run_is_printed_with_its_reason_and_exits_non_zero(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
+    run_cli(db_url, "routine", "add", "nightly", "--agent", "noop", "--prompt", "p")
+    run_cli(db_url, "routine", "disable", "nightly")
+
+    refused = run_cli(db_url, "routine", "run", "nightly")
+
+    assert refused.returncode == 1 and "skipped (disabled)" in refused.stdout
+    skipped = conn.execute("select status, skip_reason from ceaseless.routine_runs").fetchall()
+    assert skipped == [("skipped", "disabled")]
+
+
+def test_a_bad_value_or_unknown_agent_is_one_line_naming_the_value(db_url: str) -> None:
+    run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
+
+    negative = run_cli(db_url, "routine", "add", "r", "--agent", "noop", "--prompt", "p",
+                       "--cooldown", "-5")  # fmt: skip
+    assert negative.returncode == 1
+    assert negative.stderr.strip() == (
+        'error: new row for relation "routines" violates check constraint '
+        '"cooldown_secs_not_negative"; got cooldown_secs = -5'
+    )
+    for command in (
+        ["routine", "add", "r", "--agent", "ghost", "--prompt", "p"],
+        ["job", "add", "ghost", "hello"],
+    ):
+        refused = run_cli(db_url, *command)
+        assert refused.returncode == 1
+        assert "no agent named 'ghost' is registered" in refused.stderr
+        assert "foreign key" not in refused.stderr and len(refused.stderr.splitlines()) == 1

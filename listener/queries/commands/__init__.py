@@ -67,7 +67,16 @@ def insert(
         values=sql.SQL(", ").join(map(sql.Placeholder, given)),
         out=sql.SQL(", ").join(map(sql.Identifier, returning)),
     )
-    row = conn.execute(statement, given).fetchone()
+    try:
+        row = conn.execute(statement, given).fetchone()
+    except psycopg.errors.CheckViolation as exc:
+        # PostgreSQL names the constraint (cooldown_secs_not_negative) but not the value;
+        # the constraints are named for their column, and the value is the one given here.
+        constraint = exc.diag.constraint_name or ""
+        for column, value in given.items():
+            if constraint.startswith(f"{column}_"):
+                exc.add_note(f"got {column} = {value!r}")
+        raise
     assert row is not None, "an INSERT … RETURNING of one row returns one row or raises"
     return row
 

@@ -35,7 +35,7 @@ def nodes(conn: Connection, run_id: str) -> Listing:
                job_state as job, attempts, seconds,
                coalesce(approval_id::text, '') as approval,
                coalesce(approval_decision, '') as decision,
-               left(coalesce(error, output_preview, ''), 60) as "output / error"
+               coalesce(error, output_preview, '') as output_or_error
           from ceaseless.topology_node_status
          where run_id = %s
          order by started_at nulls last, node
