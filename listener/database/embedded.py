@@ -262,9 +262,13 @@ class EmbeddedServer:
 
     @contextmanager
     def _lock(self) -> Iterator[None]:
-        self.home.mkdir(parents=True, exist_ok=True)
-        if self._as_root:
-            self.home.chmod(0o755)
+        if not self.home.exists():
+            # A home this process makes is its own to shape: as root, the service user
+            # must be able to enter it. An existing home keeps its mode, whatever it is;
+            # _check_reachable refuses one the service user cannot enter.
+            self.home.mkdir(parents=True)
+            if self._as_root:
+                self.home.chmod(0o755)
         with open(self.home / ".lock", "w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:

@@ -95,6 +95,23 @@ def test_unreachable_home_as_root_is_an_error_that_says_what_to_do() -> None:
         shutil.rmtree(private, ignore_errors=True)
 
 
+def test_a_private_home_as_root_keeps_its_mode_and_is_an_error_that_says_what_to_do() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root runs the server as another OS user")
+    parent = Path(tempfile.mkdtemp(prefix="ceaseless-parent-"))
+    parent.chmod(0o755)
+    home = parent / "home"
+    home.mkdir(mode=0o700)
+    try:
+        result = _run(home, "db", "start")
+        assert result.returncode == 1
+        assert f"but {home} is not searchable by other users" in result.stderr
+        assert home.stat().st_mode & 0o777 == 0o700  # not chmod-ed behind the user's back
+    finally:
+        _run(home, "db", "stop")
+        shutil.rmtree(parent, ignore_errors=True)
+
+
 def test_every_command_has_help() -> None:
     for args in (
         ["--help"],

@@ -171,3 +171,18 @@ def test_a_bad_value_or_unknown_agent_is_one_line_naming_the_value(db_url: str) 
         assert refused.returncode == 1
         assert "no agent named 'ghost' is registered" in refused.stderr
         assert "foreign key" not in refused.stderr and len(refused.stderr.splitlines()) == 1
+
+
+def test_routine_add_takes_the_webhook_scheme(db_url: str, conn: psycopg.Connection) -> None:
+    run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
+
+    added = run_cli(db_url, "routine", "add", "on-push", "--agent", "noop", "--prompt", "p",
+                    "--webhook", "gh-push", "--secret", "a-long-random-signing-secret",
+                    "--scheme", "github")  # fmt: skip
+
+    assert added.returncode == 0, added.stderr
+    stored = conn.execute("select trigger_config ->> 'scheme' from ceaseless.routines").fetchone()
+    assert stored == ("github",)
+    refused = run_cli(db_url, "routine", "add", "other", "--agent", "noop", "--prompt", "p",
+                      "--webhook", "other", "--secret", "s" * 32, "--scheme", "gitlab")  # fmt: skip
+    assert refused.returncode == 1 and "must be one of ceaseless, github" in refused.stderr
