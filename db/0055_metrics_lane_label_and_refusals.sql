@@ -1,7 +1,7 @@
--- GET /metrics names a lane `lane` in every series, counts refused routine
--- fires per routine, and serves blocked jobs and each routine's last success
--- (functions/94_metrics.sql); routine_status shows the refusals of the last
--- hour (functions/90_views.sql).
+-- GET /metrics names a lane `lane` in every series, counts refused fires per
+-- routine and per loop, and serves blocked jobs and each routine's last
+-- success (functions/94_metrics.sql); routine_status shows the refusals of
+-- the last hour (functions/90_views.sql).
 
 set local search_path = ceaseless, pg_catalog, public;
 
@@ -39,6 +39,18 @@ from routine_runs rr
 join routines r on r.id = rr.routine_id
 where rr.status = 'skipped'
 group by r.name, r.id, rr.trigger_type, rr.skip_reason;
+
+-- A loop's refused fires are counted the same way, from its first scrape on,
+-- so the ones already kept count too.
+insert into metric_totals (metric, labels, value)
+select 'ceaseless_loop_skips_total',
+       jsonb_build_object('loop', l.title, 'loop_id', l.id::text,
+                          'trigger', coalesce(r.trigger_type, ''), 'reason', r.skip_reason),
+       count(*)
+from topology_runs r
+join loops l on l.id = r.loop_id
+where r.status = 'skipped'
+group by l.title, l.id, r.trigger_type, r.skip_reason;
 
 -- ceaseless_jobs_blocked counts each lane's blocked jobs on every scrape:
 -- without this index that is a scan of all finished jobs.

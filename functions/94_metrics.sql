@@ -164,8 +164,27 @@ comment on function _tg_routine_runs_update_metrics() is
     'After UPDATE on routine_runs: count runs that became skipped, by routine, trigger and '
     'reason.';
 
+-- The labels of a loop's refused fire, as _metrics_skip_labels for a
+-- routine: the loop (title and id), how it was fired, and why it was refused.
+-- A skipped run inserted by hand may name no trigger: '' is what Prometheus
+-- reads as no label, where a JSON null would print as a value.
+create or replace function _metrics_loop_skip_labels(
+    p_loop_id uuid, p_loop text, p_trigger text, p_reason text)
+returns jsonb
+language sql
+immutable
+parallel safe
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select jsonb_build_object('loop', p_loop, 'loop_id', p_loop_id::text,
+                              'trigger', coalesce(p_trigger, ''), 'reason', p_reason)
+$$;
+
+comment on function _metrics_loop_skip_labels(uuid, text, text, text) is
+    'The labels of ceaseless_loop_skips_total: loop (title), loop_id, trigger, reason.';
+
 -- Loop iterations, counted once each when they end (an iteration refused at
--- its fire is inserted as skipped, already ended).
+-- its fire is inserted as skipped, already ended), and refused fires by loop.
 create or replace function _tg_topology_runs_insert_metrics()
 returns trigger
 language plpgsql
@@ -176,13 +195,21 @@ begin
     select 'ceaseless_loop_iterations_total', jsonb_build_object('status', n.status), count(*)
     from new_rows n
     where n.loop_id is not null and n.finished_at is not null
-    group by n.status;
+    group by n.status
+    union all
+    select 'ceaseless_loop_skips_total',
+           _metrics_loop_skip_labels(l.id, l.title, n.trigger_type, n.skip_reason), count(*)
+    from new_rows n
+    join loops l on l.id = n.loop_id
+    where n.status = 'skipped'
+    group by l.id, l.title, n.trigger_type, n.skip_reason;
     return null;
 end;
 $$;
 
 comment on function _tg_topology_runs_insert_metrics() is
-    'After INSERT on topology_runs: count loop iterations inserted already ended (skipped).';
+    'After INSERT on topology_runs: count loop iterations inserted already ended (skipped), and '
+    'refused fires by loop, trigger and reason.';
 
 create or replace function _tg_topology_runs_update_metrics()
 returns trigger
@@ -371,6 +398,8 @@ with families (family, kind, help) as (
         ('ceaseless_routine_skips', 'counter',
          'Refused routine fires (skipped runs) by routine, trigger type and reason.'),
         ('ceaseless_loop_iterations', 'counter', 'Ended loop iterations by final status.'),
+        ('ceaseless_loop_skips', 'counter',
+         'Refused loop fires (skipped runs) by loop, trigger type and reason.'),
         ('ceaseless_notifications_delivered', 'counter', 'Notifications delivered, by channel.'),
         ('ceaseless_notifications_failed', 'counter',
          'Notifications given up on (attempts exhausted or no such sink), by channel.')
@@ -434,9 +463,9 @@ zeros (metric, labels) as (
     -- Every counter series that can exist, at 0 until counted: a series that
     -- appears only at its first increment hides that increment from rate().
     -- The value lists are the CHECK lists of agent_run.outcome,
-    -- routines.trigger_type, routine_runs.skip_reason and the final
-    -- topology_runs.status (tests/sql/test_metrics.py compares them with
-    -- listener/enums.py, which mirrors those lists).
+    -- routines.trigger_type, routine_runs.skip_reason, topology_runs.skip_reason
+    -- and the final topology_runs.status (tests/sql/test_metrics.py compares
+    -- them with listener/enums.py, which mirrors those lists).
     select 'ceaseless_agent_runs_total', jsonb_build_object('lane', l.name, 'outcome', o.outcome)
     from lanes l
     cross join (values ('succeeded'), ('failed'), ('rate_limited'), ('budget_exhausted'),
@@ -464,6 +493,19 @@ zeros (metric, labels) as (
     union all
     select 'ceaseless_loop_iterations_total', jsonb_build_object('status', s.status)
     from (values ('succeeded'), ('failed'), ('cancelled'), ('skipped')) s (status)
+    union all
+    -- Each loop's triggers that are on (manual always is).
+    select 'ceaseless_loop_skips_total',
+           ceaseless._metrics_loop_skip_labels(l.id, l.title, t.trigger, k.reason)
+    from ceaseless.loops l
+    cross join lateral (
+        select 'manual'
+        union all select 'cron' where l.triggers ->> 'cron' is not null
+        union all select 'on_completion'
+                  where coalesce((l.triggers ->> 'on_completion')::boolean, false)
+        union all select 'webhook' where l.webhook_token is not null
+    ) t (trigger)
+    cross join (values ('live_iteration'), ('disabled'), ('agent_disabled')) k (reason)
     union all
     -- The sinks configured, and `default`, which a notification naming no
     -- channel is counted under.

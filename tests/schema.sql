@@ -2197,6 +2197,16 @@ create function ceaseless._metrics_fold(p_limit integer DEFAULT 50000)
 comment on function ceaseless._metrics_fold(p_limit integer) is 'Fold up to p_limit counter deltas into metric_totals (SKIP LOCKED: every listener''s sweep may call it); returns how many deltas were folded.';
 grant execute on function ceaseless._metrics_fold(p_limit integer) to ceaseless_listener, ceaseless_operator;
 
+-- functions/94_metrics.sql, body md5 8672278ab288de434a591d54ef152838
+create function ceaseless._metrics_loop_skip_labels(p_loop_id uuid, p_loop text, p_trigger text, p_reason text)
+    returns jsonb
+    language sql
+    immutable
+    parallel safe
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._metrics_loop_skip_labels(p_loop_id uuid, p_loop text, p_trigger text, p_reason text) is 'The labels of ceaseless_loop_skips_total: loop (title), loop_id, trigger, reason.';
+grant execute on function ceaseless._metrics_loop_skip_labels(p_loop_id uuid, p_loop text, p_trigger text, p_reason text) to ceaseless_listener, ceaseless_operator;
+
 -- functions/94_metrics.sql, body md5 dfbbf4d58b89fd481d75fca92ae74b08
 create function ceaseless._metrics_skip_labels(p_routine_id uuid, p_routine text, p_trigger text, p_reason text)
     returns jsonb
@@ -2957,14 +2967,14 @@ create function ceaseless._tg_topology_runs_changed()
 comment on function ceaseless._tg_topology_runs_changed() is 'After a topology run is inserted or changes status: audit it and NOTIFY ceaseless_run.';
 grant execute on function ceaseless._tg_topology_runs_changed() to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 56bdd3ef1b92eabd19f7edc7dfb9b43c
+-- functions/94_metrics.sql, body md5 53a5230c37be14e04656e8dab61e6cc1
 create function ceaseless._tg_topology_runs_insert_metrics()
     returns trigger
     language plpgsql
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._tg_topology_runs_insert_metrics() is 'After INSERT on topology_runs: count loop iterations inserted already ended (skipped).';
+comment on function ceaseless._tg_topology_runs_insert_metrics() is 'After INSERT on topology_runs: count loop iterations inserted already ended (skipped), and refused fires by loop, trigger and reason.';
 grant execute on function ceaseless._tg_topology_runs_insert_metrics() to ceaseless_listener, ceaseless_operator;
 
 -- functions/56_loop_firing.sql, body md5 4e2976c27a49b2b37498c6b067d40e93
@@ -3591,7 +3601,7 @@ create function ceaseless.loop_snapshot(p_loop_id uuid)
 comment on function ceaseless.loop_snapshot(p_loop_id uuid) is 'A loop as loop_status shows it (never its webhook credential), its latest iteration as run_snapshot shows it, and last_event_id, the audit id both are current to: what a new follower of GET /loops/{id}/events receives first. NULL when there is no such loop.';
 grant execute on function ceaseless.loop_snapshot(p_loop_id uuid) to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 40651a4db0474d81111688a81369fd9e
+-- functions/94_metrics.sql, body md5 6daff322e0c0dc3bebb352936faab1ef
 create function ceaseless.metrics_snapshot(p_now timestamp with time zone DEFAULT now())
     returns TABLE(family text, kind text, help text, sample text, labels jsonb, value double precision)
     language sql

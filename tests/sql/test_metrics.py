@@ -24,6 +24,7 @@ from tests.factories import (
     make_routine,
     pause_lane,
 )
+from tests.sql.loops import make_loop
 from tests.sql.plans import explained, nodes, statement
 from tests.webhook_signing import sign
 
@@ -382,7 +383,7 @@ def test_the_upgrade_keeps_run_counters_under_lane_and_recounts_refusals_by_rout
     conn: psycopg.Connection,
 ) -> None:
     """db/0055 on an install that counted under the old labels: no run counter restarts, and
-    the refusals kept as skipped runs are counted again under their routine."""
+    the refusals kept as skipped runs are counted again under their routine or loop."""
     make_agent(conn)
     routine = make_routine(conn, "hook")
     conn.execute(
@@ -391,6 +392,9 @@ def test_the_upgrade_keeps_run_counters_under_lane_and_recounts_refusals_by_rout
         "select %s, 'webhook', 'skipped', 'cooldown', now() from generate_series(1, 3)",
         (routine,),
     )
+    loop = make_loop(conn, title="tidy")
+    conn.execute("select ceaseless.run_loop(%s)", (loop,))
+    conn.execute("select ceaseless.run_loop(%s)", (loop,))  # refused: an iteration is live
     conn.execute("delete from ceaseless.metric_deltas")
     old_totals = [
         ("ceaseless_agent_runs_total", {"agent": "noop", "outcome": "failed"}, 7),
@@ -418,5 +422,7 @@ def test_the_upgrade_keeps_run_counters_under_lane_and_recounts_refusals_by_rout
     assert snap[_key("ceaseless_agent_run_duration_seconds_sum", lane="noop")] == 2.5
     labels = {"routine": "hook", "routine_id": str(routine), "trigger": "webhook"}
     assert snap[_key("ceaseless_routine_skips_total", **labels, reason="cooldown")] == 3
+    loop_labels = {"loop": "tidy", "loop_id": str(loop), "trigger": "manual"}
+    assert snap[_key("ceaseless_loop_skips_total", **loop_labels, reason="live_iteration")] == 1
     assert not [key for key in snap if '"agent"' in key[1]]
     assert _key("ceaseless_routine_skips_total", trigger="webhook", reason="cooldown") not in snap

@@ -13,7 +13,9 @@ from uuid import UUID
 
 import psycopg
 
+from listener.enums import LoopSkipReason
 from tests.factories import make_agent, make_routine
+from tests.sql.loops import make_loop
 from tests.webhook_signing import sign
 
 _SECRET = "a-signing-secret-of-some-length"
@@ -141,3 +143,27 @@ def test_a_refused_delivery_counts_under_its_routine_for_prometheus(
     assert labels["routine_id"] == str(routine)
     assert labels["trigger"] == "webhook"
     assert labels["reason"] in {"cooldown", "concurrency"}
+
+
+def test_a_refused_loop_fire_counts_under_its_loop_and_each_trigger_it_has_starts_at_zero(
+    conn: psycopg.Connection,
+) -> None:
+    make_agent(conn)
+    loop = make_loop(conn, triggers={"on_completion": True}, title="nightly tidy")
+    conn.execute("select ceaseless.run_loop(%s)", (loop,))
+    conn.execute("select ceaseless.run_loop(%s)", (loop,))  # refused: an iteration is live
+
+    rows = conn.execute(
+        "select labels, value from ceaseless.metrics_snapshot() "
+        "where sample = 'ceaseless_loop_skips_total'"
+    ).fetchall()
+    counted = {(labels["trigger"], labels["reason"]): value for labels, value in rows}
+
+    assert {labels["loop"] for labels, _ in rows} == {"nightly tidy"}
+    assert {labels["loop_id"] for labels, _ in rows} == {str(loop)}
+    # Manual and on_completion are this loop's triggers; cron and webhook are off.
+    assert counted == {
+        (trigger, reason.value): 1.0 if (trigger, reason) == ("manual", "live_iteration") else 0.0
+        for trigger in ("manual", "on_completion")
+        for reason in LoopSkipReason
+    }
