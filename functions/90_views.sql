@@ -168,7 +168,12 @@ select r.id,
        coalesce(day.runs, 0) as runs_24h,
        coalesce(day.skips, 0) as skips_24h,
        coalesce(live.running, 0) as running,
-       r.last_error
+       r.last_error,
+       -- Refused fires: a webhook delivery refused (409) is not redelivered,
+       -- so this is the place an operator sees that one was lost.
+       coalesce(refused.n, 0) as skips_1h,
+       last_skip.skip_reason as last_skip_reason,
+       last_skip.started_at as last_skipped_at
 from routines r
 left join lateral (
     select rr.status, rr.started_at
@@ -190,11 +195,27 @@ left join lateral (
     select count(*) as running
     from routine_runs rr
     where rr.routine_id = r.id and rr.status = 'running'
-) live on true;
+) live on true
+-- routine_runs_skipped_idx holds only refused fires, newest first: the last
+-- hour's and the latest are read without the routine's other runs.
+left join lateral (
+    select count(*) as n
+    from routine_runs rr
+    where rr.routine_id = r.id and rr.status = 'skipped'
+      and rr.started_at > now() - interval '1 hour'
+) refused on true
+left join lateral (
+    select rr.skip_reason, rr.started_at
+    from routine_runs rr
+    where rr.routine_id = r.id and rr.status = 'skipped'
+    order by rr.started_at desc
+    limit 1
+) last_skip on true;
 
 comment on view routine_status is
     'One row per routine: trigger, schedule, next fire, last status, consecutive failures, '
-    'runs and skips in the last 24 hours, and runs running now.';
+    'runs and skips in the last 24 hours, runs running now, the last error, and refused fires: '
+    'in the last hour, the last one''s reason and time.';
 
 -- The warning a listener's database authentication calls for (listener_reports.db_auth), or
 -- NULL: without a password (trust), any process that reaches the database's socket or

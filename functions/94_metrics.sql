@@ -35,8 +35,9 @@ $$;
 comment on function _metrics_duration_bounds() is
     'The upper bounds (le) of ceaseless_agent_run_duration_seconds, in seconds, +Inf last.';
 
--- Finished runs: one count per (agent, outcome), and the duration histogram
--- per agent (its bucket, its sum). enable_nestloop, as _tg_job_update
+-- Finished runs: one count per (lane, outcome), and the duration histogram
+-- per lane (its bucket, its sum). A run's lane is its agent; the label is
+-- `lane`, as on every gauge of the lane, so one PromQL matcher selects both. enable_nestloop, as _tg_job_update
 -- (25_notify_audit.sql): a finish_runs batch of thousands of runs after
 -- one-run statements rescans the transition table without it
 -- (tests/sql/test_batch_plans.py, test_without_enable_nestloop_…). The other
@@ -73,25 +74,44 @@ begin
     )
     insert into metric_deltas (metric, labels, value)
     select 'ceaseless_agent_runs_total',
-           jsonb_build_object('agent', f.agent, 'outcome', f.outcome), count(*)
+           jsonb_build_object('lane', f.agent, 'outcome', f.outcome), count(*)
     from bucketed f group by f.agent, f.outcome
     union all
     select 'ceaseless_agent_run_duration_seconds_bucket',
-           jsonb_build_object('agent', f.agent,
+           jsonb_build_object('lane', f.agent,
                               'le', case when f.le = 'Infinity' then '+Inf' else f.le::text end),
            count(*)
     from bucketed f group by f.agent, f.le
     union all
     select 'ceaseless_agent_run_duration_seconds_sum',
-           jsonb_build_object('agent', f.agent), sum(f.secs)
+           jsonb_build_object('lane', f.agent), sum(f.secs)
     from bucketed f group by f.agent;
     return null;
 end;
 $$;
 
 comment on function _tg_agent_run_metrics() is
-    'After UPDATE on agent_run: count the runs that just finished by agent and outcome, and '
+    'After UPDATE on agent_run: count the runs that just finished by lane and outcome, and '
     'their durations, into metric_deltas.';
+
+-- The labels of a refused fire: the routine it refused (by name, and by id,
+-- which a rename or a second owner's routine of the same name cannot
+-- change), how it was fired, and why it was refused. Per routine, since a
+-- refused webhook delivery is not redelivered: an alert must say whose it was.
+create or replace function _metrics_skip_labels(
+    p_routine_id uuid, p_routine text, p_trigger text, p_reason text)
+returns jsonb
+language sql
+immutable
+parallel safe
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select jsonb_build_object('routine', p_routine, 'routine_id', p_routine_id::text,
+                              'trigger', p_trigger, 'reason', p_reason)
+$$;
+
+comment on function _metrics_skip_labels(uuid, text, text, text) is
+    'The labels of ceaseless_routine_skips_total: routine (name), routine_id, trigger, reason.';
 
 -- Routine fires and refused fires. A refused fire is a row inserted as
 -- skipped; a fire that a later step refuses is a row updated to skipped.
@@ -102,20 +122,25 @@ set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
-    select case when n.status = 'skipped' then 'ceaseless_routine_skips_total'
-                else 'ceaseless_routine_fires_total' end,
-           case when n.status = 'skipped'
-                then jsonb_build_object('trigger', n.trigger_type, 'reason', n.skip_reason)
-                else jsonb_build_object('trigger', n.trigger_type) end,
+    select 'ceaseless_routine_fires_total', jsonb_build_object('trigger', n.trigger_type),
            count(*)
     from new_rows n
-    group by n.status = 'skipped', n.trigger_type, n.skip_reason;
+    where n.status <> 'skipped'
+    group by n.trigger_type
+    union all
+    select 'ceaseless_routine_skips_total',
+           _metrics_skip_labels(r.id, r.name, n.trigger_type, n.skip_reason), count(*)
+    from new_rows n
+    join routines r on r.id = n.routine_id
+    where n.status = 'skipped'
+    group by r.id, r.name, n.trigger_type, n.skip_reason;
     return null;
 end;
 $$;
 
 comment on function _tg_routine_runs_insert_metrics() is
-    'After INSERT on routine_runs: count fires by trigger, and refused fires by trigger and reason.';
+    'After INSERT on routine_runs: count fires by trigger, and refused fires by routine, trigger '
+    'and reason.';
 
 create or replace function _tg_routine_runs_update_metrics()
 returns trigger
@@ -125,20 +150,41 @@ as $$
 begin
     insert into metric_deltas (metric, labels, value)
     select 'ceaseless_routine_skips_total',
-           jsonb_build_object('trigger', n.trigger_type, 'reason', n.skip_reason), count(*)
+           _metrics_skip_labels(r.id, r.name, n.trigger_type, n.skip_reason), count(*)
     from new_rows n
     join old_rows o on o.id = n.id
+    join routines r on r.id = n.routine_id
     where n.status = 'skipped' and o.status <> 'skipped'
-    group by n.trigger_type, n.skip_reason;
+    group by r.id, r.name, n.trigger_type, n.skip_reason;
     return null;
 end;
 $$;
 
 comment on function _tg_routine_runs_update_metrics() is
-    'After UPDATE on routine_runs: count runs that became skipped, by trigger and reason.';
+    'After UPDATE on routine_runs: count runs that became skipped, by routine, trigger and '
+    'reason.';
+
+-- The labels of a loop's refused fire, as _metrics_skip_labels for a
+-- routine: the loop (title and id), how it was fired, and why it was refused.
+-- A skipped run inserted by hand may name no trigger: '' is what Prometheus
+-- reads as no label, where a JSON null would print as a value.
+create or replace function _metrics_loop_skip_labels(
+    p_loop_id uuid, p_loop text, p_trigger text, p_reason text)
+returns jsonb
+language sql
+immutable
+parallel safe
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select jsonb_build_object('loop', p_loop, 'loop_id', p_loop_id::text,
+                              'trigger', coalesce(p_trigger, ''), 'reason', p_reason)
+$$;
+
+comment on function _metrics_loop_skip_labels(uuid, text, text, text) is
+    'The labels of ceaseless_loop_skips_total: loop (title), loop_id, trigger, reason.';
 
 -- Loop iterations, counted once each when they end (an iteration refused at
--- its fire is inserted as skipped, already ended).
+-- its fire is inserted as skipped, already ended), and refused fires by loop.
 create or replace function _tg_topology_runs_insert_metrics()
 returns trigger
 language plpgsql
@@ -149,13 +195,21 @@ begin
     select 'ceaseless_loop_iterations_total', jsonb_build_object('status', n.status), count(*)
     from new_rows n
     where n.loop_id is not null and n.finished_at is not null
-    group by n.status;
+    group by n.status
+    union all
+    select 'ceaseless_loop_skips_total',
+           _metrics_loop_skip_labels(l.id, l.title, n.trigger_type, n.skip_reason), count(*)
+    from new_rows n
+    join loops l on l.id = n.loop_id
+    where n.status = 'skipped'
+    group by l.id, l.title, n.trigger_type, n.skip_reason;
     return null;
 end;
 $$;
 
 comment on function _tg_topology_runs_insert_metrics() is
-    'After INSERT on topology_runs: count loop iterations inserted already ended (skipped).';
+    'After INSERT on topology_runs: count loop iterations inserted already ended (skipped), and '
+    'refused fires by loop, trigger and reason.';
 
 create or replace function _tg_topology_runs_update_metrics()
 returns trigger
@@ -287,6 +341,13 @@ comment on function _metrics_fold(integer) is
 --
 -- One statement (tests/sql/test_metrics.py reads its plan and asserts it reads
 -- indexes, never a whole table of history).
+-- Guarantees, for what Prometheus makes of the page: a lane is labelled
+-- `lane` in every series; every counter of a label set that can exist (each
+-- lane's outcomes, each trigger type, each routine's refusal reasons, each
+-- loop iteration's end, each notification sink) is served from the start, at
+-- 0, so rate() and increase() see its first increment; a histogram serves
+-- every bucket of every label set, 0 included, its samples grouped by label
+-- set with the buckets in ascending `le`.
 create or replace function metrics_snapshot(p_now timestamptz default now())
 returns table (
     family text,
@@ -304,6 +365,8 @@ with families (family, kind, help) as (
     values
         ('ceaseless_jobs', 'gauge',
          'Live jobs by lane (agent) and state: pending, claimed, running.'),
+        ('ceaseless_jobs_blocked', 'gauge',
+         'Blocked jobs by lane: each waits for a person (reply_job or cancel_job).'),
         ('ceaseless_jobs_due', 'gauge',
          'Pending jobs whose run_after has come, by lane: work waiting for a slot.'),
         ('ceaseless_oldest_due_job_age_seconds', 'gauge',
@@ -326,13 +389,17 @@ with families (family, kind, help) as (
         ('ceaseless_notifications_pending', 'gauge', 'Notifications waiting to be delivered.'),
         ('ceaseless_approvals_open', 'gauge', 'Approvals waiting for a decision.'),
         ('ceaseless_routine_runs_running', 'gauge', 'Routine runs in progress.'),
-        ('ceaseless_agent_runs', 'counter', 'Finished agent runs by lane (agent) and outcome.'),
+        ('ceaseless_routine_last_success_timestamp_seconds', 'gauge',
+         'Unix time the routine''s latest ok run completed (absent until it has one).'),
+        ('ceaseless_agent_runs', 'counter', 'Finished agent runs by lane and outcome.'),
         ('ceaseless_agent_run_duration_seconds', 'histogram',
-         'Wall time of finished agent runs, by lane (agent).'),
+         'Wall time of finished agent runs, by lane.'),
         ('ceaseless_routine_fires', 'counter', 'Routine fires by trigger type.'),
         ('ceaseless_routine_skips', 'counter',
-         'Refused routine fires (skipped runs) by trigger type and reason.'),
+         'Refused routine fires (skipped runs) by routine, trigger type and reason.'),
         ('ceaseless_loop_iterations', 'counter', 'Ended loop iterations by final status.'),
+        ('ceaseless_loop_skips', 'counter',
+         'Refused loop fires (skipped runs) by loop, trigger type and reason.'),
         ('ceaseless_notifications_delivered', 'counter', 'Notifications delivered, by channel.'),
         ('ceaseless_notifications_failed', 'counter',
          'Notifications given up on (attempts exhausted or no such sink), by channel.')
@@ -369,6 +436,17 @@ live as (
         where j.agent = l.name and j.state in ('claimed', 'running')
     ) q
 ),
+blocked as (
+    -- job_blocked_idx: partial on blocked, led by agent; blocked jobs are
+    -- finished jobs, and the rest of those are history.
+    select l.name, q.n
+    from lanes l
+    cross join lateral (
+        select count(*) as n
+        from ceaseless.job j
+        where j.agent = l.name and j.state = 'blocked'
+    ) q
+),
 windowed as (
     -- agent_run_lane_window_idx: (agent, started_at desc), the governor's
     -- own index; reads the window's runs, never the lane's history.
@@ -381,6 +459,67 @@ windowed as (
           and r.started_at > p_now - make_interval(secs => l.window_secs)
     ) q
 ),
+zeros (metric, labels) as (
+    -- Every counter series that can exist, at 0 until counted: a series that
+    -- appears only at its first increment hides that increment from rate().
+    -- The value lists are the CHECK lists of agent_run.outcome,
+    -- routines.trigger_type, routine_runs.skip_reason, topology_runs.skip_reason
+    -- and the final topology_runs.status (tests/sql/test_metrics.py compares
+    -- them with listener/enums.py, which mirrors those lists).
+    select 'ceaseless_agent_runs_total', jsonb_build_object('lane', l.name, 'outcome', o.outcome)
+    from lanes l
+    cross join (values ('succeeded'), ('failed'), ('rate_limited'), ('budget_exhausted'),
+                       ('output_budget_exhausted'), ('timed_out'), ('cancelled'),
+                       ('lease_expired'), ('auth_failed'), ('needs_human')) o (outcome)
+    union all
+    -- One bucket makes the label set: the histogram below serves all of them.
+    select 'ceaseless_agent_run_duration_seconds_bucket',
+           jsonb_build_object('lane', l.name, 'le', '+Inf')
+    from lanes l
+    union all
+    select 'ceaseless_agent_run_duration_seconds_sum', jsonb_build_object('lane', l.name)
+    from lanes l
+    union all
+    select 'ceaseless_routine_fires_total', jsonb_build_object('trigger', t.trigger)
+    from (values ('cron'), ('event'), ('webhook'), ('manual')) t (trigger)
+    union all
+    -- Each routine's own trigger type; a manual run of it counts under
+    -- `manual` from its first refusal.
+    select 'ceaseless_routine_skips_total',
+           ceaseless._metrics_skip_labels(r.id, r.name, r.trigger_type, k.reason)
+    from ceaseless.routines r
+    cross join (values ('cooldown'), ('concurrency'), ('dedup'), ('global_cap'),
+                       ('missed_slots'), ('disabled'), ('agent_disabled')) k (reason)
+    union all
+    select 'ceaseless_loop_iterations_total', jsonb_build_object('status', s.status)
+    from (values ('succeeded'), ('failed'), ('cancelled'), ('skipped')) s (status)
+    union all
+    -- Each loop's triggers that are on (manual always is).
+    select 'ceaseless_loop_skips_total',
+           ceaseless._metrics_loop_skip_labels(l.id, l.title, t.trigger, k.reason)
+    from ceaseless.loops l
+    cross join lateral (
+        select 'manual'
+        union all select 'cron' where l.triggers ->> 'cron' is not null
+        union all select 'on_completion'
+                  where coalesce((l.triggers ->> 'on_completion')::boolean, false)
+        union all select 'webhook' where l.webhook_token is not null
+    ) t (trigger)
+    cross join (values ('live_iteration'), ('disabled'), ('agent_disabled')) k (reason)
+    union all
+    -- The sinks configured, and `default`, which a notification naming no
+    -- channel is counted under.
+    select m.metric, jsonb_build_object('channel', c.channel)
+    from (values ('ceaseless_notifications_delivered_total'),
+                 ('ceaseless_notifications_failed_total')) m (metric)
+    cross join (
+        select 'default'
+        union
+        select jsonb_object_keys(st.value)
+        from ceaseless.settings st
+        where st.key = 'notification_sinks' and jsonb_typeof(st.value) = 'object'
+    ) c (channel)
+),
 counted as (
     -- The counters: folded totals plus the deltas not folded yet.
     select c.metric, c.labels, sum(c.value) as value
@@ -388,6 +527,8 @@ counted as (
         select t.metric, t.labels, t.value from ceaseless.metric_totals t
         union all
         select d.metric, d.labels, d.value from ceaseless.metric_deltas d
+        union all
+        select z.metric, z.labels, 0 from zeros z
     ) c
     group by c.metric, c.labels
 ),
@@ -414,8 +555,10 @@ samples (family, sample, labels, value) as (
     join pending p on p.name = l.name
     join live v on v.name = l.name
     join windowed w on w.name = l.name
+    join blocked bl on bl.name = l.name
     cross join lateral (values
         ('ceaseless_jobs_due', p.due::double precision),
+        ('ceaseless_jobs_blocked', bl.n),
         ('ceaseless_oldest_due_job_age_seconds',
          coalesce(greatest(extract(epoch from p_now - p.oldest_due), 0), 0)),
         ('ceaseless_expired_leases', v.expired),
@@ -441,17 +584,32 @@ samples (family, sample, labels, value) as (
     select 'ceaseless_routine_runs_running', 'ceaseless_routine_runs_running', '{}',
            (select count(*) from ceaseless.routine_runs r where r.status = 'running')
     union all
+    -- routine_runs_last_ok_idx: one probe a routine, however many failed or
+    -- refused runs came after its last success.
+    select 'ceaseless_routine_last_success_timestamp_seconds',
+           'ceaseless_routine_last_success_timestamp_seconds',
+           jsonb_build_object('routine', r.name, 'routine_id', r.id::text),
+           extract(epoch from ok.completed_at)
+    from ceaseless.routines r
+    cross join lateral (
+        select rr.completed_at from ceaseless.routine_runs rr
+        where rr.routine_id = r.id and rr.status = 'ok'
+        order by rr.completed_at desc
+        limit 1
+    ) ok
+    union all
     -- Counters.
     select regexp_replace(c.metric, '_(total|sum)$', ''), c.metric, c.labels, c.value
     from counted c
     where c.metric not like '%\_bucket'
     union all
-    -- A histogram's buckets, every bound of it, cumulative as Prometheus
-    -- reads them; its _count is the +Inf bucket: every observation.
+    -- A histogram's buckets, every bound of it (0 below its first
+    -- observation), cumulative as Prometheus reads them; its _count is the
+    -- +Inf bucket: every observation.
     select regexp_replace(h.metric, '_bucket$', ''), h.metric,
            h.base || jsonb_build_object('le', case when b.bound = 'Infinity' then '+Inf'
                                                    else b.bound::text end),
-           sum(h.value) filter (where h.le <= b.bound)
+           coalesce(sum(h.value) filter (where h.le <= b.bound), 0)
     from histograms h
     cross join unnest(ceaseless._metrics_duration_bounds()) b (bound)
     group by h.metric, h.base, b.bound
@@ -461,12 +619,17 @@ samples (family, sample, labels, value) as (
     from histograms h
     group by h.metric, h.base
 )
+-- A histogram's label set together (its buckets, _count, _sum), the buckets
+-- by numeric le: as text, 10800 would come before 15.
 select s.family, f.kind, f.help, s.sample, s.labels, s.value
 from samples s
 join families f on f.family = s.family
-order by s.family, s.sample, s.labels::text
+order by s.family, (s.labels - 'le')::text, s.sample,
+         (s.labels ->> 'le')::double precision
 $$;
 
 comment on function metrics_snapshot(timestamptz) is
-    'Every database-wide series of GET /metrics, one row a sample: live queue depth and lane usage '
-    'from partial indexes, counters from metric_totals + metric_deltas. Reads no history.';
+    'Every database-wide series of GET /metrics, one row a sample: live queue depth, blocked jobs '
+    'and lane usage from partial indexes, each routine''s last success, counters from '
+    'metric_totals + metric_deltas (0 for every label set that can exist), histogram buckets in '
+    'numeric le order. Reads no history.';

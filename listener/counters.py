@@ -6,14 +6,28 @@ listener/web/metrics.py serves the registry on GET /metrics beside the
 database's series.
 
 Guarantees: every series here lives in REGISTRY, which only this process
-writes; counting never blocks and never touches the database.
+writes; counting never blocks and never touches the database; no series has
+a `_created` twin (a sample per series of the process's start time, which
+Prometheus stores as one more series and no alert reads); every status the
+ingress answers is served from the start, at 0, so rate() sees its first
+increment.
 """
 
 from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+)
+
+# Before any metric is made: a metric reads the switch when it is created.
+disable_created_metrics()
 
 # This process's own series; the database's are built per scrape (metrics.py).
 REGISTRY = CollectorRegistry()
@@ -25,6 +39,13 @@ WEBHOOK_RESPONSES = Counter(
     ["status"],
     registry=REGISTRY,
 )
+# What POST /hooks/… answers (listener/web/server.py): accepted; malformed;
+# a bad signature or a stale timestamp; no such hook; refused by a guardrail
+# (cooldown, concurrency, the global cap, disabled), a replay or a duplicate;
+# a body too large; too many requests in hand, or the database unavailable.
+WEBHOOK_STATUSES = ("202", "400", "401", "404", "409", "413", "503")
+for _status in WEBHOOK_STATUSES:
+    WEBHOOK_RESPONSES.labels(status=_status)
 LISTEN_RECONNECTS = Counter(
     "ceaseless_listener_reconnects",
     "Times this listener's LISTEN connection was lost and subscribed again.",

@@ -355,6 +355,7 @@ create table ceaseless.job (
     constraint resume_session_id_resumable CHECK ((resume_session_id ~ '^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|ses_[0-9A-Za-z]{26})$'::text)) NOT VALID
 );
 alter table ceaseless.job enable row level security;
+CREATE INDEX job_blocked_idx ON ceaseless.job USING btree (agent) WHERE (state = 'blocked'::text);
 CREATE INDEX job_claim_expiry_idx ON ceaseless.job USING btree (claim_expires_at) WHERE (state = ANY (ARRAY['claimed'::text, 'running'::text]));
 CREATE INDEX job_claimable_idx ON ceaseless.job USING btree (agent, run_after) WHERE (state = 'pending'::text);
 CREATE INDEX job_created_idx ON ceaseless.job USING btree (created_at DESC);
@@ -654,6 +655,8 @@ CREATE INDEX idx_routine_runs_dedup ON ceaseless.routine_runs USING btree (routi
 CREATE INDEX idx_routine_runs_routine ON ceaseless.routine_runs USING btree (routine_id, started_at DESC);
 CREATE INDEX idx_routine_runs_running ON ceaseless.routine_runs USING btree (routine_id) WHERE (status = 'running'::text);
 CREATE INDEX idx_routine_runs_status ON ceaseless.routine_runs USING btree (status) WHERE (status = 'running'::text);
+CREATE INDEX routine_runs_last_ok_idx ON ceaseless.routine_runs USING btree (routine_id, completed_at DESC) WHERE (status = 'ok'::text);
+CREATE INDEX routine_runs_skipped_idx ON ceaseless.routine_runs USING btree (routine_id, started_at DESC) WHERE (status = 'skipped'::text);
 CREATE TRIGGER routine_runs_deleted AFTER DELETE ON ceaseless.routine_runs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_deleted();
 CREATE TRIGGER routine_runs_insert AFTER INSERT ON ceaseless.routine_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_insert();
 CREATE TRIGGER routine_runs_insert_metrics AFTER INSERT ON ceaseless.routine_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_insert_metrics();
@@ -1330,7 +1333,10 @@ create view ceaseless.routine_status with (security_invoker=true) as
     COALESCE(day.runs, 0::bigint) AS runs_24h,
     COALESCE(day.skips, 0::bigint) AS skips_24h,
     COALESCE(live.running, 0::bigint) AS running,
-    r.last_error
+    r.last_error,
+    COALESCE(refused.n, 0::bigint) AS skips_1h,
+    last_skip.skip_reason AS last_skip_reason,
+    last_skip.started_at AS last_skipped_at
    FROM ceaseless.routines r
      LEFT JOIN LATERAL ( SELECT rr.status,
             rr.started_at
@@ -1344,8 +1350,17 @@ create view ceaseless.routine_status with (security_invoker=true) as
           WHERE rr.routine_id = r.id AND rr.started_at > (now() - '24:00:00'::interval)) day ON true
      LEFT JOIN LATERAL ( SELECT count(*) AS running
            FROM ceaseless.routine_runs rr
-          WHERE rr.routine_id = r.id AND rr.status = 'running'::text) live ON true;
-comment on view ceaseless.routine_status is 'One row per routine: trigger, schedule, next fire, last status, consecutive failures, runs and skips in the last 24 hours, and runs running now.';
+          WHERE rr.routine_id = r.id AND rr.status = 'running'::text) live ON true
+     LEFT JOIN LATERAL ( SELECT count(*) AS n
+           FROM ceaseless.routine_runs rr
+          WHERE rr.routine_id = r.id AND rr.status = 'skipped'::text AND rr.started_at > (now() - '01:00:00'::interval)) refused ON true
+     LEFT JOIN LATERAL ( SELECT rr.skip_reason,
+            rr.started_at
+           FROM ceaseless.routine_runs rr
+          WHERE rr.routine_id = r.id AND rr.status = 'skipped'::text
+          ORDER BY rr.started_at DESC
+         LIMIT 1) last_skip ON true;
+comment on view ceaseless.routine_status is 'One row per routine: trigger, schedule, next fire, last status, consecutive failures, runs and skips in the last 24 hours, runs running now, the last error, and refused fires: in the last hour, the last one''s reason and time.';
 grant select on table ceaseless.routine_status to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.routine_status to ceaseless_listener;
 
@@ -2182,6 +2197,26 @@ create function ceaseless._metrics_fold(p_limit integer DEFAULT 50000)
 comment on function ceaseless._metrics_fold(p_limit integer) is 'Fold up to p_limit counter deltas into metric_totals (SKIP LOCKED: every listener''s sweep may call it); returns how many deltas were folded.';
 grant execute on function ceaseless._metrics_fold(p_limit integer) to ceaseless_listener, ceaseless_operator;
 
+-- functions/94_metrics.sql, body md5 8672278ab288de434a591d54ef152838
+create function ceaseless._metrics_loop_skip_labels(p_loop_id uuid, p_loop text, p_trigger text, p_reason text)
+    returns jsonb
+    language sql
+    immutable
+    parallel safe
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._metrics_loop_skip_labels(p_loop_id uuid, p_loop text, p_trigger text, p_reason text) is 'The labels of ceaseless_loop_skips_total: loop (title), loop_id, trigger, reason.';
+grant execute on function ceaseless._metrics_loop_skip_labels(p_loop_id uuid, p_loop text, p_trigger text, p_reason text) to ceaseless_listener, ceaseless_operator;
+
+-- functions/94_metrics.sql, body md5 dfbbf4d58b89fd481d75fca92ae74b08
+create function ceaseless._metrics_skip_labels(p_routine_id uuid, p_routine text, p_trigger text, p_reason text)
+    returns jsonb
+    language sql
+    immutable
+    parallel safe
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._metrics_skip_labels(p_routine_id uuid, p_routine text, p_trigger text, p_reason text) is 'The labels of ceaseless_routine_skips_total: routine (name), routine_id, trigger, reason.';
+grant execute on function ceaseless._metrics_skip_labels(p_routine_id uuid, p_routine text, p_trigger text, p_reason text) to ceaseless_listener, ceaseless_operator;
+
 -- functions/60_notifications.sql, body md5 d4f66406600b37fc878a8d4b4a03ab20
 create function ceaseless._notification_sink_problem(p_name text, p_sinks jsonb)
     returns text
@@ -2499,7 +2534,7 @@ create function ceaseless._tg_agent_run_insert()
 comment on function ceaseless._tg_agent_run_insert() is 'After INSERT on agent_run: NOTIFY ceaseless_run once per statement (the start is audited on the job).';
 grant execute on function ceaseless._tg_agent_run_insert() to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 1c548f7ea3410a37e79eda8724e003cf
+-- functions/94_metrics.sql, body md5 5198039fb2568ab2674ec2d115edb0f3
 create function ceaseless._tg_agent_run_metrics()
     returns trigger
     language plpgsql
@@ -2507,7 +2542,7 @@ create function ceaseless._tg_agent_run_metrics()
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp
     set enable_nestloop = off;
-comment on function ceaseless._tg_agent_run_metrics() is 'After UPDATE on agent_run: count the runs that just finished by agent and outcome, and their durations, into metric_deltas.';
+comment on function ceaseless._tg_agent_run_metrics() is 'After UPDATE on agent_run: count the runs that just finished by lane and outcome, and their durations, into metric_deltas.';
 grant execute on function ceaseless._tg_agent_run_metrics() to ceaseless_listener, ceaseless_operator;
 
 -- functions/25_notify_audit.sql, body md5 09442eba95ce0e8f3ae6c16686ce02a7
@@ -2823,14 +2858,14 @@ create function ceaseless._tg_routine_runs_insert()
 comment on function ceaseless._tg_routine_runs_insert() is 'After INSERT on routine_runs: move the running count, audit each run, NOTIFY ceaseless_run once per status.';
 grant execute on function ceaseless._tg_routine_runs_insert() to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 ddbdf1c0e4e998ebb1381ffb9dad790d
+-- functions/94_metrics.sql, body md5 08305b8e6e09845bcc44133900b4ad59
 create function ceaseless._tg_routine_runs_insert_metrics()
     returns trigger
     language plpgsql
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._tg_routine_runs_insert_metrics() is 'After INSERT on routine_runs: count fires by trigger, and refused fires by trigger and reason.';
+comment on function ceaseless._tg_routine_runs_insert_metrics() is 'After INSERT on routine_runs: count fires by trigger, and refused fires by routine, trigger and reason.';
 grant execute on function ceaseless._tg_routine_runs_insert_metrics() to ceaseless_listener, ceaseless_operator;
 
 -- functions/44_routine_outcomes.sql, body md5 49c21eb4244c859d5655e2e7b3454601
@@ -2844,14 +2879,14 @@ create function ceaseless._tg_routine_runs_update()
 comment on function ceaseless._tg_routine_runs_update() is 'After UPDATE on routine_runs: move the running count, audit status changes, NOTIFY ceaseless_run once per new status.';
 grant execute on function ceaseless._tg_routine_runs_update() to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 50bb764d3af06dc64845eb1437859396
+-- functions/94_metrics.sql, body md5 61c091e0bcc7ffc64d5b8cdb04a0233a
 create function ceaseless._tg_routine_runs_update_metrics()
     returns trigger
     language plpgsql
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._tg_routine_runs_update_metrics() is 'After UPDATE on routine_runs: count runs that became skipped, by trigger and reason.';
+comment on function ceaseless._tg_routine_runs_update_metrics() is 'After UPDATE on routine_runs: count runs that became skipped, by routine, trigger and reason.';
 grant execute on function ceaseless._tg_routine_runs_update_metrics() to ceaseless_listener, ceaseless_operator;
 
 -- functions/40_routine_validation.sql, body md5 155402e0ced542220634f2cb0fddd3b2
@@ -2932,14 +2967,14 @@ create function ceaseless._tg_topology_runs_changed()
 comment on function ceaseless._tg_topology_runs_changed() is 'After a topology run is inserted or changes status: audit it and NOTIFY ceaseless_run.';
 grant execute on function ceaseless._tg_topology_runs_changed() to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 56bdd3ef1b92eabd19f7edc7dfb9b43c
+-- functions/94_metrics.sql, body md5 53a5230c37be14e04656e8dab61e6cc1
 create function ceaseless._tg_topology_runs_insert_metrics()
     returns trigger
     language plpgsql
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._tg_topology_runs_insert_metrics() is 'After INSERT on topology_runs: count loop iterations inserted already ended (skipped).';
+comment on function ceaseless._tg_topology_runs_insert_metrics() is 'After INSERT on topology_runs: count loop iterations inserted already ended (skipped), and refused fires by loop, trigger and reason.';
 grant execute on function ceaseless._tg_topology_runs_insert_metrics() to ceaseless_listener, ceaseless_operator;
 
 -- functions/56_loop_firing.sql, body md5 4e2976c27a49b2b37498c6b067d40e93
@@ -3566,13 +3601,13 @@ create function ceaseless.loop_snapshot(p_loop_id uuid)
 comment on function ceaseless.loop_snapshot(p_loop_id uuid) is 'A loop as loop_status shows it (never its webhook credential), its latest iteration as run_snapshot shows it, and last_event_id, the audit id both are current to: what a new follower of GET /loops/{id}/events receives first. NULL when there is no such loop.';
 grant execute on function ceaseless.loop_snapshot(p_loop_id uuid) to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 3076e94bed26907ccfbba09d3287f5ac
+-- functions/94_metrics.sql, body md5 6daff322e0c0dc3bebb352936faab1ef
 create function ceaseless.metrics_snapshot(p_now timestamp with time zone DEFAULT now())
     returns TABLE(family text, kind text, help text, sample text, labels jsonb, value double precision)
     language sql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.metrics_snapshot(p_now timestamp with time zone) is 'Every database-wide series of GET /metrics, one row a sample: live queue depth and lane usage from partial indexes, counters from metric_totals + metric_deltas. Reads no history.';
+comment on function ceaseless.metrics_snapshot(p_now timestamp with time zone) is 'Every database-wide series of GET /metrics, one row a sample: live queue depth, blocked jobs and lane usage from partial indexes, each routine''s last success, counters from metric_totals + metric_deltas (0 for every label set that can exist), histogram buckets in numeric le order. Reads no history.';
 grant execute on function ceaseless.metrics_snapshot(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/32_schedules.sql, body md5 8dc0990ba366173eb81747597590c02b

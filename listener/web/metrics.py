@@ -2,10 +2,11 @@
 
 Two sources, one page:
 
-- database-wide series (queue depth by lane and state, lane usage against
-  max_concurrent and the window budget, runs by outcome and their duration
-  histogram, routine fires and skips by reason, loop iterations,
-  notifications delivered and failed) come from one call of
+- database-wide series (queue depth by lane and state, blocked jobs, lane
+  usage against max_concurrent and the window budget, runs by outcome and
+  their duration histogram, routine fires, refused fires by routine and
+  reason, each routine's last success, loop iterations, notifications
+  delivered and failed) come from one call of
   metrics_snapshot() (functions/94_metrics.sql), which reads partial indexes
   and trigger-kept counters, never history. Every listener serves the same
   numbers: scrape one, or aggregate them with max() (docs/metrics.md);

@@ -7,7 +7,9 @@ what a Prometheus server reads.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import subprocess
 import threading
 import time
 import urllib.error
@@ -15,6 +17,7 @@ import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 import psycopg
 import pytest
@@ -22,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from tests.e2e.support import ListenerProcess, wait_until
-from tests.factories import make_agent, make_jobs, make_routine, pause_lane
+from tests.factories import make_agent, make_job, make_jobs, make_routine, pause_lane
 from tests.sql.loops import loop_row, make_loop
 from tests.sql.topology import graph, node
 from tests.webhook_signing import sign
@@ -116,9 +119,10 @@ def _count(conn: psycopg.Connection, query: str, params: tuple[Any, ...] = ()) -
     return int(row[0])
 
 
-def _scenario(conn: psycopg.Connection, port: int, listener: ListenerProcess) -> None:
+def _scenario(conn: psycopg.Connection, port: int, listener: ListenerProcess) -> UUID:
     """A routine fire and a skip, refused webhooks, a loop's iterations, notifications
-    delivered and failed, a paused lane and a lost LISTEN: one of every counted thing."""
+    delivered and failed, a paused lane and a lost LISTEN: one of every counted thing.
+    Returns the webhook routine."""
     routine = make_routine(
         conn, "hook", "webhook", {"path": "deploys", "secret": SECRET}, agent="noop"
     )
@@ -172,6 +176,7 @@ def _scenario(conn: psycopg.Connection, port: int, listener: ListenerProcess) ->
     )
     assert killed == 1
     listener.wait_for_event("listen.subscribed", count=2, timeout=30)
+    return routine
 
 
 @pytest.mark.slow
@@ -182,7 +187,7 @@ def test_a_scrape_during_a_drain_of_20000_jobs_returns_every_series(
     port = _free_port()
     listener = start_listener("--poll-interval", "60", "--http", f"127.0.0.1:{port}")
     token = listener.http_token()
-    _scenario(conn, port, listener)
+    hook = _scenario(conn, port, listener)
 
     # Scrape as fast as the page comes while the jobs drain.
     during: list[dict[str, tuple[str, list[Sample]]]] = []
@@ -221,10 +226,11 @@ def test_a_scrape_during_a_drain_of_20000_jobs_returns_every_series(
     page = _scrape(port, token)
     assert _value(page, "ceaseless_database_up") == 1
     assert _value(page, "ceaseless_jobs", lane="noop", state="pending") == 0
-    assert _value(page, "ceaseless_agent_runs_total", agent="noop", outcome="succeeded") >= JOBS
-    assert _value(page, "ceaseless_agent_run_duration_seconds_count", agent="noop") >= JOBS
+    assert _value(page, "ceaseless_agent_runs_total", lane="noop", outcome="succeeded") >= JOBS
+    assert _value(page, "ceaseless_agent_run_duration_seconds_count", lane="noop") >= JOBS
     assert _value(page, "ceaseless_routine_fires_total", trigger="webhook") == 1
-    assert _value(page, "ceaseless_routine_skips_total", trigger="webhook", reason="cooldown") == 1
+    refused = {"routine": "hook", "routine_id": str(hook), "trigger": "webhook"}
+    assert _value(page, "ceaseless_routine_skips_total", **refused, reason="cooldown") == 1
     assert _value(page, "ceaseless_loop_iterations_total", status="succeeded") == 2
     assert _value(page, "ceaseless_webhook_responses_total", status="202") == 1
     assert _value(page, "ceaseless_webhook_responses_total", status="401") == 1
@@ -282,3 +288,99 @@ def test_metrics_on_loopback_need_the_token_and_a_loopback_host(
             assert error.code == status, (given is not None, host, error.code)
     assert "ceaseless_jobs" in _scrape(port, token)
     assert "ceaseless_jobs" in _scrape(port, token, f"localhost:{port}")
+
+
+def _page(port: int, token: str) -> str:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+    request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return str(answer.read().decode())
+
+
+def _le(sample: Sample) -> float:
+    return float(sample.labels["le"])
+
+
+def test_a_fresh_page_is_what_prometheus_reads_right(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    """Before much has happened: every counter at 0, every bucket of every histogram in numeric
+    order, the lane labelled `lane` everywhere, no `_created` series, blocked jobs and a routine's
+    last success served; `promtool check metrics` finds nothing to say when it is installed."""
+    make_agent(conn, "noop")
+    make_agent(conn, "idle")
+    make_job(conn, "idle", state="blocked", finished_at=datetime.now(UTC), attempts=1)
+    nightly = make_routine(conn, "nightly", "cron", {"schedule": "0 3 * * *"})
+    done = datetime(2026, 1, 2, 3, 5, tzinfo=UTC)
+    conn.execute(
+        "insert into ceaseless.routine_runs (routine_id, trigger_type, status, completed_at) "
+        "values (%s, 'cron', 'ok', %s)",
+        (nightly, done),
+    )
+    port = _free_port()
+    listener = start_listener("--poll-interval", "60", "--http", f"127.0.0.1:{port}")
+    token = listener.http_token()
+    # One run, so the lane's histogram has an observation in one bucket and none below it.
+    make_job(conn, "noop")
+    wait_until(
+        lambda: _count(conn, "select count(*) from ceaseless.job where state = 'delivered'") == 1,
+        30,
+        "the job never ran",
+    )
+    conn.execute("select ceaseless._metrics_fold()")
+
+    text = _page(port, token)
+    families = list(text_string_to_metric_families(text))
+    page = {f.name: (f.type, f.samples) for f in families}
+
+    # No `_created` series, from the process's counters or the database's.
+    assert not [s.name for f in families for s in f.samples if s.name.endswith("_created")]
+    # A lane is `lane` in every series; `agent` in none.
+    assert not [s.name for f in families for s in f.samples if "agent" in s.labels]
+    assert {s.labels["lane"] for s in page["ceaseless_agent_runs"][1]} == {"noop", "idle"}
+
+    # Counters at 0 from the start.
+    assert _value(page, "ceaseless_agent_runs_total", lane="idle", outcome="failed") == 0
+    assert _value(page, "ceaseless_agent_runs_total", lane="noop", outcome="succeeded") == 1
+    assert _value(page, "ceaseless_routine_fires_total", trigger="webhook") == 0
+    assert _value(page, "ceaseless_loop_iterations_total", status="failed") == 0
+    assert _value(page, "ceaseless_notifications_failed_total", channel="default") == 0
+    assert _value(page, "ceaseless_webhook_responses_total", status="409") == 0
+    refused = {"routine": "nightly", "routine_id": str(nightly), "trigger": "cron"}
+    assert _value(page, "ceaseless_routine_skips_total", **refused, reason="cooldown") == 0
+
+    # Histograms: per label set, every bucket, by numeric le, +Inf last and equal to _count.
+    for name, (kind, samples) in page.items():
+        if kind != "histogram":
+            continue
+        sets: dict[tuple[tuple[str, str], ...], list[Sample]] = {}
+        for s in samples:
+            if s.name == f"{name}_bucket":
+                base = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+                sets.setdefault(base, []).append(s)
+        assert sets, name
+        bounds = {tuple(_le(s) for s in buckets) for buckets in sets.values()}
+        assert len(bounds) == 1, (name, bounds)  # the same buckets for every label set
+        for base, buckets in sets.items():
+            les = [_le(s) for s in buckets]
+            assert les == sorted(les) and les[-1] == float("inf"), (name, base, les)
+            values = [s.value for s in buckets]
+            assert values == sorted(values), (name, base, values)
+            assert values[-1] == _value(page, f"{name}_count", **dict(base)), (name, base)
+    assert _value(page, "ceaseless_agent_run_duration_seconds_bucket", lane="idle", le="+Inf") == 0
+    assert _value(page, "ceaseless_agent_run_duration_seconds_bucket", lane="noop", le="+Inf") == 1
+
+    # Blocked jobs, and the last success of each routine that has one.
+    assert _value(page, "ceaseless_jobs_blocked", lane="idle") == 1
+    assert _value(page, "ceaseless_jobs_blocked", lane="noop") == 0
+    assert page["ceaseless_routine_last_success_timestamp_seconds"][0] == "gauge"
+    last = "ceaseless_routine_last_success_timestamp_seconds"
+    assert _value(page, last, routine="nightly", routine_id=str(nightly)) == done.timestamp()
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0 and not checked.stdout.strip(), checked.stdout + checked.stderr

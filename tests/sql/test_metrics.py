@@ -6,12 +6,15 @@ what is live, not what was ever done.
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from listener.enums import Outcome, SkipReason, TopologyRunStatus, TriggerType
 from tests.factories import (
     claim_started,
     finish,
@@ -21,6 +24,7 @@ from tests.factories import (
     make_routine,
     pause_lane,
 )
+from tests.sql.loops import make_loop
 from tests.sql.plans import explained, nodes, statement
 from tests.webhook_signing import sign
 
@@ -110,8 +114,8 @@ def test_finished_runs_count_by_outcome_with_a_duration_histogram(
 
     snap = _snapshot(conn)
 
-    assert snap[_key("ceaseless_agent_runs_total", agent="noop", outcome="succeeded")] == 2
-    assert snap[_key("ceaseless_agent_runs_total", agent="noop", outcome="failed")] == 1
+    assert snap[_key("ceaseless_agent_runs_total", lane="noop", outcome="succeeded")] == 2
+    assert snap[_key("ceaseless_agent_runs_total", lane="noop", outcome="failed")] == 1
     buckets = {
         json.loads(labels)["le"]: value
         for (sample, labels), value in snap.items()
@@ -122,8 +126,8 @@ def test_finished_runs_count_by_outcome_with_a_duration_histogram(
     assert buckets["60"] == 2
     assert buckets["300"] == 3
     assert buckets["+Inf"] == 3
-    assert snap[_key("ceaseless_agent_run_duration_seconds_count", agent="noop")] == 3
-    assert snap[_key("ceaseless_agent_run_duration_seconds_sum", agent="noop")] >= 120
+    assert snap[_key("ceaseless_agent_run_duration_seconds_count", lane="noop")] == 3
+    assert snap[_key("ceaseless_agent_run_duration_seconds_sum", lane="noop")] >= 120
 
 
 def test_fold_moves_deltas_into_totals_and_changes_no_number(conn: psycopg.Connection) -> None:
@@ -141,7 +145,7 @@ def test_fold_moves_deltas_into_totals_and_changes_no_number(conn: psycopg.Conne
     assert folded == (18,)
     assert conn.execute("select count(*) from ceaseless.metric_deltas").fetchone() == (0,)
     assert _snapshot(conn) == before
-    assert before[_key("ceaseless_agent_runs_total", agent="noop", outcome="succeeded")] == 6
+    assert before[_key("ceaseless_agent_runs_total", lane="noop", outcome="succeeded")] == 6
 
 
 def _webhook(conn: psycopg.Connection, body: bytes) -> str | None:
@@ -155,9 +159,10 @@ def _webhook(conn: psycopg.Connection, body: bytes) -> str | None:
     return row[0]
 
 
-def test_routine_fires_and_skips_count_by_reason(conn: psycopg.Connection) -> None:
+def test_routine_fires_and_skips_count_by_routine_and_reason(conn: psycopg.Connection) -> None:
     make_agent(conn)
-    make_routine(conn, "hook", "webhook", {"path": "deploys", "secret": _SECRET})
+    hook = make_routine(conn, "hook", "webhook", {"path": "deploys", "secret": _SECRET})
+    other = make_routine(conn, "other")
     assert _webhook(conn, b"first") is None
     conn.execute("update ceaseless.routines set cooldown_secs = 600, last_run_at = now()")
     assert _webhook(conn, b"second") == "CE411"
@@ -165,8 +170,158 @@ def test_routine_fires_and_skips_count_by_reason(conn: psycopg.Connection) -> No
     snap = _snapshot(conn)
 
     assert snap[_key("ceaseless_routine_fires_total", trigger="webhook")] == 1
-    assert snap[_key("ceaseless_routine_skips_total", trigger="webhook", reason="cooldown")] == 1
+    refused = {"routine": "hook", "routine_id": str(hook), "trigger": "webhook"}
+    assert snap[_key("ceaseless_routine_skips_total", **refused, reason="cooldown")] == 1
+    assert snap[_key("ceaseless_routine_skips_total", **refused, reason="concurrency")] == 0
+    untouched = {"routine": "other", "routine_id": str(other), "trigger": "manual"}
+    assert snap[_key("ceaseless_routine_skips_total", **untouched, reason="cooldown")] == 0
     assert snap[_key("ceaseless_routine_runs_running")] == 1
+
+
+def test_a_fire_refused_after_insert_counts_under_its_routine(conn: psycopg.Connection) -> None:
+    """A run updated to skipped (a later step refused it) is counted by the update trigger."""
+    make_agent(conn)
+    routine = make_routine(conn, "late")
+    run = conn.execute(
+        "insert into ceaseless.routine_runs (routine_id, trigger_type) values (%s, 'manual') "
+        "returning id",
+        (routine,),
+    ).fetchone()
+    assert run is not None
+    conn.execute(
+        "update ceaseless.routine_runs set status = 'skipped', skip_reason = 'concurrency', "
+        "completed_at = now() where id = %s",
+        (run[0],),
+    )
+
+    labels = {"routine": "late", "routine_id": str(routine), "trigger": "manual"}
+    assert (
+        _snapshot(conn)[_key("ceaseless_routine_skips_total", **labels, reason="concurrency")] == 1
+    )
+
+
+def test_every_counter_label_set_is_served_at_zero_from_the_start(
+    conn: psycopg.Connection,
+) -> None:
+    """Before anything ran: every lane's outcomes, every trigger type, every routine's refusal
+    reasons, every loop ending and every sink, at 0 (the value lists are the CHECK lists,
+    which listener/enums.py mirrors)."""
+    make_agent(conn, "noop")
+    routine = make_routine(conn, "nightly", "cron", {"schedule": "0 3 * * *"})
+    conn.execute(
+        "update ceaseless.settings set value = %s where key = 'notification_sinks'",
+        (json.dumps({"ops": {"type": "pg", "channel": "ops_alerts"}}),),
+    )
+
+    snap = _snapshot(conn)
+
+    expected = (
+        [_key("ceaseless_agent_runs_total", lane="noop", outcome=o) for o in Outcome]
+        + [_key("ceaseless_routine_fires_total", trigger=t) for t in TriggerType]
+        + [
+            _key(
+                "ceaseless_routine_skips_total",
+                routine="nightly",
+                routine_id=str(routine),
+                trigger="cron",
+                reason=r,
+            )
+            for r in SkipReason
+        ]
+        + [
+            _key("ceaseless_loop_iterations_total", status=s)
+            for s in ("succeeded", "failed", "cancelled", "skipped")
+        ]
+        + [
+            _key(f"ceaseless_notifications_{what}_total", channel=c)
+            for what in ("delivered", "failed")
+            for c in ("default", "ops")
+        ]
+        + [
+            _key("ceaseless_agent_run_duration_seconds_count", lane="noop"),
+            _key("ceaseless_agent_run_duration_seconds_sum", lane="noop"),
+        ]
+    )
+    assert {k: snap.get(k) for k in expected} == dict.fromkeys(expected, 0)
+    # The final statuses are every status a topology run ends in.
+    assert {"succeeded", "failed", "cancelled", "skipped"} == set(TopologyRunStatus) - {
+        "pending",
+        "running",
+        "awaiting_approval",
+    }
+
+
+def test_histogram_buckets_are_all_there_in_numeric_order_for_every_lane(
+    conn: psycopg.Connection,
+) -> None:
+    make_agent(conn, "noop")
+    make_agent(conn, "idle")
+    make_jobs(conn, 1)
+    runs = list(claim_started(conn, limit=1).values())
+    conn.execute(
+        "update ceaseless.agent_run set started_at = now() - interval '20 minutes' where id = %s",
+        (runs[0],),
+    )
+    finish(conn, runs[0], "succeeded")
+    bounds = [
+        "0.05", "0.25", "1", "5", "15", "60", "300", "900", "1800", "3600", "10800", "+Inf",
+    ]  # fmt: skip
+
+    rows = conn.execute(
+        "select sample, labels from ceaseless.metrics_snapshot() "
+        "where family = 'ceaseless_agent_run_duration_seconds'"
+    ).fetchall()
+    rows_by_lane: dict[str, list[tuple[str, dict[str, str]]]] = {}
+    for sample, labels in rows:
+        rows_by_lane.setdefault(labels["lane"], []).append((sample, labels))
+
+    # One label set after the other, each: its buckets by numeric le, then _count and _sum.
+    assert [lane for lane, _ in itertools.groupby(r[1]["lane"] for r in rows)] == ["idle", "noop"]
+    for lane, samples in rows_by_lane.items():
+        names = [sample.rsplit("_", 1)[1] for sample, _ in samples]
+        assert names == ["bucket"] * len(bounds) + ["count", "sum"], lane
+        assert [labels["le"] for _, labels in samples[: len(bounds)]] == bounds, lane
+    snap = _snapshot(conn)
+    assert snap[_key("ceaseless_agent_run_duration_seconds_bucket", lane="noop", le="900")] == 0
+    assert snap[_key("ceaseless_agent_run_duration_seconds_bucket", lane="noop", le="1800")] == 1
+    assert snap[_key("ceaseless_agent_run_duration_seconds_bucket", lane="idle", le="+Inf")] == 0
+
+
+def test_blocked_jobs_are_a_gauge_by_lane(conn: psycopg.Connection) -> None:
+    make_agent(conn, "noop")
+    make_agent(conn, "other")
+    make_jobs(conn, 3)
+    runs = list(claim_started(conn, limit=3).values())
+    assert finish(conn, runs[0], "needs_human") == "blocked"
+    assert finish(conn, runs[1], "auth_failed") == "blocked"
+    finish(conn, runs[2], "succeeded")
+
+    snap = _snapshot(conn)
+
+    assert snap[_key("ceaseless_jobs_blocked", lane="noop")] == 2
+    assert snap[_key("ceaseless_jobs_blocked", lane="other")] == 0
+
+
+def test_each_routine_serves_the_time_of_its_last_success(conn: psycopg.Connection) -> None:
+    make_agent(conn)
+    daily = make_routine(conn, "daily")
+    never = make_routine(conn, "never")
+    conn.execute(
+        "insert into ceaseless.routine_runs (routine_id, trigger_type, status, started_at, "
+        "  completed_at) values "
+        "(%(r)s, 'manual', 'ok', '2026-01-01 00:00Z', '2026-01-01 00:05Z'), "
+        "(%(r)s, 'manual', 'ok', '2026-01-02 00:00Z', '2026-01-02 00:05Z'), "
+        "(%(r)s, 'manual', 'failed', '2026-01-03 00:00Z', '2026-01-03 00:05Z'), "
+        "(%(n)s, 'manual', 'failed', '2026-01-03 00:00Z', '2026-01-03 00:05Z')",
+        {"r": daily, "n": never},
+    )
+
+    snap = _snapshot(conn)
+
+    last = datetime(2026, 1, 2, 0, 5, tzinfo=UTC).timestamp()
+    series = "ceaseless_routine_last_success_timestamp_seconds"
+    assert snap[_key(series, routine="daily", routine_id=str(daily))] == last
+    assert _key(series, routine="never", routine_id=str(never)) not in snap
 
 
 def test_notifications_delivered_and_failed_by_channel(conn: psycopg.Connection) -> None:
@@ -222,3 +377,52 @@ def test_a_scrape_reads_indexes_not_history(conn: psycopg.Connection) -> None:
     assert {"job", "agent_run"} <= read
     seq = {n["Relation Name"] for n in tree if n["Node Type"] == "Seq Scan"}
     assert not seq & _BIG_TABLES, seq
+
+
+def test_the_upgrade_keeps_run_counters_under_lane_and_recounts_refusals_by_routine(
+    conn: psycopg.Connection,
+) -> None:
+    """db/0055 on an install that counted under the old labels: no run counter restarts, and
+    the refusals kept as skipped runs are counted again under their routine or loop."""
+    make_agent(conn)
+    routine = make_routine(conn, "hook")
+    conn.execute(
+        "insert into ceaseless.routine_runs (routine_id, trigger_type, status, skip_reason, "
+        "  completed_at) "
+        "select %s, 'webhook', 'skipped', 'cooldown', now() from generate_series(1, 3)",
+        (routine,),
+    )
+    loop = make_loop(conn, title="tidy")
+    conn.execute("select ceaseless.run_loop(%s)", (loop,))
+    conn.execute("select ceaseless.run_loop(%s)", (loop,))  # refused: an iteration is live
+    conn.execute("delete from ceaseless.metric_deltas")
+    old_totals = [
+        ("ceaseless_agent_runs_total", {"agent": "noop", "outcome": "failed"}, 7),
+        ("ceaseless_agent_run_duration_seconds_bucket", {"agent": "noop", "le": "1"}, 7),
+        ("ceaseless_agent_run_duration_seconds_sum", {"agent": "noop"}, 2.5),
+        ("ceaseless_routine_skips_total", {"trigger": "webhook", "reason": "cooldown"}, 5),
+    ]
+    for metric, labels, value in old_totals:
+        conn.execute(
+            "insert into ceaseless.metric_totals (metric, labels, value) values (%s, %s, %s)",
+            (metric, json.dumps(labels), value),
+        )
+    migration = Path(__file__).parents[2] / "db" / "0055_metrics_lane_label_and_refusals.sql"
+    with conn.transaction():
+        conn.execute(
+            "drop index ceaseless.job_blocked_idx, ceaseless.routine_runs_last_ok_idx, "
+            "ceaseless.routine_runs_skipped_idx"
+        )
+        conn.execute(migration.read_text())  # type: ignore[call-overload]
+
+    snap = _snapshot(conn)
+
+    assert snap[_key("ceaseless_agent_runs_total", lane="noop", outcome="failed")] == 7
+    assert snap[_key("ceaseless_agent_run_duration_seconds_bucket", lane="noop", le="1")] == 7
+    assert snap[_key("ceaseless_agent_run_duration_seconds_sum", lane="noop")] == 2.5
+    labels = {"routine": "hook", "routine_id": str(routine), "trigger": "webhook"}
+    assert snap[_key("ceaseless_routine_skips_total", **labels, reason="cooldown")] == 3
+    loop_labels = {"loop": "tidy", "loop_id": str(loop), "trigger": "manual"}
+    assert snap[_key("ceaseless_loop_skips_total", **loop_labels, reason="live_iteration")] == 1
+    assert not [key for key in snap if '"agent"' in key[1]]
+    assert _key("ceaseless_routine_skips_total", trigger="webhook", reason="cooldown") not in snap
