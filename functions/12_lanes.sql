@@ -6,10 +6,15 @@
 -- free slots and holds back the jobs of owners over budget; governor_usage
 -- (90_views.sql), which shows the same numbers to operators; _explain_lane and
 -- explain_job (92_explain.sql), which name what holds a lane or an owner;
--- owner_budget_usage (90_views.sql), which shows owners their spend.
+-- owner_budget_usage (90_views.sql), which shows owners their spend;
+-- operators and the dashboard, which pause and resume lanes (pause_lane,
+-- resume_lane).
 -- Guarantees:
--- - read only: nothing is locked or written here, so the caller decides what
---   to lock (claim_jobs locks the lanes first, then counts);
+-- - the capacity rules are read only: nothing is locked or written there, so
+--   the caller decides what to lock (claim_jobs locks the lanes first, then
+--   counts); pause_lane and resume_lane write one lane_pauses row and its
+--   audit row, and take no lock a claim waits for (a claim only reads
+--   lane_pauses);
 -- - the claim, the view and the explanation agree by construction: a lane is
 --   held for the reasons _lane_capacity names, and its free slots are what the
 --   claim admits;
@@ -228,3 +233,104 @@ comment on function _owners_over_budget(timestamptz) is
     'The owners whose runs in their window reported their cost or token budget: claim_jobs '
     'claims none of their jobs until it clears.';
 
+
+-- An operator's pause of a lane: claims skip it until p_until, for the reason
+-- given, as they skip a lane a rate limit paused (_lane_capacity). It replaces
+-- the lane's pause in force, whichever it is: the person who sets an end
+-- means that end. A pause is state, not configuration, so the agents row is
+-- untouched and no listener reloads; the audit row (entity lane, keyed by the
+-- agent) records who paused it, until when and why.
+--
+-- Security definer: operators read lane_pauses but do not write it; the
+-- check below lets only operators and listeners through (_acts_for_everyone),
+-- since a lane is every owner's.
+-- Raises: CE404 unknown lane; CE422 a blank reason or an end that is not
+-- after p_now; 42501 a caller that is no operator or listener.
+create or replace function pause_lane(
+    p_agent text, p_until timestamptz, p_reason text, p_now timestamptz default now()
+)
+returns timestamptz
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_old lane_pauses;
+begin
+    if not _acts_for_everyone() then
+        raise exception 'pause_lane: only operators and listeners pause lanes, which every owner shares'
+            using errcode = '42501';
+    end if;
+    perform _check_not_blank('lane_pauses.reason', p_reason);
+    if p_until is null or p_until <= p_now then
+        perform _invalid_value('lane_pauses.paused_until', 'must be after now ('
+                               || p_now::text || ')', to_jsonb(p_until));
+    end if;
+    -- The agents row locked FOR KEY SHARE, as the foreign key would: a lane
+    -- deleted meanwhile is reported as unknown rather than as a key error.
+    perform from agents a where a.name = p_agent for key share;
+    if not found then
+        raise exception 'pause_lane: no lane %', to_jsonb(p_agent) using errcode = 'CE404';
+    end if;
+    select * into v_old from lane_pauses p where p.agent = p_agent and p.paused_until > p_now;
+    insert into lane_pauses as p (agent, paused_until, reason, updated_at)
+    values (p_agent, p_until, left(_trim_blank(p_reason), 500), p_now)
+    on conflict (agent) do update
+    set paused_until = excluded.paused_until, reason = excluded.reason,
+        updated_at = excluded.updated_at;
+    insert into audit_log (entity, entity_key, action, old_state, new_state, detail)
+    values ('lane', p_agent, 'pause', case when v_old.agent is null then 'open' else 'paused' end,
+            'paused',
+            jsonb_strip_nulls(jsonb_build_object(
+                'paused_until', p_until, 'reason', left(_trim_blank(p_reason), 500),
+                'replaced_until', v_old.paused_until, 'replaced_reason', v_old.reason)));
+    return p_until;
+end;
+$$;
+
+comment on function pause_lane(text, timestamptz, text, timestamptz) is
+    'Pause a lane until p_until for p_reason (operators and listeners): claims skip it until '
+    'then; replaces the pause in force; audited as entity lane. CE404 unknown lane, CE422 a '
+    'blank reason or a past end.';
+
+-- Lift a lane's pause, whoever set it (an operator, or a provider's rate limit
+-- whose reset the operator knows has come): claims take the lane's jobs again
+-- at once. NOTIFY ceaseless_config wakes the listeners, which would otherwise
+-- claim from the lane only at their next poll; the audit row records who
+-- resumed it and the pause it lifted.
+--
+-- Security definer, as pause_lane.
+-- Raises: CE404 unknown lane; CE409 the lane is not paused; 42501 a caller
+-- that is no operator or listener.
+create or replace function resume_lane(p_agent text, p_now timestamptz default now())
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_old lane_pauses;
+begin
+    if not _acts_for_everyone() then
+        raise exception 'resume_lane: only operators and listeners resume lanes, which every owner shares'
+            using errcode = '42501';
+    end if;
+    perform from agents a where a.name = p_agent;
+    if not found then
+        raise exception 'resume_lane: no lane %', to_jsonb(p_agent) using errcode = 'CE404';
+    end if;
+    delete from lane_pauses p where p.agent = p_agent returning * into v_old;
+    if v_old.agent is null or v_old.paused_until <= p_now then
+        raise exception 'resume_lane: lane % is not paused', to_jsonb(p_agent)
+            using errcode = 'CE409', hint = 'ceaseless.governor_usage shows the pauses in force.';
+    end if;
+    insert into audit_log (entity, entity_key, action, old_state, new_state, detail)
+    values ('lane', p_agent, 'resume', 'paused', 'open',
+            jsonb_build_object('paused_until', v_old.paused_until, 'reason', v_old.reason));
+    perform pg_notify('ceaseless_config',
+                      jsonb_build_object('table', 'lane_pauses', 'agent', p_agent)::text);
+end;
+$$;
+
+comment on function resume_lane(text, timestamptz) is
+    'Lift a lane''s pause (operators and listeners), whoever set it; audited as entity lane, and '
+    'NOTIFY ceaseless_config so listeners claim from it at once. CE404 unknown lane, CE409 not '
+    'paused.';

@@ -129,6 +129,11 @@ alter function _tg_settings_quiet_checks() security definer;
 -- its own, an operator or a listener any).
 alter function cancel_job(uuid, timestamptz) security definer;
 alter function retry_job(uuid, timestamptz) security definer;
+-- Lanes are every owner's: operators pause and resume them through these,
+-- which let only operators and listeners through (_acts_for_everyone), and
+-- write lane_pauses, which operators only read.
+alter function pause_lane(text, timestamptz, text, timestamptz) security definer;
+alter function resume_lane(text, timestamptz) security definer;
 alter function _tg_job_validate() security definer;
 alter function _tg_job_input() security definer;
 -- The running count (routine_run_shards) is the engine's: a user's DELETE of

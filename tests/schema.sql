@@ -3637,6 +3637,16 @@ create function ceaseless.note_sessions(p_worker text, p_run_ids uuid[], p_sessi
 comment on function ceaseless.note_sessions(p_worker text, p_run_ids uuid[], p_session_ids text[]) is 'Store the session id each open run of p_worker reported at its start, so a rescued job can resume it; implausible ids are skipped.';
 grant execute on function ceaseless.note_sessions(p_worker text, p_run_ids uuid[], p_session_ids text[]) to ceaseless_listener, ceaseless_operator;
 
+-- functions/12_lanes.sql, body md5 29904f9cab62ff8b12594a6533f88c5a
+create function ceaseless.pause_lane(p_agent text, p_until timestamp with time zone, p_reason text, p_now timestamp with time zone DEFAULT now())
+    returns timestamp with time zone
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.pause_lane(p_agent text, p_until timestamp with time zone, p_reason text, p_now timestamp with time zone) is 'Pause a lane until p_until for p_reason (operators and listeners): claims skip it until then; replaces the pause in force; audited as entity lane. CE404 unknown lane, CE422 a blank reason or a past end.';
+grant execute on function ceaseless.pause_lane(p_agent text, p_until timestamp with time zone, p_reason text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
 -- functions/25_notify_audit.sql, body md5 dfeeefa2db5986d0cda39373ae16e984
 create function ceaseless.prune_audit_log(p_before timestamp with time zone, p_limit integer DEFAULT 10000)
     returns integer
@@ -3691,6 +3701,16 @@ create function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now ti
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now timestamp with time zone) is 'Shutdown: return jobs held by p_worker to pending, attempt refunded, open runs finished as cancelled.';
 grant execute on function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
+-- functions/12_lanes.sql, body md5 14ece26475f0e3bb1d7a59f6ab311076
+create function ceaseless.resume_lane(p_agent text, p_now timestamp with time zone DEFAULT now())
+    returns void
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.resume_lane(p_agent text, p_now timestamp with time zone) is 'Lift a lane''s pause (operators and listeners), whoever set it; audited as entity lane, and NOTIFY ceaseless_config so listeners claim from it at once. CE404 unknown lane, CE409 not paused.';
+grant execute on function ceaseless.resume_lane(p_agent text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/10_jobs.sql, body md5 2db1c54ba89004dbae5f2eab55c01cef
 create function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())

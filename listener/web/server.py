@@ -113,6 +113,7 @@ def make_app(
     gate: access.Gate,
     header_names: frozenset[str],
     dashboard_user: str | None = None,
+    worker_id: str = "",
 ) -> web.Application:
     """The aiohttp application; `token_pattern` is SQL's _webhook_token_pattern(),
     `header_names` its _webhook_header_names() (lower case), `gate` its access rule.
@@ -146,6 +147,7 @@ def make_app(
                 gate,
                 user=dashboard_user or dashboard.default_user(),
                 db_deadline=hub.limits.db_deadline,
+                worker_id=worker_id,
             ),
         )
     metrics.mount(app, pool, limits.db_deadline)
@@ -436,6 +438,7 @@ async def serve(
             gate=gate,
             header_names=header_names,
             dashboard_user=dashboard_user,
+            worker_id=worker_id,
         ),
         access_log=None,
         # Streams end as soon as the hub closes; nothing else is long.

@@ -19,14 +19,24 @@ Guarantees:
 - an approval is decided by decide_approval with decided_by
   `dashboard:<user>` (--dashboard-user), so the audit row and the approval
   name who decided from the dashboard; SQL refuses what may not be decided
-  (CE404, CE409) and the page says why.
+  (CE404, CE409) and the page says why;
+- every other action (cancel or retry a job, run a routine or loop now,
+  enable or disable one, pause or resume a lane) is one call of the SQL API
+  (queries.ACTIONS): no rule of it is written here. Its transaction sets
+  `ceaseless.actor` to `<worker id> dashboard:<user>`, which audit_log.worker
+  records for the listener's role only, so every audit row of the action
+  names the listener and the dashboard user; a refusal (CE404, CE409, CE422,
+  …) is shown as the database phrased it;
+- times are sent as UTC (`<time datetime>`, UTC in its title) and the
+  script shows them in the viewer's zone.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,8 +46,9 @@ import jinja2
 import psycopg
 import psycopg_pool
 from aiohttp import web
+from markupsafe import Markup
 
-from listener import log
+from listener import cron, log
 from listener.database import connections
 from listener.enums import JobKind, JobState
 from listener.errors import SqlState
@@ -74,11 +85,14 @@ class Dashboard:
         *,
         user: str,
         db_deadline: float,
+        worker_id: str = "",
     ) -> None:
         self.pool = pool
         self.gate = gate
         self.user = user
         self.db_deadline = db_deadline
+        # Who the dashboard's actions are audited as (audit_log.worker).
+        self.actor = f"{worker_id} dashboard:{user}".strip()
         self.templates = jinja2.Environment(
             loader=jinja2.PackageLoader("listener.web.dashboard", "templates"),
             autoescape=True,
@@ -129,6 +143,9 @@ def mount(app: web.Application, dashboard: Dashboard) -> None:
     add("GET", "/approvals", _approvals, name=ROUTE_PREFIX + "approvals")
     add("POST", "/approvals/{id}", _decide, name=ROUTE_PREFIX + "decide")
     add("GET", "/jobs/{id}", _job, name=ROUTE_PREFIX + "job")
+    add("GET", "/routines/{id}", _routine, name=ROUTE_PREFIX + "routine")
+    for path, action in _ACTIONS.items():
+        add("POST", path, _acting(action), name=ROUTE_PREFIX + action.name)
     access.expose(
         app,
         access.Exposure.SIGN_IN,
@@ -162,10 +179,7 @@ def _page(handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamRespo
 
 
 def _key(request: web.Request) -> UUID:
-    try:
-        return UUID(request.match_info["id"])
-    except ValueError:
-        raise web.HTTPNotFound(text="no such id") from None
+    return _uuid_key(request.match_info["id"])
 
 
 def _choice(request: web.Request, name: str, allowed: list[str]) -> str | None:
@@ -247,6 +261,32 @@ def _job_page(key: UUID, job: Row, runs: list[Row]) -> dict[str, Any]:
     return {"title": f"Job {key}", "job": job, "runs": runs}
 
 
+# Fires shown on a routine's page: next_fire_at and the slots after it.
+_NEXT_FIRES = 5
+
+
+def _routine_page(key: UUID, routine: Row, runs: list[Row]) -> dict[str, Any]:
+    """A routine with its runs; its next fires from next_fire_at on, as the listener computes
+    them (listener/cron.py), when it is enabled on a schedule that has one."""
+    fires: list[datetime] = []
+    first = routine["next_fire_at"]
+    if first is not None and routine["schedule"]:
+        fires.append(first)
+        try:
+            while len(fires) < _NEXT_FIRES:
+                fires.append(
+                    cron.next_fire(routine["schedule"], routine["timezone"] or "UTC", fires[-1])
+                )
+        except cron.CronError:
+            pass
+    return {
+        "title": f"Routine {routine['name']}",
+        "routine": routine,
+        "runs": runs,
+        "fires": fires,
+    }
+
+
 _lanes = _listing("lanes", "Lanes", queries.lanes)
 _routines = _listing("routines", "Routines", queries.routines)
 _loops = _listing("loops", "Loops", queries.loops)
@@ -255,6 +295,200 @@ _approvals = _listing("approvals", "Approvals", queries.pending_approvals)
 _loop = _detail("loop", "loop", queries.loop, queries.iterations, _loop_page)
 _run = _detail("run", "topology run", queries.run, queries.run_nodes, _run_page)
 _job = _detail("job", "job", queries.job, queries.job_runs, _job_page)
+_routine = _detail("routine", "routine", queries.routine, queries.routine_runs, _routine_page)
+
+
+class _BadForm(ValueError):
+    """A form field the action cannot read (not what SQL refuses: that is its own message)."""
+
+
+@dataclass(frozen=True)
+class _Action:
+    """A dashboard action: the SQL API statement it runs (queries.ACTIONS), its parameters
+    from the key in the path and the form, and what the page says once it is done."""
+
+    name: str
+    what: str
+    statement: str
+    params: Callable[[str, Any], tuple[Any, ...]]
+    said: Callable[[Row, str], str]
+
+
+def _uuid_key(raw: str) -> UUID:
+    try:
+        return UUID(raw)
+    except ValueError:
+        raise web.HTTPNotFound(text="no such id") from None
+
+
+def _field(form: Any, name: str, chars: int) -> str:
+    value = form.get(name)
+    return value.strip()[:chars] if isinstance(value, str) else ""
+
+
+def _minutes(form: Any) -> int:
+    raw = _field(form, "minutes", 12)
+    try:
+        return int(raw)
+    except ValueError:
+        raise _BadForm(f"minutes must be a whole number; got {raw!r}") from None
+
+
+def _fired(row: Row, who: str) -> str:
+    if row["status"] == "skipped":
+        return f"fired by {who}: skipped ({row['skip_reason']})"
+    return f"fired by {who}: {row['status']}"
+
+
+_ACTIONS: dict[str, _Action] = {
+    "/jobs/{id}/cancel": _Action(
+        "cancel_job",
+        "job",
+        "cancel_job",
+        lambda k, f: (_uuid_key(k),),
+        lambda r, who: f"cancelled by {who}",
+    ),
+    "/jobs/{id}/retry": _Action(
+        "retry_job",
+        "job",
+        "retry_job",
+        lambda k, f: (_uuid_key(k),),
+        lambda r, who: f"retried by {who}",
+    ),
+    "/routines/{id}/run": _Action(
+        "run_routine", "routine", "run_routine", lambda k, f: (_uuid_key(k),), _fired
+    ),
+    "/routines/{id}/enable": _Action(
+        "enable_routine",
+        "routine",
+        "enable_routine",
+        lambda k, f: (True, _uuid_key(k)),
+        lambda r, who: f"enabled by {who}",
+    ),
+    "/routines/{id}/disable": _Action(
+        "disable_routine",
+        "routine",
+        "enable_routine",
+        lambda k, f: (False, _uuid_key(k)),
+        lambda r, who: f"disabled by {who}",
+    ),
+    "/loops/{id}/run": _Action(
+        "run_loop", "loop", "run_loop", lambda k, f: (_uuid_key(k),), _fired
+    ),
+    "/loops/{id}/enable": _Action(
+        "enable_loop",
+        "loop",
+        "enable_loop",
+        lambda k, f: (True, _uuid_key(k)),
+        lambda r, who: f"enabled by {who}",
+    ),
+    "/loops/{id}/disable": _Action(
+        "disable_loop",
+        "loop",
+        "enable_loop",
+        lambda k, f: (False, _uuid_key(k)),
+        lambda r, who: f"disabled by {who}",
+    ),
+    "/lanes/{id}/pause": _Action(
+        "pause_lane",
+        "lane",
+        "pause_lane",
+        lambda k, f: (k, _minutes(f), _field(f, "reason", _NOTE_CHARS)),
+        lambda r, who: f"paused by {who} until {_when_text(r['paused_until'])}",
+    ),
+    "/lanes/{id}/resume": _Action(
+        "resume_lane",
+        "lane",
+        "resume_lane",
+        lambda k, f: (k,),
+        lambda r, who: f"resumed by {who}",
+    ),
+}
+
+# How a refusal of the SQL API reaches the page: its SQLSTATE's HTTP status,
+# and the database's own words.
+_REFUSED = {
+    SqlState.NOT_FOUND: 404,
+    SqlState.INVALID_ARGUMENT: 422,
+    "42501": 403,
+}
+
+
+def _refusal_status(exc: psycopg.Error) -> int:
+    """The status of a refusal, 0 for an error that is no refusal (the database failing)."""
+    state = exc.sqlstate or ""
+    if state in _REFUSED:
+        return _REFUSED[state]
+    # CE409-CE415 (a state, a disabled row, a cap), a live-job unique index.
+    if state.startswith("CE4") or state.startswith("23"):
+        return 409
+    if state.startswith("22"):
+        return 422
+    return 0
+
+
+def _acting(action: _Action) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The handler of one action: the CSRF rule, one call of the SQL API as the dashboard
+    user, and its answer (JSON for the script, a redirect or an error page for a form)."""
+
+    @_page
+    async def serve(request: web.Request, dash: Dashboard) -> web.StreamResponse:
+        form = await request.post()
+        csrf = form.get("csrf")
+        if not access.same_origin_post(request, dash.gate, csrf if isinstance(csrf, str) else None):
+            access.refused("csrf", request, 403)
+            return _plain(403, "refused: not a form of this dashboard (CSRF token or Origin)")
+        key = request.match_info["id"][:200]
+        who = f"dashboard:{dash.user}"
+        try:
+            params = action.params(key, form)
+            row = await dash.call(
+                f"dashboard {action.name}",
+                lambda c: queries.act(c, dash.actor, action.statement, params),
+            )
+        except _BadForm as exc:
+            return _answer(request, dash, 422, str(exc), ok=False)
+        except psycopg.Error as exc:
+            status = _refusal_status(exc)
+            if status == 0:
+                raise
+            log.event(
+                "dashboard.action_refused", action=action.name, key=key, sqlstate=exc.sqlstate
+            )
+            return _answer(request, dash, status, exc.diag.message_primary or "refused", ok=False)
+        if row is None:
+            return _answer(request, dash, 404, f"No {action.what} {key}.", ok=False)
+        message = action.said(row, who)
+        log.event("dashboard.acted", action=action.name, key=key, by=who)
+        return _answer(request, dash, 200, message, ok=True, form=form)
+
+    return serve
+
+
+def _answer(
+    request: web.Request,
+    dash: Dashboard,
+    status: int,
+    message: str,
+    *,
+    ok: bool,
+    form: Any = None,
+) -> web.StreamResponse:
+    """An action's answer: JSON to the script; to a plain form, a redirect back or an error."""
+    if _wants_json(request):
+        return web.json_response({"message": message} if ok else {"error": message}, status=status)
+    if not ok:
+        title = "Not done" if status != 404 else "Not found"
+        return dash.render(request, "error.html", status, title=title, message=message)
+    raise web.HTTPSeeOther(_back(form, "/"))
+
+
+def _back(form: Any, default: str) -> str:
+    """Where a plain form returns to: a path of this server, never another site."""
+    back = form.get("next") if form is not None else None
+    if isinstance(back, str) and back.startswith("/") and not back.startswith("//"):
+        return back
+    return default
 
 
 @_page
@@ -271,11 +505,13 @@ async def _decide(request: web.Request, dash: Dashboard) -> web.StreamResponse:
     note = form.get("note")
     note_text = note.strip()[:_NOTE_CHARS] if isinstance(note, str) and note.strip() else None
     who = f"dashboard:{dash.user}"
+
+    async def decide(conn: psycopg.AsyncConnection) -> None:
+        async with queries.acting_as(conn, dash.actor):
+            await approvals.decide(conn, key, decision == "approve", who, note_text)
+
     try:
-        await dash.call(
-            "dashboard decide",
-            lambda c: approvals.decide(c, key, decision == "approve", who, note_text),
-        )
+        await dash.call("dashboard decide", decide)
     except psycopg.Error as exc:
         status = {SqlState.NOT_FOUND: 404, SqlState.INVALID_STATE: 409}.get(exc.sqlstate or "", 0)
         if status == 0 and exc.sqlstate != SqlState.INVALID_ARGUMENT:
@@ -290,13 +526,7 @@ async def _decide(request: web.Request, dash: Dashboard) -> web.StreamResponse:
     log.event("dashboard.decided", approval=str(key), decision=decision, by=who)
     if _wants_json(request):
         return web.json_response({"approval_id": str(key), "decision": decision, "by": who})
-    back = form.get("next")
-    target = (
-        back
-        if isinstance(back, str) and back.startswith("/") and not back.startswith("//")
-        else "/approvals"
-    )
-    raise web.HTTPSeeOther(target)
+    raise web.HTTPSeeOther(_back(form, "/approvals"))
 
 
 async def _login_form(request: web.Request) -> web.StreamResponse:
@@ -357,11 +587,22 @@ def _plain(status: int, message: str) -> web.Response:
     return web.Response(status=status, text=message + "\n", headers=_SECURITY_HEADERS)
 
 
-def _when(value: object) -> str:
+def _when(value: object) -> str | Markup:
+    """A time as `<time>`: UTC in the page, which the script shows in the viewer's zone with
+    UTC in its title; a duration as `1m 5s`."""
+    if isinstance(value, datetime):
+        utc = _when_text(value)
+        return Markup('<time datetime="{}" title="{}">{}</time>').format(
+            value.astimezone(UTC).isoformat(), utc, utc
+        )
+    return _when_text(value)
+
+
+def _when_text(value: object) -> str:
     if value is None:
         return "—"
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     if isinstance(value, timedelta):
         secs = int(value.total_seconds())
         sign, secs = ("-" if secs < 0 else ""), abs(secs)
