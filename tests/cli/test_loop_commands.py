@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.support import run_cli
 from tests.factories import make_agent
-from tests.sql.topology import graph, node, start_run
+from tests.sql.topology import graph, node, run_node, start_run
 
 GRAPH = {"nodes": [{"id": "A", "agent": "noop", "prompt": "draft"}], "edges": []}
 
@@ -188,3 +188,20 @@ def test_approve_and_reject_decide_once(db_url: str, conn: psycopg.Connection) -
     ).fetchone() == ("failed",)
     twice = _one_line_error(run_cli(db_url, "approve", approval(second)))
     assert "decided" in twice or "already" in twice
+
+
+def test_loop_show_keeps_a_multi_line_final_message_on_its_row(
+    db_url: str, conn: psycopg.Connection, graph_file: str
+) -> None:
+    added = _ok(run_cli(db_url, "loop", "add", "--title", "notes", "--task", "t",
+                        "--graph", graph_file))  # fmt: skip
+    run_id = _ok(run_cli(db_url, "loop", "run", "notes")).split()[0]
+    message = "Summary:\n- fixed the intro\n- tightened the ending"
+    assert run_node(conn, run_id, "A", message=message) == "delivered"
+
+    shown = _ok(run_cli(db_url, "loop", "show", added.strip()))
+
+    (row,) = [line for line in shown.splitlines() if line.startswith("1 ")]
+    assert "Summary: ⏎ - fixed the intro ⏎ - tightened the ending" in row
+    document = json.loads(_ok(run_cli(db_url, "loop", "show", "notes", "-o", "json")))
+    assert document["iterations"][0]["message"] == message

@@ -64,7 +64,7 @@ def iterations(conn: Connection, loop_id: str, limit: int) -> Listing:
         conn,
         """
         select iteration, id as run, status, trigger_type as trigger, parent_run_id as parent,
-               started_at, finished_at, left(coalesce(final_message, error, ''), 60) as message
+               started_at, finished_at, coalesce(final_message, error, '') as message
           from ceaseless.topology_runs
          where loop_id = %s and iteration is not null
          order by iteration desc
