@@ -319,19 +319,23 @@ comment on trigger tracked_repo_validate on tracked_repo is
 -- midnight (22:00-06:00: quiet from 22:00 to 06:00 the next morning). The
 -- start is inside the window, the end is not. On a day whose clocks skip
 -- part of the window, the skipped wall-clock minutes never happen.
+-- PL/pgSQL: a SQL function with a SET clause is never inlined and is planned
+-- again on every call, and the forge intake and poller call this per row.
 create or replace function _repo_quiet_at(p_repo tracked_repo, p_now timestamptz default now())
 returns boolean
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-    select case
-        when p_repo.quiet_from is null then false
-        when p_repo.quiet_from < p_repo.quiet_until then
-            v.local >= p_repo.quiet_from::time and v.local < p_repo.quiet_until::time
-        else
-            v.local >= p_repo.quiet_from::time or v.local < p_repo.quiet_until::time
-    end
-    from (select (p_now at time zone p_repo.quiet_timezone)::time as local) v;
+begin
+    return (select case
+                    when p_repo.quiet_from is null then false
+                    when p_repo.quiet_from < p_repo.quiet_until then
+                        v.local >= p_repo.quiet_from::time and v.local < p_repo.quiet_until::time
+                    else
+                        v.local >= p_repo.quiet_from::time or v.local < p_repo.quiet_until::time
+                end
+                from (select (p_now at time zone p_repo.quiet_timezone)::time as local) v);
+end;
 $$;
 
 comment on function _repo_quiet_at(tracked_repo, timestamptz) is
@@ -341,13 +345,17 @@ comment on function _repo_quiet_at(tracked_repo, timestamptz) is
 -- The interval the repo is polled at: what it asked for, but never less than
 -- the forge_min_interval_secs floor. Security definer (99_access.sql): a user
 -- role may not read settings, yet repo_status shows it the interval used.
+-- PL/pgSQL: a SQL function with a SET clause is never inlined and is planned
+-- again on every call, and the forge intake and poller call this per row.
 create or replace function _repo_interval(p_repo tracked_repo)
 returns interval
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-    select make_interval(secs => greatest(p_repo.interval_seconds,
-                                          _setting_int('forge_min_interval_secs')));
+begin
+    return (select make_interval(secs => greatest(p_repo.interval_seconds,
+                                          _setting_int('forge_min_interval_secs'))));
+end;
 $$;
 
 comment on function _repo_interval(tracked_repo) is

@@ -22,13 +22,17 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 -- The lane (an agents row) a forge job of this kind runs on. A child issue's
 -- implementation has been planned already, so it goes to the cheaper lane
 -- that follows instructions; anything else needs the lane that plans.
+-- PL/pgSQL: a SQL function with a SET clause is never inlined and is planned
+-- again on every call, and the forge intake and poller call this per row.
 create or replace function _forge_lane(p_kind text, p_has_parent boolean)
 returns text
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-    select case when p_kind = 'implement' and p_has_parent then 'opencode'
-                else 'claude_code' end;
+begin
+    return (select case when p_kind = 'implement' and p_has_parent then 'opencode'
+                else 'claude_code' end);
+end;
 $$;
 
 comment on function _forge_lane(text, boolean) is
@@ -129,69 +133,23 @@ comment on function _enqueue_forge_job(tracked_repo, bigint, text, text, text, t
     'Insert the forge job of a kind for an issue of the repo (prompt and payload of its kind, '
     'the lane, owner and parent given), unless a live job holds the issue; its id, or NULL.';
 
--- Which kind of work an issue's labels ask for, if any. The discover label
--- counts on the tracking issue only (on any issue while the repo names
--- none); with several work labels, the earlier step wins: discover, then
--- plan, then implement (the plan's children carry the implementation).
-create or replace function _forge_issue_kind(p_repo tracked_repo, p_issue forge_issue)
-returns text
-language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    select case
-        when lower(p_repo.discover_label) = any (select lower(l) from unnest(p_issue.labels) l)
-             and (p_repo.tracking_issue is null or p_repo.tracking_issue = p_issue.number)
-            then 'discover'
-        when lower(p_repo.plan_label) = any (select lower(l) from unnest(p_issue.labels) l)
-            then 'plan'
-        when lower(p_repo.implement_label) = any (select lower(l) from unnest(p_issue.labels) l)
-            then 'implement'
-    end;
-$$;
-
-comment on function _forge_issue_kind(tracked_repo, forge_issue) is
-    'The kind of job an issue''s labels ask for (discover on the tracking issue, then plan, then '
-    'implement), or NULL.';
-
 -- The label that asks for a kind on this repo.
+-- PL/pgSQL: a SQL function with a SET clause is never inlined and is planned
+-- again on every call, and the forge intake and poller call this per row.
 create or replace function _forge_kind_label(p_repo tracked_repo, p_kind text)
 returns text
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-    select case p_kind when 'discover' then p_repo.discover_label
+begin
+    return (select case p_kind when 'discover' then p_repo.discover_label
                        when 'plan' then p_repo.plan_label
-                       when 'implement' then p_repo.implement_label end;
+                       when 'implement' then p_repo.implement_label end);
+end;
 $$;
 
 comment on function _forge_kind_label(tracked_repo, text) is
     'The repo''s label that asks for a job of this kind.';
-
--- Admission: the issue's author is allowed, or an allowed author added the
--- label that asks for the work (NULL: not known yet, ask the forge who did).
--- Logins compare case-insensitively, as both forges treat them.
-create or replace function _forge_admitted(p_repo tracked_repo, p_issue forge_issue, p_kind text)
-returns boolean
-language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
-as $$
-    select case
-        when lower(p_issue.author) = any (select lower(a) from unnest(p_repo.allowed_authors) a)
-            then true
-        when cardinality(p_repo.allowed_authors) = 0 then false
-        -- No entry for the label: NULL, ask. An entry with no login (the
-        -- forge's events did not say): not admitted.
-        else (select bool_or(coalesce(lower(l.value #>> '{}')
-                                      = any (select lower(a) from unnest(p_repo.allowed_authors) a),
-                                      false))
-              from jsonb_each(p_issue.labelled_by) l
-              where lower(l.key) = lower(_forge_kind_label(p_repo, p_kind)))
-    end;
-$$;
-
-comment on function _forge_admitted(tracked_repo, forge_issue, text) is
-    'Whether an issue gets work: its author is in allowed_authors, or an allowed author added '
-    'the work label; NULL when the author is not allowed and who added the label is unknown.';
 
 -- Decide each cached issue with a work label (all of the repo's, or those
 -- numbered in p_numbers) and create the jobs that are due. The repo row must
@@ -205,35 +163,68 @@ set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
+    v_row record;
     v_issue forge_issue;
     v_kind text;
-    v_admitted boolean;
     v_lane text;
     v_last_finished timestamptz;
-    -- Each kind's label, asked once per call rather than once per issue.
+    -- Each kind's label, and the allowed logins, read once per call rather
+    -- than once per issue. Logins and labels compare case-insensitively, as
+    -- both forges treat them.
     v_labels jsonb := jsonb_build_object(
         'discover', _forge_kind_label(p_repo, 'discover'),
         'plan', _forge_kind_label(p_repo, 'plan'),
         'implement', _forge_kind_label(p_repo, 'implement'));
+    v_allowed text[] := array(select lower(a) from unnest(p_repo.allowed_authors) a);
 begin
-    for v_issue in
-        select i.* from forge_issue i
+    -- The kind and the admission of every issue in one statement, planned
+    -- once: written as helper functions, they cost a call per issue, which
+    -- is most of a large listing's time.
+    for v_row in
+        select i as issue, w.kind,
+               -- Admission: the issue's author is allowed, or an allowed
+               -- author added the label that asks for the work. NULL: not
+               -- known yet, ask the forge who did. A label entry with no
+               -- login (the forge's events did not say): not admitted.
+               case
+                   when lower(i.author) = any (v_allowed) then true
+                   when cardinality(v_allowed) = 0 then false
+                   else (select bool_or(coalesce(lower(l.value #>> '{}') = any (v_allowed), false))
+                         from jsonb_each(i.labelled_by) l
+                         where lower(l.key) = lower(v_labels ->> w.kind))
+               end as admitted
+        from forge_issue i
+        cross join lateral (select array(select lower(l) from unnest(i.labels) l) as labels) il
+        -- Which kind of work the labels ask for. The discover label counts on
+        -- the tracking issue only (on any issue while the repo names none);
+        -- with several work labels, the earlier step wins: discover, then
+        -- plan, then implement (the plan's children carry the
+        -- implementation).
+        cross join lateral (
+            select case
+                when lower(v_labels ->> 'discover') = any (il.labels)
+                     and (p_repo.tracking_issue is null or p_repo.tracking_issue = i.number)
+                    then 'discover'
+                when lower(v_labels ->> 'plan') = any (il.labels) then 'plan'
+                when lower(v_labels ->> 'implement') = any (il.labels) then 'implement'
+            end as kind
+        ) w
         where i.repo_id = p_repo.id
           and (p_numbers is null or i.number = any (p_numbers))
+          and w.kind is not null
         order by i.number
     loop
-        v_kind := _forge_issue_kind(p_repo, v_issue);
-        continue when v_kind is null;
+        v_issue := v_row.issue;
+        v_kind := v_row.kind;
         number := v_issue.number;
         kind := v_kind;
         label := v_labels ->> v_kind;
         job_id := null;
-        v_admitted := _forge_admitted(p_repo, v_issue, v_kind);
-        if v_admitted is null then
+        if v_row.admitted is null then
             decision := 'needs_labeller';
             return next;
             continue;
-        elsif not v_admitted then
+        elsif not v_row.admitted then
             decision := 'not_admitted';
             return next;
             continue;

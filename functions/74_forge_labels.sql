@@ -18,19 +18,23 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 -- The label that mirrors a state. Claimed is running (the agent is about to
 -- start); the three ways to end without delivering read as failed. The
 -- partial index job_labels_due_idx (db/0020) repeats this expression.
+-- PL/pgSQL: a SQL function with a SET clause is never inlined and is planned
+-- again on every call, and the forge intake and poller call this per row.
 create or replace function _forge_state_label(p_state text)
 returns text
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-    select case p_state
+begin
+    return (select case p_state
                when 'pending' then 'ceaseless:pending'
                when 'claimed' then 'ceaseless:running'
                when 'running' then 'ceaseless:running'
                when 'delivered' then 'ceaseless:delivered'
                when 'blocked' then 'ceaseless:blocked'
                else 'ceaseless:failed'
-           end;
+           end);
+end;
 $$;
 
 comment on function _forge_state_label(text) is

@@ -1850,15 +1850,6 @@ create function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger t
 comment on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean) is 'Fire routines (_fire_routines) or loops (_fire_loop): the end of every cron, webhook and manual fire; one row per row fired with its run, status and skip reason.';
 grant execute on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean) to ceaseless_listener, ceaseless_operator;
 
--- functions/71_forge_issues.sql, body md5 ec4beb4983fa7a9e457220ce3580efc6
-create function ceaseless._forge_admitted(p_repo ceaseless.tracked_repo, p_issue ceaseless.forge_issue, p_kind text)
-    returns boolean
-    language sql
-    immutable
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._forge_admitted(p_repo ceaseless.tracked_repo, p_issue ceaseless.forge_issue, p_kind text) is 'Whether an issue gets work: its author is in allowed_authors, or an allowed author added the work label; NULL when the author is not allowed and who added the label is unknown.';
-grant execute on function ceaseless._forge_admitted(p_repo ceaseless.tracked_repo, p_issue ceaseless.forge_issue, p_kind text) to ceaseless_listener, ceaseless_operator;
-
 -- functions/72_forge_verdict.sql, body md5 c657459ed0a4621683d0be64729f176c
 create function ceaseless._forge_block(p_message text, OUT block jsonb, OUT problem text)
     returns record
@@ -1868,7 +1859,7 @@ create function ceaseless._forge_block(p_message text, OUT block jsonb, OUT prob
 comment on function ceaseless._forge_block(p_message text, OUT block jsonb, OUT problem text) is 'The last ```ceaseless fenced JSON object of an agent''s final message (block), or why it is not one (problem); both NULL when there is none.';
 grant execute on function ceaseless._forge_block(p_message text, OUT block jsonb, OUT problem text) to ceaseless_listener, ceaseless_operator;
 
--- functions/71_forge_issues.sql, body md5 6aadf6acf9c5d62d144ec47ff13cddd5
+-- functions/71_forge_issues.sql, body md5 1b2365af57b5bec992f9a6d85b78e21a
 create function ceaseless._forge_decide(p_repo ceaseless.tracked_repo, p_numbers bigint[], p_now timestamp with time zone)
     returns TABLE(number bigint, kind text, label text, decision text, job_id uuid)
     language plpgsql
@@ -1876,15 +1867,6 @@ create function ceaseless._forge_decide(p_repo ceaseless.tracked_repo, p_numbers
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._forge_decide(p_repo ceaseless.tracked_repo, p_numbers bigint[], p_now timestamp with time zone) is 'Decide the cached issues of a locked repo (all, or those in p_numbers) and create the jobs due: created, live, done, cooldown, not_admitted, needs_labeller, no_lane; with the kind and the repo''s label that asks for it.';
 grant execute on function ceaseless._forge_decide(p_repo ceaseless.tracked_repo, p_numbers bigint[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
-
--- functions/71_forge_issues.sql, body md5 7cf53562da8d8ced398224fe3e6e261c
-create function ceaseless._forge_issue_kind(p_repo ceaseless.tracked_repo, p_issue ceaseless.forge_issue)
-    returns text
-    language sql
-    immutable
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._forge_issue_kind(p_repo ceaseless.tracked_repo, p_issue ceaseless.forge_issue) is 'The kind of job an issue''s labels ask for (discover on the tracking issue, then plan, then implement), or NULL.';
-grant execute on function ceaseless._forge_issue_kind(p_repo ceaseless.tracked_repo, p_issue ceaseless.forge_issue) to ceaseless_listener, ceaseless_operator;
 
 -- functions/71_forge_issues.sql, body md5 02d75c61579d489b675e7713b1702fa9
 create function ceaseless._forge_job_payload(p_job_id uuid, p_repo ceaseless.tracked_repo, p_title text, p_html_url text)
@@ -1904,19 +1886,19 @@ create function ceaseless._forge_job_prompt(p_kind text, p_repo ceaseless.tracke
 comment on function ceaseless._forge_job_prompt(p_kind text, p_repo ceaseless.tracked_repo, p_number bigint) is 'What a forge job of this kind asks of its agent; the listener adds the issue, the branch and the blocks the agent may print.';
 grant execute on function ceaseless._forge_job_prompt(p_kind text, p_repo ceaseless.tracked_repo, p_number bigint) to ceaseless_listener, ceaseless_operator;
 
--- functions/71_forge_issues.sql, body md5 d014c1c41b9a477d80a786f90150c32f
+-- functions/71_forge_issues.sql, body md5 d4a7a94e6f347a957060336cefba9dbd
 create function ceaseless._forge_kind_label(p_repo ceaseless.tracked_repo, p_kind text)
     returns text
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._forge_kind_label(p_repo ceaseless.tracked_repo, p_kind text) is 'The repo''s label that asks for a job of this kind.';
 grant execute on function ceaseless._forge_kind_label(p_repo ceaseless.tracked_repo, p_kind text) to ceaseless_listener, ceaseless_operator;
 
--- functions/71_forge_issues.sql, body md5 0ad1c54ef85b6882117600c00de08ddb
+-- functions/71_forge_issues.sql, body md5 36d4106e0152111be2be7e42cbe88568
 create function ceaseless._forge_lane(p_kind text, p_has_parent boolean)
     returns text
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._forge_lane(p_kind text, p_has_parent boolean) is 'The agents row a forge job runs on: discover and plan → claude_code; implement → opencode when it has a parent job (a plan''s child), claude_code otherwise.';
@@ -1940,10 +1922,10 @@ create function ceaseless._forge_lock_repo(p_repo_id uuid)
 comment on function ceaseless._forge_lock_repo(p_repo_id uuid) is 'The tracked repo with this id, locked FOR NO KEY UPDATE (ingests and poll ends of one repo queue); CE404 when there is none.';
 grant execute on function ceaseless._forge_lock_repo(p_repo_id uuid) to ceaseless_listener, ceaseless_operator;
 
--- functions/74_forge_labels.sql, body md5 05a11bf63a4fb026e6dcef42501dbc7b
+-- functions/74_forge_labels.sql, body md5 5580fc0f148172018045c21b20efb5ad
 create function ceaseless._forge_state_label(p_state text)
     returns text
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._forge_state_label(p_state text) is 'The label mirroring a job state: ceaseless:pending | running (claimed, running) | delivered | blocked | failed (failed, abandoned, cancelled).';
@@ -2361,20 +2343,20 @@ create function ceaseless._repo_bookkeeping()
 comment on function ceaseless._repo_bookkeeping() is 'The tracked_repo columns that only record polling; an UPDATE of these alone is not re-validated.';
 grant execute on function ceaseless._repo_bookkeeping() to ceaseless_listener, ceaseless_operator;
 
--- functions/70_tracked_repo.sql, body md5 9b1ffbd8182a16a48b9ac47717f5eafa
+-- functions/70_tracked_repo.sql, body md5 79b817467b0762bdecc61597e786768e
 create function ceaseless._repo_interval(p_repo ceaseless.tracked_repo)
     returns interval
-    language sql
+    language plpgsql
     stable
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._repo_interval(p_repo ceaseless.tracked_repo) is 'The repo''s poll interval clamped at use to the forge_min_interval_secs setting; the stored interval_seconds stays what the user asked for.';
 grant execute on function ceaseless._repo_interval(p_repo ceaseless.tracked_repo) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/70_tracked_repo.sql, body md5 f656c3acc31d2d25cd163fcdcdb8f4a5
+-- functions/70_tracked_repo.sql, body md5 004957ebe4ec10ab81086904e4ecab9e
 create function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now timestamp with time zone DEFAULT now())
     returns boolean
-    language sql
+    language plpgsql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now timestamp with time zone) is 'True when p_now falls in the repo''s quiet window, read as wall-clock time in its quiet_timezone (DST-safe; a window may cross midnight; start inside, end outside).';
