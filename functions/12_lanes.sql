@@ -234,6 +234,33 @@ comment on function _owners_over_budget(timestamptz) is
     'claims none of their jobs until it clears.';
 
 
+-- The check every lane verb starts with: a lane is every owner's, so only
+-- operators and listeners act on one (_acts_for_everyone, which reads the
+-- session's login role, not a setting), and the lane must exist. The agents
+-- row is locked FOR KEY SHARE, as a foreign key would: a lane deleted
+-- meanwhile is reported as unknown rather than as a key error.
+-- Raises: 42501 a caller that is no operator or listener; CE404 unknown lane.
+create or replace function _lane_for_operator(p_verb text, p_agent text)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    if not _acts_for_everyone() then
+        raise exception '%: only operators and listeners act on lanes, which every owner shares',
+            p_verb using errcode = '42501';
+    end if;
+    perform from agents a where a.name = p_agent for key share;
+    if not found then
+        raise exception '%: no lane %', p_verb, to_jsonb(p_agent) using errcode = 'CE404';
+    end if;
+end;
+$$;
+
+comment on function _lane_for_operator(text, text) is
+    'Refuse a lane verb (p_verb names it in the error) to a caller that is no operator or '
+    'listener (42501), or for an unknown lane (CE404); lock the lane''s agents row FOR KEY SHARE.';
+
 -- An operator's pause of a lane: claims skip it until p_until, for the reason
 -- given, as they skip a lane a rate limit paused (_lane_capacity). It replaces
 -- the lane's pause in force, whichever it is: the person who sets an end
@@ -256,20 +283,11 @@ as $$
 declare
     v_old lane_pauses;
 begin
-    if not _acts_for_everyone() then
-        raise exception 'pause_lane: only operators and listeners pause lanes, which every owner shares'
-            using errcode = '42501';
-    end if;
+    perform _lane_for_operator('pause_lane', p_agent);
     perform _check_not_blank('lane_pauses.reason', p_reason);
     if p_until is null or p_until <= p_now then
         perform _invalid_value('lane_pauses.paused_until', 'must be after now ('
                                || p_now::text || ')', to_jsonb(p_until));
-    end if;
-    -- The agents row locked FOR KEY SHARE, as the foreign key would: a lane
-    -- deleted meanwhile is reported as unknown rather than as a key error.
-    perform from agents a where a.name = p_agent for key share;
-    if not found then
-        raise exception 'pause_lane: no lane %', to_jsonb(p_agent) using errcode = 'CE404';
     end if;
     select * into v_old from lane_pauses p where p.agent = p_agent and p.paused_until > p_now;
     insert into lane_pauses as p (agent, paused_until, reason, updated_at)
@@ -309,14 +327,7 @@ as $$
 declare
     v_old lane_pauses;
 begin
-    if not _acts_for_everyone() then
-        raise exception 'resume_lane: only operators and listeners resume lanes, which every owner shares'
-            using errcode = '42501';
-    end if;
-    perform from agents a where a.name = p_agent;
-    if not found then
-        raise exception 'resume_lane: no lane %', to_jsonb(p_agent) using errcode = 'CE404';
-    end if;
+    perform _lane_for_operator('resume_lane', p_agent);
     delete from lane_pauses p where p.agent = p_agent returning * into v_old;
     if v_old.agent is null or v_old.paused_until <= p_now then
         raise exception 'resume_lane: lane % is not paused', to_jsonb(p_agent)

@@ -2106,6 +2106,15 @@ create function ceaseless._lane_capacity(p_now timestamp with time zone, p_agent
 comment on function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[], p_measure_all boolean) is 'Per lane (all, or those in p_agents): its live and claimed jobs, the runs, cost and tokens of its window, the pause in force, what holds it (held_by: agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget) and its free slots (0 while held), read against p_now: the one rule claim_jobs admits by, governor_usage shows and _explain_lane explains. With p_measure_all false (a claim), a closed lane and the window of a lane without a budget are not counted.';
 grant execute on function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[], p_measure_all boolean) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
+-- functions/12_lanes.sql, body md5 7ed87df5e23b71a82972d552a3a90ddb
+create function ceaseless._lane_for_operator(p_verb text, p_agent text)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._lane_for_operator(p_verb text, p_agent text) is 'Refuse a lane verb (p_verb names it in the error) to a caller that is no operator or listener (42501), or for an unknown lane (CE404); lock the lane''s agents row FOR KEY SHARE.';
+grant execute on function ceaseless._lane_for_operator(p_verb text, p_agent text) to ceaseless_listener, ceaseless_operator;
+
 -- functions/41_fire_admission.sql, body md5 9aa169b23c6292011d128f0ea1365366
 create function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_running bigint, p_no_wait boolean)
     returns boolean
@@ -3619,7 +3628,7 @@ create function ceaseless.note_sessions(p_worker text, p_run_ids uuid[], p_sessi
 comment on function ceaseless.note_sessions(p_worker text, p_run_ids uuid[], p_session_ids text[]) is 'Store the session id each open run of p_worker reported at its start, so a rescued job can resume it; implausible ids are skipped.';
 grant execute on function ceaseless.note_sessions(p_worker text, p_run_ids uuid[], p_session_ids text[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/12_lanes.sql, body md5 29904f9cab62ff8b12594a6533f88c5a
+-- functions/12_lanes.sql, body md5 c8e00cf1093c252b110b98477df7aaef
 create function ceaseless.pause_lane(p_agent text, p_until timestamp with time zone, p_reason text, p_now timestamp with time zone DEFAULT now())
     returns timestamp with time zone
     language plpgsql
@@ -3684,7 +3693,7 @@ create function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now ti
 comment on function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now timestamp with time zone) is 'Shutdown: return jobs held by p_worker to pending, attempt refunded, open runs finished as cancelled.';
 grant execute on function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/12_lanes.sql, body md5 14ece26475f0e3bb1d7a59f6ab311076
+-- functions/12_lanes.sql, body md5 b875a63bf13f8d90f666b4f450522a4a
 create function ceaseless.resume_lane(p_agent text, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql
