@@ -45,9 +45,9 @@
 --      another statement (a listener finishing it, waiting for the run row we
 --      hold) is left to the maintenance sweep, cancel_orphaned_topology_jobs,
 --      which cancels the live jobs of terminal runs.
---   retry_topology_run takes the same order: the run's ended jobs, then the
---   run, then (an iteration) its loop, last, as an iteration's end does
---   (56_loop_firing.sql).
+--   retry_topology_run takes the run, then its jobs NOWAIT (refusing, never
+--   waiting, when one is held), then (an iteration) its loop, last, as an
+--   iteration's end does (56_loop_firing.sql).
 -- Nothing waits for a job row while holding a run row, so no cycle forms.
 -- Foreign keys to the run (nodes, jobs, approvals) take KEY SHARE, which FOR
 -- NO KEY UPDATE does not block.
@@ -656,10 +656,12 @@ comment on function cancel_topology_run(uuid, timestamptz) is
 --
 -- Security definer: the caller must own the run, or be an operator or a
 -- listener; a run it may not act on is as unknown as one that does not exist.
--- Locks: the run's ended jobs in id order, then the run FOR NO KEY UPDATE,
--- then its loop FOR NO KEY UPDATE (lock order above).
--- Raises: CE404 unknown run; CE409 the run is not failed or cancelled, or is
--- an iteration other than its loop's latest; CE410 a node to run again names
+-- Locks: the run FOR NO KEY UPDATE, then its jobs NOWAIT (one held by
+-- another statement refuses the call, CE409, rather than wait while holding
+-- the run), then its loop FOR NO KEY UPDATE (lock order above).
+-- Raises: CE404 unknown run; CE409 the run is not failed or cancelled, is an
+-- iteration other than its loop's latest, or a job of it is held by another
+-- statement right now; CE410 a node to run again names
 -- an agent that is disabled or gone.
 create or replace function retry_topology_run(p_run_id uuid, p_now timestamptz default now())
 returns void
@@ -677,13 +679,6 @@ begin
         raise exception 'retry_topology_run: no topology run with id %', p_run_id
             using errcode = 'CE404';
     end if;
-    -- Jobs before the run (lock order): the ended ones, which this call
-    -- sends back to pending. Live ones are read, never waited for.
-    perform from job j
-    where j.topology_run_id = p_run_id
-      and j.state not in ('pending', 'claimed', 'running')
-    order by j.id
-    for update;
     select * into v_run from topology_runs where id = p_run_id for no key update;
     if v_run.status not in ('failed', 'cancelled') then
         raise exception 'retry_topology_run: run % is %; only a failed or cancelled run can be '
@@ -696,6 +691,21 @@ begin
                               else 'It is still live: wait for it, or cancel_topology_run first.'
                          end;
     end if;
+    -- Then every job of the run, without waiting: holding the run, this
+    -- call must not wait for a job (a listener finishing one waits for the
+    -- run), and it must hold them all, or a job ending meanwhile would be
+    -- seen ended by neither its finisher (the run was still ended) nor this
+    -- call, leaving its node following a job that no longer runs.
+    begin
+        perform from job j
+        where j.topology_run_id = p_run_id
+        order by j.id
+        for update nowait;
+    exception when lock_not_available then
+        raise exception 'retry_topology_run: a job of run % is being changed by another '
+                        'statement (a listener finishing or claiming it)', p_run_id
+            using errcode = 'CE409', hint = 'Try again in a moment.';
+    end;
 
     if v_run.loop_id is not null then
         select * into v_loop from loops where id = v_run.loop_id for no key update;

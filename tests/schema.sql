@@ -3676,7 +3676,7 @@ create function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zon
 comment on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) is 'Return a finished job to pending with its attempts reset; a routine''s job through its routine''s guardrails, as a new routine run. Raises CE404 (unknown), CE409 (still live), CE410/CE412/CE415 (the routine may not run now).';
 grant execute on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/51_topology_runs.sql, body md5 730823fc08d8f2936b77d147f3ef57e9
+-- functions/51_topology_runs.sql, body md5 de680681b6068bfb8aa48d3f84db1e22
 create function ceaseless.retry_topology_run(p_run_id uuid, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql

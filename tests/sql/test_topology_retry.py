@@ -3,6 +3,10 @@ job never runs again on its own."""
 
 from __future__ import annotations
 
+import json
+import random
+import threading
+import time
 from collections.abc import Callable
 from uuid import UUID
 
@@ -14,6 +18,7 @@ from tests.sql.loops import fail, iterations, loop_row, make_loop, run_loop, suc
 from tests.sql.topology import (
     diamond,
     job_of,
+    node,
     nodes,
     run_node,
     run_row,
@@ -238,3 +243,110 @@ def test_an_iteration_other_than_the_latest_is_refused(conn: psycopg.Connection)
         error.value
     )
     assert run_row(conn, first)["status"] == "failed"
+
+
+def test_retries_race_finishes_fires_and_cancels_without_deadlock_or_two_live_iterations(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    # Lock order: a retry takes the run, then its jobs without waiting (a
+    # listener finishing one holds it and waits for the run), then the loop,
+    # as an iteration's end does; a fire takes the loop first and waits for
+    # nothing a retry holds. Each operation runs in a thread of its own, as
+    # fast as it can, over one on_completion loop of two parallel nodes; a
+    # documented refusal is an answer, anything else a failure.
+    loop = make_loop(
+        conn,
+        triggers={"on_completion": True},
+        g={"nodes": [node("A"), node("B")], "edges": []},
+    )
+    run_loop(conn, loop)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    retried: list[UUID] = []
+
+    def latest(c: psycopg.Connection, statuses: tuple[str, ...]) -> UUID | None:
+        row = c.execute(
+            "select id from ceaseless.topology_runs where loop_id = %s and status = any(%s) "
+            "order by iteration desc nulls last limit 1",
+            (loop, list(statuses)),
+        ).fetchone()
+        return row[0] if row else None
+
+    def retry(c: psycopg.Connection, rng: random.Random) -> None:
+        run = latest(c, ("failed", "cancelled"))
+        if run is not None:
+            c.execute("select ceaseless.retry_topology_run(%s)", (run,))
+            retried.append(run)
+
+    def finish_some(c: psycopg.Connection, rng: random.Random) -> None:
+        claimed = c.execute(
+            "select run_id from ceaseless.claim_jobs('racer', 2, p_start => true)"
+        ).fetchall()
+        outcomes = [
+            {
+                "run_id": str(r),
+                "outcome": rng.choice(["succeeded", "succeeded", "failed", "cancelled"]),
+            }
+            for (r,) in claimed
+        ]
+        if outcomes:
+            c.execute("select ceaseless.finish_runs('racer', %s::jsonb)", (json.dumps(outcomes),))
+
+    def fire(c: psycopg.Connection, rng: random.Random) -> None:
+        c.execute("select ceaseless.run_loop(%s)", (loop,))
+
+    def cancel(c: psycopg.Connection, rng: random.Random) -> None:
+        if rng.random() < 0.3:
+            run = latest(c, ("running", "pending", "awaiting_approval"))
+            if run is not None:
+                c.execute("select ceaseless.cancel_topology_run(%s)", (run,))
+
+    def worker(operation: Callable[[psycopg.Connection, random.Random], None], seed: int) -> None:
+        rng = random.Random(seed)
+        with psycopg.connect(db_url, autocommit=True) as c:
+            while not stop.is_set():
+                try:
+                    operation(c, rng)
+                except psycopg.Error as exc:
+                    if exc.sqlstate not in ("CE409", "CE410"):
+                        errors.append(exc)
+                        return
+
+    threads = [
+        threading.Thread(target=worker, args=(op, seed))
+        for seed, op in enumerate([retry, retry, finish_some, finish_some, fire, cancel])
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(4)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert retried, "no retry got through: the race tested nothing"
+
+    live = [
+        r
+        for r in iterations(conn, loop)
+        if r["status"] in ("pending", "running", "awaiting_approval")
+    ]
+    assert len(live) <= 1
+    # Every live job belongs to a live run, once the sweep has had its turn.
+    conn.execute("select ceaseless.cancel_orphaned_topology_jobs()")
+    orphans = conn.execute(
+        "select count(*) from ceaseless.job j join ceaseless.topology_runs r "
+        "on r.id = j.topology_run_id where r.loop_id = %s "
+        "and j.state in ('pending', 'claimed', 'running') "
+        "and r.status not in ('pending', 'running', 'awaiting_approval')",
+        (loop,),
+    ).fetchone()
+    assert orphans == (0,)
+    # Every live run's unfinished nodes follow a live job or wait.
+    stuck = conn.execute(
+        "select count(*) from ceaseless.topology_nodes n join ceaseless.topology_runs r "
+        "on r.id = n.topology_run_id left join ceaseless.job j on j.id = n.job_id "
+        "where r.loop_id = %s and r.status = 'running' and n.state in ('queued', 'running') "
+        "and j.state not in ('pending', 'claimed', 'running')",
+        (loop,),
+    ).fetchone()
+    assert stuck == (0,)
