@@ -350,3 +350,14 @@ def test_retries_race_finishes_fires_and_cancels_without_deadlock_or_two_live_it
         (loop,),
     ).fetchone()
     assert stuck == (0,)
+
+
+def test_explaining_a_failed_node_job_names_retry_topology_run(conn: psycopg.Connection) -> None:
+    run = _failed_diamond(conn)
+    reasons = conn.execute(
+        "select reason, detail from ceaseless.explain_job(%s)", (job_of(conn, run, "B"),)
+    ).fetchall()
+    assert [r for r, _ in reasons] == ["finished"]
+    assert reasons[0][1].endswith(
+        f"it runs again only by retry_topology_run('{run}'), with its topology run"
+    )
