@@ -1,5 +1,6 @@
--- The notifications outbox: sink settings, claim and finish, the wake-up
--- NOTIFY, the webhook formats, and the notification of a job that ended for good.
+-- The notifications outbox: sink settings and what makes one valid (a
+-- webhook's format included), claim and finish, the wake-up NOTIFY, and the
+-- notification of a job that ended for good.
 --
 -- Called by: listeners (claim_notifications, finish_notifications, through
 -- listener/daemon/outbox.py), operators (the notification_sinks and
