@@ -20,7 +20,8 @@
 --     job_user_due          a user's job due no earlier than now (same file)
 --     job_validate          a resumable session id (same file)
 --   after each statement
---     job_blocked           a blocked job's notification (60_notifications.sql)
+--     job_ended             a job's notification when it ends for good
+--                           (60_notifications.sql)
 --     job_insert            audit and NOTIFY ceaseless_job (25_notify_audit.sql)
 --     job_plan_children     a delivered plan's child issues (73_forge_children.sql)
 --     job_routine_outcome   close the routine runs of ended jobs

@@ -125,7 +125,7 @@ comment on function _job_state_after(text, integer, integer, timestamptz) is
 --   can stop a lane for longer;
 -- - an agent that could not authenticate (auth_failed) fails on every
 --   attempt until a person logs it in: its job is blocked at once and its
---   attempt refunded; the blocked job's trigger (_tg_job_blocked,
+--   attempt refunded; the job's trigger (_tg_job_ended,
 --   60_notifications.sql) tells someone, as it does for needs_human;
 -- - an interrupted run (lease_expired, rate_limited) hands its session to
 --   the job, so the next attempt resumes it, if the id is one an agent CLI

@@ -4,7 +4,7 @@
 -- INSERT, run_loop, a loop's fire), and after every UPDATE statement on job
 -- (finish_runs, claim_jobs, expire_leases, release_jobs, cancel_job,
 -- retry_job, a plain UPDATE) and after an agent is disabled; operators and
--- owners (cancel_topology_run);
+-- owners (cancel_topology_run, retry_topology_run);
 -- listeners' maintenance tick (cancel_orphaned_topology_jobs); decide_approval
 -- and expire_approvals (52_approvals.sql).
 -- Guarantees:
@@ -24,7 +24,12 @@
 --   queued or running, running otherwise, and succeeded when every node has,
 --   with the sink nodes' outputs as final_message; a terminal run never moves
 --   again, whatever its jobs do later (a sibling finishing after the run
---   failed, a retried job): such jobs are cancelled, now or by the sweep;
+--   failed): such jobs are cancelled, now or by the sweep; only
+--   retry_topology_run brings a failed or cancelled run back to running, its
+--   failed and cancelled nodes queued or waiting again and its succeeded ones
+--   kept; a node's job is never run again on its own (retry_job on it is
+--   refused, CE409, naming retry_topology_run), so a run never holds a live
+--   job it does not follow;
 -- - NOTIFY and audit of every run, node and approval change: by the triggers
 --   of 25_notify_audit.sql.
 --
@@ -40,6 +45,9 @@
 --      another statement (a listener finishing it, waiting for the run row we
 --      hold) is left to the maintenance sweep, cancel_orphaned_topology_jobs,
 --      which cancels the live jobs of terminal runs.
+--   retry_topology_run takes the run, then its jobs NOWAIT (refusing, never
+--   waiting, when one is held), then (an iteration) its loop, last, as an
+--   iteration's end does (56_loop_firing.sql).
 -- Nothing waits for a job row while holding a run row, so no cycle forms.
 -- Foreign keys to the run (nodes, jobs, approvals) take KEY SHARE, which FOR
 -- NO KEY UPDATE does not block.
@@ -490,6 +498,14 @@ comment on function _topology_jobs_changed(uuid[]) is
 -- Statement-level, like job_routine_outcome (44_routine_outcomes.sql): a
 -- statement's new rows are scanned once for loop_node jobs, so a batch of
 -- other work pays one pass and no call.
+--
+-- A node's job that ended and is sent back to pending (retry_job, a plain
+-- UPDATE) while its run has ended is refused: the run would stay failed while
+-- the job ran for nobody, and only its run can take the node back
+-- (retry_topology_run). A job going back to pending from claimed or running
+-- (a lease expiry, a release) is the run's own retry and passes.
+--
+-- Raises: CE409 a loop_node job of an ended run sent back to pending.
 create or replace function _tg_job_topology_outcome()
 returns trigger
 language plpgsql
@@ -497,28 +513,56 @@ set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_jobs uuid[];
+    v_revived record;
 begin
     select array_agg(n.id order by n.id) into v_jobs
     from new_rows n
     where n.kind = 'loop_node' and n.topology_run_id is not null;
-    if v_jobs is not null then
-        perform _topology_jobs_changed(v_jobs);
+    if v_jobs is null then
+        return null;
     end if;
+    -- Revived: pending now, ended before this statement.
+    select n.id, n.topology_run_id, r.status, n.payload ->> 'node_id' as node_id
+    into v_revived
+    from new_rows n
+    join old_rows o on o.id = n.id
+    join topology_runs r on r.id = n.topology_run_id
+    where n.kind = 'loop_node' and n.state = 'pending'
+      and o.state not in ('pending', 'claimed', 'running')
+      and r.status in ('succeeded', 'failed', 'cancelled')
+    order by n.id
+    limit 1;
+    if v_revived.id is not null then
+        if v_revived.status = 'succeeded' then
+            raise exception 'job %: it is node % of topology run %, which has succeeded; a node '
+                            'runs only within its run, so start a new run instead',
+                            v_revived.id, v_revived.node_id, v_revived.topology_run_id
+                using errcode = 'CE409';
+        end if;
+        raise exception 'job %: it is node % of topology run %, which is %; a node runs again '
+                        'only with its run', v_revived.id, v_revived.node_id,
+                        v_revived.topology_run_id, v_revived.status
+            using errcode = 'CE409',
+                  hint = format('Run its failed and cancelled nodes again: '
+                                'select ceaseless.retry_topology_run(%L);',
+                                v_revived.topology_run_id);
+    end if;
+    perform _topology_jobs_changed(v_jobs);
     return null;
 end;
 $$;
 
 comment on function _tg_job_topology_outcome() is
-    'After UPDATE on job: move the topology nodes of the loop_node jobs the statement changed.';
+    'After UPDATE on job: move the topology nodes of the loop_node jobs the statement changed; '
+    'refuse (CE409) sending a node''s ended job back to pending while its run has ended.';
 
 create or replace trigger job_topology_outcome
     after update on job
-    referencing new table as new_rows
+    referencing old table as old_rows new table as new_rows
     for each statement execute function _tg_job_topology_outcome();
 
 -- The live jobs of terminal runs: those a run's end could not cancel because
--- another statement held them, and those revived since (retry_job on a node
--- job of a failed run). Called by every listener's maintenance tick; SKIP
+-- another statement held them. Called by every listener's maintenance tick; SKIP
 -- LOCKED, so sweeps split the work and never wait.
 create or replace function cancel_orphaned_topology_jobs(p_now timestamptz default now())
 returns integer
@@ -552,7 +596,7 @@ $$;
 
 comment on function cancel_orphaned_topology_jobs(timestamptz) is
     'Cancel live jobs whose topology run has ended (skipped by the run''s end because another '
-    'statement held them, or retried since); returns how many. Maintenance, every listener.';
+    'statement held them); returns how many. Maintenance, every listener.';
 
 -- Cancel a run: every unfinished node cancelled, every live job cancelled
 -- (a running agent is stopped by its listener), open approvals left
@@ -590,3 +634,174 @@ comment on function cancel_topology_run(uuid, timestamptz) is
     'Cancel a live topology run: unfinished nodes and live jobs cancelled (running agents '
     'stopped), open approvals left undecided. Raises CE404 (unknown) or CE409 (already ended).';
 
+
+-- Run a failed or cancelled run again from where it stopped: its succeeded
+-- nodes keep their outputs; every failed or cancelled node that had a job
+-- gets that job back, pending with its attempts reset (the dedup key stays
+-- the node's one job), or follows it when it is still live (a sibling the
+-- run's end could not cancel); every other failed or cancelled node waits
+-- again for its upstreams, counted anew, and those whose upstreams have all
+-- succeeded start now (a gated one asks for approval again). The run is
+-- running again, without its error and finished_at.
+--
+-- A loop's iteration keeps the loop coherent: only its latest iteration can
+-- be retried (a loop has at most one live iteration, and its chain only goes
+-- forward), and when that iteration's end stopped the loop (stopped_reason
+-- failed, cancelled or, for an until-failed policy, completed), the loop is
+-- enabled again as it was before that end: the repeat policy still counts
+-- from the same iteration, so the retried iteration's end is judged as its
+-- first end would have been (iters {n: 3} completes when iteration 3
+-- succeeds, not three iterations later), and an on_completion loop chains on
+-- from it. A loop stopped or disabled otherwise stays as it is.
+--
+-- Security definer: the caller must own the run, or be an operator or a
+-- listener; a run it may not act on is as unknown as one that does not exist.
+-- Locks: the run FOR NO KEY UPDATE, then its jobs NOWAIT (one held by
+-- another statement refuses the call, CE409, rather than wait while holding
+-- the run), then its loop FOR NO KEY UPDATE (lock order above).
+-- Raises: CE404 unknown run; CE409 the run is not failed or cancelled, is an
+-- iteration other than its loop's latest, or a job of it is held by another
+-- statement right now; CE410 a node to run again names
+-- an agent that is disabled or gone.
+create or replace function retry_topology_run(p_run_id uuid, p_now timestamptz default now())
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_run topology_runs;
+    v_loop loops;
+    v_latest integer;
+    v_node record;
+begin
+    select * into v_run from topology_runs where id = p_run_id;
+    if v_run.id is null or not _acts_for(v_run.user_id) then
+        raise exception 'retry_topology_run: no topology run with id %', p_run_id
+            using errcode = 'CE404';
+    end if;
+    select * into v_run from topology_runs where id = p_run_id for no key update;
+    if v_run.status not in ('failed', 'cancelled') then
+        raise exception 'retry_topology_run: run % is %; only a failed or cancelled run can be '
+                        'retried', p_run_id, v_run.status
+            using errcode = 'CE409',
+                  hint = case when v_run.status = 'succeeded'
+                              then 'A succeeded run is done: start a new run (or fire its loop).'
+                              when v_run.status = 'skipped'
+                              then 'A skipped run never started: fire its loop again.'
+                              else 'It is still live: wait for it, or cancel_topology_run first.'
+                         end;
+    end if;
+    -- Then every job of the run, without waiting: holding the run, this
+    -- call must not wait for a job (a listener finishing one waits for the
+    -- run), and it must hold them all, or a job ending meanwhile would be
+    -- seen ended by neither its finisher (the run was still ended) nor this
+    -- call, leaving its node following a job that no longer runs.
+    begin
+        perform from job j
+        where j.topology_run_id = p_run_id
+        order by j.id
+        for update nowait;
+    exception when lock_not_available then
+        raise exception 'retry_topology_run: a job of run % is being changed by another '
+                        'statement (a listener finishing or claiming it)', p_run_id
+            using errcode = 'CE409', hint = 'Try again in a moment.';
+    end;
+
+    if v_run.loop_id is not null then
+        select * into v_loop from loops where id = v_run.loop_id for no key update;
+        -- topology_runs_loop_idx, newest first.
+        select r.iteration into v_latest
+        from topology_runs r
+        where r.loop_id = v_run.loop_id and r.iteration is not null
+        order by r.iteration desc
+        limit 1;
+        if v_run.iteration is distinct from v_latest then
+            raise exception 'retry_topology_run: run % is iteration % of loop %, whose latest '
+                            'iteration is %; only the latest iteration can be run again',
+                            p_run_id, v_run.iteration, v_run.loop_id, v_latest
+                using errcode = 'CE409',
+                      hint = format('Fire the loop instead: select ceaseless.run_loop(%L);',
+                                    v_run.loop_id);
+        end if;
+    end if;
+
+    select n.node_id, n.agent into v_node
+    from topology_nodes n
+    left join agents a on a.name = n.agent
+    where n.topology_run_id = p_run_id
+      and n.state in ('failed', 'cancelled')
+      and (a.name is null or not a.enabled)
+    order by n.node_id
+    limit 1;
+    if v_node.node_id is not null then
+        raise exception 'retry_topology_run: node % of run % runs on agent %, which is disabled '
+                        'or not registered', v_node.node_id, p_run_id, v_node.agent
+            using errcode = 'CE410',
+                  hint = format('Enable it first: update ceaseless.agents set enabled = true '
+                                'where name = %L;', v_node.agent);
+    end if;
+
+    -- Running again before its jobs move: their trigger then finds a live
+    -- run, and an iteration takes its loop's live slot here (the unique
+    -- index topology_runs_one_live_iteration_idx backs the check above).
+    update topology_runs
+    set status = 'running', error = null, finished_at = null, updated_at = p_now
+    where id = p_run_id;
+
+    -- Nodes with a job follow it: queued with it sent back to pending, or
+    -- as it stands when it is still live.
+    update topology_nodes n
+    set state = case when j.state in ('claimed', 'running') then 'running' else 'queued' end,
+        error = null, finished_at = null, output = null
+    from job j
+    where n.topology_run_id = p_run_id
+      and n.state in ('failed', 'cancelled')
+      and j.id = n.job_id;
+    update job j
+    set state = 'pending', claimed_by = null, claim_expires_at = null, claimed_at = null,
+        finished_at = null, attempts = 0, run_after = p_now, updated_at = p_now
+    from topology_nodes n
+    where n.topology_run_id = p_run_id
+      and n.state = 'queued'
+      and n.job_id = j.id
+      and j.state not in ('pending', 'claimed', 'running');
+
+    -- Nodes without a job wait again, for the upstreams that have not
+    -- succeeded.
+    update topology_nodes n
+    set state = 'waiting', error = null, finished_at = null, output = null,
+        upstream_left = (select count(*)
+                         from jsonb_array_elements(v_run.graph -> 'edges') e
+                         join topology_nodes u
+                           on u.topology_run_id = p_run_id and u.node_id = e.value ->> 'from'
+                         where e.value ->> 'to' = n.node_id
+                           and u.state <> 'succeeded')
+    where n.topology_run_id = p_run_id
+      and n.state in ('failed', 'cancelled')
+      and n.job_id is null;
+    perform _start_topology_nodes(
+        p_run_id,
+        array(select n.node_id from topology_nodes n
+              where n.topology_run_id = p_run_id and n.state = 'waiting'
+                and n.upstream_left = 0),
+        p_now);
+    perform _settle_topology_run(p_run_id, p_now);
+
+    -- The loop as it was before this iteration's end stopped it. Two steps:
+    -- re-enabling a stopped loop restarts its policy count
+    -- (_tg_loops_validate), which a retry of the same iteration must not do,
+    -- and finds this iteration live, so fires nothing (_tg_loops_schedule).
+    if v_loop.id is not null and v_loop.last_run_id = p_run_id
+       and not v_loop.enabled and v_loop.stopped_reason is not null then
+        update loops set stopped_reason = null, stopped_at = null where id = v_loop.id;
+        update loops set enabled = true where id = v_loop.id;
+    end if;
+end;
+$$;
+
+comment on function retry_topology_run(uuid, timestamptz) is
+    'Run a failed or cancelled topology run again: succeeded nodes kept, failed and cancelled '
+    'nodes queued again (their jobs back to pending) or waiting for their upstreams; the run '
+    'running; the latest iteration of a loop only, re-enabling the loop its end stopped. Raises '
+    'CE404 (unknown), CE409 (not failed or cancelled, or not the latest iteration), CE410 (a '
+    'node''s agent disabled).';

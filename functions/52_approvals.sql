@@ -5,10 +5,12 @@
 -- operators (decide_approval); every listener's maintenance tick
 -- (expire_approvals).
 -- Guarantees:
--- - a gated node asks once: one approvals row per (run, node), expiring
---   approval_timeout_secs after the request when the node sets one, the node
---   awaiting_approval, and a notification queued in the outbox for the run's
---   owner (kind approval) whose body holds the exact SQL to approve or reject;
+-- - a gated node asks once per start: one approvals row per (run, node),
+--   expiring approval_timeout_secs after the request when the node sets one,
+--   the node awaiting_approval, and a notification queued in the outbox for
+--   the run's owner (kind approval) whose body holds the exact SQL to approve
+--   or reject; a node started again (retry_topology_run) asks again on the
+--   same row, its earlier decision cleared (the audit log keeps it);
 -- - an approval is decided once: approve → the node's job is enqueued and the
 --   run runs again; reject → the node fails and the run with it (the error
 --   names the node and who rejected), the rest cancelled; a second decision
@@ -27,7 +29,8 @@
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
 -- Ask for a node's approval: the row, the node awaiting it, and the owner's
--- notification. The caller holds the run row.
+-- notification. The caller holds the run row and passes a waiting node, so
+-- an existing row is an earlier start's (a retried run): it is asked again.
 create or replace function _request_approval(p_run_id uuid, p_node_id text, p_now timestamptz)
 returns uuid
 language plpgsql
@@ -44,11 +47,11 @@ begin
            p_now + make_interval(secs => n.approval_timeout_secs)
     from topology_nodes n
     where n.topology_run_id = p_run_id and n.node_id = p_node_id
-    on conflict (topology_run_id, node_id) do nothing
+    on conflict (topology_run_id, node_id) do update
+    set requested_at = excluded.requested_at, expires_at = excluded.expires_at,
+        decision = null, decided_by = null, decided_by_role = null, decided_at = null,
+        note = null
     returning id, expires_at into v_id, v_expires;
-    if v_id is null then
-        return null;
-    end if;
 
     update topology_nodes set state = 'awaiting_approval'
     where topology_run_id = p_run_id and node_id = p_node_id;

@@ -1,5 +1,6 @@
--- The notifications outbox: sink settings, claim and finish, the wake-up
--- NOTIFY, and the notification of a blocked job.
+-- The notifications outbox: sink settings and what makes one valid (a
+-- webhook's format included), claim and finish, the wake-up NOTIFY, and the
+-- notification of a job that ended for good.
 --
 -- Called by: listeners (claim_notifications, finish_notifications, through
 -- listener/daemon/outbox.py), operators (the notification_sinks and
@@ -8,8 +9,9 @@
 -- PostgreSQL after every INSERT into notifications and every UPDATE of job.
 -- Guarantees:
 -- - a job that becomes blocked on what only a person can fix (its agent
---   could not authenticate; a forge run asked for a human) queues one
---   attention notification, in the statement that blocked it, whoever
+--   could not authenticate; a forge run asked for a human), and a plain job
+--   that fails or is abandoned for good, queues one notification as its
+--   agent's notify_on_* flags ask, in the statement that ended it, whoever
 --   ended its run (finish_runs, or any UPDATE);
 -- - at-least-once delivery: a claim leases its rows for 60 s by pushing
 --   next_attempt_at forward, so a listener that dies mid-delivery loses
@@ -65,6 +67,9 @@ declare
                                'of strings, e.g. {"Authorization": "Bearer …"}';
     c_timeout constant text := 'notification sink %L (type webhook): "timeout_secs" must be a '
                                'number of seconds above 0 and at most 30';
+    c_format constant text := 'notification sink %L (type webhook): "format" must be "generic" '
+                              '(the notification as JSON), "slack" (text and blocks) or '
+                              '"discord" (content); got %s';
     v_sink jsonb;
     v_type text;
 begin
@@ -111,6 +116,16 @@ begin
             if exists (select from jsonb_each(v_sink -> 'headers') h
                        where jsonb_typeof(h.value) <> 'string') then
                 return format(c_headers, p_name);
+            end if;
+        end if;
+        -- What the receiver reads: Slack's and Discord's incoming webhooks
+        -- refuse any JSON without their own field (text, content).
+        if v_sink ? 'format' then
+            if jsonb_typeof(v_sink -> 'format') <> 'string' then
+                return format(c_format, p_name, v_sink -> 'format');
+            end if;
+            if (v_sink ->> 'format') not in ('generic', 'slack', 'discord') then
+                return format(c_format, p_name, v_sink -> 'format');
             end if;
         end if;
         if v_sink ? 'timeout_secs' then
@@ -360,85 +375,125 @@ create or replace trigger notifications_insert
     referencing new table as new_rows
     for each statement execute function _tg_notifications_insert();
 
--- A job blocked on what only a person can fix tells someone: nothing else
--- will move it. Which fix, the run that blocked it says: the one that ended
--- when the job did, with its outcome and error.
+-- A job that ends for good tells someone, by its agent's notify_on_* flags
+-- and on its notify_channel (NULL: the default sink), for the job's owner:
 --
--- | the run's outcome | subject                                 | body                  |
--- |-------------------|-----------------------------------------|-----------------------|
--- | auth_failed       | job … blocked: agent … could not        | the error, then: log  |
--- |                   | authenticate                            | the CLI in, retry_job |
--- | needs_human       | job … blocked: the agent asks for a     | the reason, then:     |
--- |                   | human                                   | answer, retry_job     |
+-- | the job enters | when                                  | kind      | advice             |
+-- |----------------|---------------------------------------|-----------|--------------------|
+-- | blocked        | its run ended auth_failed: the agent  | attention | log the CLI in,    |
+-- |                | could not authenticate                |           | then retry         |
+-- | blocked        | its run ended needs_human: a forge    | attention | answer, then retry |
+-- |                | run asks for a person                 |           |                    |
+-- | failed         | a plain job (no routine, no topology  | failure   | the error, retry   |
+-- |                | run): its attempts are used up        |           |                    |
+-- | abandoned      | a plain job: every attempt's lease    | failure   | the error, retry   |
+-- |                | expired                               |           |                    |
 --
--- A missing login blocks every job of the lane the same way until the agent
--- is logged in; a forge run's question waits for an answer on the issue. To
--- the default sink, where operators listen, for the job's owner. A budget
--- spent (budget_exhausted) blocks without a word: the lane's operator set
--- the budget.
+-- The retry named is the one that works: retry_job, or for a node of a
+-- topology run, retry_topology_run (a node's job does not run on its own).
+-- Routine and loop jobs that fail are announced by their routine (its
+-- notify_on_failure, 44_routine_outcomes.sql) and their loop (its stopped
+-- notification, 56_loop_firing.sql), so a failure is told once; a missing
+-- login or a forge question is told for every job, since no routine or loop
+-- says what a person must do. A budget spent (budget_exhausted) blocks
+-- without a word: the lane's operator set the budget. A cancelled job was
+-- ended by a person.
 --
 -- Statement-level, like the job triggers of 25_notify_audit.sql: a finish
 -- batch that blocks a thousand jobs of a lane whose login expired queues its
 -- thousand notifications in one INSERT. A job counts once, when it enters
--- blocked: a later UPDATE of a blocked row (its forge labels) is no new
+-- the state: a later UPDATE of a blocked row (its forge labels) is no new
 -- block.
-create or replace function _tg_job_blocked()
+create or replace function _tg_job_ended()
 returns trigger
 language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
-    -- Most statements block nothing: read the new rows once and stop.
-    if not exists (select from new_rows n where n.state = 'blocked') then
+    -- Most statements end nothing for good: read the new rows once and stop.
+    if not exists (select from new_rows n where n.state in ('blocked', 'failed', 'abandoned')) then
         return null;
     end if;
-    insert into notifications (source_table, source_id, kind, subject, body, user_id)
-    select 'job', b.id, 'attention',
-           case r.outcome
-               when 'auth_failed'
-                   then format('job %s blocked: agent %s could not authenticate', b.id, j.agent)
-               else format('job %s blocked: the agent asks for a human', b.id)
-           end,
-           case r.outcome
-               when 'auth_failed'
-                   then format(E'%s\n\nLog the agent''s CLI in (or fix its API key in agents.env), '
-                               'then run the job again: select ceaseless.retry_job(%L);',
-                               left(coalesce(r.error, 'no detail given'), 500), b.id)
-               else format(E'%s\n\nAnswer on the issue, then run the job again: '
-                           'select ceaseless.retry_job(%L);',
-                           left(coalesce(r.error, 'no reason given'), 2000), b.id)
-           end,
-           j.user_id
-    -- Entered blocked in this statement. A set difference, not a join of the
-    -- two transition tables: it is hashed or sorted, linear at any size,
-    -- where a join planned for one row loops over the other table.
-    from (select n.id from new_rows n where n.state = 'blocked'
+    insert into notifications (source_table, source_id, kind, channel, subject, body, user_id)
+    select 'job', e.id, m.kind, a.notify_channel, m.subject, m.body, j.user_id
+    -- Entered one of the states in this statement. A set difference, not a
+    -- join of the two transition tables: it is hashed or sorted, linear at
+    -- any size, where a join planned for one row loops over the other table.
+    from (select n.id, n.state from new_rows n where n.state in ('blocked', 'failed', 'abandoned')
           except
-          select o.id from old_rows o where o.state = 'blocked') b
-    -- Each job and its run probed by key, the blocked jobs on the outer side.
+          select o.id, o.state from old_rows o
+          where o.state in ('blocked', 'failed', 'abandoned')) e
+    -- Each job, its agent and its run probed by key, the ended jobs on the
+    -- outer side.
     cross join lateral (
-        select j.agent, j.user_id, j.finished_at from job j where j.id = b.id offset 0
+        select j.agent, j.user_id, j.finished_at, j.last_error, j.topology_run_id,
+               j.routine_run_id is null and j.topology_run_id is null as plain
+        from job j where j.id = e.id offset 0
     ) j
     cross join lateral (
+        select a.notify_channel,
+               case e.state when 'blocked' then a.notify_on_blocked
+                            when 'failed' then a.notify_on_failed
+                            else a.notify_on_abandoned end as wanted
+        from agents a where a.name = j.agent offset 0
+    ) a
+    left join lateral (
         select r.outcome, r.error
         from agent_run r
-        where r.job_id = b.id
+        where e.state = 'blocked'
+          and r.job_id = e.id
           and r.finished_at = j.finished_at
           and r.outcome in ('auth_failed', 'needs_human')
         order by r.started_at desc
         limit 1
-    ) r;
+    ) r on true
+    cross join lateral (
+        select case when j.topology_run_id is not null
+                    then format('select ceaseless.retry_topology_run(%L);', j.topology_run_id)
+                    else format('select ceaseless.retry_job(%L);', e.id) end as retry
+    ) x
+    cross join lateral (
+        select case when e.state = 'blocked' then 'attention' else 'failure' end as kind,
+               case when r.outcome = 'auth_failed'
+                        then format('job %s blocked: agent %s could not authenticate', e.id,
+                                    j.agent)
+                    when r.outcome = 'needs_human'
+                        then format('job %s blocked: the agent asks for a human', e.id)
+                    else format('job %s %s: agent %s', e.id, e.state, j.agent)
+               end as subject,
+               case when r.outcome = 'auth_failed'
+                        then format(E'%s\n\nLog the agent''s CLI in (or fix its API key in '
+                                    'agents.env), then run the %s again: %s',
+                                    left(coalesce(r.error, 'no detail given'), 2000),
+                                    case when j.topology_run_id is not null
+                                         then 'topology run' else 'job' end, x.retry)
+                    when r.outcome = 'needs_human'
+                        then format(E'%s\n\nAnswer on the issue, then run the %s again: %s',
+                                    left(coalesce(r.error, 'no reason given'), 2000),
+                                    case when j.topology_run_id is not null
+                                         then 'topology run' else 'job' end, x.retry)
+                    when e.state = 'failed'
+                        then format(E'%s\n\nIt used up its attempts. Run it again: %s',
+                                    left(coalesce(j.last_error, 'no detail given'), 2000),
+                                    x.retry)
+                    else format(E'%s\n\nNo agent said it failed: its listener stopped '
+                                'answering on every attempt (lease expired). Run it again: %s',
+                                left(coalesce(j.last_error, 'no detail given'), 2000), x.retry)
+               end as body
+    ) m
+    where a.wanted
+      and (r.outcome is not null or (e.state <> 'blocked' and j.plain));
     return null;
 end;
 $$;
 
-comment on function _tg_job_blocked() is
-    'After UPDATE on job: queue an attention notification for each job the statement blocked '
-    'because its agent could not authenticate (auth_failed) or a forge run asked for a human '
-    '(needs_human), naming the fix and the retry_job call.';
+comment on function _tg_job_ended() is
+    'After UPDATE on job: queue a notification for each job the statement ended for good, as '
+    'its agent''s notify_on_* flags ask, on its notify_channel: blocked on a missing login '
+    '(auth_failed) or a forge question (needs_human), any job; failed or abandoned, a plain '
+    'job (routines and loops announce their own). The body names the retry that works.';
 
-create or replace trigger job_blocked
+create or replace trigger job_ended
     after update on job
     referencing old table as old_rows new table as new_rows
-    for each statement execute function _tg_job_blocked();
-
+    for each statement execute function _tg_job_ended();

@@ -178,9 +178,14 @@ begin
         return;
     elsif v_job.state <> 'pending' then
         return query select 'finished'::text,
-            format('the job is %s%s; it runs again only by retry_job', v_job.state,
+            format('the job is %s%s; it runs again only by %s', v_job.state,
                    case when v_job.last_error is not null
-                        then format(' (last error: %s)', left(v_job.last_error, 200)) else '' end),
+                        then format(' (last error: %s)', left(v_job.last_error, 200)) else '' end,
+                   -- A node's job runs again only with its run (51_topology_runs.sql).
+                   case when v_job.topology_run_id is not null
+                        then format('retry_topology_run(%L), with its topology run',
+                                    v_job.topology_run_id)
+                        else 'retry_job' end),
             null::timestamptz;
         return;
     end if;

@@ -154,16 +154,19 @@ alter function _tg_loops_changed() security definer;
 
 -- Topology engine (50-52_*.sql): graph validation reads the agent registry;
 -- a run's start and its jobs' outcomes write nodes, jobs, approvals and the
--- outbox, which a user role may not write itself; cancel_topology_run and
--- decide_approval check ownership (_acts_for) themselves.
+-- outbox, which a user role may not write itself; cancel_topology_run,
+-- retry_topology_run and decide_approval check ownership (_acts_for)
+-- themselves.
 alter function _tg_loops_graph_validate() security definer;
 alter function _tg_topology_runs_validate() security definer;
 alter function _tg_topology_runs_start() security definer;
 alter function _tg_job_topology_outcome() security definer;
 alter function cancel_topology_run(uuid, timestamptz) security definer;
+alter function retry_topology_run(uuid, timestamptz) security definer;
 alter function decide_approval(uuid, boolean, text, text, timestamptz) security definer;
 grant execute on function
     cancel_topology_run(uuid, timestamptz),
+    retry_topology_run(uuid, timestamptz),
     decide_approval(uuid, boolean, text, text, timestamptz)
     to ceaseless_user;
 grant select on topology_node_status to ceaseless_user;
@@ -249,6 +252,10 @@ grant select (window_cost_usd, window_tokens) on agents to ceaseless_user;
 -- Where a lane's agents may connect (db/0027): what a user's prompt can make
 -- them reach is the user's business too, and it holds no secret.
 grant select (egress) on agents to ceaseless_user;
+-- Who hears of a lane's jobs that end for good (db/0060): a user's jobs are
+-- announced by these, so the user may read them; they hold no secret.
+grant select (notify_on_failed, notify_on_blocked, notify_on_abandoned, notify_channel)
+    on agents to ceaseless_user;
 
 -- Metrics (94_metrics.sql): the counting triggers fire in whatever
 -- transaction changed the row, a user role's too (an event that fires a

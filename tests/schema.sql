@@ -105,6 +105,10 @@ create table ceaseless.agents (
     window_cost_usd numeric(12,6),
     window_tokens bigint,
     egress text[] default '{api.anthropic.com,platform.claude.com,claude.ai,console.anthropic.com,models.dev,models.opencode.ai,opencode.ai,registry.npmjs.org,api.openai.com,auth.openai.com,chatgpt.com,openrouter.ai}'::text[] not null,
+    notify_on_failed boolean default true not null,
+    notify_on_blocked boolean default true not null,
+    notify_on_abandoned boolean default false not null,
+    notify_channel text,
     constraint agents_adapter_check CHECK ((adapter = ANY (ARRAY['claude_code'::text, 'opencode'::text, 'command'::text, 'noop'::text]))),
     constraint agents_pkey PRIMARY KEY (name),
     constraint argv_no_empty_executable CHECK (((cardinality(argv) = 0) OR (argv[1] <> ''::text))),
@@ -116,6 +120,7 @@ create table ceaseless.agents (
     constraint max_attempts_positive CHECK ((max_attempts > 0)),
     constraint max_concurrent_positive CHECK ((max_concurrent > 0)),
     constraint name_url_safe CHECK ((name ~ '^[a-z0-9][a-z0-9_.-]*$'::text)),
+    constraint notify_channel_not_empty CHECK (((notify_channel IS NULL) OR (notify_channel <> ''::text))),
     constraint timeout_secs_positive CHECK ((timeout_secs > 0)),
     constraint window_budget_positive CHECK (((window_budget IS NULL) OR (window_budget > 0))),
     constraint window_cost_usd_positive CHECK (((window_cost_usd IS NULL) OR (window_cost_usd > (0)::numeric))),
@@ -133,8 +138,12 @@ comment on column ceaseless.agents.env_passthrough is 'Names of the listener''s 
 comment on column ceaseless.agents.window_cost_usd is 'Budget in USD per rolling window (window_secs): claims wait while the lane''s runs started in the window reported this much cost_usd or more. NULL: no cost budget.';
 comment on column ceaseless.agents.window_tokens is 'Budget in tokens (tokens_in + tokens_out) per rolling window: claims wait while the lane''s runs started in the window reported this many or more. NULL: no token budget.';
 comment on column ceaseless.agents.egress is 'Where a sandboxed agent may connect, through its egress proxy: {none}, {open} (any public address) or host[:port] entries (*.domain for its subdomains, IP literals, port 443 when none is given).';
+comment on column ceaseless.agents.notify_on_failed is 'Queue a failure notification when a plain job of this lane (no routine, no topology run) fails for good, its attempts used up.';
+comment on column ceaseless.agents.notify_on_blocked is 'Queue an attention notification when a job of this lane is blocked on what only a person can fix: its agent could not authenticate, or a forge run asks for a human.';
+comment on column ceaseless.agents.notify_on_abandoned is 'Queue a failure notification when a plain job of this lane is abandoned: every attempt''s lease expired without an agent''s verdict. Off by default: a listener going away is the operator''s to see first.';
+comment on column ceaseless.agents.notify_channel is 'The notification sink (a key of the notification_sinks setting) of this lane''s job notifications; NULL: "default".';
 grant select, insert, update, delete on table ceaseless.agents to ceaseless_listener, ceaseless_operator;
-grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_concurrent, window_secs, window_budget, max_attempts, enabled, created_at, updated_at, window_cost_usd, window_tokens, egress) on table ceaseless.agents to ceaseless_user;
+grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_concurrent, window_secs, window_budget, max_attempts, enabled, created_at, updated_at, window_cost_usd, window_tokens, egress, notify_on_failed, notify_on_blocked, notify_on_abandoned, notify_channel) on table ceaseless.agents to ceaseless_user;
 
 create table ceaseless.approvals (
     id uuid default gen_random_uuid() not null,
@@ -376,14 +385,14 @@ CREATE INDEX job_parent_idx ON ceaseless.job USING btree (parent_job_id) WHERE (
 CREATE INDEX job_routine_run_idx ON ceaseless.job USING btree (routine_run_id) WHERE (routine_run_id IS NOT NULL);
 CREATE INDEX job_topology_run_idx ON ceaseless.job USING btree (topology_run_id) WHERE (topology_run_id IS NOT NULL);
 CREATE INDEX job_user_idx ON ceaseless.job USING btree (user_id, created_at DESC);
-CREATE TRIGGER job_blocked AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_blocked();
 CREATE TRIGGER job_bounded_json BEFORE INSERT OR UPDATE OF payload ON ceaseless.job FOR EACH ROW WHEN (jsonb_path_exists(new.payload, 'strict $.**{65}'::jsonpath)) EXECUTE FUNCTION ceaseless._tg_bounded_json('payload');
 CREATE TRIGGER job_default_agent BEFORE INSERT OR UPDATE OF agent ON ceaseless.job FOR EACH ROW WHEN ((new.agent IS NULL)) EXECUTE FUNCTION ceaseless._tg_default_agent();
+CREATE TRIGGER job_ended AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_ended();
 CREATE TRIGGER job_input BEFORE INSERT OR UPDATE OF prompt, payload ON ceaseless.job FOR EACH ROW WHEN (((char_length(new.prompt) > 2000000) OR (char_length((new.payload)::text) > 1000000) OR COALESCE(((new.payload -> 'context_paths'::text) <> '[]'::jsonb), false) OR ceaseless._is_blank(new.prompt))) EXECUTE FUNCTION ceaseless._tg_job_input();
 CREATE TRIGGER job_insert AFTER INSERT ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_insert();
 CREATE TRIGGER job_plan_children AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_plan_children();
 CREATE TRIGGER job_routine_outcome AFTER UPDATE ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_routine_outcome();
-CREATE TRIGGER job_topology_outcome AFTER UPDATE ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_topology_outcome();
+CREATE TRIGGER job_topology_outcome AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_topology_outcome();
 CREATE TRIGGER job_update AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_update();
 CREATE TRIGGER job_user_due BEFORE INSERT ON ceaseless.job FOR EACH ROW WHEN ((new.run_after < now())) EXECUTE FUNCTION ceaseless._tg_job_user_due();
 CREATE TRIGGER job_validate BEFORE INSERT OR UPDATE OF resume_session_id ON ceaseless.job FOR EACH ROW WHEN ((new.resume_session_id IS NOT NULL)) EXECUTE FUNCTION ceaseless._tg_job_validate();
@@ -2208,7 +2217,7 @@ create function ceaseless._metrics_skip_labels(p_routine_id uuid, p_routine text
 comment on function ceaseless._metrics_skip_labels(p_routine_id uuid, p_routine text, p_trigger text, p_reason text) is 'The labels of ceaseless_routine_skips_total: routine (name), routine_id, trigger, reason.';
 grant execute on function ceaseless._metrics_skip_labels(p_routine_id uuid, p_routine text, p_trigger text, p_reason text) to ceaseless_listener, ceaseless_operator;
 
--- functions/60_notifications.sql, body md5 d4f66406600b37fc878a8d4b4a03ab20
+-- functions/60_notifications.sql, body md5 031a41657706f9f822ee9eb5ff8e37be
 create function ceaseless._notification_sink_problem(p_name text, p_sinks jsonb)
     returns text
     language plpgsql
@@ -2371,7 +2380,7 @@ create function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now ti
 comment on function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now timestamp with time zone) is 'True when p_now falls in the repo''s quiet window, read as wall-clock time in its quiet_timezone (DST-safe; a window may cross midnight; start inside, end outside).';
 grant execute on function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/52_approvals.sql, body md5 2ed76c026d5ba5be55b18f70ce335bab
+-- functions/52_approvals.sql, body md5 ab273c992721aba900b6f5ea47d74620
 create function ceaseless._request_approval(p_run_id uuid, p_node_id text, p_now timestamp with time zone)
     returns uuid
     language plpgsql
@@ -2566,7 +2575,7 @@ create function ceaseless._tg_agents_enabled()
 comment on function ceaseless._tg_agents_enabled() is 'After agents are enabled: fire again the on_completion loops a fire refused for a disabled agent left idle, once all of their agents are enabled.';
 grant execute on function ceaseless._tg_agents_enabled() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 f907d95e70a9fb2c8e2e64bc64da47d4
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 47351fd7ac165dc6d88e5ad325a42a7c
 create function ceaseless._tg_agents_quiet_checks()
     returns trigger
     language plpgsql
@@ -2662,14 +2671,14 @@ create function ceaseless._tg_graph_default_agent()
 comment on function ceaseless._tg_graph_default_agent() is 'Before a loop or a topology run is inserted, or its graph updated: write the default agent into nodes that name none.';
 grant execute on function ceaseless._tg_graph_default_agent() to ceaseless_listener, ceaseless_operator;
 
--- functions/60_notifications.sql, body md5 0f0b2b965677e70123a69ae74ca55fc1
-create function ceaseless._tg_job_blocked()
+-- functions/60_notifications.sql, body md5 2922607d2273feff2782482112fc8af4
+create function ceaseless._tg_job_ended()
     returns trigger
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._tg_job_blocked() is 'After UPDATE on job: queue an attention notification for each job the statement blocked because its agent could not authenticate (auth_failed) or a forge run asked for a human (needs_human), naming the fix and the retry_job call.';
-grant execute on function ceaseless._tg_job_blocked() to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._tg_job_ended() is 'After UPDATE on job: queue a notification for each job the statement ended for good, as its agent''s notify_on_* flags ask, on its notify_channel: blocked on a missing login (auth_failed) or a forge question (needs_human), any job; failed or abandoned, a plain job (routines and loops announce their own). The body names the retry that works.';
+grant execute on function ceaseless._tg_job_ended() to ceaseless_listener, ceaseless_operator;
 
 -- functions/11_job_input.sql, body md5 ca10282c9a744e1a99572918762c36e0
 create function ceaseless._tg_job_input()
@@ -2710,14 +2719,14 @@ create function ceaseless._tg_job_routine_outcome()
 comment on function ceaseless._tg_job_routine_outcome() is 'After UPDATE on job: close the routine runs whose jobs the statement ended.';
 grant execute on function ceaseless._tg_job_routine_outcome() to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 f28d3a0e53f7d4d161e4d235ec7cfe6c
+-- functions/51_topology_runs.sql, body md5 8d73a766b684c84e2a996b6757f962a8
 create function ceaseless._tg_job_topology_outcome()
     returns trigger
     language plpgsql
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._tg_job_topology_outcome() is 'After UPDATE on job: move the topology nodes of the loop_node jobs the statement changed.';
+comment on function ceaseless._tg_job_topology_outcome() is 'After UPDATE on job: move the topology nodes of the loop_node jobs the statement changed; refuse (CE409) sending a node''s ended job back to pending while its run has ended.';
 grant execute on function ceaseless._tg_job_topology_outcome() to ceaseless_listener, ceaseless_operator;
 
 -- functions/25_notify_audit.sql, body md5 04a975a3846f3ae4d09574c750d54b84
@@ -3319,7 +3328,7 @@ create function ceaseless.cancel_orphaned_topology_jobs(p_now timestamp with tim
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.cancel_orphaned_topology_jobs(p_now timestamp with time zone) is 'Cancel live jobs whose topology run has ended (skipped by the run''s end because another statement held them, or retried since); returns how many. Maintenance, every listener.';
+comment on function ceaseless.cancel_orphaned_topology_jobs(p_now timestamp with time zone) is 'Cancel live jobs whose topology run has ended (skipped by the run''s end because another statement held them); returns how many. Maintenance, every listener.';
 grant execute on function ceaseless.cancel_orphaned_topology_jobs(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 2f28bf9e8fdbad06479a9cfb9ce6fb83
@@ -3444,7 +3453,7 @@ create function ceaseless.expire_leases(p_now timestamp with time zone DEFAULT n
 comment on function ceaseless.expire_leases(p_now timestamp with time zone) is 'Return jobs with passed leases to pending (or abandoned after max attempts) and finish their open runs as lease_expired. Safe to call from every listener at once.';
 grant execute on function ceaseless.expire_leases(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/92_explain.sql, body md5 7fea975ce46bbe01871ab41fc987ed8e
+-- functions/92_explain.sql, body md5 5e146ddc44e58959af37469fe880e29c
 create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3712,6 +3721,16 @@ create function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zon
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) is 'Return a finished job to pending with its attempts reset; a routine''s job through its routine''s guardrails, as a new routine run. Raises CE404 (unknown), CE409 (still live), CE410/CE412/CE415 (the routine may not run now).';
 grant execute on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
+-- functions/51_topology_runs.sql, body md5 de680681b6068bfb8aa48d3f84db1e22
+create function ceaseless.retry_topology_run(p_run_id uuid, p_now timestamp with time zone DEFAULT now())
+    returns void
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.retry_topology_run(p_run_id uuid, p_now timestamp with time zone) is 'Run a failed or cancelled topology run again: succeeded nodes kept, failed and cancelled nodes queued again (their jobs back to pending) or waiting for their upstreams; the run running; the latest iteration of a loop only, re-enabling the loop its end stopped. Raises CE404 (unknown), CE409 (not failed or cancelled, or not the latest iteration), CE410 (a node''s agent disabled).';
+grant execute on function ceaseless.retry_topology_run(p_run_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/91_run_events.sql, body md5 3a4baecb87f5cc68a9254b13dad2b504
 create function ceaseless.run_events(p_run_id uuid, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500)

@@ -141,7 +141,10 @@ class StreamParser:
             exit_status=exit_status,
             final_message=final,
             session_id=self._session_id,
-            billing=self._billing,
+            # A CLI that could not authenticate still says how it would have
+            # (Claude Code's apiKeySource "none" without any login): nothing
+            # was billed to anyone.
+            billing=Billing.UNKNOWN if outcome is Outcome.AUTH_FAILED else self._billing,
             model=self._model,
             tokens_in=self._tokens_in,
             tokens_out=self._tokens_out,
@@ -256,10 +259,14 @@ def parse_timestamp(value: object) -> datetime | None:
     return None
 
 
+# Where an error's own text ends and the agent's stderr tail begins.
+STDERR_MARKER = "\nstderr (tail):\n"
+
+
 def with_stderr(message: str, stderr_tail: str) -> str:
     """An error message followed by the agent's stderr tail, which usually says why."""
     tail = stderr_tail.strip()
-    return f"{message}\nstderr (tail):\n{tail}" if tail else message
+    return f"{message}{STDERR_MARKER}{tail}" if tail else message
 
 
 class TextTail:

@@ -49,6 +49,8 @@ _AUTH_TEXT = re.compile(
     r"|oauth token (?:has )?expired|authentication_error",
     re.IGNORECASE,
 )
+# Of those, the ones that mean no login at all (rather than a refused one).
+_NOT_LOGGED_IN = re.compile(r"not logged in|please run /login", re.IGNORECASE)
 # Newer CLIs word it for people: "You've hit your session limit · resets 11pm (Asia/Nicosia)".
 _LIMIT_TEXT = re.compile(
     r"usage limit|session limit|weekly limit|hit your limit|rate limit", re.IGNORECASE
@@ -189,7 +191,7 @@ class ClaudeStreamParser(StreamParser):
         if not result.is_error and result.subtype in (None, "success"):
             return Outcome.SUCCEEDED, None, None
         if self._looks_unauthenticated(result, text):
-            return Outcome.AUTH_FAILED, with_stderr(self._error_text(result), stderr_tail), None
+            return Outcome.AUTH_FAILED, with_stderr(_auth_error(result), stderr_tail), None
         if self._looks_rate_limited(result, text):
             return Outcome.RATE_LIMITED, text or "rate limited", self._reset_at(text)
         return Outcome.FAILED, with_stderr(self._error_text(result), stderr_tail), None
@@ -199,7 +201,11 @@ class ClaudeStreamParser(StreamParser):
     ) -> tuple[Outcome, str | None, datetime | None]:
         text = self._assistant_text or ""
         if self._api_error == _AUTH_ERROR:
-            return Outcome.AUTH_FAILED, with_stderr(text or _AUTH_ERROR, stderr_tail), None
+            return (
+                Outcome.AUTH_FAILED,
+                with_stderr(_auth_label(text) + ": " + (text or _AUTH_ERROR), stderr_tail),
+                None,
+            )
         # The legacy text counts only in the CLI's own synthetic error message:
         # in any other assistant message it is the model's text.
         legacy = self._api_error is not None and _LEGACY_LIMIT.search(text)
@@ -236,6 +242,17 @@ class ClaudeStreamParser(StreamParser):
     def _error_text(result: _ResultLine) -> str:
         detail = "; ".join(result.errors) or result.text or "no detail given"
         return f"{result.subtype or 'error'}: {detail}"
+
+
+def _auth_error(result: _ResultLine) -> str:
+    """An authentication failure as what happened, never as the result's subtype: Claude Code
+    reports a missing login as subtype "success" with is_error set."""
+    detail = "; ".join(result.errors) or result.text or "no detail given"
+    return f"{_auth_label(detail)}: {detail}"
+
+
+def _auth_label(text: str) -> str:
+    return "not logged in" if _NOT_LOGGED_IN.search(text) else "authentication failed"
 
 
 def _exited_badly(exit_status: int | None) -> bool:

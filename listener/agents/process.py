@@ -21,6 +21,8 @@ Guarantees:
   marker of what was cut, so that a result line with a long answer in it still
   parses), the last `stderr_limit` bytes of stderr, and what the parser keeps.
 - A program that cannot be started is a FAILED RunResult, never an exception.
+- An AUTH_FAILED run's error ends its first part with how to log the lane in:
+  the OS user and HOME it ran as, and a command that works here (login.py).
 - Timeout and cancel both send SIGTERM to every descendant, then SIGKILL after
   `agent.kill_grace_secs` — or sooner when the cancel is a `StopRequest` that asks
   for a shorter grace, even one made while the SIGTERM is already out (a lease
@@ -59,6 +61,7 @@ from listener.agents.base import (
 )
 from listener.agents.containment import Containment
 from listener.agents.environment import agent_environment
+from listener.agents.login import login_advice, with_login_advice
 from listener.agents.sandbox import Isolation
 from listener.enums import Outcome
 
@@ -158,8 +161,18 @@ async def run_agent(
         _kill_without_keeper(proc, held)
         raise
     stderr_text = bytes(stderr_tail).decode("utf-8", "replace")
-    result = _parse_result(parser, proc.returncode, stderr_text)
-    return _finalize(result, agent, proc.returncode, ending, stderr_text)
+    result = _finalize(
+        _parse_result(parser, proc.returncode, stderr_text),
+        agent,
+        proc.returncode,
+        ending,
+        stderr_text,
+    )
+    if result.outcome is Outcome.AUTH_FAILED:
+        # Only here are the user and HOME the agent ran as known.
+        advice = login_advice(agent, env, identity)
+        result.error = truncate_message(with_login_advice(result.error, advice))
+    return result
 
 
 def _check_startable(executable: str, env: dict[str, str], cwd: str | None) -> None:

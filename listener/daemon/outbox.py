@@ -16,6 +16,11 @@ Guarantees:
   only database errors propagate, and the caller retries the round;
 - each webhook POST ends within its sink's `timeout_secs` (at most 30, checked
   in SQL), well inside the lease;
+- a webhook's body is in its sink's `format` (checked in SQL): `generic`, the
+  notification as JSON; `slack`, a non-empty `text` and section blocks within
+  Slack's limits; `discord`, a non-empty `content` within Discord's 2,000
+  characters, mentioning nobody. A text too long for its field is cut to fit,
+  with a marker saying how much was cut, never refused;
 - a failure's text (stored in last_error, shown in views, logged) names the
   receiver by origin only and holds none of the sink's credentials: its URL
   beyond the origin and its header values are replaced by "(hidden)" wherever
@@ -198,8 +203,12 @@ def url_origin(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname}{port}"
 
 
-def webhook_document(n: ClaimedNotification) -> dict[str, Any]:
-    """The JSON body a webhook receives."""
+def webhook_document(n: ClaimedNotification, fmt: str = "generic") -> dict[str, Any]:
+    """The JSON body a webhook of format `fmt` receives (see the module docstring)."""
+    if fmt == "slack":
+        return _slack_document(n)
+    if fmt == "discord":
+        return _discord_document(n)
     return {
         "id": str(n.id),
         "kind": n.kind,
@@ -209,6 +218,69 @@ def webhook_document(n: ClaimedNotification) -> dict[str, Any]:
         "source_table": n.source_table,
         "source_id": str(n.source_id),
         "created_at": n.created_at.isoformat(),
+    }
+
+
+# Slack's incoming webhooks: `text` past 40,000 characters is truncated by
+# Slack (we cut first, with a marker), a section's text is at most 3,000, and
+# a message holds at most 50 blocks (we send three).
+SLACK_TEXT_CHARS = 40_000
+SLACK_BLOCK_CHARS = 3_000
+# Discord's webhooks refuse (400) a `content` that is empty or past 2,000.
+DISCORD_CONTENT_CHARS = 2_000
+
+
+def cut(text: str, limit: int) -> str:
+    """The text within `limit` characters (UTF-16 units, as JavaScript counts them, which is
+    never fewer than code points), ending with a marker of how much was cut when it was."""
+    if _units(text) <= limit:
+        return text
+    head = text[:limit]
+    while True:
+        marker = f"… [cut: {len(text) - len(head)} more characters]"
+        over = _units(head) + _units(marker) - limit
+        if over <= 0:
+            return head + marker
+        head = head[: len(head) - over]
+
+
+def _units(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _slack_escape(text: str) -> str:
+    """Slack's mrkdwn control characters escaped: `<!channel>` in an agent's text pings nobody."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _slack_document(n: ClaimedNotification) -> dict[str, Any]:
+    subject, body = _slack_escape(n.subject), _slack_escape(n.body)
+    footer = f"{n.kind} · {n.source_table} {n.source_id} · notification {n.id}"
+    text = cut(f"*{subject}*" + (f"\n{body}" if body else ""), SLACK_TEXT_CHARS)
+    # A section's text may not be empty (invalid_blocks): a body-less
+    # notification is a subject alone.
+    blocks: list[dict[str, Any]] = [_slack_section(f"*{subject}*")]
+    if body.strip():
+        blocks.append(_slack_section(body))
+    blocks.append(
+        {
+            "type": "context",
+            "elements": [{"type": "mrkdwn", "text": cut(footer, SLACK_BLOCK_CHARS)}],
+        }
+    )
+    return {"text": text, "blocks": blocks}
+
+
+def _slack_section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": cut(text, SLACK_BLOCK_CHARS)}}
+
+
+def _discord_document(n: ClaimedNotification) -> dict[str, Any]:
+    content = f"**{n.subject}**" + (f"\n{n.body}" if n.body else "")
+    return {
+        "content": cut(content, DISCORD_CONTENT_CHARS),
+        # An agent's text may say @everyone: the notification pings nobody.
+        "allowed_mentions": {"parse": []},
     }
 
 
@@ -229,7 +301,7 @@ async def _post(
         async with asyncio.timeout(timeout):
             async with http.post(
                 url,
-                data=json.dumps(webhook_document(n)).encode(),
+                data=json.dumps(webhook_document(n, str(sink.get("format", "generic")))).encode(),
                 headers=headers,
                 # A redirected POST may be replayed as a GET and answer 200
                 # without anyone receiving the notification.

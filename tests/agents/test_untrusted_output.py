@@ -19,7 +19,7 @@ import pytest
 
 from listener.agents.claude_code import ClaudeCodeAdapter, ClaudeStreamParser
 from listener.agents.opencode import OpencodeAdapter, OpencodeJsonParser
-from listener.enums import Adapter, Outcome
+from listener.enums import Adapter, Billing, Outcome
 
 from .support import FAKE_CLAUDE, FAKE_OPENCODE, agent, feed, run, task
 
@@ -135,9 +135,11 @@ def test_the_legacy_limit_text_in_the_cli_s_synthetic_error_message_is_a_rate_li
 def test_claude_code_not_logged_in_is_auth_failed():
     r = claude(init(), *CLAUDE_NOT_LOGGED_IN, exit_status=1)
     assert r.outcome == Outcome.AUTH_FAILED
-    # What the issue saw as a failure's error, now the reason the job is blocked.
-    assert r.error == "success: Not logged in · Please run /login"
+    # What happened, not the result's subtype ("success" on this error).
+    assert r.error == "not logged in: Not logged in · Please run /login"
     assert r.session_id == SESSION
+    # init said apiKeySource "none", which reads as a subscription; nobody was logged in.
+    assert r.billing == Billing.UNKNOWN
 
 
 @pytest.mark.parametrize(
@@ -149,9 +151,10 @@ def test_claude_code_not_logged_in_is_auth_failed():
     ],
 )
 def test_claude_code_login_errors_without_a_synthetic_message_are_auth_failed(text: str):
-    assert claude(init(), result(text, is_error=True), exit_status=1).outcome == (
-        Outcome.AUTH_FAILED
-    )
+    r = claude(init(), result(text, is_error=True), exit_status=1)
+    assert r.outcome == Outcome.AUTH_FAILED
+    label = "not logged in" if "/login" in text else "authentication failed"
+    assert r.error == f"{label}: {text}"
 
 
 def test_claude_code_401_is_auth_failed():
@@ -162,6 +165,7 @@ def test_claude_code_401_is_auth_failed():
 def test_a_synthetic_authentication_error_without_a_result_line_is_auth_failed():
     r = claude(init(), CLAUDE_NOT_LOGGED_IN[0], exit_status=1)
     assert r.outcome == Outcome.AUTH_FAILED
+    assert r.error == "not logged in: Not logged in · Please run /login"
 
 
 def test_a_successful_reply_that_says_not_logged_in_is_a_success():
@@ -258,7 +262,8 @@ def test_the_real_claude_code_without_a_login_is_auth_failed(
     )
     r = run(config, task("say hi", cwd=str(tmp_path)))
     assert r.outcome == Outcome.AUTH_FAILED, r.error
-    assert "Not logged in" in (r.error or "")
+    assert (r.error or "").startswith("not logged in: Not logged in · Please run /login\n")
+    assert r.billing == Billing.UNKNOWN
 
 
 def test_the_real_opencode_without_a_key_is_auth_failed(

@@ -7,7 +7,10 @@ and, when it is installed, the real CLI.
 from __future__ import annotations
 
 import os
+import pwd
+import shlex
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +20,7 @@ import pytest
 from tests.e2e.support import FAKES, ListenerProcess, scalar, wait_until
 from tests.factories import make_agent, make_job
 
+ME = pwd.getpwuid(os.geteuid()).pw_name
 _CREDENTIALS = (
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
@@ -50,11 +54,12 @@ def test_a_claude_agent_that_is_not_logged_in_blocks_its_job_and_says_so(
         monkeypatch.delenv(name, raising=False)
     home = tmp_path / "home"
     home.mkdir()
+    argv = _claude(which)
     make_agent(
         conn,
         "claude",
         "claude_code",
-        _claude(which),
+        argv,
         env={
             "HOME": str(home),
             "CLAUDE_CONFIG_DIR": str(home / ".claude"),
@@ -78,10 +83,19 @@ def test_a_claude_agent_that_is_not_logged_in_blocks_its_job_and_says_so(
         "select state, attempts, last_error from ceaseless.job where id = %s", (job,)
     ).fetchone() or (None, None, None)
     assert (state, attempts) == ("blocked", 0)
-    assert last_error is not None and "Not logged in · Please run /login" in last_error
+    # What happened, then who to log in as, where, and how.
+    assert last_error is not None
+    lines = last_error.split("\n")
+    assert lines[0] == "not logged in: Not logged in · Please run /login"
+    assert lines[1] == f"Log lane claude in as OS user {ME} with HOME={home}:"
+    advised = lines[2].strip()
+    assert advised == shlex.join(
+        ["env", f"HOME={home}", f"CLAUDE_CONFIG_DIR={home / '.claude'}", argv[0], "auth", "login"]
+    )
+    # Nobody was logged in: nothing was billed to a subscription.
     assert conn.execute(
-        "select outcome from ceaseless.agent_run where job_id = %s", (job,)
-    ).fetchall() == [("auth_failed",)]
+        "select outcome, billing from ceaseless.agent_run where job_id = %s", (job,)
+    ).fetchall() == [("auth_failed", "unknown")]
 
     # Queued for the default sink (log) and delivered by the listener.
     listener.wait_for_event("notification.delivered")
@@ -89,4 +103,21 @@ def test_a_claude_agent_that_is_not_logged_in_blocks_its_job_and_says_so(
     assert delivered["source_table"] == "job" and delivered["source_id"] == str(job)
     assert delivered["kind"] == "attention"
     assert delivered["subject"] == f"job {job} blocked: agent claude could not authenticate"
-    assert "Not logged in" in delivered["body"]
+    assert delivered["body"].startswith(last_error.split("\nstderr (tail):")[0] + "\n\n")
+    assert delivered["body"].endswith(
+        f"then run the job again: select ceaseless.retry_job('{job}');"
+    )
+
+    if which == "real":
+        # The advised command is one this CLI has: asked for its help, it answers.
+        shown = subprocess.run(
+            [*shlex.split(advised), "--help"], capture_output=True, text=True, timeout=60
+        )
+        assert shown.returncode == 0 and "Sign in" in shown.stdout, shown.stderr
+        token = subprocess.run(
+            ["env", f"HOME={home}", argv[0], "setup-token", "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert token.returncode == 0 and "long-lived" in token.stdout, token.stderr

@@ -25,6 +25,7 @@ from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
 from listener.daemon.outbox import NOTIFICATION_CHANNEL, deliver_due
+from tests.e2e import chat_stubs
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -620,3 +621,84 @@ def test_status_view_counts_per_sink_and_status(conn: psycopg.Connection, db_url
         ("default", "log", "pending", 1, 1, True),
         ("ops", "pg", "pending", 1, 1, True),
     ]
+
+
+# -- webhook formats: Slack and Discord ----------------------------------------
+
+
+def _chat_round(conn: psycopg.Connection, db_url: str, fmt: str, url: str) -> None:
+    _set_sinks(conn, {"chat": {"type": "webhook", "url": url, "format": fmt}})
+    assert asyncio.run(_round(db_url)) == 1
+
+
+def test_a_slack_sink_sends_text_and_blocks_slack_accepts_with_a_long_body_cut(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    with chat_stubs.serve(chat_stubs.slack) as stub:
+        [short] = _insert(conn, channel="chat", subject="deploy <!channel> done")
+        _chat_round(conn, db_url, "slack", stub.url)
+        conn.execute(
+            "update ceaseless.notifications set body = repeat('x', 50000) where id = %s",
+            (_insert(conn, channel="chat", subject="long")[0],),
+        )
+        _chat_round(conn, db_url, "slack", stub.url)
+
+    assert stub.answers == [(200, "ok"), (200, "ok")]
+    first, long = stub.received
+    assert _row(conn, short)["status"] == "delivered"
+    # Slack's control sequences are escaped: the subject pings nobody.
+    assert first["text"] == "*deploy &lt;!channel&gt; done 1*\nthe body of 1"
+    assert [b["type"] for b in first["blocks"]] == ["section", "section", "context"]
+    assert str(short) in first["blocks"][-1]["elements"][0]["text"]
+    # Cut to fit, with a marker, never refused or left to Slack to truncate.
+    assert len(long["text"]) <= 40_000 and long["text"].endswith("more characters]")
+    assert all(len(b["text"]["text"]) <= 3000 for b in long["blocks"] if b["type"] == "section")
+    assert long["blocks"][1]["text"]["text"].endswith("more characters]")
+
+
+def test_a_discord_sink_sends_content_discord_accepts_cut_to_2000_characters(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    with chat_stubs.serve(chat_stubs.discord) as stub:
+        [id_] = _insert(conn, channel="chat", subject="deploy done")
+        conn.execute(
+            "update ceaseless.notifications set body = repeat('é😀', 3000) || ' @everyone' "
+            "where id = %s",
+            (id_,),
+        )
+        _chat_round(conn, db_url, "discord", stub.url)
+
+    assert stub.answers == [(204, "")]
+    assert _row(conn, id_)["status"] == "delivered"
+    [document] = stub.received
+    content = document["content"]
+    assert content.startswith("**deploy done 1**\né😀")
+    assert len(content.encode("utf-16-le")) // 2 <= 2000 and content.endswith("more characters]")
+    assert document["allowed_mentions"] == {"parse": []}
+
+
+def test_the_generic_document_is_what_slack_and_discord_refuse(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    # Why a sink names its format: the notification as JSON has no text.
+    for judge, refusal in ((chat_stubs.slack, "no_text"), (chat_stubs.discord, "50006")):
+        with chat_stubs.serve(judge) as stub:
+            [id_] = _insert(conn, channel="chat")
+            _chat_round(conn, db_url, "generic", stub.url)
+        row = _row(conn, id_)
+        assert row["status"] == "pending" and refusal in row["last_error"]
+        conn.execute("delete from ceaseless.notifications")
+
+
+@pytest.mark.parametrize("fmt", ["teams", 7, ""])
+def test_a_webhook_format_other_than_generic_slack_or_discord_is_refused(
+    conn: psycopg.Connection, fmt: Any
+) -> None:
+    with pytest.raises(psycopg.Error) as error:
+        _set_sinks(conn, {"chat": {"type": "webhook", "url": "https://x.test", "format": fmt}})
+    assert error.value.sqlstate == "CE422"
+    assert (
+        'notification sink \'chat\' (type webhook): "format" must be "generic" (the notification '
+        'as JSON), "slack" (text and blocks) or "discord" (content); got '
+        f"{json.dumps(fmt)}" in str(error.value)
+    )

@@ -329,7 +329,7 @@ def test_a_fire_reads_its_routine_by_key_among_a_thousand(conn: psycopg.Connecti
 
 def _block_a_batch(conn: psycopg.Connection, singles: int) -> list[str]:
     """Finish a batch of runs as auth_failed (every job blocked, each announced by
-    _tg_job_blocked), after `singles` one-run finishes that plan the trigger for one job."""
+    _tg_job_ended), after `singles` one-run finishes that plan the trigger for one job."""
     runs = _young_table_with_running_jobs(conn)
     for _, run in runs[:singles]:
         payload = json.dumps([{"run_id": str(run), "outcome": "auth_failed"}])

@@ -2,7 +2,7 @@
 
 One rule maps an outcome to the job's next state, for finish_runs and expire_leases alike. A job
 blocked on what only a person can fix (a missing login, a forge run's question) is announced by
-a trigger on the job's move into blocked (_tg_job_blocked), whichever statement moved it.
+a trigger on the job's move into blocked (_tg_job_ended), whichever statement moved it.
 """
 
 from __future__ import annotations
@@ -111,11 +111,13 @@ def test_a_missing_login_without_a_word_says_so_and_a_long_error_is_cut(
     quiet, quiet_run = _started(conn)
     loud, loud_run = _started(conn)
     finish(conn, quiet_run, "auth_failed")
-    finish(conn, loud_run, "auth_failed", error="e" * 600)
+    # Cut at 2000 characters: the error carries the login advice (which OS
+    # user, which HOME, which command), longer than a bare CLI message.
+    finish(conn, loud_run, "auth_failed", error="e" * 2100)
 
     bodies = dict(conn.execute("select source_id, body from ceaseless.notifications").fetchall())
     assert bodies[quiet].startswith("no detail given\n\nLog the agent's CLI in")
-    assert bodies[loud].startswith("e" * 500 + "\n\n")
+    assert bodies[loud].startswith("e" * 2000 + "\n\n")
 
 
 def test_a_run_asking_for_a_human_blocks_the_job_with_its_reason(

@@ -197,10 +197,13 @@ def test_a_sibling_held_during_the_failure_is_swept_and_never_revives_the_run(
     assert finish(conn, run_c, "succeeded", final_message="late") == "delivered"
     assert run_row(conn, run)["status"] == "failed"
     assert states(conn, run)["C"] == "cancelled"
-    # Retried, it is a live job of an ended run: the sweep cancels it.
-    conn.execute("select ceaseless.retry_job(%s)", (c_job,))
-    swept = conn.execute("select ceaseless.cancel_orphaned_topology_jobs()").fetchone()
-    assert swept == (1,) and _job(conn, c_job)["state"] == "cancelled"
+    # Its job alone cannot be run again: only its run can (retry_topology_run).
+    with pytest.raises(psycopg.Error) as refused:
+        conn.execute("select ceaseless.retry_job(%s)", (c_job,))
+    assert refused.value.sqlstate == "CE409" and "retry_topology_run" in str(
+        refused.value.diag.message_hint
+    )
+    assert _job(conn, c_job)["state"] == "delivered"
     assert conn.execute("select ceaseless.cancel_orphaned_topology_jobs()").fetchone() == (0,)
 
 
