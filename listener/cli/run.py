@@ -1,9 +1,9 @@
-"""`ceaseless run show|cancel` and `ceaseless approve|reject`: topology runs and their gates.
+"""`ceaseless run show|cancel|retry` and `ceaseless approve|reject`: topology runs and their gates.
 
 Guarantees: `run show` reads topology_runs and the topology_node_status view
-(what a user role may see of them); `run cancel` is cancel_topology_run, and
-`approve` / `reject` are decide_approval, so ownership, deciding twice and the
-audit are the database's.
+(what a user role may see of them); `run cancel` is cancel_topology_run, `run retry`
+is retry_topology_run, and `approve` / `reject` are decide_approval, so ownership,
+deciding twice and the audit are the database's.
 """
 
 from __future__ import annotations
@@ -64,6 +64,14 @@ def run_cancel(run: RunArg) -> None:
     """Cancel a run: its unfinished nodes are cancelled and its running agents stopped."""
     status = call(runs.cancel, run)
     typer.echo(f"run {run} {status or 'cancelled'}")
+
+
+@app.command("retry")
+def run_retry(run: RunArg) -> None:
+    """Run a failed or cancelled run again: its failed, blocked, abandoned and cancelled nodes
+    are queued afresh and the run resumes (retry_topology_run)."""
+    status = call(runs.retry, run)
+    typer.echo(f"run {run} {status or 'retried'}")
 
 
 def _decide(approval: str, approve: bool, note: str | None, by: str | None) -> None:

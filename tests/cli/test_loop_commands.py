@@ -205,3 +205,21 @@ def test_loop_show_keeps_a_multi_line_final_message_on_its_row(
     assert "Summary: ⏎ - fixed the intro ⏎ - tightened the ending" in row
     document = json.loads(_ok(run_cli(db_url, "loop", "show", "notes", "-o", "json")))
     assert document["iterations"][0]["message"] == message
+
+
+def test_run_retry_resumes_a_failed_run_and_refuses_a_live_one(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    conn.execute("update ceaseless.agents set max_attempts = 1 where name = 'noop'")
+    run_id = start_run(conn, graph([node("A")]))
+    assert run_node(conn, run_id, "A", "failed", error="exit status 1") == "failed"
+    assert conn.execute(
+        "select status from ceaseless.topology_runs where id = %s", (run_id,)
+    ).fetchone() == ("failed",)
+
+    retried = run_cli(db_url, "run", "retry", str(run_id))
+
+    assert retried.returncode == 0, retried.stderr
+    assert retried.stdout.strip() == f"run {run_id} running"
+    again = _one_line_error(run_cli(db_url, "run", "retry", str(run_id)))
+    assert "retry_topology_run" in again

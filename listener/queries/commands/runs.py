@@ -2,8 +2,8 @@
 
 Guarantees: a run is read from topology_runs and its nodes from the
 topology_node_status view (what a user role may see of them); cancelling is
-cancel_topology_run, whose rules (ownership, a run already ended) are the
-database's.
+cancel_topology_run and running again retry_topology_run, whose rules
+(ownership, a run already ended or still live) are the database's.
 """
 
 from __future__ import annotations
@@ -50,6 +50,18 @@ def cancel(conn: Connection, run_id: str) -> str | None:
     Two statements: a statement does not see what its own function call changed.
     """
     conn.execute("select ceaseless.cancel_topology_run(%s)", (run_id,))
+    row = conn.execute(
+        "select status from ceaseless.topology_runs where id = %s", (run_id,)
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def retry(conn: Connection, run_id: str) -> str | None:
+    """Run a failed or cancelled run again (retry_topology_run); its status after.
+
+    Two statements: a statement does not see what its own function call changed.
+    """
+    conn.execute("select ceaseless.retry_topology_run(%s)", (run_id,))
     row = conn.execute(
         "select status from ceaseless.topology_runs where id = %s", (run_id,)
     ).fetchone()
