@@ -598,6 +598,32 @@ comment on function cancel_orphaned_topology_jobs(timestamptz) is
     'Cancel live jobs whose topology run has ended (skipped by the run''s end because another '
     'statement held them); returns how many. Maintenance, every listener.';
 
+-- The run p_run_id, locked FOR NO KEY UPDATE, when the caller may act on it:
+-- its own, or any for an operator or a listener. Ownership is read before the
+-- lock, so a caller cannot make another owner's run wait; a run it may not
+-- act on is as unknown as one that does not exist.
+-- Raises: CE404 naming p_verb.
+create or replace function _topology_run_for(p_verb text, p_run_id uuid)
+returns topology_runs
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_run topology_runs;
+begin
+    select * into v_run from topology_runs where id = p_run_id;
+    if v_run.id is null or not _acts_for(v_run.user_id) then
+        raise exception '%: no topology run with id %', p_verb, p_run_id using errcode = 'CE404';
+    end if;
+    select * into v_run from topology_runs where id = p_run_id for no key update;
+    return v_run;
+end;
+$$;
+
+comment on function _topology_run_for(text, uuid) is
+    'The topology run, locked FOR NO KEY UPDATE, when the caller owns it or acts for everyone; '
+    'CE404 naming p_verb otherwise (ownership read before the lock).';
+
 -- Cancel a run: every unfinished node cancelled, every live job cancelled
 -- (a running agent is stopped by its listener), open approvals left
 -- undecided and dead.
@@ -612,15 +638,8 @@ language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
-    v_owner text;
-    v_status text;
+    v_status text := (_topology_run_for('cancel_topology_run', p_run_id)).status;
 begin
-    select user_id into v_owner from topology_runs where id = p_run_id;
-    if v_owner is null or not _acts_for(v_owner) then
-        raise exception 'cancel_topology_run: no topology run with id %', p_run_id
-            using errcode = 'CE404';
-    end if;
-    select status into v_status from topology_runs where id = p_run_id for no key update;
     if v_status not in ('pending', 'running', 'awaiting_approval') then
         raise exception 'cancel_topology_run: run % is already %; only a pending, running or '
                         'awaiting_approval run can be cancelled', p_run_id, v_status
@@ -674,12 +693,7 @@ declare
     v_latest integer;
     v_node record;
 begin
-    select * into v_run from topology_runs where id = p_run_id;
-    if v_run.id is null or not _acts_for(v_run.user_id) then
-        raise exception 'retry_topology_run: no topology run with id %', p_run_id
-            using errcode = 'CE404';
-    end if;
-    select * into v_run from topology_runs where id = p_run_id for no key update;
+    v_run := _topology_run_for('retry_topology_run', p_run_id);
     if v_run.status not in ('failed', 'cancelled') then
         raise exception 'retry_topology_run: run % is %; only a failed or cancelled run can be '
                         'retried', p_run_id, v_run.status

@@ -3091,6 +3091,15 @@ create function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text)
 comment on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) is 'The prompt of a node''s job: its prompt, "## Task" and the run''s task, then "## Output of <node>" and each upstream''s output cut to topology_upstream_chars; within the job prompt cap.';
 grant execute on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) to ceaseless_listener, ceaseless_operator;
 
+-- functions/51_topology_runs.sql, body md5 ff1a724394f5df66df25df258fe61872
+create function ceaseless._topology_run_for(p_verb text, p_run_id uuid)
+    returns ceaseless.topology_runs
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._topology_run_for(p_verb text, p_run_id uuid) is 'The topology run, locked FOR NO KEY UPDATE, when the caller owns it or acts for everyone; CE404 naming p_verb otherwise (ownership read before the lock).';
+grant execute on function ceaseless._topology_run_for(p_verb text, p_run_id uuid) to ceaseless_listener, ceaseless_operator;
+
 -- functions/41_fire_admission.sql, body md5 54dfd6b43eef2c445409340f767dc025
 create function ceaseless._transaction_state()
     returns ceaseless.transaction_state
@@ -3331,7 +3340,7 @@ create function ceaseless.cancel_orphaned_topology_jobs(p_now timestamp with tim
 comment on function ceaseless.cancel_orphaned_topology_jobs(p_now timestamp with time zone) is 'Cancel live jobs whose topology run has ended (skipped by the run''s end because another statement held them); returns how many. Maintenance, every listener.';
 grant execute on function ceaseless.cancel_orphaned_topology_jobs(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 2f28bf9e8fdbad06479a9cfb9ce6fb83
+-- functions/51_topology_runs.sql, body md5 ed043c2ff53226eaaea7c2ffad7d8400
 create function ceaseless.cancel_topology_run(p_run_id uuid, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql
@@ -3722,7 +3731,7 @@ create function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zon
 comment on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) is 'Return a finished job to pending with its attempts reset; a routine''s job through its routine''s guardrails, as a new routine run. Raises CE404 (unknown), CE409 (still live), CE410/CE412/CE415 (the routine may not run now).';
 grant execute on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/51_topology_runs.sql, body md5 de680681b6068bfb8aa48d3f84db1e22
+-- functions/51_topology_runs.sql, body md5 3e28708d8e53f22b27f54b84faa73a04
 create function ceaseless.retry_topology_run(p_run_id uuid, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql
