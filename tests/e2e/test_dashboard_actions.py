@@ -228,6 +228,8 @@ def test_pause_and_resume_a_lane_from_the_lanes_page(
         expect(page.locator("#notice")).to_contain_text(
             "lane_pauses.paused_until: must be after now"
         )
+        # The page re-renders after an action: type into the fresh form, not the one it replaces.
+        expect(page.locator("body")).not_to_have_attribute("aria-busy", "true")
         row.locator('input[name="reason"]').fill("provider incident")
         row.locator('input[name="minutes"]').fill("45")
         row.locator("button.pause").click()

@@ -4,7 +4,7 @@ A ```sql block is a list of statements, each ending with `;` at the end of a lin
 comment lines after one say what it returns: `-- ERROR:  message` (it fails with that
 message), `-- a | b` (its one row; `null` for NULL), or nothing (it succeeds). A
 ```console block is a list of `$ ceaseless …` commands, each followed by what it prints
-(stdout when it succeeds, stderr when it fails). All run in order on one database, as a
+(stdout when it succeeds, after any warning on stderr; stderr when it fails). All run in order on one database, as a
 reader would run them.
 """
 
@@ -120,7 +120,8 @@ def test_every_cli_example_prints_what_the_doc_shows(db_url: str) -> None:
         program, *args = shlex.split(command)
         assert program == "ceaseless"
         result = run_cli(db_url, *args)
-        printed = result.stdout if result.returncode == 0 else result.stderr
+        # A warning goes to stderr before the slots, and the page shows it above them.
+        printed = result.stderr + result.stdout if result.returncode == 0 else result.stderr
         if printed.splitlines() != expected:
             wrong.append((command, expected, printed.splitlines()))
     assert wrong == []

@@ -224,6 +224,8 @@ function enhanceActForm(form) {
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     for (const b of form.querySelectorAll("button")) b.disabled = true;
+    // Busy until the page is re-rendered: what is typed meanwhile would be replaced.
+    document.body.setAttribute("aria-busy", "true");
     try {
       const response = await fetch(form.action, {
         method: "POST", body: new URLSearchParams(new FormData(form)),
@@ -237,6 +239,7 @@ function enhanceActForm(form) {
     if (document.activeElement) document.activeElement.blur();
     await refreshMain(true);
     for (const b of form.querySelectorAll("button")) b.disabled = false;
+    document.body.removeAttribute("aria-busy");
   });
 }
 
