@@ -4,8 +4,8 @@ A ```sql block is a list of statements, each ending with `;` at the end of a lin
 comment lines after one say what it returns: `-- ERROR:  message` (it fails with that
 message), `-- a | b` (its one row; `null` for NULL), or nothing (it succeeds). A
 ```console block is a list of `$ ceaseless …` commands, each followed by what it prints
-(stdout when it succeeds, after any warning on stderr; stderr when it fails). All run in order on one database, as a
-reader would run them.
+(stdout when it succeeds, after any warning on stderr; stderr when it fails). All run in
+order on one database, as a reader would run them.
 """
 
 from __future__ import annotations
