@@ -45,23 +45,20 @@ def nodes(conn: Connection, run_id: str) -> Listing:
 
 
 def cancel(conn: Connection, run_id: str) -> str | None:
-    """Cancel a run; its status after (None: not visible).
-
-    Two statements: a statement does not see what its own function call changed.
-    """
+    """Cancel a run (cancel_topology_run); its status after (None: not visible)."""
     conn.execute("select ceaseless.cancel_topology_run(%s)", (run_id,))
-    row = conn.execute(
-        "select status from ceaseless.topology_runs where id = %s", (run_id,)
-    ).fetchone()
-    return None if row is None else str(row[0])
+    return _status(conn, run_id)
 
 
 def retry(conn: Connection, run_id: str) -> str | None:
-    """Run a failed or cancelled run again (retry_topology_run); its status after.
-
-    Two statements: a statement does not see what its own function call changed.
-    """
+    """Run a failed or cancelled run again (retry_topology_run); its status after."""
     conn.execute("select ceaseless.retry_topology_run(%s)", (run_id,))
+    return _status(conn, run_id)
+
+
+def _status(conn: Connection, run_id: str) -> str | None:
+    """A run's status, read by a statement of its own: a statement does not see what its own
+    function call changed."""
     row = conn.execute(
         "select status from ceaseless.topology_runs where id = %s", (run_id,)
     ).fetchone()
