@@ -6,8 +6,10 @@
 -- schedule cap, that the cron gate (30_cron.sql) accepts, so the listener can
 -- always compute its next slot; its timezone an IANA name, UTC when absent; a
 -- webhook's signature scheme one of _webhook_schemes() (35_webhook_schemes.sql);
--- a regular expression run against untrusted text (a routine's event
--- pattern, a loop's until-match) is bounded and free of back-references. Each
+-- an event trigger (a routine's trigger_config, a loop's triggers.event) is
+-- a pattern and a channel or null; a regular expression run against untrusted
+-- text (an event pattern, a loop's until-match) is bounded and free of
+-- back-references. Each
 -- refusal is CE422 naming the field as its table spells it
 -- (routines.trigger_config.schedule, loops.triggers.cron), the rule and the
 -- value; nothing is locked or written.
@@ -131,3 +133,30 @@ $$;
 comment on function _check_pattern(text, jsonb) is
     'Refuse (CE422) a regular expression that is blank, too long, uses back-references or does '
     'not compile: the rule for patterns run against untrusted text.';
+
+-- An event trigger (routines.trigger_config of an event routine, a loop's
+-- triggers.event: p_object) checked and completed where a routine's rules
+-- and a loop's are one: a pattern run against every event's content, and a
+-- channel the event's must equal (ignoring case), or null for any channel.
+-- Returns the object to store, its channel written out.
+create or replace function _validated_event(p_object text, p_config jsonb)
+returns jsonb
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    perform _check_pattern(p_object || '.pattern', p_config -> 'pattern');
+    if p_config -> 'channel' is null then
+        p_config := p_config || '{"channel": null}';
+    elsif jsonb_typeof(p_config -> 'channel') not in ('string', 'null') then
+        perform _invalid_value(p_object || '.channel', 'must be a channel name or null',
+                               p_config -> 'channel');
+    end if;
+    return p_config;
+end;
+$$;
+
+comment on function _validated_event(text, jsonb) is
+    'Check an event trigger where routines and loops share the rules (a bounded pattern without '
+    'back-references; a channel name or null), CE422 naming the field; returns it with its '
+    'channel written out.';

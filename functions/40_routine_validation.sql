@@ -37,14 +37,7 @@ begin
         v_trigger := _validated_trigger('routines.trigger_config', v_trigger, 'schedule', true,
                                         null);
     when 'event' then
-        perform _check_pattern('routines.trigger_config.pattern', v_trigger -> 'pattern');
-        if v_trigger -> 'channel' is null then
-            v_trigger := v_trigger || '{"channel": null}';
-        elsif jsonb_typeof(v_trigger -> 'channel') not in ('string', 'null') then
-            perform _invalid_value('routines.trigger_config.channel',
-                                   'must be a channel name or null',
-                                   v_trigger -> 'channel');
-        end if;
+        v_trigger := _validated_event('routines.trigger_config', v_trigger);
     when 'webhook' then
         if not _is_text(v_trigger -> 'path')
            or (v_trigger ->> 'path') !~ _webhook_token_pattern() then

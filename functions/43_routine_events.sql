@@ -1,5 +1,5 @@
--- Routines: events. INSERT INTO events fires the user's matching event
--- routines in the inserting transaction.
+-- Events: INSERT INTO events fires the user's matching event routines and
+-- event loops in the inserting transaction.
 --
 -- Called by: PostgreSQL (BEFORE INSERT trigger on events).
 -- Guarantees: a routine fires when its user equals the event's, its channel
@@ -8,7 +8,11 @@
 -- one firing path (42_routine_firing.sql), so an event that fires several
 -- routines takes no lock per routine and cannot deadlock with anything that
 -- ends their runs; a refused fire (cooldown, dedup, ...) is recorded and
--- dropped; events.fired_count says how many runs started.
+-- dropped; a matching loop fires through the loops' one firing path
+-- (_fire_loop, 56_loop_firing.sql), one loop at a time in id order, so two
+-- events that fire the same loops take its lock in one order; a refused loop
+-- fire (a live iteration, the loop disabled) is recorded as a skipped run;
+-- events.fired_count says how many runs and iterations started.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
@@ -100,6 +104,8 @@ as $$
 declare
     v_ids uuid[];
     v_count integer;
+    v_loop_id uuid;
+    v_run_id uuid;
 begin
     -- Every candidate's pattern runs over the whole content, and the content
     -- is copied into each run's prompt: a cap bounds both (_input_cap).
@@ -122,21 +128,37 @@ begin
       and new.content ~ (r.trigger_config ->> 'pattern');
 
     v_count := coalesce(cardinality(v_ids), 0);
-    if v_count = 0 then
-        new.fired_count := 0;
-        return new;
+    new.fired_count := 0;
+    if v_count > 0 then
+        select count(*) filter (where f.status = 'running') into new.fired_count
+        from _fire_routines(v_ids, 'event', new.created_at,
+                            array_fill(left(new.content, 200), array[v_count]),
+                            array_fill(new.content, array[v_count])) f;
     end if;
-    select count(*) filter (where f.status = 'running') into new.fired_count
-    from _fire_routines(v_ids, 'event', new.created_at,
-                        array_fill(left(new.content, 200), array[v_count]),
-                        array_fill(new.content, array[v_count])) f;
+
+    -- The user's enabled event loops (loops_event_idx), each matched as a
+    -- routine is and fired through _fire_loop, in id order.
+    for v_loop_id in
+        select l.id
+        from loops l
+        where l.user_id = new.user_id and l.enabled and l.triggers ? 'event'
+          and (l.triggers #>> '{event,channel}' is null
+               or lower(l.triggers #>> '{event,channel}') = lower(new.channel))
+          and new.content ~ (l.triggers #>> '{event,pattern}')
+        order by l.id
+    loop
+        v_run_id := _fire_loop(v_loop_id, 'event', left(new.content, 200), new.content,
+                               new.created_at);
+        new.fired_count := new.fired_count
+            + (select count(*) from topology_runs r where r.id = v_run_id and r.status <> 'skipped');
+    end loop;
     return new;
 end;
 $$;
 
 comment on function _tg_events_fire() is
-    'Before INSERT on events: fire the user''s matching event routines in the same transaction, '
-    'all in one call of _fire_routines.';
+    'Before INSERT on events: fire the user''s matching event routines (all in one call of '
+    '_fire_routines) and event loops (each through _fire_loop) in the same transaction.';
 
 create or replace trigger events_fire
     before insert on events

@@ -85,15 +85,32 @@ begin
     if v_triggers is null or jsonb_typeof(v_triggers) <> 'object' then
         perform _invalid_value('loops.triggers',
                                'must be an object {cron?, timezone?, on_completion?, webhook_enabled?, '
-                               'webhook_scheme?}',
+                               'webhook_scheme?, event?}',
                                v_triggers);
     end if;
     v_key := _unknown_key(v_triggers,
-                          '{cron, timezone, on_completion, webhook_enabled, webhook_scheme}');
+                          '{cron, timezone, on_completion, webhook_enabled, webhook_scheme, event}');
     if v_key is not null then
         perform _invalid_value('loops.triggers', format(
-            'unknown key %s (known: cron, timezone, on_completion, webhook_enabled, webhook_scheme)',
-            to_jsonb(left(v_key, 60))), v_triggers);
+            'unknown key %s (known: cron, timezone, on_completion, webhook_enabled, webhook_scheme, '
+            'event)', to_jsonb(left(v_key, 60))), v_triggers);
+    end if;
+    if jsonb_typeof(v_triggers -> 'event') = 'null' then
+        v_triggers := v_triggers - 'event';
+    end if;
+    if v_triggers ? 'event' then
+        if jsonb_typeof(v_triggers -> 'event') <> 'object' then
+            perform _invalid_value('loops.triggers.event',
+                                   'must be an object {pattern, channel?}', v_triggers -> 'event');
+        end if;
+        v_key := _unknown_key(v_triggers -> 'event', '{pattern, channel}');
+        if v_key is not null then
+            perform _invalid_value('loops.triggers.event', format(
+                'unknown key %s (known: pattern, channel)', to_jsonb(left(v_key, 60))),
+                v_triggers -> 'event');
+        end if;
+        v_triggers := jsonb_set(v_triggers, '{event}',
+                                _validated_event('loops.triggers.event', v_triggers -> 'event'));
     end if;
     if jsonb_typeof(v_triggers -> 'cron') = 'null' then
         v_triggers := v_triggers - 'cron';

@@ -2,7 +2,8 @@
 -- chaining, and repeat policies.
 --
 -- Called by: the trigger layer (_fire_schedules, 32_schedules.sql) for cron
--- batches, webhooks and run_loop; the loops_schedule trigger
+-- batches, webhooks and run_loop; the events trigger (43_routine_events.sql)
+-- for event loops; the loops_schedule trigger
 -- (55_loop_validation.sql, re-enabling an on_completion loop); the
 -- agents_enabled trigger (below, re-enabling an agent); and PostgreSQL after
 -- a loop iteration's status becomes terminal (the engine moves it there,
@@ -14,7 +15,7 @@
 --   live) leave a `skipped` run with the reason and no iteration number;
 --   the others a `pending` run with iteration = latest + 1, parent_run_id =
 --   the latest iteration, the loop's graph, owner and workspace, and a task
---   of the template, the webhook body (if any) and the parent's final
+--   of the template, the webhook body or event (if any) and the parent's final
 --   message (bounded by loop_prior_context_chars, with a marker);
 -- - at most one live iteration per loop, and never two iterations N + 1:
 --   the unique indexes topology_runs_one_live_iteration_idx and
@@ -38,7 +39,7 @@
 --   * a statement that ends a job holds its job row, then the engine updates
 --     the run (its row), then loop_outcome locks the loop (FOR NO KEY UPDATE)
 --     last, and may fire the next iteration under it;
---   * a fire (run_loop, webhook, cron batch, re-enable) locks the loop first
+--   * a fire (run_loop, webhook, event, cron batch, re-enable) locks the loop first
 --     (cron: due_schedules, SKIP LOCKED, so a batch never waits for a loop,
 --     and a loop batch takes no fire lock), re-enabling agents after their
 --     rows (loops in id order),
@@ -95,9 +96,10 @@ comment on function _graph_agents_disabled(jsonb) is
 
 
 -- Fire a loop: the one path of every trigger. p_trigger is cron,
--- on_completion, webhook or manual; p_detail what fired it (the schedule, the
--- iteration that finished), at most 200 characters kept; p_body a webhook's
--- body, which reaches the iteration's task. Returns the topology_runs id: a
+-- on_completion, webhook, event or manual; p_detail what fired it (the
+-- schedule, the iteration that finished, the event's start), at most 200
+-- characters kept; p_body a webhook's body or an event's content, which
+-- reaches the iteration's task. Returns the topology_runs id: a
 -- pending iteration, or a skipped run when the fire was refused; NULL when no
 -- loop has that id.
 --
@@ -158,7 +160,10 @@ begin
     values (v_run_id, v_loop.workspace_id, v_loop.graph,
             v_loop.task_template
             || case when p_body is not null
-                    then E'\n\n## Webhook body\n\n' || p_body else '' end
+                    then format(E'\n\n## %s\n\n',
+                                case p_trigger when 'event' then 'Event' else 'Webhook body' end)
+                         || p_body
+                    else '' end
             || case when v_parent_id is not null
                     then format(E'\n\n## Prior iteration (%s)\n\n', v_parent_iteration)
                          || _loop_prior_context(v_parent_message, v_parent_status,

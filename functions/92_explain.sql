@@ -541,6 +541,9 @@ begin
                      then format('its cron slot %s, at the next cron tick', v_loop.next_fire_at) end,
                 case when v_loop.webhook_token is not null
                      then 'a signed POST to its webhook' end,
+                case when v_loop.triggers ? 'event'
+                     then format('an event of user %s matching %s', v_loop.user_id,
+                                 v_loop.triggers -> 'event' -> 'pattern') end,
                 'run_loop (ceaseless loop run)')
             || case when v_on_completion then '; then each iteration''s end fires the next'
                     else '' end,

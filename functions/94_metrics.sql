@@ -504,6 +504,7 @@ zeros (metric, labels) as (
         union all select 'on_completion'
                   where coalesce((l.triggers ->> 'on_completion')::boolean, false)
         union all select 'webhook' where l.webhook_token is not null
+        union all select 'event' where l.triggers ? 'event'
     ) t (trigger)
     cross join (values ('live_iteration'), ('disabled'), ('agent_disabled')) k (reason)
     union all

@@ -124,6 +124,7 @@ class LoopTrigger(StrEnum):
     ON_COMPLETION = "on_completion"
     WEBHOOK = "webhook"
     MANUAL = "manual"
+    EVENT = "event"
 
 
 class LoopSkipReason(StrEnum):

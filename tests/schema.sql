@@ -504,6 +504,7 @@ create table ceaseless.loops (
     constraint webhook_credentials_complete CHECK (((webhook_token IS NULL) = (webhook_signing_key IS NULL)))
 );
 alter table ceaseless.loops enable row level security;
+CREATE INDEX loops_event_idx ON ceaseless.loops USING btree (user_id) WHERE (triggers ? 'event'::text);
 CREATE INDEX loops_next_fire_idx ON ceaseless.loops USING btree (next_fire_at) WHERE (enabled AND (next_fire_at IS NOT NULL));
 CREATE INDEX loops_user_idx ON ceaseless.loops USING btree (user_id, created_at DESC);
 CREATE INDEX loops_workspace_idx ON ceaseless.loops USING btree (workspace_id, updated_at DESC);
@@ -867,7 +868,7 @@ END),
     constraint topology_runs_pkey PRIMARY KEY (id),
     constraint topology_runs_skip_reason_check CHECK ((skip_reason = ANY (ARRAY['live_iteration'::text, 'disabled'::text, 'agent_disabled'::text]))),
     constraint topology_runs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'awaiting_approval'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text]))),
-    constraint topology_runs_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['cron'::text, 'on_completion'::text, 'webhook'::text, 'manual'::text]))),
+    constraint topology_runs_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['cron'::text, 'on_completion'::text, 'webhook'::text, 'manual'::text, 'event'::text]))),
     constraint topology_runs_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES ceaseless.workspaces(id) ON DELETE CASCADE
 );
 alter table ceaseless.topology_runs enable row level security;
@@ -1831,7 +1832,7 @@ create function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp 
 comment on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) is 'Fire a routine or loop by hand for its owner (or an operator, a listener); its run''s id. CE404 when unknown or someone else''s.';
 grant execute on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/56_loop_firing.sql, body md5 6fe20ccf92be1e60cf451fb38dc12748
+-- functions/56_loop_firing.sql, body md5 b52735af9e8886728a5ef88f5866cd6f
 create function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone)
     returns uuid
     language plpgsql
@@ -2651,14 +2652,14 @@ create function ceaseless._tg_default_agent()
 comment on function ceaseless._tg_default_agent() is 'Before INSERT or UPDATE of routines or job with agent NULL: fill settings.default_agent (CE422 naming the field when there is none).';
 grant execute on function ceaseless._tg_default_agent() to ceaseless_listener, ceaseless_operator;
 
--- functions/43_routine_events.sql, body md5 2585b1ac222a3bff2c80559957c7eea9
+-- functions/43_routine_events.sql, body md5 8264d118a6939b8f57abaa4cb590e666
 create function ceaseless._tg_events_fire()
     returns trigger
     language plpgsql
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._tg_events_fire() is 'Before INSERT on events: fire the user''s matching event routines in the same transaction, all in one call of _fire_routines.';
+comment on function ceaseless._tg_events_fire() is 'Before INSERT on events: fire the user''s matching event routines (all in one call of _fire_routines) and event loops (each through _fire_loop) in the same transaction.';
 grant execute on function ceaseless._tg_events_fire() to ceaseless_listener, ceaseless_operator;
 
 -- functions/13_default_agent.sql, body md5 e2b519e719bd120206639d4567251e99
@@ -3146,7 +3147,16 @@ create function ceaseless._validate_topology_graph(p_where text, p_graph jsonb)
 comment on function ceaseless._validate_topology_graph(p_where text, p_graph jsonb) is 'Raise CE422 unless p_graph is a valid topology graph (shape, known agents, unique safe ids, bounded prompts and size, edges between known nodes, acyclic), naming the culprit.';
 grant execute on function ceaseless._validate_topology_graph(p_where text, p_graph jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/55_loop_validation.sql, body md5 5ed51bb221e9a59cb82f6b2dd339596f
+-- functions/31_trigger_validation.sql, body md5 0ad6d258cbd3eed45fe706706c122a28
+create function ceaseless._validated_event(p_object text, p_config jsonb)
+    returns jsonb
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._validated_event(p_object text, p_config jsonb) is 'Check an event trigger where routines and loops share the rules (a bounded pattern without back-references; a channel name or null), CE422 naming the field; returns it with its channel written out.';
+grant execute on function ceaseless._validated_event(p_object text, p_config jsonb) to ceaseless_listener, ceaseless_operator;
+
+-- functions/55_loop_validation.sql, body md5 e874957e7fb34c5caf5a3392a2895e9d
 create function ceaseless._validated_loop(p_row ceaseless.loops)
     returns ceaseless.loops
     language plpgsql
@@ -3164,7 +3174,7 @@ create function ceaseless._validated_repo(p_row ceaseless.tracked_repo)
 comment on function ceaseless._validated_repo(p_row ceaseless.tracked_repo) is 'Check a tracked repo in full and fill api_url''s default (GitHub''s); raises CE422 naming the field, the rule and the value at the first bad one.';
 grant execute on function ceaseless._validated_repo(p_row ceaseless.tracked_repo) to ceaseless_listener, ceaseless_operator;
 
--- functions/40_routine_validation.sql, body md5 603c88bfd07dd801060320550ac9e1b6
+-- functions/40_routine_validation.sql, body md5 616d34c8e32869e14281721b2709b99e
 create function ceaseless._validated_routine(p_row ceaseless.routines)
     returns ceaseless.routines
     language plpgsql
@@ -3472,7 +3482,7 @@ create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time z
 comment on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) is 'Every reason that holds a job (not_due, owner_budget, agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget, behind_older_jobs; or claimed, running, finished), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown job.';
 grant execute on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/92_explain.sql, body md5 0d5741a990955e63e8fcd5b8578a4cf6
+-- functions/92_explain.sql, body md5 1321ce38cbff874a8de68486507c3e65
 create function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3610,7 +3620,7 @@ create function ceaseless.loop_snapshot(p_loop_id uuid)
 comment on function ceaseless.loop_snapshot(p_loop_id uuid) is 'A loop as loop_status shows it (never its webhook credential), its latest iteration as run_snapshot shows it, and last_event_id, the audit id both are current to: what a new follower of GET /loops/{id}/events receives first. NULL when there is no such loop.';
 grant execute on function ceaseless.loop_snapshot(p_loop_id uuid) to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 6daff322e0c0dc3bebb352936faab1ef
+-- functions/94_metrics.sql, body md5 d8e1ee81cd623bc7cbd801b12f45c7f3
 create function ceaseless.metrics_snapshot(p_now timestamp with time zone DEFAULT now())
     returns TABLE(family text, kind text, help text, sample text, labels jsonb, value double precision)
     language sql

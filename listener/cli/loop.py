@@ -142,6 +142,15 @@ def loop_add(
             "--webhook", help="Fire on POST /hooks/<token>; the database makes the token and key."
         ),
     ] = False,
+    event: Annotated[
+        str | None,
+        typer.Option(
+            help="Fire when an event of yours (INSERT INTO ceaseless.events) matches this regex."
+        ),
+    ] = None,
+    channel: Annotated[
+        str | None, typer.Option(help="With --event: only events of this channel (any case).")
+    ] = None,
     iters: Annotated[int | None, typer.Option(help="Policy: stop after N iterations.")] = None,
     until_match: Annotated[
         str | None,
@@ -175,6 +184,10 @@ def loop_add(
         triggers["on_completion"] = True
     if webhook:
         triggers["webhook_enabled"] = True
+    if event is not None:
+        triggers["event"] = given({"pattern": event, "channel": channel})
+    elif channel is not None:
+        raise fail("--channel goes with --event")
     policy = _policy(iters, until_match, until_event, within)
     values = {
         "title": title,

@@ -223,3 +223,18 @@ def test_run_retry_resumes_a_failed_run_and_refuses_a_live_one(
     assert retried.stdout.strip() == f"run {run_id} running"
     again = _one_line_error(run_cli(db_url, "run", "retry", str(run_id)))
     assert "retry_topology_run" in again
+
+
+def test_loop_add_event_stores_the_event_trigger(
+    db_url: str, conn: psycopg.Connection, graph_file: str
+) -> None:
+    added = _ok(run_cli(db_url, "loop", "add", "--title", "doctor", "--task", "t",
+                        "--graph", graph_file, "--event", "^deploy (failed|broken)",
+                        "--channel", "ci"))  # fmt: skip
+    stored = conn.execute(
+        "select triggers from ceaseless.loops where id = %s", (added.strip(),)
+    ).fetchone()
+    assert stored == ({"event": {"pattern": "^deploy (failed|broken)", "channel": "ci"}},)
+    alone = _one_line_error(run_cli(db_url, "loop", "add", "--title", "x", "--task", "t",
+                                    "--graph", graph_file, "--channel", "ci"))  # fmt: skip
+    assert "--channel goes with --event" in alone

@@ -254,3 +254,29 @@ def test_a_cron_loop_created_while_the_listener_runs_is_scheduled_through_notify
         "the listener never rescheduled the loop",
     )
     assert loop_row(conn, loop)["next_fire_at"].astimezone(UTC).hour == 4
+
+
+def test_an_event_starts_an_iteration_that_the_listener_runs_with_the_event_in_its_prompt(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    loop = make_loop(
+        conn,
+        g=_one_node(_answer_agent(conn)),
+        triggers={"event": {"pattern": "^deploy failed", "channel": "ci"}},
+        policy={"kind": "iters", "spec": {"n": 1}},
+        task="Find out why the deploy failed.",
+        user_id="postgres",
+    )
+    start_listener("--poll-interval", "60")
+
+    conn.execute(
+        "insert into ceaseless.events (user_id, channel, content) "
+        "values ('postgres', 'ci', 'deploy failed on main: exit 1')"
+    )
+
+    row = _wait_stopped(conn, loop)
+    assert row["stopped_reason"] == "completed"
+    (iteration,) = iterations(conn, loop)
+    assert (iteration["status"], iteration["trigger_type"]) == ("succeeded", "event")
+    assert iteration["final_message"].startswith("answer of process ")
+    assert "## Event\n\ndeploy failed on main: exit 1" in _job_prompt(conn, iteration["id"])
