@@ -6,7 +6,8 @@
 -- would change (topology_runs_validate, which also fills the run's workspace
 -- and refuses a run inserted in a state the engine did not put it in).
 -- Guarantees: no loop and no live run stores a graph that is not
---   {"nodes": [{"id", "agent", "prompt", "gate"?, "approval_timeout_secs"?}],
+--   {"nodes": [{"id", "agent", "prompt", "gate"?, "approval_timeout_secs"?,
+--               "on_expiry"?, "remind_before_secs"?}],
 --    "edges": [{"from", "to"}]}
 -- with 1 to 200 nodes (_input_cap graph_nodes) of unique safe ids, each naming
 -- a registered agent and a prompt that is not blank and within the prompt cap,
@@ -148,11 +149,13 @@ begin
                 v_node -> 'id');
         end if;
         v_ids := v_ids || v_id;
-        v_key := _unknown_key(v_node, '{id, agent, prompt, gate, approval_timeout_secs}');
+        v_key := _unknown_key(v_node, '{id, agent, prompt, gate, approval_timeout_secs, '
+                                      'on_expiry, remind_before_secs}');
         if v_key is not null then
             perform _invalid_value(p_where || '.nodes',
                 format('node %s: unknown key %s (a node has id, agent, prompt, gate, '
-                       'approval_timeout_secs)', to_jsonb(v_id), to_jsonb(v_key)),
+                       'approval_timeout_secs, on_expiry, remind_before_secs)',
+                       to_jsonb(v_id), to_jsonb(v_key)),
                 v_node);
         end if;
         if jsonb_typeof(v_node -> 'agent') is distinct from 'string'
@@ -184,6 +187,34 @@ begin
                 p_where || '.nodes', v_node -> 'approval_timeout_secs',
                 format('node %s: approval_timeout_secs must be a positive integer of seconds',
                        to_jsonb(v_id)));
+        end if;
+        -- What an expiry does, and a reminder before it, only mean something
+        -- for a gate that expires.
+        if coalesce(jsonb_typeof(v_node -> 'on_expiry'), 'null') <> 'null' then
+            if coalesce(jsonb_typeof(v_node -> 'approval_timeout_secs'), 'null') = 'null' then
+                perform _invalid_value(p_where || '.nodes',
+                    format('node %s: on_expiry needs approval_timeout_secs', to_jsonb(v_id)),
+                    v_node -> 'on_expiry');
+            end if;
+            if v_node -> 'on_expiry' not in ('"fail"', '"approve"') then
+                perform _invalid_value(p_where || '.nodes',
+                    format('node %s: on_expiry must be "fail" or "approve"', to_jsonb(v_id)),
+                    v_node -> 'on_expiry');
+            end if;
+        end if;
+        if coalesce(jsonb_typeof(v_node -> 'remind_before_secs'), 'null') <> 'null' then
+            perform _check_positive_int(
+                p_where || '.nodes', v_node -> 'remind_before_secs',
+                format('node %s: remind_before_secs must be a positive integer of seconds',
+                       to_jsonb(v_id)));
+            if coalesce(jsonb_typeof(v_node -> 'approval_timeout_secs'), 'null') = 'null'
+               or (v_node ->> 'remind_before_secs')::numeric
+                  >= (v_node ->> 'approval_timeout_secs')::numeric then
+                perform _invalid_value(p_where || '.nodes',
+                    format('node %s: remind_before_secs must be less than approval_timeout_secs',
+                           to_jsonb(v_id)),
+                    v_node -> 'remind_before_secs');
+            end if;
         end if;
     end loop;
 

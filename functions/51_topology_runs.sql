@@ -356,9 +356,11 @@ set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into topology_nodes (topology_run_id, node_id, agent, prompt, gate,
-                                approval_timeout_secs, upstream_left)
+                                approval_timeout_secs, on_expiry, remind_before_secs,
+                                upstream_left)
     select new.id, n.value ->> 'id', n.value ->> 'agent', n.value ->> 'prompt',
            n.value ->> 'gate', (n.value ->> 'approval_timeout_secs')::integer,
+           coalesce(n.value ->> 'on_expiry', 'fail'), (n.value ->> 'remind_before_secs')::integer,
            (select count(*) from jsonb_array_elements(coalesce(new.graph -> 'edges', '[]')) e
             where jsonb_typeof(new.graph -> 'edges') = 'array'
               and e.value ->> 'to' = n.value ->> 'id')

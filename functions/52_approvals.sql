@@ -15,8 +15,10 @@
 --   run runs again; reject → the node fails and the run with it (the error
 --   names the node and who rejected), the rest cancelled; a second decision
 --   is refused (CE409) naming the first, who and when;
--- - an undecided approval past expires_at is decided `expired` by
---   'ceaseless' and fails its run the same way;
+-- - an undecided approval past expires_at is decided by 'ceaseless' as its
+--   node's on_expiry says: `expired`, failing its run the same way (fail, the
+--   default), or `approved`, running the node (approve); a reminder goes to
+--   the owner remind_before_secs before the expiry, once per request;
 -- - an approval of a run that ended otherwise (cancelled, or failed
 --   elsewhere) stays undecided and can no longer be decided (CE409): nobody
 --   decided it, and the record says so;
@@ -39,19 +41,24 @@ as $$
 declare
     v_id uuid;
     v_expires timestamptz;
+    v_on_expiry text;
     v_owner text;
     v_loop text;
 begin
-    insert into approvals (topology_run_id, node_id, requested_at, expires_at)
+    insert into approvals (topology_run_id, node_id, requested_at, expires_at, remind_at)
     select n.topology_run_id, n.node_id, p_now,
-           p_now + make_interval(secs => n.approval_timeout_secs)
+           p_now + make_interval(secs => n.approval_timeout_secs),
+           p_now + make_interval(secs => n.approval_timeout_secs - n.remind_before_secs)
     from topology_nodes n
     where n.topology_run_id = p_run_id and n.node_id = p_node_id
     on conflict (topology_run_id, node_id) do update
     set requested_at = excluded.requested_at, expires_at = excluded.expires_at,
+        remind_at = excluded.remind_at, reminded_at = null,
         decision = null, decided_by = null, decided_by_role = null, decided_at = null,
         note = null
     returning id, expires_at into v_id, v_expires;
+    select n.on_expiry into v_on_expiry
+    from topology_nodes n where n.topology_run_id = p_run_id and n.node_id = p_node_id;
 
     update topology_nodes set state = 'awaiting_approval'
     where topology_run_id = p_run_id and node_id = p_node_id;
@@ -65,17 +72,46 @@ begin
     insert into notifications (source_table, source_id, kind, subject, body, user_id)
     values ('approvals', v_id, 'approval',
             format('topology run %s: node %s awaits approval', p_run_id, p_node_id),
-            format(E'Node %s of topology run %s%s waits for a decision%s.\n\n'
-                   || E'Approve:\n  select ceaseless.decide_approval(%L, true, null, %L);\n\n'
-                   || E'Reject:\n  select ceaseless.decide_approval(%L, false, null, %L);\n',
-                   p_node_id, p_run_id, v_loop,
-                   case when v_expires is not null
-                        then format('; it expires, failing the run, at %s', v_expires) else '' end,
-                   v_id, 'approved', v_id, 'rejected'),
+            _approval_message(v_id, p_run_id, p_node_id, v_loop, v_expires, v_on_expiry),
             v_owner);
     return v_id;
 end;
 $$;
+
+-- What an approval's notification (and its reminder) says: the node and run,
+-- when it expires and what the expiry does, the SQL that decides it, and the
+-- run's dashboard page when a listener serves one (the newest listener's
+-- --http address, as it reported it at start).
+create or replace function _approval_message(
+    p_approval_id uuid, p_run_id uuid, p_node_id text, p_loop text, p_expires timestamptz,
+    p_on_expiry text
+)
+returns text
+language plpgsql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_http text := (select l.http from listener_reports l where l.http is not null
+                    order by l.started_at desc limit 1);
+begin
+    return format(E'Node %s of topology run %s%s waits for a decision%s.\n\n'
+                  || E'Approve:\n  select ceaseless.decide_approval(%L, true, null, %L);\n\n'
+                  || E'Reject:\n  select ceaseless.decide_approval(%L, false, null, %L);\n%s',
+                  p_node_id, p_run_id, p_loop,
+                  case when p_expires is null then ''
+                       when p_on_expiry = 'approve'
+                           then format('; undecided, it is approved at %s', p_expires)
+                       else format('; it expires, failing the run, at %s', p_expires) end,
+                  p_approval_id, 'approved', p_approval_id, 'rejected',
+                  case when v_http is not null
+                       then format(E'\nDashboard: http://%s/runs/%s\n', v_http, p_run_id)
+                       else '' end);
+end;
+$$;
+
+comment on function _approval_message(uuid, uuid, text, text, timestamptz, text) is
+    'The body of an approval''s notification and reminder: node, run, expiry and what it does, '
+    'the decide_approval calls, and the run''s dashboard link when a listener serves HTTP.';
 
 comment on function _request_approval(uuid, text, timestamptz) is
     'Create the approval of a gated node (expiring after its approval_timeout_secs), mark the '
@@ -160,8 +196,11 @@ comment on function decide_approval(uuid, boolean, text, text, timestamptz) is
     'Approve (the node''s job is enqueued) or reject (the node and its run fail) a pending '
     'approval. Raises CE404 (unknown), CE409 (already decided, or its run ended), CE422.';
 
--- Expire undecided approvals whose time has passed: decided `expired` by
--- 'ceaseless', failing their nodes and runs. Returns how many expired.
+-- Expire undecided approvals whose time has passed, as their node's
+-- on_expiry says: fail (decided `expired` by 'ceaseless', failing the node
+-- and its run) or approve (decided `approved` by 'ceaseless', the node runs);
+-- and send the reminders that are due (remind_before_secs before the
+-- expiry), once per request. Returns how many expired.
 --
 -- Locks: each run FOR NO KEY UPDATE SKIP LOCKED (a run busy elsewhere waits
 -- for the next tick), then its approval.
@@ -172,6 +211,7 @@ set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_due record;
+    v_on_expiry text;
     v_count integer := 0;
 begin
     for v_due in
@@ -187,24 +227,57 @@ begin
         if not found then
             continue;
         end if;
-        update approvals
-        set decision = 'expired', decided_by = 'ceaseless', decided_by_role = session_user,
-            decided_at = p_now
-        where id = v_due.id and decision is null
-          and exists (select from topology_nodes n
-                      where n.topology_run_id = v_due.topology_run_id
-                        and n.node_id = v_due.node_id and n.state = 'awaiting_approval');
+        update approvals a
+        set decision = case n.on_expiry when 'approve' then 'approved' else 'expired' end,
+            decided_by = 'ceaseless', decided_by_role = session_user, decided_at = p_now,
+            note = case n.on_expiry when 'approve' then 'approved undecided at its expiry' end
+        from topology_nodes n
+        where a.id = v_due.id and a.decision is null
+          and n.topology_run_id = v_due.topology_run_id and n.node_id = v_due.node_id
+          and n.state = 'awaiting_approval'
+        returning n.on_expiry into v_on_expiry;
         if found then
-            perform _fail_topology_node(
-                v_due.topology_run_id, v_due.node_id,
-                format('approval %s expired undecided at %s', v_due.id, v_due.expires_at), p_now);
+            if v_on_expiry = 'approve' then
+                perform _enqueue_topology_node(v_due.topology_run_id, v_due.node_id);
+                perform _settle_topology_run(v_due.topology_run_id, p_now);
+            else
+                perform _fail_topology_node(
+                    v_due.topology_run_id, v_due.node_id,
+                    format('approval %s expired undecided at %s', v_due.id, v_due.expires_at),
+                    p_now);
+            end if;
             v_count := v_count + 1;
         end if;
     end loop;
+
+    -- Reminders due: one notification each, to the run's owner, with what the
+    -- request said. approvals_reminder_idx: only those still to send.
+    with due as (
+        update approvals a
+        set reminded_at = p_now
+        from topology_nodes n, topology_runs r
+        where a.decision is null and a.reminded_at is null and a.remind_at <= p_now
+          and n.topology_run_id = a.topology_run_id and n.node_id = a.node_id
+          and n.state = 'awaiting_approval'
+          and r.id = a.topology_run_id
+        returning a.id, a.topology_run_id, a.node_id, a.expires_at, n.on_expiry, r.user_id,
+                  case when r.loop_id is not null
+                       then format(' (loop %s, iteration %s)', r.loop_id, r.iteration)
+                       else '' end as loop_text
+    )
+    insert into notifications (source_table, source_id, kind, subject, body, user_id)
+    select 'approvals', d.id, 'approval',
+           format('reminder: topology run %s: node %s awaits approval until %s',
+                  d.topology_run_id, d.node_id, d.expires_at),
+           _approval_message(d.id, d.topology_run_id, d.node_id, d.loop_text, d.expires_at,
+                             d.on_expiry),
+           d.user_id
+    from due d;
     return v_count;
 end;
 $$;
 
 comment on function expire_approvals(timestamptz) is
-    'Decide undecided approvals past expires_at as expired (by ceaseless), failing their runs; '
-    'returns how many. Maintenance, every listener.';
+    'Decide undecided approvals past expires_at by their node''s on_expiry (expired, failing the '
+    'run; or approved, running the node), and send the reminders due; returns how many expired. '
+    'Maintenance, every listener.';

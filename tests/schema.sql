@@ -156,6 +156,8 @@ create table ceaseless.approvals (
     note text,
     expires_at timestamp with time zone,
     decided_by_role text,
+    remind_at timestamp with time zone,
+    reminded_at timestamp with time zone,
     constraint approvals_pkey PRIMARY KEY (id),
     constraint approvals_topology_run_id_fkey FOREIGN KEY (topology_run_id) REFERENCES ceaseless.topology_runs(id) ON DELETE CASCADE,
     constraint approvals_topology_run_id_node_id_key UNIQUE (topology_run_id, node_id),
@@ -165,6 +167,7 @@ create table ceaseless.approvals (
 alter table ceaseless.approvals enable row level security;
 CREATE INDEX approvals_expiry_idx ON ceaseless.approvals USING btree (expires_at) WHERE ((decision IS NULL) AND (expires_at IS NOT NULL));
 CREATE INDEX approvals_open_idx ON ceaseless.approvals USING btree (requested_at) WHERE (decision IS NULL);
+CREATE INDEX approvals_reminder_idx ON ceaseless.approvals USING btree (remind_at) WHERE ((decision IS NULL) AND (reminded_at IS NULL) AND (remind_at IS NOT NULL));
 CREATE TRIGGER approvals_changed AFTER INSERT OR UPDATE OF decision ON ceaseless.approvals FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_approvals_changed();
 create policy all_rows on ceaseless.approvals for all to ceaseless_listener, ceaseless_operator
     using (true)
@@ -176,6 +179,8 @@ create policy own_rows on ceaseless.approvals for all to ceaseless_user
 comment on table ceaseless.approvals is 'Gated approvals of topology nodes: a request, then one decision with who, when and a note.';
 comment on column ceaseless.approvals.expires_at is 'When an undecided approval expires and fails its run; NULL: it waits for a person.';
 comment on column ceaseless.approvals.decided_by_role is 'The login role that decided the approval (session_user), filled by decide_approval; decided_by is the name the caller gave.';
+comment on column ceaseless.approvals.remind_at is 'When the reminder of this approval is due (expires_at less the node''s remind_before_secs).';
+comment on column ceaseless.approvals.reminded_at is 'When the reminder was sent; NULL until then. One reminder per request.';
 grant select on table ceaseless.approvals to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.approvals to ceaseless_listener;
 
@@ -811,9 +816,14 @@ create table ceaseless.topology_nodes (
     started_at timestamp with time zone,
     finished_at timestamp with time zone,
     created_at timestamp with time zone default now() not null,
+    on_expiry text default 'fail'::text not null,
+    remind_before_secs integer,
     constraint approval_timeout_positive CHECK (((approval_timeout_secs IS NULL) OR (approval_timeout_secs > 0))),
     constraint finished_iff_terminal CHECK (((finished_at IS NOT NULL) = (state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])))),
     constraint live_node_has_job CHECK (((state <> ALL (ARRAY['queued'::text, 'running'::text])) OR (job_id IS NOT NULL))),
+    constraint on_expiry_known CHECK ((on_expiry = ANY (ARRAY['fail'::text, 'approve'::text]))),
+    constraint remind_before_positive CHECK ((remind_before_secs > 0)),
+    constraint reminder_needs_expiry CHECK (((remind_before_secs IS NULL) OR (approval_timeout_secs IS NOT NULL))),
     constraint topology_nodes_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE,
     constraint topology_nodes_gate_check CHECK ((gate = 'approval'::text)),
     constraint topology_nodes_job_id_fkey FOREIGN KEY (job_id) REFERENCES ceaseless.job(id) ON DELETE SET NULL,
@@ -833,6 +843,8 @@ create policy own_rows on ceaseless.topology_nodes for all to ceaseless_user
    FROM ceaseless.topology_runs r
   WHERE (r.id = topology_nodes.topology_run_id))));
 comment on table ceaseless.topology_nodes is 'One row per node of a topology run: its state, its job, its output and the count of upstream nodes still to succeed (the fan-in counter).';
+comment on column ceaseless.topology_nodes.on_expiry is 'What an undecided approval of this gated node does at its expiry: fail (the node and run fail) or approve (it is approved by ceaseless and the node runs).';
+comment on column ceaseless.topology_nodes.remind_before_secs is 'Seconds before an approval of this node expires that its owner is reminded; NULL: no reminder.';
 grant select on table ceaseless.topology_nodes to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.topology_nodes to ceaseless_listener;
 
@@ -1530,6 +1542,15 @@ create function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigin
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint) is 'Admit a fire: shared (fire lock shared, a slot, per-routine locks) while the cap is far, else exclusive; returns the running count to judge by and the free places of the cap.';
 grant execute on function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint) to ceaseless_listener, ceaseless_operator;
+
+-- functions/52_approvals.sql, body md5 ef6b31871586850cedc85516a2a3c9a6
+create function ceaseless._approval_message(p_approval_id uuid, p_run_id uuid, p_node_id text, p_loop text, p_expires timestamp with time zone, p_on_expiry text)
+    returns text
+    language plpgsql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._approval_message(p_approval_id uuid, p_run_id uuid, p_node_id text, p_loop text, p_expires timestamp with time zone, p_on_expiry text) is 'The body of an approval''s notification and reminder: node, run, expiry and what it does, the decide_approval calls, and the run''s dashboard link when a listener serves HTTP.';
+grant execute on function ceaseless._approval_message(p_approval_id uuid, p_run_id uuid, p_node_id text, p_loop text, p_expires timestamp with time zone, p_on_expiry text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/32_schedules.sql, body md5 4078c06d4f9ec886faff1bbcd0c19032
 create function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamp with time zone)
@@ -2381,7 +2402,7 @@ create function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now ti
 comment on function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now timestamp with time zone) is 'True when p_now falls in the repo''s quiet window, read as wall-clock time in its quiet_timezone (DST-safe; a window may cross midnight; start inside, end outside).';
 grant execute on function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/52_approvals.sql, body md5 ab273c992721aba900b6f5ea47d74620
+-- functions/52_approvals.sql, body md5 e793784884f81d40a800601ff336323c
 create function ceaseless._request_approval(p_run_id uuid, p_node_id text, p_now timestamp with time zone)
     returns uuid
     language plpgsql
@@ -2998,7 +3019,7 @@ create function ceaseless._tg_topology_runs_loop_outcome()
 comment on function ceaseless._tg_topology_runs_loop_outcome() is 'After a loop iteration''s status becomes succeeded, failed or cancelled: apply the repeat policy and stop the loop (notified) or, with on_completion, fire the next iteration, in the same transaction.';
 grant execute on function ceaseless._tg_topology_runs_loop_outcome() to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 f7997ab50581d91a28b7d59d94b6fb11
+-- functions/51_topology_runs.sql, body md5 dcee09c32adfd9b47c0c532ea4978bdf
 create function ceaseless._tg_topology_runs_start()
     returns trigger
     language plpgsql
@@ -3138,7 +3159,7 @@ create function ceaseless._url_origin(p_url text)
 comment on function ceaseless._url_origin(p_url text) is 'scheme://host[:port] of a URL, without the userinfo, path and query that may hold credentials.';
 grant execute on function ceaseless._url_origin(p_url text) to ceaseless_listener, ceaseless_operator;
 
--- functions/50_topology_graph.sql, body md5 68dd2160bbd7aed766c555d6e5ab7e14
+-- functions/50_topology_graph.sql, body md5 eee3b5a381dd6e1b32fe13bc1c2f9da1
 create function ceaseless._validate_topology_graph(p_where text, p_graph jsonb)
     returns void
     language plpgsql
@@ -3454,13 +3475,13 @@ create function ceaseless.ended_jobs(p_ids uuid[])
 comment on function ceaseless.ended_jobs(p_ids uuid[]) is 'Of p_ids, the jobs of this database that will not run again (delivered, failed, abandoned, cancelled): listeners remove their working directories.';
 grant execute on function ceaseless.ended_jobs(p_ids uuid[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_approvals.sql, body md5 6a0cbc15ef480352899467c997be8a91
+-- functions/52_approvals.sql, body md5 1e413842c0a7a223fec95e94d7fc153e
 create function ceaseless.expire_approvals(p_now timestamp with time zone DEFAULT now())
     returns integer
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.expire_approvals(p_now timestamp with time zone) is 'Decide undecided approvals past expires_at as expired (by ceaseless), failing their runs; returns how many. Maintenance, every listener.';
+comment on function ceaseless.expire_approvals(p_now timestamp with time zone) is 'Decide undecided approvals past expires_at by their node''s on_expiry (expired, failing the run; or approved, running the node), and send the reminders due; returns how many expired. Maintenance, every listener.';
 grant execute on function ceaseless.expire_approvals(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/10_jobs.sql, body md5 1b894a408c886f5862ca1c02de1ed3fb

@@ -228,3 +228,81 @@ def test_a_user_sees_and_decides_only_its_own_runs(
             "update ceaseless.topology_runs set status = 'succeeded' where id = %s",
             (runs[alice],),
         )
+
+
+def test_an_approval_whose_node_says_approve_on_expiry_opens_the_gate_by_itself(
+    conn: psycopg.Connection,
+) -> None:
+    run = _gated_run(conn, approval_timeout_secs=60, on_expiry="approve")
+    approval = _approval(conn, run, "D")
+    after = approval["expires_at"] + timedelta(seconds=1)
+
+    assert conn.execute("select ceaseless.expire_approvals(%s)", (after,)).fetchone() == (1,)
+
+    opened = _approval(conn, run, "D")
+    assert (opened["decision"], opened["decided_by"]) == ("approved", "ceaseless")
+    assert opened["note"] == "approved undecided at its expiry"
+    assert states(conn, run)["D"] == "queued"
+    assert run_row(conn, run)["status"] == "running"
+    run_node(conn, run, "D")
+    assert run_row(conn, run)["status"] == "succeeded"
+
+
+def test_a_reminder_goes_once_before_the_expiry_with_the_run_s_dashboard_link(
+    conn: psycopg.Connection,
+) -> None:
+    conn.execute(
+        "insert into ceaseless.listener_reports (worker, host, pid, sandbox, db_auth, http) "
+        "values ('w1', 'here', 1, 'none', 'scram-sha-256', '127.0.0.1:8787')"
+    )
+    run = _gated_run(conn, approval_timeout_secs=3600, remind_before_secs=600)
+    approval = _approval(conn, run, "D")
+    assert approval["remind_at"] == approval["expires_at"] - timedelta(seconds=600)
+
+    def reminders() -> list[tuple[str, str]]:
+        return conn.execute(
+            "select subject, body from ceaseless.notifications "
+            "where source_id = %s and subject like 'reminder:%%'",
+            (approval["id"],),
+        ).fetchall()
+
+    conn.execute(
+        "select ceaseless.expire_approvals(%s)", (approval["remind_at"] - timedelta(seconds=1),)
+    )
+    assert reminders() == []
+    conn.execute("select ceaseless.expire_approvals(%s)", (approval["remind_at"],))
+    conn.execute(
+        "select ceaseless.expire_approvals(%s)", (approval["remind_at"] + timedelta(seconds=5),)
+    )
+    ((subject, body),) = reminders()
+    assert subject.startswith(f"reminder: topology run {run}: node D awaits approval until ")
+    assert f"select ceaseless.decide_approval('{approval['id']}', true" in body
+    assert f"Dashboard: http://127.0.0.1:8787/runs/{run}" in body
+    (request,) = conn.execute(
+        "select body from ceaseless.notifications where source_id = %s and kind = 'approval' "
+        "and subject not like 'reminder:%%'",
+        (approval["id"],),
+    ).fetchone()  # type: ignore[misc]
+    assert f"Dashboard: http://127.0.0.1:8787/runs/{run}" in request
+    assert "it expires, failing the run, at" in request
+
+
+@pytest.mark.parametrize(
+    ("gate", "message"),
+    [
+        ({"on_expiry": "approve"}, "node \"D\": on_expiry needs approval_timeout_secs"),
+        ({"approval_timeout_secs": 60, "on_expiry": "ask"},
+         "node \"D\": on_expiry must be \"fail\" or \"approve\""),
+        ({"approval_timeout_secs": 60, "remind_before_secs": 60},
+         "node \"D\": remind_before_secs must be less than approval_timeout_secs"),
+        ({"approval_timeout_secs": 60, "remind_before_secs": -1},
+         "node \"D\": remind_before_secs must be a positive integer"),
+    ],
+)  # fmt: skip
+def test_an_expiry_policy_that_cannot_work_is_refused_naming_the_node(
+    conn: psycopg.Connection, gate: dict, message: str
+) -> None:
+    with pytest.raises(psycopg.Error) as refused:
+        start_run(conn, diamond(D={"gate": "approval", **gate}))
+    assert refused.value.diag.sqlstate == "CE422"
+    assert message in str(refused.value.diag.message_primary)

@@ -86,6 +86,7 @@ NO_MIRROR_YET: set[Key] = {
     ("agent_run", "ended_by"),
     ("webhook_deliveries", "target"),
     ("notifications", "status"),
+    ("topology_nodes", "on_expiry"),
 }
 
 
