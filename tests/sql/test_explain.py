@@ -432,3 +432,13 @@ def test_a_run_lists_the_reasons_of_its_queued_jobs_under_their_node(
     assert _reasons(_why_run(conn, run)) == ["ready"]
     run_node(conn, run, "A")
     assert _reasons(_why_run(conn, run)) == ["finished"]
+
+
+def test_an_approval_that_opens_at_its_expiry_says_so(conn: psycopg.Connection) -> None:
+    make_agent(conn)
+    run = start_run(conn, graph([node("A", gate="approval", approval_timeout_secs=60,
+                                      on_expiry="approve")]))  # fmt: skip
+
+    detail, clears = _one(_why_run(conn, run), "awaiting_approval")
+
+    assert "; undecided, it is approved at " in detail and clears is not None
