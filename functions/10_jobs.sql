@@ -69,8 +69,164 @@ comment on function _check_claim(text, text, integer) is
     'Raise CE422 (naming p_function) unless a claim names its listener and asks for at least one '
     'row.';
 
--- Claim up to p_limit due jobs for p_worker, admitting each through its
--- lane's governor (_lane_capacity: concurrency, and the rolling window's
+-- A round_robin lane's next p_free due jobs, in turn: one job per owner with
+-- due work, in owner order starting after the owner the lane served last
+-- (lane_turns), and within each owner one job per fairness key, starting
+-- after the key that owner was served last (owner_turns); each key's job is
+-- its highest priority, then the one due first. When every owner had a turn
+-- and slots remain, the next round begins. Owners come first so a fairness
+-- key can only share out its own owner's turns: a user naming another
+-- user's key, or a thousand keys of its own, gains no turn of anyone else's.
+-- Owners in p_owners_over (over their spend budget) pass their turn.
+--
+-- O(due work): each owner's turn is one probe of job_fair_claim_idx for the
+-- next owner and one for the next key's best job, so a claim of N slots reads
+-- about 2N index descents, whatever the backlog and however many owners or
+-- keys wait. Jobs delayed into the future sit in the same index: an owner or
+-- key whose pending jobs are all delayed costs its entries to pass over.
+--
+-- Called by claim_jobs only, which holds the lane's row lock, so the turn it
+-- reads and writes here is the lane's alone. Locks: the picked jobs, FOR
+-- UPDATE SKIP LOCKED, as the fifo claim does.
+create or replace function _round_robin_pick(
+    p_agent text,
+    p_free integer,
+    p_now timestamptz,
+    p_kinds text[],
+    p_owners_over text[]
+)
+returns table (id uuid, turn integer, priority integer, run_after timestamptz,
+               created_at timestamptz)
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_start text;
+    v_cur text;
+    v_owner text;
+    v_wrapped boolean := false;
+    v_owners text[] := '{}';
+    v_keys text[];
+    v_done boolean[];
+    v_taken uuid[] := '{}';
+    v_round integer := 0;
+    v_before integer;
+    v_last_owner text;
+    v_job record;
+begin
+    select t.user_id into v_start from lane_turns t where t.agent = p_agent;
+    -- The owners with due work, in ring order after the lane's turn, at most
+    -- one per free slot (more could not be served this claim). Role names
+    -- are never empty, so '' stands before every owner.
+    v_cur := coalesce(v_start, '');
+    while cardinality(v_owners) < p_free loop
+        if not v_wrapped then
+            select j.user_id into v_owner
+            from job j
+            where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+              and j.user_id > v_cur
+            order by j.user_id
+            limit 1;
+        else
+            select j.user_id into v_owner
+            from job j
+            where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+              and j.user_id > v_cur and j.user_id <= v_start
+            order by j.user_id
+            limit 1;
+        end if;
+        if v_owner is null then
+            exit when v_wrapped or v_start is null;
+            v_wrapped := true;
+            v_cur := '';
+            continue;
+        end if;
+        v_cur := v_owner;
+        if v_owner <> all (p_owners_over) then
+            v_owners := v_owners || v_owner;
+        end if;
+    end loop;
+    if cardinality(v_owners) = 0 then
+        return;
+    end if;
+
+    -- Each owner's key turn: keys are never empty, so '' for an owner this
+    -- lane never served.
+    select array_agg(coalesce(t.fairness_key, '') order by o.ord), array_agg(false)
+    into v_keys, v_done
+    from unnest(v_owners) with ordinality as o(user_id, ord)
+    left join owner_turns t on t.agent = p_agent and t.user_id = o.user_id;
+
+    <<rounds>>
+    loop
+        v_round := v_round + 1;
+        v_before := cardinality(v_taken);
+        for i in 1 .. cardinality(v_owners) loop
+            exit rounds when cardinality(v_taken) >= p_free;
+            continue when v_done[i];
+            -- The owner's next key with a due job after its turn, and that
+            -- key's best job, in one probe of job_fair_claim_idx; then, past
+            -- the last key, from its first key round to the turn's own.
+            select j.id, j.fairness_key, j.priority, j.run_after, j.created_at into v_job
+            from job j
+            where j.agent = p_agent and j.state = 'pending' and j.user_id = v_owners[i]
+              and j.fairness_key > v_keys[i] and j.run_after <= p_now
+              and (p_kinds is null or j.kind = any (p_kinds))
+              and j.id <> all (v_taken)
+            order by j.fairness_key, j.priority desc, j.run_after
+            limit 1
+            for update skip locked;
+            if v_job.id is null then
+                select j.id, j.fairness_key, j.priority, j.run_after, j.created_at into v_job
+                from job j
+                where j.agent = p_agent and j.state = 'pending' and j.user_id = v_owners[i]
+                  and j.fairness_key <= v_keys[i] and j.run_after <= p_now
+                  and (p_kinds is null or j.kind = any (p_kinds))
+                  and j.id <> all (v_taken)
+                order by j.fairness_key, j.priority desc, j.run_after
+                limit 1
+                for update skip locked;
+            end if;
+            if v_job.id is null then
+                v_done[i] := true;
+                continue;
+            end if;
+            v_keys[i] := v_job.fairness_key;
+            v_taken := v_taken || v_job.id;
+            v_last_owner := v_owners[i];
+            id := v_job.id;
+            turn := v_round;
+            priority := v_job.priority;
+            run_after := v_job.run_after;
+            created_at := v_job.created_at;
+            return next;
+        end loop;
+        exit when cardinality(v_taken) = v_before;
+    end loop;
+
+    if v_last_owner is null then
+        return;
+    end if;
+    insert into lane_turns as t (agent, user_id)
+    values (p_agent, v_last_owner)
+    on conflict (agent) do update set user_id = excluded.user_id;
+    insert into owner_turns as t (agent, user_id, fairness_key)
+    select p_agent, o.user_id, o.fairness_key
+    from unnest(v_owners, v_keys) as o(user_id, fairness_key)
+    where o.fairness_key <> ''
+    on conflict (agent, user_id) do update set fairness_key = excluded.fairness_key;
+end;
+$$;
+
+comment on function _round_robin_pick(text, integer, timestamptz, text[], text[]) is
+    'A round_robin lane''s next p_free due jobs, one per owner in turn (after the owner served '
+    'last), and within an owner one per fairness key in turn, each key''s by priority then due '
+    'time; moves the lane''s turn. Called by claim_jobs under the lane lock.';
+
+-- Claim up to p_limit due jobs for p_worker, in each lane's order (its
+-- fairness: fifo by priority then due time, or round_robin across owners and
+-- their fairness keys), admitting each through its lane's governor (_lane_capacity: concurrency, and the rolling window's
 -- budgets of runs, cost and tokens) and its owner's spend budget, in the same
 -- transaction.
 --
@@ -150,31 +306,45 @@ begin
     -- for what a lane may start, which governor_usage and explain_job read
     -- too), and what opening their runs needs.
     with lane as (
-        select l.agent as name, l.free, a.adapter, a.model
+        select l.agent as name, l.free, a.adapter, a.model, a.fairness
         from _lane_capacity(p_now, p_agents) l
         join agents a on a.name = l.agent
         where l.free > 0
     ),
-    -- Each lane walks its own slice of job_claimable_idx and stops after its
+    -- Each lane walks its own slice of the pending jobs and stops after its
     -- free slots, so a full lane with a deep backlog costs nothing and never
-    -- hides another lane's work.
+    -- hides another lane's work. A fifo lane walks job_claimable_idx, highest
+    -- priority first, then the job due first; a round_robin lane takes turns
+    -- across owners and their fairness keys (_round_robin_pick), each turn
+    -- one job. `turn` is the round a job was picked in (1 in a fifo lane).
     picked as (
         select c.id
         from lane
         cross join lateral (
-            select j.id, j.run_after, j.created_at
-            from job j
-            where j.agent = lane.name
-              and j.state = 'pending'
-              and j.run_after <= p_now
-              and (p_kinds is null or j.kind = any (p_kinds))
-              and (cardinality(v_owners_over) = 0 or j.user_id <> all (v_owners_over))
-            order by j.run_after
-            limit least(lane.free, p_limit)
-            for update skip locked
+            select f.id, 1 as turn, f.priority, f.run_after, f.created_at
+            from (
+                select j.id, j.priority, j.run_after, j.created_at
+                from job j
+                where lane.fairness = 'fifo'
+                  and j.agent = lane.name
+                  and j.state = 'pending'
+                  and j.run_after <= p_now
+                  and (p_kinds is null or j.kind = any (p_kinds))
+                  and (cardinality(v_owners_over) = 0 or j.user_id <> all (v_owners_over))
+                order by j.priority desc, j.run_after
+                limit least(lane.free, p_limit)
+                for update skip locked
+            ) f
+            union all
+            select r.id, r.turn, r.priority, r.run_after, r.created_at
+            from _round_robin_pick(lane.name, least(lane.free, p_limit)::integer, p_now, p_kinds,
+                                   v_owners_over) r
+            where lane.fairness = 'round_robin'
         ) c
-        -- Across lanes, oldest due work first, up to the caller's capacity.
-        order by c.run_after, c.created_at
+        -- Across lanes, every lane's first round before any lane's second;
+        -- then higher priority, then oldest due work first, up to the
+        -- caller's capacity.
+        order by c.turn, c.priority desc, c.run_after, c.created_at
         limit p_limit
     ),
     claimed as (
@@ -209,7 +379,9 @@ end;
 $$;
 
 comment on function claim_jobs(text, integer, text[], text[], timestamptz, integer, boolean) is
-    'Claim up to p_limit due pending jobs for listener p_worker, oldest first, admitting each '
+    'Claim up to p_limit due pending jobs for listener p_worker in each lane''s order (fifo: '
+    'highest priority, then due first; round_robin: owners and their fairness keys in turn), '
+    'admitting each '
     'through its lane''s governor (max_concurrent, window_budget, window_cost_usd, '
     'window_tokens, lane_pauses) and its owner''s spend budget (owner_budgets) atomically; '
     'with p_start, open their agent runs too and return run_id.';

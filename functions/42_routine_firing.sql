@@ -228,10 +228,15 @@ begin
     jobs as (
         -- The job is the routine owner's, whoever fired it (a listener's
         -- cron, an operator's run_routine).
+        -- Its priority and fairness key are the routine's (NULL key: the
+        -- owner's own turn).
         insert into job (id, kind, agent, prompt, payload, routine_run_id, expects_reply,
-                         max_attempts, max_turns, run_after, created_at, user_id)
+                         max_attempts, max_turns, run_after, created_at, user_id,
+                         priority, fairness_key)
         select c.job_id, 'routine', (c.routine).agent, s.prompt, s.payload, c.run_id,
-               s.expects_reply, s.max_attempts, s.max_turns, p_now, p_now, (c.routine).user_id
+               s.expects_reply, s.max_attempts, s.max_turns, p_now, p_now, (c.routine).user_id,
+               (c.routine).job_priority,
+               coalesce((c.routine).job_fairness_key, (c.routine).user_id)
         from capped c
         cross join lateral _routine_job_spec(c.routine, c.context) s
         where c.reason is null and c.new_job

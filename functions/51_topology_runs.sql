@@ -144,12 +144,18 @@ begin
         return null;
     end if;
 
-    insert into job (kind, agent, prompt, payload, topology_run_id, user_id, dedup_key)
+    -- A loop's iterations give every node's job the loop's priority and
+    -- fairness key (a run started without a loop: the defaults, the run's
+    -- owner as key).
+    insert into job (kind, agent, prompt, payload, topology_run_id, user_id, dedup_key,
+                     priority, fairness_key)
     select 'loop_node', n.agent, _topology_node_prompt(p_run_id, p_node_id),
            jsonb_build_object('topology_run_id', p_run_id, 'node_id', p_node_id),
-           p_run_id, r.user_id, format('topology:%s:%s', p_run_id, p_node_id)
+           p_run_id, r.user_id, format('topology:%s:%s', p_run_id, p_node_id),
+           coalesce(l.job_priority, 0), coalesce(l.job_fairness_key, r.user_id)
     from topology_runs r
     join topology_nodes n on n.topology_run_id = r.id and n.node_id = p_node_id
+    left join loops l on l.id = r.loop_id
     where r.id = p_run_id
     returning id into v_job_id;
 

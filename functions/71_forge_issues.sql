@@ -116,11 +116,11 @@ declare
     v_job constant uuid := gen_random_uuid();
 begin
     insert into job (id, forge, owner, repo, number, kind, agent, prompt, payload, parent_job_id,
-                     user_id, run_after, created_at, updated_at)
+                     user_id, fairness_key, run_after, created_at, updated_at)
     values (v_job, p_repo.forge, p_repo.owner, p_repo.repo, p_number, p_kind, p_lane,
             _forge_job_prompt(p_kind, p_repo, p_number),
             _forge_job_payload(v_job, p_repo, p_title, p_html_url),
-            p_parent_job_id, p_user_id, p_now, p_now, p_now)
+            p_parent_job_id, p_user_id, p_user_id, p_now, p_now, p_now)
     on conflict (forge, owner, repo, number)
         where state in ('pending', 'claimed', 'running') and forge is not null
         do nothing;

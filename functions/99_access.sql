@@ -61,16 +61,19 @@ grant select, delete on routines to ceaseless_user;
 grant insert (id, user_id, name, description, enabled, trigger_type, trigger_config, action_type,
               action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs,
               notify_channel, notify_user, notify_on_success, notify_on_failure,
-              notify_on_attention)
+              notify_on_attention, job_priority, job_fairness_key)
     on routines to ceaseless_user;
 grant update (name, description, enabled, trigger_type, trigger_config, action_type,
               action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs,
               notify_channel, notify_user, notify_on_success, notify_on_failure,
-              notify_on_attention)
+              notify_on_attention, job_priority, job_fairness_key)
     on routines to ceaseless_user;
 grant select on job, events to ceaseless_user;
+-- A job's priority and fairness key order only its owner's own work: a
+-- round_robin lane takes turns across owners before keys (_round_robin_pick),
+-- so a key naming another user, or many keys, wins no one else's turn.
 grant insert (id, user_id, kind, agent, prompt, payload, max_turns, max_attempts, run_after,
-              dedup_key)
+              dedup_key, priority, fairness_key)
     on job to ceaseless_user;
 grant insert (id, user_id, channel, content, payload) on events to ceaseless_user;
 grant select on routine_runs, agent_run, notifications, loops, topology_runs, approvals
@@ -79,16 +82,17 @@ grant select on routine_runs, agent_run, notifications, loops, topology_runs, ap
 -- INSERT (pending: its graph and task); nodes are the engine's, read only.
 grant delete on loops to ceaseless_user;
 grant insert (id, user_id, workspace_id, title, description, graph, task_template, triggers,
-              repeat_policy, enabled)
+              repeat_policy, enabled, job_priority, job_fairness_key)
     on loops to ceaseless_user;
 grant update (workspace_id, title, description, graph, task_template, triggers, repeat_policy,
-              enabled)
+              enabled, job_priority, job_fairness_key)
     on loops to ceaseless_user;
 grant insert (id, user_id, workspace_id, graph, task) on topology_runs to ceaseless_user;
 grant select on topology_nodes to ceaseless_user;
 -- Every column of agents but env, which holds the lanes' API keys.
 grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_concurrent,
-              window_secs, window_budget, max_attempts, enabled, created_at, updated_at)
+              window_secs, window_budget, max_attempts, enabled, created_at, updated_at,
+              fairness)
     on agents to ceaseless_user;
 -- The functions a user calls, and those its rows' constraints and row-level
 -- triggers call with its rights. Anything else (claims, leases, finishing,

@@ -44,6 +44,11 @@ class Adapter(StrEnum):
     NOOP = "noop"
 
 
+class Fairness(StrEnum):
+    FIFO = "fifo"
+    ROUND_ROBIN = "round_robin"
+
+
 class Billing(StrEnum):
     SUBSCRIPTION = "subscription"
     API_KEY = "api_key"

@@ -109,6 +109,7 @@ create table ceaseless.agents (
     notify_on_blocked boolean default true not null,
     notify_on_abandoned boolean default false not null,
     notify_channel text,
+    fairness text default 'fifo'::text not null,
     constraint agents_adapter_check CHECK ((adapter = ANY (ARRAY['claude_code'::text, 'opencode'::text, 'command'::text, 'noop'::text]))),
     constraint agents_pkey PRIMARY KEY (name),
     constraint argv_no_empty_executable CHECK (((cardinality(argv) = 0) OR (argv[1] <> ''::text))),
@@ -116,6 +117,7 @@ create table ceaseless.agents (
     constraint env_is_object_of_strings CHECK (((jsonb_typeof(env) = 'object'::text) AND (NOT jsonb_path_exists(env, '$.*?(@.type() != "string")'::jsonpath)))),
     constraint env_passthrough_names CHECK (((cardinality(env_passthrough) = 0) OR ((cardinality(env_passthrough) <= 100) AND (array_position(env_passthrough, NULL::text) IS NULL) AND (array_to_string(env_passthrough, ','::text) ~ '^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$'::text) AND (string_to_array(array_to_string(env_passthrough, ','::text), ','::text) = env_passthrough)))),
     constraint env_passthrough_not_database CHECK ((NOT (((','::text || upper(array_to_string(env_passthrough, ','::text))) || ','::text) ~ ',(DATABASE_URL|PG[A-Z0-9_]*|CEASELESS_[A-Z0-9_]*),'::text))),
+    constraint fairness_known CHECK ((fairness = ANY (ARRAY['fifo'::text, 'round_robin'::text]))),
     constraint kill_grace_secs_not_negative CHECK ((kill_grace_secs >= 0)),
     constraint max_attempts_positive CHECK ((max_attempts > 0)),
     constraint max_concurrent_positive CHECK ((max_concurrent > 0)),
@@ -142,8 +144,9 @@ comment on column ceaseless.agents.notify_on_failed is 'Queue a failure notifica
 comment on column ceaseless.agents.notify_on_blocked is 'Queue an attention notification when a job of this lane is blocked on what only a person can fix: its agent could not authenticate, or a forge run asks for a human.';
 comment on column ceaseless.agents.notify_on_abandoned is 'Queue a failure notification when a plain job of this lane is abandoned: every attempt''s lease expired without an agent''s verdict. Off by default: a listener going away is the operator''s to see first.';
 comment on column ceaseless.agents.notify_channel is 'The notification sink (a key of the notification_sinks setting) of this lane''s job notifications; NULL: "default".';
+comment on column ceaseless.agents.fairness is 'How the lane orders its due jobs: fifo (by priority, then by when they fell due) or round_robin (one job per owner in turn, and within an owner one per fairness key in turn, each key''s jobs by priority then due time).';
 grant select, insert, update, delete on table ceaseless.agents to ceaseless_listener, ceaseless_operator;
-grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_concurrent, window_secs, window_budget, max_attempts, enabled, created_at, updated_at, window_cost_usd, window_tokens, egress, notify_on_failed, notify_on_blocked, notify_on_abandoned, notify_channel) on table ceaseless.agents to ceaseless_user;
+grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_concurrent, window_secs, window_budget, max_attempts, enabled, created_at, updated_at, window_cost_usd, window_tokens, egress, notify_on_failed, notify_on_blocked, notify_on_abandoned, notify_channel, fairness) on table ceaseless.agents to ceaseless_user;
 
 create table ceaseless.approvals (
     id uuid default gen_random_uuid() not null,
@@ -346,8 +349,11 @@ create table ceaseless.job (
     labels_synced_label text,
     labels_retry_at timestamp with time zone,
     labels_error text,
+    priority integer default 0 not null,
+    fairness_key text default CURRENT_USER not null,
     constraint claim_complete CHECK (((claimed_by IS NULL) = (claim_expires_at IS NULL))),
     constraint dedup_key_not_empty CHECK (((dedup_key IS NULL) OR (dedup_key <> ''::text))),
+    constraint fairness_key_bounded CHECK (((char_length(fairness_key) >= 1) AND (char_length(fairness_key) <= 200))),
     constraint finished_iff_terminal CHECK (((finished_at IS NOT NULL) = (state = ANY (ARRAY['delivered'::text, 'blocked'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text])))),
     constraint issue_ref_complete CHECK ((num_nonnulls(forge, owner, repo, number) = ANY (ARRAY[0, 4]))),
     constraint issue_ref_required_for_forge_kinds CHECK (((kind <> ALL (ARRAY['discover'::text, 'plan'::text, 'implement'::text])) OR (forge IS NOT NULL))),
@@ -366,13 +372,15 @@ create table ceaseless.job (
     constraint max_turns_positive CHECK (((max_turns IS NULL) OR (max_turns > 0))),
     constraint payload_is_object CHECK ((jsonb_typeof(payload) = 'object'::text)),
     constraint pending_holds_no_claim CHECK (((state <> 'pending'::text) OR (claimed_by IS NULL))),
+    constraint priority_bounded CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
     constraint resume_session_id_resumable CHECK ((resume_session_id ~ '^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|ses_[0-9A-Za-z]{26})$'::text)) NOT VALID
 );
 alter table ceaseless.job enable row level security;
 CREATE INDEX job_blocked_idx ON ceaseless.job USING btree (agent) WHERE (state = 'blocked'::text);
 CREATE INDEX job_claim_expiry_idx ON ceaseless.job USING btree (claim_expires_at) WHERE (state = ANY (ARRAY['claimed'::text, 'running'::text]));
-CREATE INDEX job_claimable_idx ON ceaseless.job USING btree (agent, run_after) WHERE (state = 'pending'::text);
+CREATE INDEX job_claimable_idx ON ceaseless.job USING btree (agent, priority DESC, run_after) WHERE (state = 'pending'::text);
 CREATE INDEX job_created_idx ON ceaseless.job USING btree (created_at DESC);
+CREATE INDEX job_fair_claim_idx ON ceaseless.job USING btree (agent, user_id, fairness_key, priority DESC, run_after) WHERE (state = 'pending'::text);
 CREATE INDEX job_issue_history_idx ON ceaseless.job USING btree (forge, owner, repo, number, kind, created_at DESC) WHERE (forge IS NOT NULL);
 CREATE INDEX job_labels_due_idx ON ceaseless.job USING btree (labels_retry_at NULLS FIRST) WHERE ((forge IS NOT NULL) AND (labels_synced_label IS DISTINCT FROM
 CASE state
@@ -414,9 +422,11 @@ comment on column ceaseless.job.user_id is 'The role that owns this job (enqueue
 comment on column ceaseless.job.labels_synced_label is 'The state label the mirror last wrote on the forge issue (ceaseless:<state>); NULL before the first sync. Written by the label identity, never read to decide anything.';
 comment on column ceaseless.job.labels_retry_at is 'When the label mirror may next try this job: set when handed out (so two listeners do not write the same labels) and after a failed sync (backoff).';
 comment on column ceaseless.job.labels_error is 'Why the last label sync failed; cleared by the next that succeeds. Never changes the job.';
+comment on column ceaseless.job.priority is 'Higher first within a lane (and, in a round_robin lane, within the job''s fairness key); between -1000 and 1000, default 0. Ties go to the job due first.';
+comment on column ceaseless.job.fairness_key is 'Whose turn the job waits for in a round_robin lane: the lane takes turns across owners (user_id) first, then across each owner''s fairness keys, so a key can only share out its owner''s turns. Default: the owner.';
 grant select on table ceaseless.job to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.job to ceaseless_listener;
-grant insert (id, kind, agent, prompt, payload, max_turns, dedup_key, run_after, max_attempts, user_id) on table ceaseless.job to ceaseless_user;
+grant insert (id, kind, agent, prompt, payload, max_turns, dedup_key, run_after, max_attempts, user_id, priority, fairness_key) on table ceaseless.job to ceaseless_user;
 
 create table ceaseless.lane_pauses (
     agent text not null,
@@ -430,6 +440,16 @@ create table ceaseless.lane_pauses (
 comment on table ceaseless.lane_pauses is 'Agent lanes paused until a time (a provider rate limit, or an operator): claim_jobs skips them until then. Not configuration: a change here audits nothing and NOTIFYs no listener. Delete the row to lift a pause.';
 grant select on table ceaseless.lane_pauses to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.lane_pauses to ceaseless_listener;
+
+create table ceaseless.lane_turns (
+    agent text not null,
+    user_id text not null,
+    constraint lane_turns_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE ON DELETE CASCADE,
+    constraint lane_turns_pkey PRIMARY KEY (agent)
+);
+comment on table ceaseless.lane_turns is 'The owner a round_robin lane served last; the next claim starts with the owner after it (written by claim_jobs under the lane lock).';
+grant select on table ceaseless.lane_turns to ceaseless_operator;
+grant select, insert, update, delete on table ceaseless.lane_turns to ceaseless_listener;
 
 create table ceaseless.late_results (
     id bigint generated always as identity not null,
@@ -496,6 +516,10 @@ create table ceaseless.loops (
     stopped_at timestamp with time zone,
     policy_from_iteration integer default 0 not null,
     last_error text,
+    job_priority integer default 0 not null,
+    job_fairness_key text,
+    constraint job_fairness_key_bounded CHECK (((char_length(job_fairness_key) >= 1) AND (char_length(job_fairness_key) <= 200))),
+    constraint job_priority_bounded CHECK (((job_priority >= '-1000'::integer) AND (job_priority <= 1000))),
     constraint loops_created_by_fkey FOREIGN KEY (created_by) REFERENCES ceaseless.users(id) ON DELETE RESTRICT,
     constraint loops_last_run_id_fkey FOREIGN KEY (last_run_id) REFERENCES ceaseless.topology_runs(id) ON DELETE SET NULL,
     constraint loops_pkey PRIMARY KEY (id),
@@ -530,11 +554,13 @@ create policy own_rows on ceaseless.loops for all to ceaseless_user
 comment on table ceaseless.loops is 'A recurring execution of a topology: each iteration is a topology_runs row chained to the last (seed 003).';
 comment on column ceaseless.loops.stopped_reason is 'Why the loop stopped: completed (its policy was met), exhausted (within_iters passed without the condition), failed (an iteration failed), cancelled (an iteration was cancelled).';
 comment on column ceaseless.loops.user_id is 'The role that owns this loop; RLS shows a user role only its own. Its iterations and their jobs belong to it too.';
+comment on column ceaseless.loops.job_priority is 'The priority of the jobs of every node of this loop''s iterations (job.priority).';
+comment on column ceaseless.loops.job_fairness_key is 'The fairness key of the jobs of every node of this loop''s iterations; NULL: the loop''s owner.';
 grant select on table ceaseless.loops to ceaseless_operator;
 grant select, delete on table ceaseless.loops to ceaseless_user;
 grant select, insert, update, delete on table ceaseless.loops to ceaseless_listener;
 grant insert (id, user_id) on table ceaseless.loops to ceaseless_user;
-grant insert, update (workspace_id, title, description, graph, task_template, triggers, repeat_policy, enabled) on table ceaseless.loops to ceaseless_user;
+grant insert, update (workspace_id, title, description, graph, task_template, triggers, repeat_policy, enabled, job_priority, job_fairness_key) on table ceaseless.loops to ceaseless_user;
 
 create table ceaseless.metric_deltas (
     id bigint generated always as identity not null,
@@ -627,6 +653,17 @@ comment on column ceaseless.owner_budgets.window_tokens is 'Tokens the owner''s 
 grant select on table ceaseless.owner_budgets to ceaseless_user;
 grant select, insert, update, delete on table ceaseless.owner_budgets to ceaseless_listener, ceaseless_operator;
 
+create table ceaseless.owner_turns (
+    agent text not null,
+    user_id text not null,
+    fairness_key text not null,
+    constraint owner_turns_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE ON DELETE CASCADE,
+    constraint owner_turns_pkey PRIMARY KEY (agent, user_id)
+);
+comment on table ceaseless.owner_turns is 'The fairness key a round_robin lane served last for each owner; that owner''s next turn goes to the key after it.';
+grant select on table ceaseless.owner_turns to ceaseless_operator;
+grant select, insert, update, delete on table ceaseless.owner_turns to ceaseless_listener;
+
 create table ceaseless.routine_run_shards (
     shard smallint not null,
     running integer default 0 not null,
@@ -718,9 +755,13 @@ create table ceaseless.routines (
     created_at timestamp with time zone default now() not null,
     updated_at timestamp with time zone default now() not null,
     event_literal text default ''::text not null,
+    job_priority integer default 0 not null,
+    job_fairness_key text,
     constraint action_config_is_object CHECK ((jsonb_typeof(action_config) = 'object'::text)),
     constraint cooldown_secs_not_negative CHECK ((cooldown_secs >= 0)),
     constraint dedup_window_secs_positive CHECK (((dedup_window_secs IS NULL) OR (dedup_window_secs > 0))),
+    constraint job_fairness_key_bounded CHECK (((char_length(job_fairness_key) >= 1) AND (char_length(job_fairness_key) <= 200))),
+    constraint job_priority_bounded CHECK (((job_priority >= '-1000'::integer) AND (job_priority <= 1000))),
     constraint max_concurrent_positive CHECK ((max_concurrent > 0)),
     constraint routines_action_type_check CHECK ((action_type = ANY (ARRAY['lightweight'::text, 'full_job'::text]))),
     constraint routines_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE,
@@ -748,11 +789,13 @@ create policy own_rows on ceaseless.routines for all to ceaseless_user
 comment on table ceaseless.routines is 'Named, user-owned tasks fired by cron, events, webhooks or by hand, with guardrails (seed 000).';
 comment on column ceaseless.routines.last_run_at is 'When the last run finished (ok, attention or failed); cooldown_secs counts from here.';
 comment on column ceaseless.routines.event_literal is 'For event routines: a string every content matching the pattern contains (or '''' when none is known), derived by _regex_required_literal at validation; checked before the regex.';
+comment on column ceaseless.routines.job_priority is 'The priority of the jobs this routine''s fires create (job.priority).';
+comment on column ceaseless.routines.job_fairness_key is 'The fairness key of the jobs this routine''s fires create; NULL: the routine''s owner.';
 grant select on table ceaseless.routines to ceaseless_operator;
 grant select, delete on table ceaseless.routines to ceaseless_user;
 grant select, insert, update, delete on table ceaseless.routines to ceaseless_listener;
 grant insert (id, user_id) on table ceaseless.routines to ceaseless_user;
-grant insert, update (name, description, enabled, trigger_type, trigger_config, action_type, action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs, notify_channel, notify_user, notify_on_success, notify_on_failure, notify_on_attention) on table ceaseless.routines to ceaseless_user;
+grant insert, update (name, description, enabled, trigger_type, trigger_config, action_type, action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs, notify_channel, notify_user, notify_on_success, notify_on_failure, notify_on_attention, job_priority, job_fairness_key) on table ceaseless.routines to ceaseless_user;
 
 create table ceaseless.schema_functions (
     singleton boolean default true not null,
@@ -1779,7 +1822,7 @@ create function ceaseless._end_topology_run(p_run_id uuid, p_status text, p_erro
 comment on function ceaseless._end_topology_run(p_run_id uuid, p_status text, p_error text, p_now timestamp with time zone) is 'End a live run as failed or cancelled: its unfinished nodes cancelled, its live jobs cancelled (SKIP LOCKED), its open approvals left undecided. Caller holds the run row.';
 grant execute on function ceaseless._end_topology_run(p_run_id uuid, p_status text, p_error text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/71_forge_issues.sql, body md5 2b813eb3b79726cd265b7603828aec7d
+-- functions/71_forge_issues.sql, body md5 78ac50b47ea6821dc59f5303998ffb29
 create function ceaseless._enqueue_forge_job(p_repo ceaseless.tracked_repo, p_number bigint, p_kind text, p_lane text, p_title text, p_html_url text, p_parent_job_id uuid, p_user_id text, p_now timestamp with time zone)
     returns uuid
     language plpgsql
@@ -1788,7 +1831,7 @@ create function ceaseless._enqueue_forge_job(p_repo ceaseless.tracked_repo, p_nu
 comment on function ceaseless._enqueue_forge_job(p_repo ceaseless.tracked_repo, p_number bigint, p_kind text, p_lane text, p_title text, p_html_url text, p_parent_job_id uuid, p_user_id text, p_now timestamp with time zone) is 'Insert the forge job of a kind for an issue of the repo (prompt and payload of its kind, the lane, owner and parent given), unless a live job holds the issue; its id, or NULL.';
 grant execute on function ceaseless._enqueue_forge_job(p_repo ceaseless.tracked_repo, p_number bigint, p_kind text, p_lane text, p_title text, p_html_url text, p_parent_job_id uuid, p_user_id text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 3aeab24bf072253b7f4a2e7b4face714
+-- functions/51_topology_runs.sql, body md5 7443ecc43eaeb03e08d5ddd9985b6ad1
 create function ceaseless._enqueue_topology_node(p_run_id uuid, p_node_id text)
     returns uuid
     language plpgsql
@@ -1862,7 +1905,7 @@ create function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail te
 comment on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone) is 'The one firing path of loops: lock the loop, record a skipped run (disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to the last, with the webhook body and the prior iteration''s final message in its task; returns the run id.';
 grant execute on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/42_routine_firing.sql, body md5 1fa42e8da1e5e3ff19d2227d190a1040
+-- functions/42_routine_firing.sql, body md5 fd6dac95b92ef966078b525e1db70c2a
 create function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false, p_job_ids uuid[] DEFAULT NULL::uuid[])
     returns TABLE(ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text, skip_reason text)
     language plpgsql
@@ -2438,6 +2481,15 @@ create function ceaseless._retry_delay(p_attempts integer)
 comment on function ceaseless._retry_delay(p_attempts integer) is 'Backoff before retry number p_attempts: base * 2^(attempts-1), capped, plus up to 25% jitter.';
 grant execute on function ceaseless._retry_delay(p_attempts integer) to ceaseless_listener, ceaseless_operator;
 
+-- functions/10_jobs.sql, body md5 a14125d6367994b17167f65183cc09bf
+create function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[])
+    returns TABLE(id uuid, turn integer, priority integer, run_after timestamp with time zone, created_at timestamp with time zone)
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[]) is 'A round_robin lane''s next p_free due jobs, one per owner in turn (after the owner served last), and within an owner one per fairness key in turn, each key''s by priority then due time; moves the lane''s turn. Called by claim_jobs under the lane lock.';
+grant execute on function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[]) to ceaseless_listener, ceaseless_operator;
+
 -- functions/42_routine_firing.sql, body md5 8bcdb81929c3235201f90e157efab250
 create function ceaseless._routine_job_spec(p_routine ceaseless.routines, p_context text)
     returns TABLE(prompt text, payload jsonb, expects_reply boolean, max_attempts integer, max_turns integer)
@@ -2597,7 +2649,7 @@ create function ceaseless._tg_agents_enabled()
 comment on function ceaseless._tg_agents_enabled() is 'After agents are enabled: fire again the on_completion loops a fire refused for a disabled agent left idle, once all of their agents are enabled.';
 grant execute on function ceaseless._tg_agents_enabled() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 47351fd7ac165dc6d88e5ad325a42a7c
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 33467b717d0d8560c69b8cf3d84cd563
 create function ceaseless._tg_agents_quiet_checks()
     returns trigger
     language plpgsql
@@ -2811,7 +2863,7 @@ create function ceaseless._tg_loops_graph_validate()
 comment on function ceaseless._tg_loops_graph_validate() is 'Before a loop is inserted or its graph is updated: refuse an invalid graph (CE422).';
 grant execute on function ceaseless._tg_loops_graph_validate() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 565ef3529f563c5fa2f1f49ea528f21f
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 78acdd8139f9cc01e3724f83a1bb0f6e
 create function ceaseless._tg_loops_quiet_checks()
     returns trigger
     language plpgsql
@@ -2921,7 +2973,7 @@ create function ceaseless._tg_routines_changed()
 comment on function ceaseless._tg_routines_changed() is 'After a routine changes: NOTIFY ceaseless_schedule when it needs a next_fire_at; audit operator-visible changes.';
 grant execute on function ceaseless._tg_routines_changed() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 39a20db579816fac07736f456e94a11e
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 bed84ee9dd9dcc257953df0a2e3dcf8b
 create function ceaseless._tg_routines_quiet_checks()
     returns trigger
     language plpgsql
@@ -3409,7 +3461,7 @@ create function ceaseless.child_issues_due(p_limit integer DEFAULT 10, p_now tim
 comment on function ceaseless.child_issues_due(p_limit integer, p_now timestamp with time zone) is 'Hand out up to p_limit child issues not yet created on the forge, each to one caller (SKIP LOCKED), counting the attempt and moving next_attempt_at 5 minutes on.';
 grant execute on function ceaseless.child_issues_due(p_limit integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 4fdf5df55fd196a3bd4f4b186aad0b2e
+-- functions/10_jobs.sql, body md5 e0553db8c05e2645226522ee00f60960
 create function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[] DEFAULT NULL::text[], p_agents text[] DEFAULT NULL::text[], p_now timestamp with time zone DEFAULT now(), p_lease_secs integer DEFAULT NULL::integer, p_start boolean DEFAULT false)
     returns TABLE(id uuid, kind text, agent text, prompt text, payload jsonb, max_turns integer, resume_session_id text, attempts integer, claim_expires_at timestamp with time zone, run_id uuid)
     language plpgsql
@@ -3417,7 +3469,7 @@ create function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds tex
     set search_path = pg_catalog, ceaseless, pg_temp
     set enable_seqscan = off
     set jit = off;
-comment on function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[], p_agents text[], p_now timestamp with time zone, p_lease_secs integer, p_start boolean) is 'Claim up to p_limit due pending jobs for listener p_worker, oldest first, admitting each through its lane''s governor (max_concurrent, window_budget, window_cost_usd, window_tokens, lane_pauses) and its owner''s spend budget (owner_budgets) atomically; with p_start, open their agent runs too and return run_id.';
+comment on function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[], p_agents text[], p_now timestamp with time zone, p_lease_secs integer, p_start boolean) is 'Claim up to p_limit due pending jobs for listener p_worker in each lane''s order (fifo: highest priority, then due first; round_robin: owners and their fairness keys in turn), admitting each through its lane''s governor (max_concurrent, window_budget, window_cost_usd, window_tokens, lane_pauses) and its owner''s spend budget (owner_budgets) atomically; with p_start, open their agent runs too and return run_id.';
 grant execute on function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[], p_agents text[], p_now timestamp with time zone, p_lease_secs integer, p_start boolean) to ceaseless_listener, ceaseless_operator;
 
 -- functions/60_notifications.sql, body md5 2c7ed31224cd587559f7163edee1894d

@@ -31,6 +31,7 @@ from listener.enums import (
     Adapter,
     ApprovalDecision,
     Billing,
+    Fairness,
     Forge,
     JobKind,
     JobState,
@@ -55,6 +56,7 @@ Key = tuple[str, str]  # (table, column or expression)
 MIRRORED: dict[Key, type[StrEnum]] = {
     ("job", "state"): JobState,
     ("job", "kind"): JobKind,
+    ("agents", "fairness"): Fairness,
     ("job", "forge"): Forge,
     ("tracked_repo", "forge"): Forge,
     ("agent_run", "pr_forge"): Forge,

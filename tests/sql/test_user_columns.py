@@ -25,11 +25,11 @@ ROUTINE_COLUMNS = {
     "name", "description", "enabled", "trigger_type", "trigger_config", "action_type",
     "action_config", "agent", "cooldown_secs", "max_concurrent", "dedup_window_secs",
     "notify_channel", "notify_user", "notify_on_success", "notify_on_failure",
-    "notify_on_attention",
+    "notify_on_attention", "job_priority", "job_fairness_key",
 }  # fmt: skip
 LOOP_COLUMNS = {
     "workspace_id", "title", "description", "graph", "task_template", "triggers",
-    "repeat_policy", "enabled",
+    "repeat_policy", "enabled", "job_priority", "job_fairness_key",
 }  # fmt: skip
 REPO_COLUMNS = {
     "forge", "owner", "repo", "clone_url", "api_url", "default_branch", "interval_seconds",
@@ -39,6 +39,7 @@ REPO_COLUMNS = {
 }  # fmt: skip
 JOB_COLUMNS = {
     "kind", "agent", "prompt", "payload", "max_turns", "max_attempts", "run_after", "dedup_key",
+    "priority", "fairness_key",
 }  # fmt: skip
 OWNED = {"id", "user_id"}
 
