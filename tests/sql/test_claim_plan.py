@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from tests.factories import make_agent, make_jobs
 from tests.sql.plans import explained, nodes, setting_reset, statement
@@ -91,3 +92,68 @@ def test_a_claim_is_never_jit_compiled(conn: psycopg.Connection) -> None:
     assert not _claim_compiled(_claim_plans(conn))
     with setting_reset(conn, "claim_jobs", "jit"):
         assert _claim_compiled(_claim_plans(conn)), "without jit = off the claim is not compiled"
+
+
+def _backlog(conn: psycopg.Connection, jobs: int, keys: int, spread: str) -> None:
+    """`jobs` pending jobs spread evenly over `keys` owners, or over `keys` fairness keys of
+    one owner: the same names at any size, so a larger backlog deepens the same keys."""
+    owner = f"'owner' || (g %% {keys})" if spread == "owners" else "'ann'"
+    key = f"'key' || (g %% {keys})" if spread == "keys" else owner
+    conn.execute(
+        sql.SQL(
+            "insert into ceaseless.job (kind, agent, prompt, user_id, fairness_key) "
+            "select 'task', 'noop', 'job ' || g, {}, {} from generate_series(1, %s) g"
+        ).format(sql.SQL(owner), sql.SQL(key)),  # type: ignore[arg-type]
+        (jobs,),
+    )
+
+
+def _walks(plans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The probes _round_robin_pick made of the job table, in the order it made them."""
+    return [
+        p["Plan"]
+        for p in plans
+        if "from job j" in p["Query Text"]
+        and "user_id" in p["Query Text"]
+        and not p["Query Text"].lstrip().startswith("with lane")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fairness", "spread"),
+    [("fifo", "owners"), ("round_robin", "owners"), ("round_robin", "keys")],
+)
+def test_claim_at_a_hundred_thousand_jobs_over_a_thousand_keys_reads_only_what_it_claims(
+    conn: psycopg.Connection, fairness: str, spread: str
+) -> None:
+    make_agent(conn, max_concurrent=100, fairness=fairness)
+    _backlog(conn, 100_000, 1_000, spread)
+    conn.execute("vacuum analyze ceaseless.job")
+    with setting_reset(conn, "claim_jobs", "enable_seqscan"):
+        _claim_plans(conn)  # the session's first claim plans its statements
+        plans = _claim_plans(conn)
+    claim = statement(plans, "with lane")
+    walks = _walks(plans)
+    if fairness == "fifo":
+        assert any(n.get("Index Name") == "job_claimable_idx" for n in nodes(claim))
+        assert not walks
+    else:
+        # One probe per owner served and one per job taken (ten of each): never one per
+        # key waiting, and each a descent of job_fair_claim_idx.
+        assert 0 < len(walks) <= 2 * 10 + 2, len(walks)
+        for walk in walks:
+            scans = [n for n in nodes(walk) if n.get("Relation Name") == "job"]
+            assert scans and all(n.get("Index Name") == "job_fair_claim_idx" for n in scans), (
+                json.dumps(walk)[:2000]
+            )
+            assert _buffers(walk) <= 6, json.dumps(walk)[:2000]
+    seq = [
+        n
+        for plan in [claim, *walks]
+        for n in nodes(plan)
+        if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "job"
+    ]
+    assert not seq
+    # Ten jobs found with a few buffers each, and the turn written: reading the thousand
+    # keys would take a thousand buffers and more, the backlog thousands.
+    assert _buffers(_picked(claim)) < 300, _buffers(_picked(claim))
