@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from listener.cli.common import Output, OutputOpt, call, emitting, fail, listed, note, record
-from listener.enums import Adapter
+from listener.enums import Adapter, Fairness
 from listener.queries.commands import agents
 
 app = typer.Typer(help="The agent registry (ceaseless.agents).", no_args_is_help=True)
@@ -54,6 +54,13 @@ def agent_add(
     window_budget: Annotated[
         int | None, typer.Option(help="Runs started per window (default unlimited).")
     ] = None,
+    fairness: Annotated[
+        Fairness | None,
+        typer.Option(
+            help="fifo: by priority, then the job due first; round_robin: one job per owner in "
+            "turn, then per fairness key (default: the column default, fifo)."
+        ),
+    ] = None,
     env: Annotated[
         list[str] | None, typer.Option(help="KEY=VALUE for the agent's environment (repeatable).")
     ] = None,
@@ -76,6 +83,7 @@ def agent_add(
         "max_concurrent": max_concurrent,
         "window_secs": window_secs,
         "window_budget": window_budget,
+        "fairness": fairness.value if fairness is not None else None,
         "env": _environment(env),
         "egress": egress or None,
     }

@@ -27,6 +27,19 @@ def job_add(
     kind: Annotated[JobKind, typer.Option(help="Job kind.")] = JobKind.TASK,
     dedup_key: Annotated[str | None, typer.Option(help="At most one live job per key.")] = None,
     max_turns: Annotated[int | None, typer.Option(help="Bound on agent turns.")] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            help="Higher runs first in its lane, -1000..1000 (default 0); docs/flow-controls.md."
+        ),
+    ] = None,
+    fairness_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Whose turn it waits for in a round_robin lane, within its owner's turns "
+            "(default: the owner)."
+        ),
+    ] = None,
 ) -> None:
     """Enqueue a job and print its id."""
     values = {
@@ -35,6 +48,8 @@ def job_add(
         "prompt": prompt,
         "dedup_key": dedup_key,
         "max_turns": max_turns,
+        "priority": priority,
+        "fairness_key": fairness_key,
     }
     typer.echo(call(jobs.add, values))
 

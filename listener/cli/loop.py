@@ -170,6 +170,20 @@ def loop_add(
     disabled: Annotated[
         bool, typer.Option("--disabled", help="Create it paused; `loop resume` starts it.")
     ] = False,
+    job_priority: Annotated[
+        int | None,
+        typer.Option(
+            help="Its nodes' jobs' priority: higher runs first in a lane, -1000..1000 (default 0)."
+        ),
+    ] = None,
+    job_fairness_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Its nodes' jobs' fairness key: whose turn they wait for in a "
+            "round_robin lane, within their owner's turns "
+            "(default: the owner)."
+        ),
+    ] = None,
 ) -> None:
     """Create a loop. With no trigger it runs only by `ceaseless loop run`; with no policy, forever.
 
@@ -198,6 +212,8 @@ def loop_add(
         "repeat_policy": json.dumps(policy) if policy is not None else None,
         "workspace_id": _workspace_id(workspace) if workspace is not None else None,
         "enabled": False if disabled else None,
+        "job_priority": job_priority,
+        "job_fairness_key": job_fairness_key,
     }
     new_id = call(loops.add, values)
     typer.echo(new_id)

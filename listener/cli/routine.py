@@ -103,6 +103,20 @@ def routine_add(
     dedup_window: Annotated[
         int | None, typer.Option(help="Seconds in which identical content fires once.")
     ] = None,
+    job_priority: Annotated[
+        int | None,
+        typer.Option(
+            help="Its jobs' priority: higher runs first in the lane, -1000..1000 (default 0)."
+        ),
+    ] = None,
+    job_fairness_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Its jobs' fairness key: whose turn they wait for in a "
+            "round_robin lane, within their owner's turns "
+            "(default: the owner)."
+        ),
+    ] = None,
 ) -> None:
     """Create a routine: one trigger (--cron, --event, --webhook, or none for manual) and
     one action (--prompt for lightweight, --title/--description for full_job)."""
@@ -136,6 +150,8 @@ def routine_add(
         "cooldown_secs": cooldown,
         "max_concurrent": max_concurrent,
         "dedup_window_secs": dedup_window,
+        "job_priority": job_priority,
+        "job_fairness_key": job_fairness_key,
     }
     typer.echo(call(routines.add, values))
     if cron:
