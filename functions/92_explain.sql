@@ -146,9 +146,12 @@ comment on function _explain_schedule(text, uuid, timestamptz) is
 -- (claimed, running, or finished in its state); a pending one lists each of:
 -- not_due (run_after, e.g. a retry's backoff), the lane's reasons
 -- (_explain_lane: agent_disabled, lane_paused, lane_full, window_budget,
--- cost_budget, token_budget), and behind_older_jobs when the lane has room
--- but the claim, which takes a lane's due jobs oldest first, would take at
--- least that many older ones first. Nothing: one row, 'ready'.
+-- cost_budget, token_budget), and, when the lane has room, behind_older_jobs
+-- (a fifo lane, which takes the highest priority first, then the job due
+-- first, would take at least that many others first) or behind_other_turns
+-- (a round_robin lane could serve that many turns of other owners, of its
+-- owner's other fairness keys, and of its key's earlier jobs first, as
+-- _round_robin_pick takes them). Nothing: one row, 'ready'.
 --
 -- Raises: CE404 when no job has the id, or it is someone else's.
 create or replace function explain_job(p_job_id uuid, p_now timestamptz default now())
@@ -163,6 +166,10 @@ declare
     v_ahead bigint;
     v_held boolean;
     v_lane record;
+    v_fairness text;
+    v_others bigint;
+    v_keys bigint;
+    v_most bigint;
 begin
     select j.* into v_job from job j where j.id = p_job_id and _acts_for(j.user_id);
     if v_job.id is null then
@@ -223,18 +230,64 @@ begin
         end if;
     end loop;
 
-    if not v_held then
+    select a.fairness into v_fairness from agents a where a.name = v_job.agent;
+    if not v_held and v_fairness = 'round_robin' then
+        -- Each count stops at the lane's free slots: a deep backlog costs no
+        -- more than a short one. The turn can stand anywhere, so this is the
+        -- most that could go first: every other owner before each of its
+        -- owner's turns, every other key before each of its key's turns.
+        select count(*) into v_others
+        from (select distinct j.user_id from job j
+              where j.agent = v_job.agent and j.state = 'pending' and j.run_after <= p_now
+                and j.user_id <> v_job.user_id
+              limit v_free) o;
+        select count(*) into v_keys
+        from (select distinct j.fairness_key from job j
+              where j.agent = v_job.agent and j.state = 'pending' and j.run_after <= p_now
+                and j.user_id = v_job.user_id and j.fairness_key <> v_job.fairness_key
+              limit v_free) k;
+        select count(*) into v_ahead
+        from (select from job j
+              where j.agent = v_job.agent and j.state = 'pending' and j.run_after <= p_now
+                and j.user_id = v_job.user_id and j.fairness_key = v_job.fairness_key
+                and (j.priority > v_job.priority
+                     or (j.priority = v_job.priority
+                         and (j.run_after, j.created_at) < (v_job.run_after, v_job.created_at)))
+              limit v_free) ahead;
+        v_most := (v_ahead + 1) * (v_keys + 1) * (v_others + 1) - 1;
+        if v_most >= v_free then
+            return query select 'behind_other_turns'::text,
+                format('lane %s takes turns (round_robin): %s%s other owners and %s%s other '
+                       'fairness keys of owner %s have due work, and %s%s jobs of key %s come '
+                       'before it; up to %s%s jobs may be claimed first, with %s free slots',
+                       v_job.agent, case when v_others >= v_free then 'at least ' else '' end,
+                       v_others, case when v_keys >= v_free then 'at least ' else '' end, v_keys,
+                       v_job.user_id, case when v_ahead >= v_free then 'at least ' else '' end,
+                       v_ahead, v_job.fairness_key,
+                       case when greatest(v_others, v_keys, v_ahead) >= v_free
+                            then 'at least ' else '' end, v_most, v_free),
+                null::timestamptz;
+        else
+            return query select 'ready'::text,
+                format('due, and lane %s admits it (%s free slots) and serves its turn within '
+                       'them: a listener serving the lane claims it next', v_job.agent, v_free),
+                null::timestamptz;
+        end if;
+    elsif not v_held then
         -- Counting stops at the lane's free slots: a deep backlog costs no
         -- more than a short one.
         select count(*) into v_ahead
         from (select from job j
               where j.agent = v_job.agent and j.state = 'pending' and j.run_after <= p_now
-                and (j.run_after, j.created_at) < (v_job.run_after, v_job.created_at)
+                and (j.priority > v_job.priority
+                     or (j.priority = v_job.priority
+                         and (j.run_after, j.created_at) < (v_job.run_after, v_job.created_at)))
               limit v_free) older;
         if v_ahead >= v_free then
             return query select 'behind_older_jobs'::text,
-                format('lane %s has %s free slots and at least as many older due jobs, which '
-                       'are claimed first', v_job.agent, v_free),
+                format('lane %s has %s free slots and at least as many due jobs of higher '
+                       'priority, or of its priority and older, which are claimed first',
+                       v_job.agent, v_free),
                 null::timestamptz;
         else
             return query select 'ready'::text,
@@ -248,7 +301,8 @@ $$;
 
 comment on function explain_job(uuid, timestamptz) is
     'Every reason that holds a job (not_due, owner_budget, agent_disabled, lane_paused, '
-    'lane_full, window_budget, cost_budget, token_budget, behind_older_jobs; or claimed, running, '
+    'lane_full, window_budget, cost_budget, token_budget, behind_older_jobs, behind_other_turns; '
+    'or claimed, running, '
     'finished), one row each with the '
     'time it clears when known; ''ready'' when nothing does. CE404 for an unknown job.';
 

@@ -308,3 +308,34 @@ def test_alice_sets_priority_and_keys_on_her_jobs_but_wins_none_of_bobs_turns(
         alice.execute("update ceaseless.job set priority = -1000 where id = %s", (bobs,))
     seen = alice.execute("select count(*) from ceaseless.job where id = %s", (bobs,)).fetchone()
     assert seen == (0,)
+
+
+def _why(conn: psycopg.Connection, job: UUID) -> list[tuple[str, str]]:
+    rows = conn.execute(
+        "select reason, detail from ceaseless.explain_job(%s, %s)", (job, NOW)
+    ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def test_explain_job_says_a_round_robin_job_waits_for_other_turns(
+    conn: psycopg.Connection,
+) -> None:
+    make_agent(conn, max_concurrent=2, fairness="round_robin")
+    _jobs(conn, 5, user_id="ann")
+    _jobs(conn, 5, user_id="ben")
+    cat = make_job(conn, user_id="cat", run_after=NOW)
+    (reason, detail), *_ = _why(conn, cat)
+    assert reason == "behind_other_turns"
+    assert "at least 2 other owners" in detail and "2 free slots" in detail
+    conn.execute("update ceaseless.agents set max_concurrent = 10")
+    assert _why(conn, cat)[0][0] == "ready"
+
+
+def test_explain_job_says_a_fifo_job_waits_behind_higher_priority(
+    conn: psycopg.Connection,
+) -> None:
+    make_agent(conn, max_concurrent=1)
+    old = make_job(conn, run_after=NOW - timedelta(hours=1))
+    urgent = make_job(conn, run_after=NOW, priority=10)
+    assert _why(conn, urgent)[0][0] == "ready"
+    assert _why(conn, old)[0][0] == "behind_older_jobs"
