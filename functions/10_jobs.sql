@@ -82,7 +82,7 @@ comment on function _check_claim(text, text, integer) is
 -- O(due work): each owner's turn is one probe of job_fair_claim_idx for the
 -- next owner and one for the next key's best job, so a claim of N slots reads
 -- about 2N index descents, whatever the backlog and however many owners or
--- keys wait. Jobs delayed into the future sit in the same index: an owner or
+-- keys wait; set-based, in three statements when one round fills the slots. Jobs delayed into the future sit in the same index: an owner or
 -- key whose pending jobs are all delayed costs its entries to pass over.
 --
 -- Called by claim_jobs only, which holds the lane's row lock, so the turn it
@@ -102,120 +102,161 @@ set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
-    v_start text;
-    v_cur text;
-    v_owner text;
-    v_wrapped boolean := false;
-    v_owners text[] := '{}';
+    v_owners text[];
     v_keys text[];
     v_done boolean[];
     v_taken uuid[] := '{}';
     v_round integer := 0;
     v_before integer;
     v_last_owner text;
-    v_job record;
+    v_pick record;
 begin
-    select t.user_id into v_start from lane_turns t where t.agent = p_agent;
     -- The owners with due work, in ring order after the lane's turn, at most
-    -- one per free slot (more could not be served this claim). Role names
-    -- are never empty, so '' stands before every owner.
-    v_cur := coalesce(v_start, '');
-    while cardinality(v_owners) < p_free loop
-        if not v_wrapped then
-            select j.user_id into v_owner
-            from job j
-            where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
-              and j.user_id > v_cur
-            order by j.user_id
-            limit 1;
-        else
-            select j.user_id into v_owner
-            from job j
-            where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
-              and j.user_id > v_cur and j.user_id <= v_start
-            order by j.user_id
-            limit 1;
-        end if;
-        if v_owner is null then
-            exit when v_wrapped or v_start is null;
-            v_wrapped := true;
-            v_cur := '';
-            continue;
-        end if;
-        v_cur := v_owner;
-        if v_owner <> all (p_owners_over) then
-            v_owners := v_owners || v_owner;
-        end if;
-    end loop;
-    if cardinality(v_owners) = 0 then
+    -- one per free slot (more could not be served this claim), each with the
+    -- key it was served last ('' before every key: keys are never empty).
+    with recursive
+    -- Where the ring starts: after the owner served last ('' before every
+    -- owner: role names are never empty).
+    start as (
+        select coalesce((select t.user_id from lane_turns t where t.agent = p_agent), '')
+            as after
+    ),
+    -- A skip scan of job_fair_claim_idx: each step one probe for the next
+    -- owner with a due job, from after the turn to the last owner ...
+    tail (user_id, n) as (
+        select (select j.user_id from job j
+                where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+                  and j.user_id > start.after
+                order by j.user_id limit 1), 1
+        from start
+        union all
+        select (select j.user_id from job j
+                where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+                  and j.user_id > t.user_id
+                order by j.user_id limit 1), t.n + 1
+        from tail t
+        where t.user_id is not null and t.n < p_free + cardinality(p_owners_over)
+    ),
+    -- ... then, while slots remain, from the first owner round to the turn's
+    -- own (served last, so last again).
+    head (user_id, n) as (
+        select (select j.user_id from job j
+                where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+                  and j.user_id <= start.after
+                order by j.user_id limit 1),
+               (select count(t.user_id) from tail t) + 1
+        from start
+        where start.after <> ''
+          and (select count(t.user_id) from tail t) < p_free + cardinality(p_owners_over)
+        union all
+        select (select j.user_id from job j
+                where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+                  and j.user_id > h.user_id and j.user_id <= start.after
+                order by j.user_id limit 1), h.n + 1
+        from head h, start
+        where h.user_id is not null and h.n < p_free + cardinality(p_owners_over)
+    ),
+    -- Owners over their spend budget pass their turn.
+    ring as (
+        select r.user_id, r.n from tail r where r.user_id is not null
+        union all
+        select r.user_id, r.n from head r where r.user_id is not null
+    ),
+    served as (
+        select r.user_id, r.n from ring r
+        where r.user_id <> all (p_owners_over)
+        order by r.n
+        limit p_free
+    )
+    select array_agg(r.user_id order by r.n),
+           array_agg(coalesce(o.fairness_key, '') order by r.n),
+           array_agg(false)
+    into v_owners, v_keys, v_done
+    from served r
+    left join owner_turns o on o.agent = p_agent and o.user_id = r.user_id;
+    if v_owners is null then
         return;
     end if;
 
-    -- Each owner's key turn: keys are never empty, so '' for an owner this
-    -- lane never served.
-    select array_agg(coalesce(t.fairness_key, '') order by o.ord), array_agg(false)
-    into v_keys, v_done
-    from unnest(v_owners) with ordinality as o(user_id, ord)
-    left join owner_turns t on t.agent = p_agent and t.user_id = o.user_id;
-
-    <<rounds>>
+    -- Round by round, one job per owner still with due work, each the best
+    -- job of the owner's next key after its turn (wrapping round to the
+    -- turn's own key). Usually one round fills the slots: there are as many
+    -- owners as slots unless few owners have due work.
     loop
         v_round := v_round + 1;
         v_before := cardinality(v_taken);
-        for i in 1 .. cardinality(v_owners) loop
-            exit rounds when cardinality(v_taken) >= p_free;
-            continue when v_done[i];
-            -- The owner's next key with a due job after its turn, and that
-            -- key's best job, in one probe of job_fair_claim_idx; then, past
-            -- the last key, from its first key round to the turn's own.
-            select j.id, j.fairness_key, j.priority, j.run_after, j.created_at into v_job
-            from job j
-            where j.agent = p_agent and j.state = 'pending' and j.user_id = v_owners[i]
-              and j.fairness_key > v_keys[i] and j.run_after <= p_now
-              and (p_kinds is null or j.kind = any (p_kinds))
-              and j.id <> all (v_taken)
-            order by j.fairness_key, j.priority desc, j.run_after
-            limit 1
-            for update skip locked;
-            if v_job.id is null then
-                select j.id, j.fairness_key, j.priority, j.run_after, j.created_at into v_job
-                from job j
-                where j.agent = p_agent and j.state = 'pending' and j.user_id = v_owners[i]
-                  and j.fairness_key <= v_keys[i] and j.run_after <= p_now
-                  and (p_kinds is null or j.kind = any (p_kinds))
-                  and j.id <> all (v_taken)
-                order by j.fairness_key, j.priority desc, j.run_after
+        for v_pick in
+            select o.ord, c.id, c.fairness_key, c.priority, c.run_after, c.created_at
+            from unnest(v_owners, v_keys, v_done) with ordinality as o(user_id, key, done, ord)
+            left join lateral (
+                -- One probe of job_fair_claim_idx finds the owner's next key
+                -- with a due job and that key's best job.
+                select a.* from (
+                    select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
+                    from job j
+                    where j.agent = p_agent and j.state = 'pending' and j.user_id = o.user_id
+                      and j.fairness_key > o.key and j.run_after <= p_now
+                      and (p_kinds is null or j.kind = any (p_kinds))
+                      and j.id <> all (v_taken)
+                    order by j.fairness_key, j.priority desc, j.run_after
+                    limit 1
+                    for update skip locked
+                ) a
+                union all
+                -- Past the owner's last key: round to its first (the
+                -- branch runs only when the first found nothing).
+                select b.* from (
+                    select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
+                    from job j
+                    where j.agent = p_agent and j.state = 'pending' and j.user_id = o.user_id
+                      and j.fairness_key <= o.key and j.run_after <= p_now
+                      and (p_kinds is null or j.kind = any (p_kinds))
+                      and j.id <> all (v_taken)
+                    order by j.fairness_key, j.priority desc, j.run_after
+                    limit 1
+                    for update skip locked
+                ) b
                 limit 1
-                for update skip locked;
-            end if;
-            if v_job.id is null then
-                v_done[i] := true;
+            ) c on true
+            where not o.done
+            order by o.ord
+            limit p_free - cardinality(v_taken)
+        loop
+            if v_pick.id is null then
+                -- Nothing due left for this owner: it sits out the rounds
+                -- to come, and its turn, unserved, does not move.
+                v_done[v_pick.ord] := true;
                 continue;
             end if;
-            v_keys[i] := v_job.fairness_key;
-            v_taken := v_taken || v_job.id;
-            v_last_owner := v_owners[i];
-            id := v_job.id;
+            v_keys[v_pick.ord] := v_pick.fairness_key;
+            v_taken := v_taken || v_pick.id;
+            v_last_owner := v_owners[v_pick.ord];
+            id := v_pick.id;
             turn := v_round;
-            priority := v_job.priority;
-            run_after := v_job.run_after;
-            created_at := v_job.created_at;
+            priority := v_pick.priority;
+            run_after := v_pick.run_after;
+            created_at := v_pick.created_at;
             return next;
         end loop;
-        exit when cardinality(v_taken) = v_before;
+        exit when cardinality(v_taken) >= p_free or cardinality(v_taken) = v_before;
     end loop;
 
     if v_last_owner is null then
         return;
     end if;
-    insert into lane_turns as t (agent, user_id)
-    values (p_agent, v_last_owner)
-    on conflict (agent) do update set user_id = excluded.user_id;
+    -- The turns move to the owner served last and, for each owner served,
+    -- to the key it was served last.
+    with turned as (
+        insert into lane_turns as t (agent, user_id)
+        values (p_agent, v_last_owner)
+        on conflict (agent) do update set user_id = excluded.user_id
+    )
     insert into owner_turns as t (agent, user_id, fairness_key)
-    select p_agent, o.user_id, o.fairness_key
-    from unnest(v_owners, v_keys) as o(user_id, fairness_key)
-    where o.fairness_key <> ''
-    on conflict (agent, user_id) do update set fairness_key = excluded.fairness_key;
+    select p_agent, o.user_id, o.key
+    from unnest(v_owners, v_keys) as o(user_id, key)
+    where o.key <> ''
+    on conflict (agent, user_id) do update set fairness_key = excluded.fairness_key
+    where t.fairness_key is distinct from excluded.fairness_key;
 end;
 $$;
 
