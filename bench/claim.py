@@ -3,11 +3,12 @@
 A lane of `jobs` pending jobs spread over `keys` owners; claim_jobs(p_start) takes a
 batch as a listener does, timed on the client, and the batch is finished (untimed)
 so the lane has room for the next. Three variants on fresh databases of one server,
-interleaved run by run so a noisy neighbour weighs on all alike:
+taken in turn, claim by claim, so a noisy neighbour weighs on all alike:
 - fifo at a baseline git ref (the claim before fairness, migrated from that ref's
   db/ and functions/);
 - fifo at this checkout (priority first, then due time);
 - round_robin at this checkout (one job per owner in turn).
+Each variant has a database of its own; their claims are taken in turn.
 
 `python -m bench.claim --baseline-ref main` runs it alone; bin/bench runs it with
 the other scenarios when given --baseline-ref.
@@ -21,7 +22,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -48,86 +49,98 @@ def baseline_tree(ref: str) -> Iterator[Path]:
         yield Path(directory)
 
 
-def claim_path(
-    server: Server, jobs: int, keys: int, variant: str, baseline: Path | None, claims: int
-) -> Measurement:
-    """`claims` claims of up to 10 jobs each from one lane of `jobs` pending jobs over `keys`
-    owners; p50 and p95 of one claim in ms, and claims per second of claiming time."""
-    batch = 10
-    at_baseline = variant == "fifo (baseline)"
-    with server.database(migrated=not at_baseline) as url:
-        if at_baseline:
-            assert baseline is not None, "the baseline variant needs a baseline tree"
-            migrate(url, root=baseline)
-        with psycopg.connect(url, autocommit=True) as conn:
-            if at_baseline:
-                conn.execute(
-                    "insert into ceaseless.agents (name, adapter, max_concurrent) "
-                    "values ('noop', 'noop', %s)",
-                    (batch,),
-                )
-                conn.execute(
-                    "insert into ceaseless.job (kind, agent, prompt, user_id) "
-                    "select 'task', 'noop', 'job ' || g, 'owner' || (g %% %s) "
-                    "from generate_series(1, %s) g",
-                    (keys, jobs),
-                )
-            else:
-                conn.execute(
-                    "insert into ceaseless.agents (name, adapter, max_concurrent, fairness) "
-                    "values ('noop', 'noop', %s, %s)",
-                    (batch, variant),
-                )
-                conn.execute(
-                    "insert into ceaseless.job (kind, agent, prompt, user_id, fairness_key) "
-                    "select 'task', 'noop', 'job ' || g, 'owner' || (g %% %s), "
-                    "'owner' || (g %% %s) from generate_series(1, %s) g",
-                    (keys, keys, jobs),
-                )
-            conn.execute("vacuum analyze ceaseless.job")
-            timings: list[float] = []
-            for _ in range(claims):
-                started = time.perf_counter()
-                runs = conn.execute(
-                    "select id, run_id from ceaseless.claim_jobs('bench', %s, p_start => true)",
-                    (batch,),
-                ).fetchall()
-                timings.append((time.perf_counter() - started) * 1000)
-                results = [{"run_id": str(run_id), "outcome": "succeeded"} for _, run_id in runs]
-                conn.execute(
-                    "select count(*) from ceaseless.finish_runs('bench', %s::jsonb)",
-                    (json.dumps(results),),
-                )
-            row = conn.execute(
-                "select count(distinct job_id), count(*) from ceaseless.agent_run"
-            ).fetchone()
-            assert row is not None
-            distinct, total = int(row[0]), int(row[1])
-            owners = conn.execute(
-                "select count(distinct j.user_id) from ceaseless.job j where j.state = 'delivered'"
-            ).fetchone()
-            assert owners is not None
+def _lane(conn: psycopg.Connection, variant: str, jobs: int, keys: int, batch: int) -> None:
+    """One lane of `jobs` pending jobs over `keys` owners (at the baseline: no fairness)."""
+    if variant == "fifo (baseline)":
+        conn.execute(
+            "insert into ceaseless.agents (name, adapter, max_concurrent) "
+            "values ('noop', 'noop', %s)",
+            (batch,),
+        )
+        conn.execute(
+            "insert into ceaseless.job (kind, agent, prompt, user_id) "
+            "select 'task', 'noop', 'job ' || g, 'owner' || (g %% %s) "
+            "from generate_series(1, %s) g",
+            (keys, jobs),
+        )
+    else:
+        conn.execute(
+            "insert into ceaseless.agents (name, adapter, max_concurrent, fairness) "
+            "values ('noop', 'noop', %s, %s)",
+            (batch, variant),
+        )
+        conn.execute(
+            "insert into ceaseless.job (kind, agent, prompt, user_id, fairness_key) "
+            "select 'task', 'noop', 'job ' || g, 'owner' || (g %% %s), "
+            "'owner' || (g %% %s) from generate_series(1, %s) g",
+            (keys, keys, jobs),
+        )
+    conn.execute("vacuum analyze ceaseless.job")
+
+
+def _claim(conn: psycopg.Connection, batch: int) -> float:
+    """One claim of up to `batch` jobs, as a listener makes it, in ms; its runs are then
+    finished (untimed) so the lane has room for the next."""
+    started = time.perf_counter()
+    runs = conn.execute(
+        "select id, run_id from ceaseless.claim_jobs('bench', %s, p_start => true)", (batch,)
+    ).fetchall()
+    elapsed = (time.perf_counter() - started) * 1000
+    results = [{"run_id": str(run_id), "outcome": "succeeded"} for _, run_id in runs]
+    conn.execute(
+        "select count(*) from ceaseless.finish_runs('bench', %s::jsonb)", (json.dumps(results),)
+    )
+    return elapsed
+
+
+def _checked(conn: psycopg.Connection, timings: list[float], expected: int) -> Measurement:
+    row = conn.execute(
+        "select count(distinct job_id), count(*) from ceaseless.agent_run"
+    ).fetchone()
+    owners = conn.execute(
+        "select count(distinct user_id) from ceaseless.job where state = 'delivered'"
+    ).fetchone()
+    assert row is not None and owners is not None
+    distinct, total = int(row[0]), int(row[1])
     return Measurement(
         {
             "claim_p50_ms": statistics.median(timings),
             "claim_p95_ms": percentile(timings, 95),
-            "claims_per_s": claims / (sum(timings) / 1000),
+            "claims_per_s": len(timings) / (sum(timings) / 1000),
             "owners_served": float(owners[0]),
         },
-        lost=claims * batch - distinct,
+        lost=expected - distinct,
         duplicated=total - distinct,
     )
 
 
-def compare(
-    server: Server, baseline: Path, jobs: int, keys: int, claims: int, runs: int
-) -> dict[str, list[Measurement]]:
-    """Every variant `runs` times, interleaved."""
-    found: dict[str, list[Measurement]] = {variant: [] for variant in VARIANTS}
-    for _ in range(runs):
+def claim_paths(
+    server: Server, baseline: Path, jobs: int, keys: int, claims: int
+) -> dict[str, Measurement]:
+    """Every variant on a database of its own, `claims` claims of 10 each, taken in turn (one
+    claim of each variant, then the next), so a busy moment of the machine weighs on all
+    alike. The first ten claims of each warm its plans and are not counted."""
+    batch, warm = 10, 10
+    with ExitStack() as stack:
+        conns: dict[str, psycopg.Connection] = {}
         for variant in VARIANTS:
-            found[variant].append(claim_path(server, jobs, keys, variant, baseline, claims))
-    return found
+            at_baseline = variant == "fifo (baseline)"
+            url = stack.enter_context(server.database(migrated=not at_baseline))
+            if at_baseline:
+                migrate(url, root=baseline)
+            conn = stack.enter_context(psycopg.connect(url, autocommit=True))
+            _lane(conn, variant, jobs, keys, batch)
+            conns[variant] = conn
+        timings: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+        for n in range(warm + claims):
+            for variant, conn in conns.items():
+                elapsed = _claim(conn, batch)
+                if n >= warm:
+                    timings[variant].append(elapsed)
+        return {
+            variant: _checked(conn, timings[variant], (warm + claims) * batch)
+            for variant, conn in conns.items()
+        }
 
 
 def main(
@@ -144,11 +157,14 @@ def main(
     ] = None,
 ) -> None:
     """Time claim_jobs at a baseline ref (fifo) and here (fifo, round_robin), side by side."""
+    found: dict[str, list[Measurement]] = {variant: [] for variant in VARIANTS}
     with baseline_tree(baseline_ref) as baseline, provision(database_url) as server:
-        found = compare(server, baseline, jobs, keys, claims, runs)
+        for _ in range(runs):
+            for variant, measured in claim_paths(server, baseline, jobs, keys, claims).items():
+                found[variant].append(measured)
     typer.echo(
-        f"claim path: {jobs:,} pending jobs over {keys:,} owners, {claims} claims of 10, "
-        f"{runs} runs each (median [min-max])"
+        f"claim path: {jobs:,} pending jobs over {keys:,} owners, {claims} claims of 10 per "
+        f"run, the variants in turn, {runs} runs (median [min-max] of the runs)"
     )
     for variant, measured in found.items():
         cells = []
@@ -159,7 +175,7 @@ def main(
             )
         lost = sum(m.lost for m in measured)
         doubled = sum(m.duplicated for m in measured)
-        label = f"{variant.replace('baseline', baseline_ref)}"
+        label = variant.replace("baseline", baseline_ref)
         typer.echo(f"{label:>16}: " + ", ".join(cells) + f"; lost {lost}, duplicated {doubled}")
 
 

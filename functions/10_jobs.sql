@@ -104,6 +104,7 @@ as $$
 declare
     v_owners text[];
     v_keys text[];
+    v_keys_before text[];
     v_done boolean[];
     v_taken uuid[] := '{}';
     v_round integer := 0;
@@ -177,6 +178,7 @@ begin
     if v_owners is null then
         return;
     end if;
+    v_keys_before := v_keys;
 
     -- Round by round, one job per owner still with due work, each the best
     -- job of the owner's next key after its turn (wrapping round to the
@@ -245,7 +247,9 @@ begin
         return;
     end if;
     -- The turns move to the owner served last and, for each owner served,
-    -- to the key it was served last.
+    -- to the key it was served last: written only where it moved, so an
+    -- owner with one key (the default, its own name) costs no write after
+    -- its first turn.
     with turned as (
         insert into lane_turns as t (agent, user_id)
         values (p_agent, v_last_owner)
@@ -253,10 +257,9 @@ begin
     )
     insert into owner_turns as t (agent, user_id, fairness_key)
     select p_agent, o.user_id, o.key
-    from unnest(v_owners, v_keys) as o(user_id, key)
-    where o.key <> ''
-    on conflict (agent, user_id) do update set fairness_key = excluded.fairness_key
-    where t.fairness_key is distinct from excluded.fairness_key;
+    from unnest(v_owners, v_keys, v_keys_before) as o(user_id, key, key_before)
+    where o.key <> o.key_before
+    on conflict (agent, user_id) do update set fairness_key = excluded.fairness_key;
 end;
 $$;
 
