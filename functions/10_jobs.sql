@@ -82,7 +82,8 @@ comment on function _check_claim(text, text, integer) is
 -- O(due work): each owner's turn is one probe of job_fair_claim_idx for the
 -- next owner and one for the next key's best job, so a claim of N slots reads
 -- about 2N index descents, whatever the backlog and however many owners or
--- keys wait; set-based, in three statements when one round fills the slots. Jobs delayed into the future sit in the same index: an owner or
+-- keys wait; one statement when one round fills the slots (as many owners
+-- with due work as free slots), then one per further round. Jobs delayed into the future sit in the same index: an owner or
 -- key whose pending jobs are all delayed costs its entries to pass over.
 --
 -- Called by claim_jobs only, which holds the lane's row lock, so the turn it
@@ -104,17 +105,19 @@ as $$
 declare
     v_owners text[];
     v_keys text[];
-    v_keys_before text[];
+    v_ids uuid[];
+    v_priorities integer[];
+    v_due timestamptz[];
+    v_created timestamptz[];
     v_done boolean[];
-    v_taken uuid[] := '{}';
-    v_round integer := 0;
+    v_taken integer;
+    v_round integer := 1;
     v_before integer;
     v_last_owner text;
     v_pick record;
 begin
-    -- The owners with due work, in ring order after the lane's turn, at most
-    -- one per free slot (more could not be served this claim), each with the
-    -- key it was served last ('' before every key: keys are never empty).
+    -- The first round in one statement: the owners with due work in ring
+    -- order, one job of each, and the turns moved past them.
     with recursive
     -- Where the ring starts: after the owner served last ('' before every
     -- owner: role names are never empty).
@@ -157,63 +160,121 @@ begin
         from head h, start
         where h.user_id is not null and h.n < p_free + cardinality(p_owners_over)
     ),
-    -- Owners over their spend budget pass their turn.
-    ring as (
-        select r.user_id, r.n from tail r where r.user_id is not null
-        union all
-        select r.user_id, r.n from head r where r.user_id is not null
-    ),
+    -- At most one owner per free slot (more could not be served this
+    -- claim); owners over their spend budget pass their turn.
     served as (
-        select r.user_id, r.n from ring r
+        select r.user_id, r.n
+        from (select t.user_id, t.n from tail t where t.user_id is not null
+              union all
+              select h.user_id, h.n from head h where h.user_id is not null) r
         where r.user_id <> all (p_owners_over)
         order by r.n
         limit p_free
+    ),
+    -- Each owner's key turn: the key it was served last ('' before every
+    -- key: keys are never empty).
+    turns as (
+        select s.user_id, s.n, coalesce(o.fairness_key, '') as key
+        from served s
+        left join owner_turns o on o.agent = p_agent and o.user_id = s.user_id
+    ),
+    -- One job per owner: one probe of job_fair_claim_idx finds the owner's
+    -- next key with a due job after its turn and that key's best job; past
+    -- the owner's last key, a second probe rounds to its first.
+    picks as (
+        select t.user_id, t.n, t.key as key_before, c.*
+        from turns t
+        left join lateral (
+            select a.* from (
+                select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
+                from job j
+                where j.agent = p_agent and j.state = 'pending' and j.user_id = t.user_id
+                  and j.fairness_key > t.key and j.run_after <= p_now
+                  and (p_kinds is null or j.kind = any (p_kinds))
+                order by j.fairness_key, j.priority desc, j.run_after
+                limit 1
+                for update skip locked
+            ) a
+            union all
+            select b.* from (
+                select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
+                from job j
+                where j.agent = p_agent and j.state = 'pending' and j.user_id = t.user_id
+                  and j.fairness_key <= t.key and j.run_after <= p_now
+                  and (p_kinds is null or j.kind = any (p_kinds))
+                order by j.fairness_key, j.priority desc, j.run_after
+                limit 1
+                for update skip locked
+            ) b
+            limit 1
+        ) c on true
+    ),
+    -- The lane's turn moves to the last owner served ...
+    lane_moved as (
+        insert into lane_turns as l (agent, user_id)
+        select p_agent, p.user_id from picks p where p.id is not null order by p.n desc limit 1
+        on conflict (agent) do update set user_id = excluded.user_id
+    ),
+    -- ... and each owner's to its key served, written only where it moved,
+    -- so an owner with one key (the default) costs no write after its first
+    -- turn.
+    keys_moved as (
+        insert into owner_turns as o (agent, user_id, fairness_key)
+        select p_agent, p.user_id, p.fairness_key
+        from picks p
+        where p.id is not null and p.fairness_key <> p.key_before
+        on conflict (agent, user_id) do update set fairness_key = excluded.fairness_key
     )
-    select array_agg(r.user_id order by r.n),
-           array_agg(coalesce(o.fairness_key, '') order by r.n),
-           array_agg(false)
-    into v_owners, v_keys, v_done
-    from served r
-    left join owner_turns o on o.agent = p_agent and o.user_id = r.user_id;
-    if v_owners is null then
+    select array_agg(p.user_id order by p.n), array_agg(p.fairness_key order by p.n),
+           array_agg(p.id order by p.n), array_agg(p.priority order by p.n),
+           array_agg(p.run_after order by p.n), array_agg(p.created_at order by p.n)
+    into v_owners, v_keys, v_ids, v_priorities, v_due, v_created
+    from picks p
+    where p.id is not null;
+
+    v_taken := coalesce(cardinality(v_ids), 0);
+    for i in 1 .. v_taken loop
+        id := v_ids[i];
+        turn := 1;
+        priority := v_priorities[i];
+        run_after := v_due[i];
+        created_at := v_created[i];
+        return next;
+    end loop;
+    if v_taken = 0 or v_taken >= p_free then
         return;
     end if;
-    v_keys_before := v_keys;
 
-    -- Round by round, one job per owner still with due work, each the best
-    -- job of the owner's next key after its turn (wrapping round to the
-    -- turn's own key). Usually one round fills the slots: there are as many
-    -- owners as slots unless few owners have due work.
+    -- Slots remain: fewer owners with due work than slots. The next rounds
+    -- go to the owners served in the first, one job each per round, a
+    -- statement a round, until the slots are filled or nothing due is left.
+    v_done := array_fill(false, array[v_taken]);
     loop
         v_round := v_round + 1;
-        v_before := cardinality(v_taken);
+        v_before := cardinality(v_ids);
         for v_pick in
             select o.ord, c.id, c.fairness_key, c.priority, c.run_after, c.created_at
             from unnest(v_owners, v_keys, v_done) with ordinality as o(user_id, key, done, ord)
             left join lateral (
-                -- One probe of job_fair_claim_idx finds the owner's next key
-                -- with a due job and that key's best job.
                 select a.* from (
                     select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
                     from job j
                     where j.agent = p_agent and j.state = 'pending' and j.user_id = o.user_id
                       and j.fairness_key > o.key and j.run_after <= p_now
                       and (p_kinds is null or j.kind = any (p_kinds))
-                      and j.id <> all (v_taken)
+                      and j.id <> all (v_ids)
                     order by j.fairness_key, j.priority desc, j.run_after
                     limit 1
                     for update skip locked
                 ) a
                 union all
-                -- Past the owner's last key: round to its first (the
-                -- branch runs only when the first found nothing).
                 select b.* from (
                     select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
                     from job j
                     where j.agent = p_agent and j.state = 'pending' and j.user_id = o.user_id
                       and j.fairness_key <= o.key and j.run_after <= p_now
                       and (p_kinds is null or j.kind = any (p_kinds))
-                      and j.id <> all (v_taken)
+                      and j.id <> all (v_ids)
                     order by j.fairness_key, j.priority desc, j.run_after
                     limit 1
                     for update skip locked
@@ -222,16 +283,16 @@ begin
             ) c on true
             where not o.done
             order by o.ord
-            limit p_free - cardinality(v_taken)
+            limit p_free - cardinality(v_ids)
         loop
             if v_pick.id is null then
                 -- Nothing due left for this owner: it sits out the rounds
-                -- to come, and its turn, unserved, does not move.
+                -- to come.
                 v_done[v_pick.ord] := true;
                 continue;
             end if;
             v_keys[v_pick.ord] := v_pick.fairness_key;
-            v_taken := v_taken || v_pick.id;
+            v_ids := v_ids || v_pick.id;
             v_last_owner := v_owners[v_pick.ord];
             id := v_pick.id;
             turn := v_round;
@@ -240,16 +301,14 @@ begin
             created_at := v_pick.created_at;
             return next;
         end loop;
-        exit when cardinality(v_taken) >= p_free or cardinality(v_taken) = v_before;
+        exit when cardinality(v_ids) >= p_free or cardinality(v_ids) = v_before;
     end loop;
 
     if v_last_owner is null then
         return;
     end if;
-    -- The turns move to the owner served last and, for each owner served,
-    -- to the key it was served last: written only where it moved, so an
-    -- owner with one key (the default, its own name) costs no write after
-    -- its first turn.
+    -- The later rounds moved the turns again: to the owner served last, and
+    -- each owner's to the key it was served last.
     with turned as (
         insert into lane_turns as t (agent, user_id)
         values (p_agent, v_last_owner)
@@ -257,9 +316,9 @@ begin
     )
     insert into owner_turns as t (agent, user_id, fairness_key)
     select p_agent, o.user_id, o.key
-    from unnest(v_owners, v_keys, v_keys_before) as o(user_id, key, key_before)
-    where o.key <> o.key_before
-    on conflict (agent, user_id) do update set fairness_key = excluded.fairness_key;
+    from unnest(v_owners, v_keys) as o(user_id, key)
+    on conflict (agent, user_id) do update set fairness_key = excluded.fairness_key
+    where t.fairness_key is distinct from excluded.fairness_key;
 end;
 $$;
 
