@@ -59,15 +59,19 @@ comment on column agents.fairness is
 
 -- Where a round-robin lane's turn stands: the owner served last. The claim
 -- starts after it, so every owner with due work is served once before any
--- owner twice, across claims as within one.
+-- owner twice, across claims as within one. No foreign key to agents: its
+-- check would run for every owner's first turn inside the claim, and a row
+-- left by a deleted or renamed lane only says where a lane of that name
+-- starts its ring.
 create table lane_turns (
-    agent text primary key references agents (name) on update cascade on delete cascade,
+    agent text primary key,
     user_id text not null
 );
 
--- Within each owner, the fairness key served last.
+-- Within each owner, the fairness key served last (no foreign key, as
+-- above).
 create table owner_turns (
-    agent text not null references agents (name) on update cascade on delete cascade,
+    agent text not null,
     user_id text not null,
     fairness_key text not null,
     primary key (agent, user_id)

@@ -444,7 +444,6 @@ grant select, insert, update, delete on table ceaseless.lane_pauses to ceaseless
 create table ceaseless.lane_turns (
     agent text not null,
     user_id text not null,
-    constraint lane_turns_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE ON DELETE CASCADE,
     constraint lane_turns_pkey PRIMARY KEY (agent)
 );
 comment on table ceaseless.lane_turns is 'The owner a round_robin lane served last; the next claim starts with the owner after it (written by claim_jobs under the lane lock).';
@@ -657,7 +656,6 @@ create table ceaseless.owner_turns (
     agent text not null,
     user_id text not null,
     fairness_key text not null,
-    constraint owner_turns_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE ON DELETE CASCADE,
     constraint owner_turns_pkey PRIMARY KEY (agent, user_id)
 );
 comment on table ceaseless.owner_turns is 'The fairness key a round_robin lane served last for each owner; that owner''s next turn goes to the key after it.';
@@ -2481,7 +2479,7 @@ create function ceaseless._retry_delay(p_attempts integer)
 comment on function ceaseless._retry_delay(p_attempts integer) is 'Backoff before retry number p_attempts: base * 2^(attempts-1), capped, plus up to 25% jitter.';
 grant execute on function ceaseless._retry_delay(p_attempts integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 a14125d6367994b17167f65183cc09bf
+-- functions/10_jobs.sql, body md5 2159eec7eeb81c664a2df813d2a82b51
 create function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[])
     returns TABLE(id uuid, turn integer, priority integer, run_after timestamp with time zone, created_at timestamp with time zone)
     language plpgsql
@@ -3461,7 +3459,7 @@ create function ceaseless.child_issues_due(p_limit integer DEFAULT 10, p_now tim
 comment on function ceaseless.child_issues_due(p_limit integer, p_now timestamp with time zone) is 'Hand out up to p_limit child issues not yet created on the forge, each to one caller (SKIP LOCKED), counting the attempt and moving next_attempt_at 5 minutes on.';
 grant execute on function ceaseless.child_issues_due(p_limit integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 e0553db8c05e2645226522ee00f60960
+-- functions/10_jobs.sql, body md5 07a949d6682210290ec3d4387abfeb59
 create function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[] DEFAULT NULL::text[], p_agents text[] DEFAULT NULL::text[], p_now timestamp with time zone DEFAULT now(), p_lease_secs integer DEFAULT NULL::integer, p_start boolean DEFAULT false)
     returns TABLE(id uuid, kind text, agent text, prompt text, payload jsonb, max_turns integer, resume_session_id text, attempts integer, claim_expires_at timestamp with time zone, run_id uuid)
     language plpgsql
@@ -3545,14 +3543,14 @@ create function ceaseless.expire_leases(p_now timestamp with time zone DEFAULT n
 comment on function ceaseless.expire_leases(p_now timestamp with time zone) is 'Return jobs with passed leases to pending (or abandoned after max attempts) and finish their open runs as lease_expired. Safe to call from every listener at once.';
 grant execute on function ceaseless.expire_leases(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/92_explain.sql, body md5 5e146ddc44e58959af37469fe880e29c
+-- functions/92_explain.sql, body md5 8f6d727363244239a6f9e5143fcdf3b6
 create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
     stable
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) is 'Every reason that holds a job (not_due, owner_budget, agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget, behind_older_jobs; or claimed, running, finished), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown job.';
+comment on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) is 'Every reason that holds a job (not_due, owner_budget, agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget, behind_older_jobs, behind_other_turns; or claimed, running, finished), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown job.';
 grant execute on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/92_explain.sql, body md5 1321ce38cbff874a8de68486507c3e65
