@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 
-from bench import forge, loops, ours
+from bench import claim, forge, loops, ours
 from bench.report import Row, markdown, write
 from bench.server import Reset, Server, provision
 
@@ -43,6 +43,9 @@ class Sizes:
     loop_fires: int
     loop_iterations: int
     forge_issues: int
+    claim_jobs: int
+    claim_owners: int
+    claims: int
 
 
 QUICK = Sizes(
@@ -60,6 +63,9 @@ QUICK = Sizes(
     loop_fires=3,
     loop_iterations=50,
     forge_issues=1_000,
+    claim_jobs=5_000,
+    claim_owners=100,
+    claims=50,
 )
 FULL = Sizes(
     runs=3,
@@ -76,6 +82,9 @@ FULL = Sizes(
     loop_fires=20,
     loop_iterations=500,
     forge_issues=5_000,
+    claim_jobs=100_000,
+    claim_owners=1_000,
+    claims=500,
 )
 
 
@@ -206,6 +215,13 @@ def run(
             "setting reset (ALTER FUNCTION … RESET), to see whether it still pays.",
         ),
     ] = None,
+    baseline_ref: Annotated[
+        str | None,
+        typer.Option(
+            help="Also compare the claim with fairness (fifo, round_robin) against this git "
+            "ref's claim, e.g. main (bench/claim.py)."
+        ),
+    ] = None,
 ) -> None:
     """Run every scenario, ours and the peers', and write the report."""
     sizes = QUICK if quick else FULL
@@ -220,7 +236,7 @@ def run(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--reset-setting") from exc
     with provision(database_url, resets) as server, Progress(console=console) as progress:
-        steps = 12 + (6 if peers else 0)
+        steps = 12 + (6 if peers else 0) + (1 if baseline_ref else 0)
         overall = progress.add_task("benchmarks", total=steps)
 
         def step(label: str, action: Callable[[], list[Row]]) -> None:
@@ -350,6 +366,32 @@ def run(
                 {"first_ms": "", "not_modified_ms": "", "changed_ms": "", "jobs_created": ""},
             ),
         )
+        if baseline_ref:
+
+            def claim_rows() -> list[Row]:
+                found: dict[str, list[ours.Measurement]] = {v: [] for v in claim.VARIANTS}
+                with claim.baseline_tree(baseline_ref) as baseline:
+                    for _ in range(sizes.runs):
+                        measured = claim.claim_paths(
+                            server, baseline, sizes.claim_jobs, sizes.claim_owners, sizes.claims
+                        )
+                        for variant, m in measured.items():
+                            found[variant].append(m)
+                scenario = (
+                    f"claim path ({sizes.claim_jobs:,} pending over {sizes.claim_owners:,} owners)"
+                )
+                return [
+                    row
+                    for variant, measured in found.items()
+                    for row in _rows(
+                        scenario,
+                        f"ceaseless {variant.replace('baseline', baseline_ref)}",
+                        measured,
+                        {"claim_p50_ms": "", "claim_p95_ms": ""},
+                    )
+                ]
+
+            step("claim path", claim_rows)
         settings = server.settings()
 
     _verdicts(rows)
