@@ -126,16 +126,19 @@ begin
             as after
     ),
     -- A skip scan of job_fair_claim_idx: each step one probe for the next
-    -- owner with a due job, from after the turn to the last owner ...
+    -- owner with a due job (of the kinds asked for), from after the turn to
+    -- the last owner ...
     tail (user_id, n) as (
         select (select j.user_id from job j
                 where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+                  and (p_kinds is null or j.kind = any (p_kinds))
                   and j.user_id > start.after
                 order by j.user_id limit 1), 1
         from start
         union all
         select (select j.user_id from job j
                 where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+                  and (p_kinds is null or j.kind = any (p_kinds))
                   and j.user_id > t.user_id
                 order by j.user_id limit 1), t.n + 1
         from tail t
@@ -146,6 +149,7 @@ begin
     head (user_id, n) as (
         select (select j.user_id from job j
                 where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+                  and (p_kinds is null or j.kind = any (p_kinds))
                   and j.user_id <= start.after
                 order by j.user_id limit 1),
                (select count(t.user_id) from tail t) + 1
@@ -155,6 +159,7 @@ begin
         union all
         select (select j.user_id from job j
                 where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+                  and (p_kinds is null or j.kind = any (p_kinds))
                   and j.user_id > h.user_id and j.user_id <= start.after
                 order by j.user_id limit 1), h.n + 1
         from head h, start

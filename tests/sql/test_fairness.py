@@ -339,3 +339,13 @@ def test_explain_job_says_a_fifo_job_waits_behind_higher_priority(
     urgent = make_job(conn, run_after=NOW, priority=10)
     assert _why(conn, urgent)[0][0] == "ready"
     assert _why(conn, old)[0][0] == "behind_older_jobs"
+
+
+def test_round_robin_asked_for_some_kinds_skips_owners_without_them(
+    conn: psycopg.Connection,
+) -> None:
+    make_agent(conn, max_concurrent=100, fairness="round_robin")
+    for owner in ("ann", "ben", "cat"):
+        _jobs(conn, 2, user_id=owner)
+    wanted = make_job(conn, user_id="dan", kind="routine", run_after=NOW)
+    assert claim(conn, limit=2, p_now=NOW, p_kinds=["routine"]) == [wanted]
