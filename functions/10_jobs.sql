@@ -177,11 +177,14 @@ begin
         limit p_free
     ),
     -- Each owner's key turn: the key it was served last ('' before every
-    -- key: keys are never empty).
-    turns as (
-        select s.user_id, s.n, coalesce(o.fairness_key, '') as key
+    -- key: keys are never empty). A probe of owner_turns_pkey per owner
+    -- served, not a join, which the planner ran as a read of every owner's
+    -- turn in the lane; materialized, so each is probed once.
+    turns as materialized (
+        select s.user_id, s.n,
+               coalesce((select o.fairness_key from owner_turns o
+                         where o.agent = p_agent and o.user_id = s.user_id), '') as key
         from served s
-        left join owner_turns o on o.agent = p_agent and o.user_id = s.user_id
     ),
     -- One job per owner: one probe of job_fair_claim_idx finds the owner's
     -- next key with a due job after its turn and that key's best job; past

@@ -127,7 +127,12 @@ def test_claim_at_a_hundred_thousand_jobs_over_a_thousand_keys_reads_only_what_i
 ) -> None:
     make_agent(conn, max_concurrent=100, fairness=fairness)
     _backlog(conn, 100_000, 1_000, spread)
-    conn.execute("vacuum analyze ceaseless.job")
+    # A lane that has served every owner before: each has its key turn recorded.
+    conn.execute(
+        "insert into ceaseless.owner_turns (agent, user_id, fairness_key) "
+        "select 'noop', 'owner' || g, 'owner' || g from generate_series(0, 999) g"
+    )
+    conn.execute("vacuum analyze ceaseless.job, ceaseless.owner_turns")
     with setting_reset(conn, "claim_jobs", "enable_seqscan"):
         _claim_plans(conn)  # the session's first claim plans its statements
         plans = _claim_plans(conn)
@@ -151,6 +156,15 @@ def test_claim_at_a_hundred_thousand_jobs_over_a_thousand_keys_reads_only_what_i
             assert scans and all(n.get("Index Name") == "job_fair_claim_idx" for n in scans), (
                 json.dumps(walk)[:2000]
             )
+            # Each served owner's key turn is a probe of its own, not a read of every
+            # owner's turn in the lane.
+            turns = [
+                n
+                for n in nodes(walk)
+                if "owner_turns" in (str(n.get("Relation Name")), str(n.get("Index Name")))
+            ]
+            read = sum(float(n["Actual Rows"]) * int(n["Actual Loops"]) for n in turns)
+            assert read <= 10, json.dumps(turns)[:2000]
             probes = sum(int(n["Actual Loops"]) for n in scans)
             assert probes <= 3 * 10 + 1, probes
             assert _buffers(walk) <= 6 * probes, (_buffers(walk), probes)
