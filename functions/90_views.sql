@@ -57,14 +57,17 @@ select j.id,
        j.created_at,
        -- Only while held: the column keeps the time of the last claim after
        -- the job has gone back to pending.
-       case when j.state in ('claimed', 'running') then j.claimed_at end as claimed_at
+       case when j.state in ('claimed', 'running') then j.claimed_at end as claimed_at,
+       -- The order a claim takes the lane's due jobs in (agents.fairness).
+       j.priority,
+       j.fairness_key
 from job j
 join agents a on a.name = j.agent
 where j.state in ('pending', 'claimed', 'running');
 
 comment on view job_queue is
     'Live jobs (pending, claimed, running): who holds each and since when, how long its lease '
-    'has left, whether it is due.';
+    'has left, whether it is due, its priority and fairness key.';
 
 -- "Claimed but never started" counts from the claim, not from the job's
 -- creation: a job that waited an hour in the queue and was claimed a second
@@ -120,7 +123,8 @@ select a.name as agent,
        l.cost_in_window,
        a.window_tokens,
        l.tokens_in_window,
-       l.held_by
+       l.held_by,
+       a.fairness
 from _lane_capacity(now(), null, true) l
 join agents a on a.name = l.agent
 cross join lateral (
@@ -133,7 +137,7 @@ comment on view governor_usage is
     'window_budget, free slots (none while disabled, paused or over a cost or token budget), '
     'the pause in force and why, due work waiting, the cost and tokens the window''s runs '
     'reported against window_cost_usd and window_tokens, and what holds the lane (held_by, '
-    'as explain_job names it).';
+    'as explain_job names it), and the order its claims take due jobs in (fairness).';
 
 create or replace view owner_budget_usage with (security_invoker = true) as
 select b.user_id,

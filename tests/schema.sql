@@ -1153,13 +1153,14 @@ create view ceaseless.governor_usage with (security_invoker=true) as
     l.cost_in_window,
     a.window_tokens,
     l.tokens_in_window,
-    l.held_by
+    l.held_by,
+    a.fairness
    FROM ceaseless._lane_capacity(now(), NULL::text[], true) l(agent, live, claimed, started_in_window, cost_in_window, tokens_in_window, paused_until, pause_reason, held_by, free)
      JOIN ceaseless.agents a ON a.name = l.agent
      CROSS JOIN LATERAL ( SELECT count(*) AS n
            FROM ceaseless.job j
           WHERE j.agent = a.name AND j.state = 'pending'::text AND j.run_after <= now()) due;
-comment on view ceaseless.governor_usage is 'Per agent lane: live runs against max_concurrent, starts in the rolling window against window_budget, free slots (none while disabled, paused or over a cost or token budget), the pause in force and why, due work waiting, the cost and tokens the window''s runs reported against window_cost_usd and window_tokens, and what holds the lane (held_by, as explain_job names it).';
+comment on view ceaseless.governor_usage is 'Per agent lane: live runs against max_concurrent, starts in the rolling window against window_budget, free slots (none while disabled, paused or over a cost or token budget), the pause in force and why, due work waiting, the cost and tokens the window''s runs reported against window_cost_usd and window_tokens, and what holds the lane (held_by, as explain_job names it), and the order its claims take due jobs in (fairness).';
 grant select on table ceaseless.governor_usage to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.governor_usage to ceaseless_listener;
 
@@ -1188,11 +1189,13 @@ create view ceaseless.job_queue with (security_invoker=true) as
         CASE
             WHEN j.state = ANY (ARRAY['claimed'::text, 'running'::text]) THEN j.claimed_at
             ELSE NULL::timestamp with time zone
-        END AS claimed_at
+        END AS claimed_at,
+    j.priority,
+    j.fairness_key
    FROM ceaseless.job j
      JOIN ceaseless.agents a ON a.name = j.agent
   WHERE j.state = ANY (ARRAY['pending'::text, 'claimed'::text, 'running'::text]);
-comment on view ceaseless.job_queue is 'Live jobs (pending, claimed, running): who holds each and since when, how long its lease has left, whether it is due.';
+comment on view ceaseless.job_queue is 'Live jobs (pending, claimed, running): who holds each and since when, how long its lease has left, whether it is due, its priority and fairness key.';
 grant select on table ceaseless.job_queue to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.job_queue to ceaseless_listener;
 
@@ -1479,6 +1482,8 @@ create view ceaseless.stuck_jobs with (security_invoker=true) as
     q.last_error,
     q.created_at,
     q.claimed_at,
+    q.priority,
+    q.fairness_key,
         CASE
             WHEN (q.state = ANY (ARRAY['claimed'::text, 'running'::text])) AND q.lease_remaining < '00:00:00'::interval THEN 'lease expired, not yet swept: is any listener running?'::text
             WHEN q.state = 'claimed'::text AND q.claimed_at < (now() - '00:05:00'::interval) THEN 'claimed but never started'::text

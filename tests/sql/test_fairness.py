@@ -349,3 +349,18 @@ def test_round_robin_asked_for_some_kinds_skips_owners_without_them(
         _jobs(conn, 2, user_id=owner)
     wanted = make_job(conn, user_id="dan", kind="routine", run_after=NOW)
     assert claim(conn, limit=2, p_now=NOW, p_kinds=["routine"]) == [wanted]
+
+
+def test_job_queue_and_governor_usage_show_priority_key_and_fairness(
+    conn: psycopg.Connection,
+) -> None:
+    make_agent(conn, fairness="round_robin")
+    job = make_job(conn, user_id="ann", priority=3, fairness_key="acme")
+    row = conn.execute(
+        "select priority, fairness_key from ceaseless.job_queue where id = %s", (job,)
+    ).fetchone()
+    assert row == (3, "acme")
+    stuck = conn.execute("select count(*) from ceaseless.stuck_jobs").fetchone()
+    assert stuck == (0,)
+    lane = conn.execute("select fairness from ceaseless.governor_usage").fetchone()
+    assert lane == ("round_robin",)
