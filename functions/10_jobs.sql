@@ -8,7 +8,10 @@
 -- through pending → claimed → running → terminal only here and in
 -- 20_agent_runs.sql (finish_runs); ended_jobs reads only, and names only jobs
 -- of this database that can never run again (a workspace root may be shared
--- with another database's listeners, whose jobs are theirs to judge).
+-- with another database's listeners, whose jobs are theirs to judge); a
+-- round_robin lane's turn (lane_turns, owner_turns) is read and written only
+-- by claim_jobs, under the lane's row lock, so two claimers never serve one
+-- turn twice.
 --
 -- Every write to job fires these triggers, in this order (PostgreSQL fires a
 -- table's triggers of one kind in name order; docs/sql-reference.md lists
@@ -83,8 +86,9 @@ comment on function _check_claim(text, text, integer) is
 -- next owner and one for the next key's best job, so a claim of N slots reads
 -- about 2N index descents, whatever the backlog and however many owners or
 -- keys wait; one statement when one round fills the slots (as many owners
--- with due work as free slots), then one per further round. Jobs delayed into the future sit in the same index: an owner or
--- key whose pending jobs are all delayed costs its entries to pass over.
+-- with due work as free slots), then one per further round. Jobs delayed
+-- into the future sit in the same index: an owner or key whose pending jobs
+-- are all delayed costs its entries to pass over.
 --
 -- Called by claim_jobs only, which holds the lane's row lock, so the turn it
 -- reads and writes here is the lane's alone. Locks: the picked jobs, FOR
