@@ -47,3 +47,29 @@ def test_one_job_of_a_second_owner_runs_among_the_first_behind_ten_thousand(
     assert before is not None and before[0] <= 1, before
     started = conn.execute("select count(*) from ceaseless.agent_run").fetchone()
     assert started is not None and started[0] < 10_000
+
+
+def test_two_listeners_drain_a_round_robin_lane_running_every_job_once(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    make_agent(conn, "shared", "noop", max_concurrent=6, fairness="round_robin")
+    start_listener("--poll-interval", "1")
+    start_listener("--poll-interval", "1")
+    conn.execute(
+        "insert into ceaseless.job (kind, agent, prompt, user_id, fairness_key) "
+        "select 'task', 'shared', 'job ' || g, 'owner' || (g % 30), 'key' || (g % 7) "
+        "from generate_series(1, 600) g"
+    )
+
+    def drained() -> bool:
+        row = conn.execute(
+            "select count(*) from ceaseless.job where state <> 'delivered'"
+        ).fetchone()
+        return row == (0,)
+
+    wait_until(drained, 60, "the lane was not drained")
+    runs = conn.execute(
+        "select count(*), count(distinct job_id), count(distinct worker) from ceaseless.agent_run"
+    ).fetchone()
+    assert runs is not None and runs[0] == runs[1] == 600, runs
+    assert runs[2] == 2, "both listeners claimed from the lane"
