@@ -91,8 +91,11 @@ comment on function _check_claim(text, text, integer) is
 -- are all delayed costs its entries to pass over.
 --
 -- Called by claim_jobs only, which holds the lane's row lock, so the turn it
--- reads and writes here is the lane's alone. Locks: the picked jobs, FOR
--- UPDATE SKIP LOCKED, as the fifo claim does.
+-- reads and writes here is the lane's alone. The turn moves past every job
+-- picked: when claim_jobs' p_limit cuts a claim spread over several lanes,
+-- the owners cut lose that turn (each lane is asked for at most p_limit, so
+-- one lane alone is never cut). Locks: the picked jobs, FOR UPDATE SKIP
+-- LOCKED, as the fifo claim does.
 create or replace function _round_robin_pick(
     p_agent text,
     p_free integer,
