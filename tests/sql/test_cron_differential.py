@@ -767,7 +767,10 @@ def sql_slots(
 
 
 def slot_misreadings(
-    conn: psycopg.Connection, expressions: Sequence[str], zone: str, start: datetime,
+    conn: psycopg.Connection,
+    expressions: Sequence[str],
+    zone: str,
+    start: datetime,
     end: datetime,
 ) -> list[tuple[str, ...]]:
     accepted = [e for e, error in zip(expressions, cron_errors(conn, expressions), strict=True)
