@@ -13,16 +13,10 @@ alter table topology_runs drop constraint topology_runs_trigger_type_check;
 alter table topology_runs add constraint topology_runs_trigger_type_check
     check (trigger_type in ('cron', 'on_completion', 'webhook', 'manual', 'event', 'backfill'));
 
-alter table routine_runs
-    add column slot_at timestamptz,
-    -- Prevents a slot on a run no clock fired: backfill's idempotency reads
-    -- slot_at as "this slot fired", which only a cron or backfill fire means.
-    add constraint slot_only_on_cron_fires
-        check (slot_at is null or trigger_type in ('cron', 'backfill'));
-alter table topology_runs
-    add column slot_at timestamptz,
-    add constraint slot_only_on_cron_fires
-        check (slot_at is null or trigger_type in ('cron', 'backfill'));
+-- Written by the firing path only (_fire_routines, _fire_loop), for cron and
+-- backfill fires: a user role has no grant on it.
+alter table routine_runs add column slot_at timestamptz;
+alter table topology_runs add column slot_at timestamptz;
 
 comment on column routine_runs.slot_at is
     'The cron slot this run stands for: the slot a cron fire was due at, or the slot a backfill '
