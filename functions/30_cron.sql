@@ -1,9 +1,11 @@
 -- Cron schedules and time zones: the one gate every stored schedule passes.
 --
 -- Called by: the validation triggers of routines and loops (_cron_error,
--- _timezone_error, which name the column themselves), and by anyone who wants
+-- _timezone_error, which name the column themselves), by anyone who wants
 -- a schedule checked without storing it (check_schedule: `ceaseless cron
--- preview`, psql).
+-- preview`, psql), and by backfill (_backfill, 32_schedules.sql), which
+-- fires the slots between two times that _cron_slots enumerates from this
+-- file's own reading of the schedule (_cron_reading), not a second parser.
 -- Guarantees: the language accepted here is a plain subset of croniter's, the
 -- library the listener computes slots with (listener/cron.py), and croniter
 -- reads every accepted schedule the way this file reads it (docs/cron.md): the
@@ -25,7 +27,8 @@
 -- pyproject.toml pins croniter to one version: upgrading it means running
 -- tests/sql/test_cron_differential.py, which checks on thousands of generated
 -- schedules that croniter accepts everything this gate accepts and computes
--- the slots the gate's reading gives.
+-- the slots the gate's reading gives, and that _cron_slots gives the slots
+-- the listener walks through between two times, DST changes included.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 

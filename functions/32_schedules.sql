@@ -3,17 +3,18 @@
 -- A routine and a loop are both things a trigger fires: a cron slot, a signed
 -- webhook request, a person. This file is that layer, once for both kinds:
 -- the schedules view, the cron scheduler's calls, next-fire bookkeeping,
--- disabling what the engine cannot run, and manual firing. Every fire it makes
--- goes through _fire_schedules, which dispatches at the very end to "start a
--- routine run" (_fire_routines, 42_routine_firing.sql) or "start a loop
--- iteration" (_fire_loop, 56_loop_firing.sql); what only one kind has (a
--- routine's cooldown, dedup and global cap, a loop's one live iteration and
--- on_completion chain) stays in its kind's file.
+-- disabling what the engine cannot run, manual firing and backfill. Every
+-- fire it makes goes through _fire_schedules, which dispatches at the very
+-- end to "start a routine run" (_fire_routines, 42_routine_firing.sql) or
+-- "start a loop iteration" (_fire_loop, 56_loop_firing.sql); what only one
+-- kind has (a routine's cooldown, dedup and global cap, a loop's one live
+-- iteration and on_completion chain) stays in its kind's file.
 --
 -- Called by: listeners (listener/daemon/scheduler.py through
 -- listener/queries/schedule.py: unscheduled_schedules, set_next_fires,
 -- due_schedules, fire_cron, disable_schedule, next_schedule_fire), users and
--- operators (run_routine, run_loop, the schedules view), the webhook path
+-- operators (run_routine, run_loop, backfill_routine, backfill_loop, the
+-- schedules view), the webhook path
 -- (_receive_webhook, 36_webhooks.sql), and the validation triggers of
 -- routines and loops (_schedule_changed, _ask_for_next_fire).
 -- Guarantees:
@@ -36,7 +37,9 @@
 --   allows, not a whole period later) and moves every other row to the slot
 --   the listener computed;
 -- - every fire, refused ones too, leaves a run of its kind (routine_runs or
---   topology_runs) with its trigger and, when refused, the reason.
+--   topology_runs) with its trigger and, when refused, the reason; a cron or
+--   backfill fire also its slot (slot_at), and a backfill never fires a slot
+--   that a run with that slot_at already started.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
