@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -231,3 +233,58 @@ def test_a_user_backfills_only_its_own_routines_and_loops(
         rows = _backfill(alice, kind, row, NOW.replace(hour=8), NOW.replace(hour=9))
         assert [r[1] for r in rows] == ["fired"]
     assert bob.execute("select count(*) from ceaseless.routine_runs").fetchone() == (0,)
+
+
+def test_backfills_racing_the_cron_batch_fire_each_slot_once(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    routine = _hourly(conn)
+    conn.execute(
+        "update ceaseless.routines set next_fire_at = %s where id = %s",
+        (NOW.replace(hour=10), routine),
+    )
+    conn.commit()
+    start, end = NOW.replace(hour=0), NOW.replace(hour=12)
+
+    def backfill(c: psycopg.Connection) -> list[tuple]:
+        return _backfill(c, "routine", routine, start, end)
+
+    def cron(c: psycopg.Connection) -> Any:
+        with c.transaction():
+            due = c.execute("select id from ceaseless.due_schedules(%s, 10)", (NOW,)).fetchall()
+            if due:
+                c.execute(
+                    "select * from ceaseless.fire_cron(array['routine'], %s, %s, %s, %s)",
+                    ([routine], [NOW.replace(hour=13)], [1], NOW),
+                )
+        return due
+
+    barrier = threading.Barrier(4)
+    results: list[Any] = [None] * 4
+
+    def go(i: int, action: Callable[[psycopg.Connection], Any]) -> None:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("set lock_timeout = '20s'")
+            barrier.wait()
+            try:
+                results[i] = action(c)
+            except psycopg.Error as exc:
+                results[i] = exc
+
+    threads = [
+        threading.Thread(target=go, args=(i, a))
+        for i, a in enumerate([backfill, backfill, backfill, cron])
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert not [r for r in results if isinstance(r, psycopg.Error)], results
+    fired = conn.execute(
+        "select slot_at, count(*) from ceaseless.routine_runs "
+        "where routine_id = %s and slot_at is not null and status <> 'skipped' "
+        "group by slot_at order by slot_at",
+        (routine,),
+    ).fetchall()
+    assert [(slot.hour, count) for slot, count in fired] == [(h, 1) for h in range(12)]
