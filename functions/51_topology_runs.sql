@@ -127,20 +127,22 @@ comment on function _topology_node_prompt(uuid, text) is
     'within the job prompt cap.';
 
 -- A finished node's output as its downstream nodes and the run's final
--- message read it: the output cut to p_chars, or for a skipped node a line
--- saying it was skipped and why, never an empty output that looks like one.
+-- message read it: the output cut to p_chars (NULL: whole, for a final
+-- message that is cut as a whole), or for a skipped node a line saying it
+-- was skipped and why, never an empty output that looks like one.
 create or replace function _topology_node_output(p_state text, p_output text, p_chars integer)
 returns text
 language sql immutable
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when p_state = 'skipped' then '(skipped: its approval expired)'
+                when p_chars is null then coalesce(p_output, '')
                 else _topology_cut(coalesce(p_output, ''), p_chars) end;
 $$;
 
 comment on function _topology_node_output(text, text, integer) is
-    'A node''s output as downstream prompts and final messages show it: cut to p_chars, or '
-    '"(skipped: its approval expired)" for a skipped node.';
+    'A node''s output as downstream prompts and final messages show it: cut to p_chars (NULL: '
+    'whole), or "(skipped: its approval expired)" for a skipped node.';
 
 -- Give a node its job: a loop_node job owned by the run's owner, one per
 -- (run, node) by its dedup key, and the node queued with it. A node whose
@@ -229,8 +231,8 @@ comment on function _start_topology_nodes(uuid, text[], timestamptz) is
     'asks for approval, any other gets its job. The caller holds the run row.';
 
 -- The run's outcome as its nodes stand: succeeded (with the sinks' outputs)
--- when every node is done (succeeded, or skipped), awaiting_approval while a node waits for a person and
--- nothing else runs, running otherwise. Failure and cancellation are decided
+-- when every node is done (succeeded, or skipped), awaiting_approval while a
+-- node waits for a person and nothing else runs, running otherwise. Failure and cancellation are decided
 -- where they happen (_end_topology_run). The caller holds the run row; a
 -- terminal run is left as it is.
 create or replace function _settle_topology_run(p_run_id uuid, p_now timestamptz)
@@ -261,8 +263,7 @@ begin
         -- several are each headed by their node, in graph order.
         with sinks as (
             select n.node_id,
-                   _topology_node_output(n.state, n.output, _input_cap('run_final_message'))
-                       as output,
+                   _topology_node_output(n.state, n.output, null) as output,
                    g.at
             from topology_nodes n
             join _topology_graph_order(v_run.graph) g on g.node_id = n.node_id

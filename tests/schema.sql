@@ -2571,7 +2571,7 @@ create function ceaseless._setting_range(p_key text)
 comment on function ceaseless._setting_range(p_key text) is 'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, audit_log_min_retention_secs, backfill_max); NULL for any other key.';
 grant execute on function ceaseless._setting_range(p_key text) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 e122ae45f48162f48ffba097d7c3d55f
+-- functions/51_topology_runs.sql, body md5 1c0a085e0cf6e545c062d638ee30a7fd
 create function ceaseless._settle_topology_run(p_run_id uuid, p_now timestamp with time zone)
     returns void
     language plpgsql
@@ -3183,13 +3183,13 @@ create function ceaseless._topology_node_id_ok(p_id jsonb)
 comment on function ceaseless._topology_node_id_ok(p_id jsonb) is 'True for a JSON string that may be a topology node id: 1-64 of A-Z a-z 0-9 _ . -.';
 grant execute on function ceaseless._topology_node_id_ok(p_id jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 c2152521edf8b83b4e4de18278e902cb
+-- functions/51_topology_runs.sql, body md5 db3f6e70dfe93af70350690e29d570e1
 create function ceaseless._topology_node_output(p_state text, p_output text, p_chars integer)
     returns text
     language sql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._topology_node_output(p_state text, p_output text, p_chars integer) is 'A node''s output as downstream prompts and final messages show it: cut to p_chars, or "(skipped: its approval expired)" for a skipped node.';
+comment on function ceaseless._topology_node_output(p_state text, p_output text, p_chars integer) is 'A node''s output as downstream prompts and final messages show it: cut to p_chars (NULL: whole), or "(skipped: its approval expired)" for a skipped node.';
 grant execute on function ceaseless._topology_node_output(p_state text, p_output text, p_chars integer) to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 21e32c4f98b41880013554d773860bd9
