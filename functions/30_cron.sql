@@ -784,8 +784,8 @@ as $$
            end
     from (select extract(day from p_day)::integer as day_no,
                  extract(dow from p_day)::integer as weekday,
-                 extract(day from (date_trunc('month', p_day) + interval '1 month - 1 day'))::integer
-                     as last_no) d
+                 extract(day from (date_trunc('month', p_day)
+                                   + interval '1 month - 1 day'))::integer as last_no) d
     cross join lateral (
         select p_days is not null or p_last_day or p_nearest_weekday is not null as by_month,
                p_weekdays is not null or cardinality(p_nth_weekdays) > 0

@@ -232,9 +232,9 @@ comment on function _start_topology_nodes(uuid, text[], timestamptz) is
 
 -- The run's outcome as its nodes stand: succeeded (with the sinks' outputs)
 -- when every node is done (succeeded, or skipped), awaiting_approval while a
--- node waits for a person and nothing else runs, running otherwise. Failure and cancellation are decided
--- where they happen (_end_topology_run). The caller holds the run row; a
--- terminal run is left as it is.
+-- node waits for a person and nothing else runs, running otherwise. Failure
+-- and cancellation are decided where they happen (_end_topology_run). The
+-- caller holds the run row; a terminal run is left as it is.
 create or replace function _settle_topology_run(p_run_id uuid, p_now timestamptz)
 returns void
 language plpgsql

@@ -305,5 +305,5 @@ $$;
 
 comment on function expire_approvals(timestamptz) is
     'Decide undecided approvals past expires_at by their node''s on_expiry (expired, failing the '
-    'run; expired, skipping the node; or approved, running the node), and send the reminders due; returns how many expired. '
-    'Maintenance, every listener.';
+    'run; expired, skipping the node; or approved, running the node), and send the reminders '
+    'due; returns how many expired. Maintenance, every listener.';

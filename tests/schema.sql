@@ -1694,7 +1694,7 @@ create function ceaseless._count_running(p_delta integer)
 comment on function ceaseless._count_running(p_delta integer) is 'Move the running routine_runs count by p_delta in a shard no other transaction holds.';
 grant execute on function ceaseless._count_running(p_delta integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/30_cron.sql, body md5 8941b00e1c7393851c3e73219c492a3b
+-- functions/30_cron.sql, body md5 b3782eb33c46dcba0a04a0c729d68a57
 create function ceaseless._cron_day_matches(p_day date, p_months integer[], p_days integer[], p_last_day boolean, p_nearest_weekday integer, p_weekdays integer[], p_nth_weekdays integer[], p_last_weekdays integer[])
     returns boolean
     language sql
