@@ -80,6 +80,12 @@ class ClaudeCodeAdapter:
             # One element: --resume takes an optional value, so a separate
             # one that looks like a flag would be read as that flag.
             argv.append(f"--resume={task.resume_session_id}")
+        if task.budget_usd is not None:
+            # The CLI's own ceiling: it stops with result subtype
+            # error_max_budget_usd (budget_exhausted). A job already at its
+            # ceiling is never claimed to run (reply_job, raise_job_budget
+            # refuse it), so the amount is above zero; the floor guards the flag.
+            argv += ["--max-budget-usd", f"{max(task.budget_usd, 0.000001):.6f}"]
         return argv
 
     def parser(self) -> ClaudeStreamParser:

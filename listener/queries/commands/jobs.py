@@ -1,13 +1,15 @@
 """`ceaseless job …`: enqueue, list, show, cancel and retry jobs.
 
 Guarantees: `add` is one INSERT of the columns given; whether a job may be
-cancelled or retried is cancel_job's and retry_job's decision, and their error
-is the caller's to show.
+cancelled, retried, replied to or given more budget is cancel_job's,
+retry_job's, reply_job's and raise_job_budget's decision, and their error is
+the caller's to show.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 
 from listener.queries.commands import Connection, Listing, ids_by_prefix, insert, listing
 
@@ -104,3 +106,11 @@ def cancel(conn: Connection, job_id: str) -> None:
 
 def retry(conn: Connection, job_id: str) -> None:
     conn.execute("select ceaseless.retry_job(%s)", (job_id,))
+
+
+def reply(conn: Connection, job_id: str, text: str) -> None:
+    conn.execute("select ceaseless.reply_job(%s, %s)", (job_id, text))
+
+
+def raise_budget(conn: Connection, job_id: str, usd: Decimal | None, tokens: int | None) -> None:
+    conn.execute("select ceaseless.raise_job_budget(%s, %s, %s)", (job_id, usd, tokens))
