@@ -202,8 +202,10 @@ create or replace trigger job_validate
     execute function _tg_job_validate();
 
 -- The spend ceilings a job gets when it sets none (db/0068): its loop node's
--- ("max_cost_usd", "max_tokens" in the graph), else its routine's, else its
--- agent's. Resolved once, at insert, so the row says what holds it and every
+-- ("max_cost_usd", "max_tokens" in the graph), else its agent's; a routine's
+-- job is inserted with its routine's (_fire_routines, whose statement also
+-- writes the routine run, which a trigger could not yet read). Resolved
+-- once, at insert, so the row says what holds it and every
 -- reader (claim_jobs, finish_runs, explain_job) reads one column; a later
 -- change of the default leaves the jobs already queued as they were, and
 -- raise_job_budget changes only the job. The job's own value always wins.
@@ -225,10 +227,6 @@ begin
         where t.id = new.topology_run_id and n ->> 'id' = new.payload ->> 'node_id';
         v_usd := (v_node ->> 'max_cost_usd')::numeric;
         v_tokens := (v_node ->> 'max_tokens')::bigint;
-    elsif new.routine_run_id is not null then
-        select r.max_cost_usd, r.max_tokens into v_usd, v_tokens
-        from routine_runs rr join routines r on r.id = rr.routine_id
-        where rr.id = new.routine_run_id;
     end if;
     select coalesce(new.max_cost_usd, v_usd, a.max_cost_usd),
            coalesce(new.max_tokens, v_tokens, a.max_tokens)
@@ -240,7 +238,7 @@ $$;
 
 comment on function _tg_job_spend_ceiling() is
     'Before INSERT on job without both ceilings: max_cost_usd and max_tokens from its loop node, '
-    'else its routine, else its agent; the job''s own value wins.';
+    'else its agent; the job''s own value (a routine''s job: its routine''s) wins.';
 
 create or replace trigger job_spend_ceiling
     before insert on job
