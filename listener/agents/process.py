@@ -550,7 +550,9 @@ def _finalize(
     elif ending is Outcome.CANCELLED:
         result.outcome = ending
         result.error = "cancelled; the agent's process group was stopped"
-    elif ending is Outcome.BUDGET_EXHAUSTED:
+    elif ending is Outcome.BUDGET_EXHAUSTED and result.outcome is not ending:
+        # Stopped on its streamed usage; an agent that stopped at its own
+        # budget flag (Claude Code's result line) keeps its own words.
         result.outcome = ending
         result.error = (
             "the agent's reported usage reached what its job may still spend (job.max_cost_usd, "
