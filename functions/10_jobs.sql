@@ -872,7 +872,9 @@ begin
            coalesce(sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)), 0) as tokens
     into v_spent
     from agent_run r where r.job_id = p_job_id;
-    if p_usd is not null and p_usd <= v_spent.usd then
+    -- NaN compares above every number: it would pass both checks below and
+    -- the column's, and leave the job with no ceiling at all.
+    if p_usd is not null and (p_usd <= v_spent.usd or p_usd = 'NaN') then
         perform _invalid_value('raise_job_budget.usd',
             format('must be above what job %s has spent (%s USD)', p_job_id, v_spent.usd),
             to_jsonb(p_usd));
