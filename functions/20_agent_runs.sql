@@ -113,6 +113,12 @@ comment on function _job_state_after(text, integer, integer, timestamptz) is
 
 -- Finish runs in a batch and move each job by its run's outcome
 -- (_job_state_after). Beside the state:
+-- - a run whose reported usage takes its job's spend to its ceiling
+--   (job.max_cost_usd, job.max_tokens, over all its runs) is
+--   budget_exhausted, whatever the agent said: the job is blocked until a
+--   person raises the ceiling (raise_job_budget);
+-- - a reply waiting on the job (reply_job) stays while the job goes back to
+--   pending, and is spent when the job ends;
 -- - a succeeded run of a job that expects a reply (job.expects_reply) but
 --   reported an empty final message is recorded as failed;
 -- - a failed, timed-out or rate-limited job going back to pending waits for
@@ -426,8 +432,9 @@ comment on function finish_runs(text, jsonb, timestamptz) is
     'Finish a batch of agent runs and move each job by its outcome (_job_state_after: '
     'delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time '
     'pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not '
-    'authenticate blocks its job, attempt refunded. A succeeded forge run gets its verdict first '
-    '(_forge_verdict: an implement run without a pull request fails, a needs_human block blocks '
-    'the job, a plan needs a valid children block). '
+    'authenticate blocks its job, attempt refunded. A succeeded run gets its verdict first '
+    '(_forge_verdict: a needs_human block blocks the job, any kind; an implement run without a '
+    'pull request fails, a plan needs a valid children block); a run that reaches its job''s '
+    'spend ceiling (max_cost_usd, max_tokens over all its runs) is budget_exhausted. '
     'A result for a run that is no longer the reporter''s is kept in late_results, never '
     'written onto the closed run (recorded = false).';

@@ -3645,7 +3645,7 @@ create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now time
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Finish a batch of agent runs and move each job by its outcome (_job_state_after: delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job, attempt refunded. A succeeded forge run gets its verdict first (_forge_verdict: an implement run without a pull request fails, a needs_human block blocks the job, a plan needs a valid children block). A result for a run that is no longer the reporter''s is kept in late_results, never written onto the closed run (recorded = false).';
+comment on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Finish a batch of agent runs and move each job by its outcome (_job_state_after: delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job, attempt refunded. A succeeded run gets its verdict first (_forge_verdict: a needs_human block blocks the job, any kind; an implement run without a pull request fails, a plan needs a valid children block); a run that reaches its job''s spend ceiling (max_cost_usd, max_tokens over all its runs) is budget_exhausted. A result for a run that is no longer the reporter''s is kept in late_results, never written onto the closed run (recorded = false).';
 grant execute on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/32_schedules.sql, body md5 5f5a83d96242264d9005c06537001165
@@ -3776,7 +3776,7 @@ create function ceaseless.prune_audit_log(p_before timestamp with time zone, p_l
 comment on function ceaseless.prune_audit_log(p_before timestamp with time zone, p_limit integer) is 'Delete up to p_limit audit_log rows older than p_before (oldest first), which must be at least audit_log_min_retention_secs ago, and audit the prune; returns how many. The only way rows leave the append-only log. CE422 for a cutoff inside the floor.';
 grant execute on function ceaseless.prune_audit_log(p_before timestamp with time zone, p_limit integer) to ceaseless_listener;
 
--- functions/10_jobs.sql, body md5 7ca97fe76359bd95af242a18ea145015
+-- functions/10_jobs.sql, body md5 7aaf1c12c9ff3aa8fe186d13e7630d17
 create function ceaseless.raise_job_budget(p_job_id uuid, p_usd numeric, p_tokens bigint DEFAULT NULL::bigint, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql
