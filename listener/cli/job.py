@@ -153,7 +153,8 @@ def job_reply(
     it runs again, resuming the agent's session with your reply as the prompt (reply_job)."""
     job_id = _job_id(job)
     if text == "-":
-        text = sys.stdin.read()
+        # A file or a heredoc ends with a newline nobody meant as part of the reply.
+        text = sys.stdin.read().rstrip("\n")
     call(jobs.reply, job_id, text)
     typer.echo(f"job {job_id} is pending again: its next run resumes the session with your reply")
 

@@ -75,7 +75,8 @@ def job(conn: Connection, job_id: str) -> Listing:
                     then format('%%s:%%s/%%s#%%s', j.forge, j.owner, j.repo, j.number) end
                  as issue,
                j.routine_run_id, j.topology_run_id, j.parent_job_id,
-               left(j.prompt, 2000) as prompt, j.last_error
+               left(j.prompt, 2000) as prompt, j.last_error,
+               j.max_cost_usd, j.max_tokens, left(j.reply, 2000) as reply, j.replied_by
           from ceaseless.job j
           join ceaseless.agents a on a.name = j.agent
          where j.id = %s
@@ -91,7 +92,7 @@ def runs(conn: Connection, job_id: str) -> Listing:
         """
         select attempt, worker, started_at, finished_at - started_at as took, outcome,
                exit_status, billing, cost_usd, tokens_in, tokens_out,
-               coalesce(error, final_message) as message
+               left(reply, 200) as reply, coalesce(error, final_message) as message
           from ceaseless.agent_run
          where job_id = %s
          order by attempt, started_at
