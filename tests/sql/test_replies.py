@@ -315,3 +315,16 @@ def test_notify_payload_of_a_reply_is_the_job_state_change(conn: psycopg.Connect
     conn.commit()
     payloads = [json.loads(n.payload) for n in conn.notifies(timeout=1, stop_after=1)]
     assert payloads and payloads[0]["state"] == "pending" and payloads[0]["old_state"] == "blocked"
+
+
+def test_explain_job_of_a_blocked_job_names_the_reply_that_resumes_it(
+    conn: psycopg.Connection,
+) -> None:
+    make_agent(conn)
+    job, _ = _blocked_on_a_question(conn)
+    reason, detail = conn.execute(
+        "select reason, detail from ceaseless.explain_job(%s)", (job,)
+    ).fetchone()  # type: ignore[misc]
+    assert reason == "finished"
+    assert f"reply_job('{job}', '…')" in detail
+    assert f"raise_job_budget('{job}', <usd>)" in detail
