@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from tests.factories import finish, make_agent, make_job, make_routine
+from tests.sql.plans import explained, nodes, statement
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 SESSION = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
@@ -273,3 +274,27 @@ def test_a_ceiling_of_zero_is_refused_by_name(conn: psycopg.Connection, column: 
     with pytest.raises(psycopg.errors.CheckViolation) as caught:
         make_job(conn, **{column: 0})
     assert caught.value.diag.constraint_name == f"{column}_positive"
+
+
+def test_the_spend_left_is_read_by_the_job_s_runs_only(conn: psycopg.Connection) -> None:
+    # claim_jobs and finish_runs read a ceiling's job's spend for each such job
+    # of a batch: a probe of agent_run_job_idx, whatever the other jobs ran.
+    make_agent(conn, max_concurrent=100)
+    conn.execute(
+        "insert into ceaseless.job (kind, agent, prompt, state, finished_at, attempts) "
+        "select 'task', 'noop', 'old', 'delivered', now(), 1 from generate_series(1, 2000)"
+    )
+    conn.execute(
+        "insert into ceaseless.agent_run (job_id, agent, adapter, worker, attempt, outcome, "
+        "                                 finished_at, cost_usd) "
+        "select j.id, 'noop', 'noop', 'w0', 1, 'succeeded', now(), 0.01 "
+        "from ceaseless.job j, generate_series(1, 10)"
+    )
+    make_job(conn, max_cost_usd=1)
+    conn.execute("analyze ceaseless.agent_run")
+    with explained(conn) as plans, conn.transaction(force_rollback=True):
+        assert _claim(conn, datetime.now(UTC))["budget_usd"] == Decimal(1)
+    plan = statement(plans, "select p_max_cost_usd")
+    assert not [n for n in nodes(plan) if n["Node Type"] == "Seq Scan"], plan
+    assert [n for n in nodes(plan) if n.get("Index Name") == "agent_run_job_idx"], plan
+    assert int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"]) <= 4
