@@ -85,3 +85,26 @@ def test_an_agent_under_its_budget_runs_to_its_end() -> None:
     config = agent(Adapter.OPENCODE, [FAKE_OPENCODE])
     result = run(config, task(budget_usd=5.0, budget_tokens=1_000_000))
     assert result.outcome is Outcome.SUCCEEDED
+
+
+def test_claude_s_streamed_tokens_count_each_message_once_before_its_result() -> None:
+    from listener.agents.claude_code import ClaudeStreamParser
+
+    from .support import feed
+
+    def line(message_id: str, text: str) -> dict[str, object]:
+        usage = {"input_tokens": 10, "cache_read_input_tokens": 100, "output_tokens": 5}
+        return {
+            "type": "assistant",
+            "message": {
+                "id": message_id,
+                "model": "m",
+                "usage": usage,
+                "content": [{"type": "text", "text": text}],
+            },
+        }
+
+    parser = feed(
+        ClaudeStreamParser(), [line("msg_1", "a"), line("msg_1", "b"), line("msg_2", "c")]
+    )
+    assert parser.spent() == (None, 230)  # type: ignore[attr-defined]
