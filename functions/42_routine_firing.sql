@@ -233,10 +233,14 @@ begin
     jobs as (
         -- The job is the routine owner's, whoever fired it (a listener's
         -- cron, an operator's run_routine).
+        -- The routine's spend ceilings, where it sets them; else its
+        -- agent's (job_spend_ceiling, 11_job_input.sql).
         insert into job (id, kind, agent, prompt, payload, routine_run_id, expects_reply,
-                         max_attempts, max_turns, run_after, created_at, user_id)
+                         max_attempts, max_turns, run_after, created_at, user_id,
+                         max_cost_usd, max_tokens)
         select c.job_id, 'routine', (c.routine).agent, s.prompt, s.payload, c.run_id,
-               s.expects_reply, s.max_attempts, s.max_turns, p_now, p_now, (c.routine).user_id
+               s.expects_reply, s.max_attempts, s.max_turns, p_now, p_now, (c.routine).user_id,
+               (c.routine).max_cost_usd, (c.routine).max_tokens
         from capped c
         cross join lateral _routine_job_spec(c.routine, c.context) s
         where c.reason is null and c.new_job

@@ -185,6 +185,12 @@ begin
                    case when v_job.topology_run_id is not null
                         then format('retry_topology_run(%L), with its topology run',
                                     v_job.topology_run_id)
+                        -- A blocked job waits for a person, who resumes its
+                        -- session (10_jobs.sql).
+                        when v_job.state = 'blocked'
+                        then format('a reply, reply_job(%L, ''…''), or a raised ceiling, '
+                                    'raise_job_budget(%L, <usd>), which resume its session; '
+                                    'or retry_job', v_job.id, v_job.id)
                         else 'retry_job' end),
             null::timestamptz;
         return;

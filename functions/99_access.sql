@@ -61,16 +61,18 @@ grant select, delete on routines to ceaseless_user;
 grant insert (id, user_id, name, description, enabled, trigger_type, trigger_config, action_type,
               action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs,
               notify_channel, notify_user, notify_on_success, notify_on_failure,
-              notify_on_attention)
+              notify_on_attention, max_cost_usd, max_tokens)
     on routines to ceaseless_user;
 grant update (name, description, enabled, trigger_type, trigger_config, action_type,
               action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs,
               notify_channel, notify_user, notify_on_success, notify_on_failure,
-              notify_on_attention)
+              notify_on_attention, max_cost_usd, max_tokens)
     on routines to ceaseless_user;
 grant select on job, events to ceaseless_user;
+-- Not reply, replied_by, replied_at: a reply is sent through reply_job,
+-- which checks the job is blocked and records who sent it.
 grant insert (id, user_id, kind, agent, prompt, payload, max_turns, max_attempts, run_after,
-              dedup_key)
+              dedup_key, max_cost_usd, max_tokens)
     on job to ceaseless_user;
 grant insert (id, user_id, channel, content, payload) on events to ceaseless_user;
 grant select on routine_runs, agent_run, notifications, loops, topology_runs, approvals
@@ -98,6 +100,8 @@ grant execute on function
     check_schedule(text, text),
     cancel_job(uuid, timestamptz),
     retry_job(uuid, timestamptz),
+    reply_job(uuid, text, timestamptz),
+    raise_job_budget(uuid, numeric, bigint, timestamptz),
     _input_cap(text),
     _json_too_deep(jsonb),
     _json_too_deep_path(),
@@ -129,6 +133,12 @@ alter function _tg_settings_quiet_checks() security definer;
 -- its own, an operator or a listener any).
 alter function cancel_job(uuid, timestamptz) security definer;
 alter function retry_job(uuid, timestamptz) security definer;
+alter function reply_job(uuid, text, timestamptz) security definer;
+alter function raise_job_budget(uuid, numeric, bigint, timestamptz) security definer;
+-- A job's default ceilings come from its routine, loop node and agent, which
+-- a user's INSERT may not read in full (agents' other columns, another
+-- owner's rows are never named: a user's job names no run).
+alter function _tg_job_spend_ceiling() security definer;
 -- Lanes are every owner's: operators pause and resume them through these,
 -- which let only operators and listeners through (_acts_for_everyone), and
 -- write lane_pauses, which operators only read.
@@ -266,6 +276,9 @@ grant select (egress) on agents to ceaseless_user;
 -- announced by these, so the user may read them; they hold no secret.
 grant select (notify_on_failed, notify_on_blocked, notify_on_abandoned, notify_channel)
     on agents to ceaseless_user;
+-- The default spend ceilings of a lane's jobs (db/0068): a user's job gets
+-- them unless it sets its own.
+grant select (max_cost_usd, max_tokens) on agents to ceaseless_user;
 
 -- Metrics (94_metrics.sql): the counting triggers fire in whatever
 -- transaction changed the row, a user role's too (an event that fires a

@@ -49,6 +49,8 @@ create table ceaseless.agent_run (
     started_at timestamp with time zone default now() not null,
     finished_at timestamp with time zone,
     ended_by text,
+    reply text,
+    replied_by text,
     constraint agent_run_adapter_check CHECK ((adapter = ANY (ARRAY['claude_code'::text, 'opencode'::text, 'command'::text, 'noop'::text]))),
     constraint agent_run_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE,
     constraint agent_run_billing_check CHECK ((billing = ANY (ARRAY['subscription'::text, 'api_key'::text, 'unknown'::text]))),
@@ -64,6 +66,8 @@ create table ceaseless.agent_run (
     constraint finished_has_outcome CHECK (((finished_at IS NULL) = (outcome IS NULL))),
     constraint outcome_known CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'rate_limited'::text, 'budget_exhausted'::text, 'output_budget_exhausted'::text, 'timed_out'::text, 'cancelled'::text, 'lease_expired'::text, 'auth_failed'::text, 'needs_human'::text]))) NOT VALID,
     constraint pull_request_complete CHECK ((num_nonnulls(pr_forge, pr_owner, pr_repo, pr_number, pr_head_branch, pr_url) = ANY (ARRAY[0, 6]))),
+    constraint reply_bounded CHECK (((reply IS NULL) OR ((char_length(reply) >= 1) AND (char_length(reply) <= 16000)))),
+    constraint reply_complete CHECK ((num_nonnulls(reply, replied_by) = ANY (ARRAY[0, 2]))),
     constraint session_id_plausible CHECK ((session_id ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$'::text)),
     constraint tokens_not_negative CHECK (((COALESCE(tokens_in, (0)::bigint) >= 0) AND (COALESCE(tokens_out, (0)::bigint) >= 0)))
 );
@@ -83,6 +87,8 @@ create policy own_rows on ceaseless.agent_run for all to ceaseless_user
   WHERE (j.id = agent_run.job_id))));
 comment on table ceaseless.agent_run is 'One invocation of one agent against one job: who ran it, what it cost, how it ended.';
 comment on column ceaseless.agent_run.ended_by is 'Who ended the run: agent (its listener reported the result), lease_expiry (the lease passed and a sweep closed it), release (its listener shut down and gave the job back) or cancel (cancel_job). NULL while open, and on runs ended before this column existed.';
+comment on column ceaseless.agent_run.reply is 'The person''s reply this run carried to the agent as its prompt (job.reply when claimed).';
+comment on column ceaseless.agent_run.replied_by is 'Who sent agent_run.reply (job.replied_by).';
 grant select on table ceaseless.agent_run to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.agent_run to ceaseless_listener;
 
@@ -109,6 +115,8 @@ create table ceaseless.agents (
     notify_on_blocked boolean default true not null,
     notify_on_abandoned boolean default false not null,
     notify_channel text,
+    max_cost_usd numeric(12,6),
+    max_tokens bigint,
     constraint agents_adapter_check CHECK ((adapter = ANY (ARRAY['claude_code'::text, 'opencode'::text, 'command'::text, 'noop'::text]))),
     constraint agents_pkey PRIMARY KEY (name),
     constraint argv_no_empty_executable CHECK (((cardinality(argv) = 0) OR (argv[1] <> ''::text))),
@@ -119,6 +127,8 @@ create table ceaseless.agents (
     constraint kill_grace_secs_not_negative CHECK ((kill_grace_secs >= 0)),
     constraint max_attempts_positive CHECK ((max_attempts > 0)),
     constraint max_concurrent_positive CHECK ((max_concurrent > 0)),
+    constraint max_cost_usd_positive CHECK (((max_cost_usd IS NULL) OR (max_cost_usd > (0)::numeric))),
+    constraint max_tokens_positive CHECK (((max_tokens IS NULL) OR (max_tokens > 0))),
     constraint name_url_safe CHECK ((name ~ '^[a-z0-9][a-z0-9_.-]*$'::text)),
     constraint notify_channel_not_empty CHECK (((notify_channel IS NULL) OR (notify_channel <> ''::text))),
     constraint timeout_secs_positive CHECK ((timeout_secs > 0)),
@@ -142,8 +152,10 @@ comment on column ceaseless.agents.notify_on_failed is 'Queue a failure notifica
 comment on column ceaseless.agents.notify_on_blocked is 'Queue an attention notification when a job of this lane is blocked on what only a person can fix: its agent could not authenticate, or a forge run asks for a human.';
 comment on column ceaseless.agents.notify_on_abandoned is 'Queue a failure notification when a plain job of this lane is abandoned: every attempt''s lease expired without an agent''s verdict. Off by default: a listener going away is the operator''s to see first.';
 comment on column ceaseless.agents.notify_channel is 'The notification sink (a key of the notification_sinks setting) of this lane''s job notifications; NULL: "default".';
+comment on column ceaseless.agents.max_cost_usd is 'Default spend ceiling in USD of each job of this lane that sets none (job.max_cost_usd); unlike window_cost_usd, it stops one job, not the lane.';
+comment on column ceaseless.agents.max_tokens is 'Default spend ceiling in tokens of each job of this lane that sets none (job.max_tokens).';
 grant select, insert, update, delete on table ceaseless.agents to ceaseless_listener, ceaseless_operator;
-grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_concurrent, window_secs, window_budget, max_attempts, enabled, created_at, updated_at, window_cost_usd, window_tokens, egress, notify_on_failed, notify_on_blocked, notify_on_abandoned, notify_channel) on table ceaseless.agents to ceaseless_user;
+grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_concurrent, window_secs, window_budget, max_attempts, enabled, created_at, updated_at, window_cost_usd, window_tokens, egress, notify_on_failed, notify_on_blocked, notify_on_abandoned, notify_channel, max_cost_usd, max_tokens) on table ceaseless.agents to ceaseless_user;
 
 create table ceaseless.approvals (
     id uuid default gen_random_uuid() not null,
@@ -346,6 +358,11 @@ create table ceaseless.job (
     labels_synced_label text,
     labels_retry_at timestamp with time zone,
     labels_error text,
+    reply text,
+    replied_by text,
+    replied_at timestamp with time zone,
+    max_cost_usd numeric(12,6),
+    max_tokens bigint,
     constraint claim_complete CHECK (((claimed_by IS NULL) = (claim_expires_at IS NULL))),
     constraint dedup_key_not_empty CHECK (((dedup_key IS NULL) OR (dedup_key <> ''::text))),
     constraint finished_iff_terminal CHECK (((finished_at IS NOT NULL) = (state = ANY (ARRAY['delivered'::text, 'blocked'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text])))),
@@ -363,9 +380,13 @@ create table ceaseless.job (
     constraint labels_error_bounded CHECK ((char_length(labels_error) <= 1000)),
     constraint live_claim_held CHECK (((state <> ALL (ARRAY['claimed'::text, 'running'::text])) OR (claimed_by IS NOT NULL))),
     constraint max_attempts_positive CHECK (((max_attempts IS NULL) OR (max_attempts > 0))),
+    constraint max_cost_usd_positive CHECK (((max_cost_usd IS NULL) OR (max_cost_usd > (0)::numeric))),
+    constraint max_tokens_positive CHECK (((max_tokens IS NULL) OR (max_tokens > 0))),
     constraint max_turns_positive CHECK (((max_turns IS NULL) OR (max_turns > 0))),
     constraint payload_is_object CHECK ((jsonb_typeof(payload) = 'object'::text)),
     constraint pending_holds_no_claim CHECK (((state <> 'pending'::text) OR (claimed_by IS NULL))),
+    constraint reply_bounded CHECK (((reply IS NULL) OR ((char_length(reply) >= 1) AND (char_length(reply) <= 16000)))),
+    constraint reply_complete CHECK ((num_nonnulls(reply, replied_by, replied_at) = ANY (ARRAY[0, 3]))),
     constraint resume_session_id_resumable CHECK ((resume_session_id ~ '^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|ses_[0-9A-Za-z]{26})$'::text)) NOT VALID
 );
 alter table ceaseless.job enable row level security;
@@ -397,6 +418,7 @@ CREATE TRIGGER job_input BEFORE INSERT OR UPDATE OF prompt, payload ON ceaseless
 CREATE TRIGGER job_insert AFTER INSERT ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_insert();
 CREATE TRIGGER job_plan_children AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_plan_children();
 CREATE TRIGGER job_routine_outcome AFTER UPDATE ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_routine_outcome();
+CREATE TRIGGER job_spend_ceiling BEFORE INSERT ON ceaseless.job FOR EACH ROW WHEN (((new.max_cost_usd IS NULL) OR (new.max_tokens IS NULL))) EXECUTE FUNCTION ceaseless._tg_job_spend_ceiling();
 CREATE TRIGGER job_topology_outcome AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_topology_outcome();
 CREATE TRIGGER job_update AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_update();
 CREATE TRIGGER job_user_due BEFORE INSERT ON ceaseless.job FOR EACH ROW WHEN ((new.run_after < now())) EXECUTE FUNCTION ceaseless._tg_job_user_due();
@@ -414,9 +436,14 @@ comment on column ceaseless.job.user_id is 'The role that owns this job (enqueue
 comment on column ceaseless.job.labels_synced_label is 'The state label the mirror last wrote on the forge issue (ceaseless:<state>); NULL before the first sync. Written by the label identity, never read to decide anything.';
 comment on column ceaseless.job.labels_retry_at is 'When the label mirror may next try this job: set when handed out (so two listeners do not write the same labels) and after a failed sync (backoff).';
 comment on column ceaseless.job.labels_error is 'Why the last label sync failed; cleared by the next that succeeds. Never changes the job.';
+comment on column ceaseless.job.reply is 'A person''s reply waiting for the job''s next run (reply_job, raise_job_budget): that run resumes the agent''s session with it as the prompt. Cleared when a run that carried it ends with a verdict; kept through an interrupted run, so a reply is never lost.';
+comment on column ceaseless.job.replied_by is 'Who sent job.reply: the login role, and for a listener''s dashboard the listener''s `<worker id> dashboard:<user>` (ceaseless.actor).';
+comment on column ceaseless.job.replied_at is 'When job.reply was sent.';
+comment on column ceaseless.job.max_cost_usd is 'Spend ceiling in USD over all the job''s runs (agent_run.cost_usd): a run passing it stops, and the job is blocked budget_exhausted until raise_job_budget. NULL: its routine''s, else its agent''s, else none.';
+comment on column ceaseless.job.max_tokens is 'Spend ceiling in tokens (tokens_in + tokens_out) over all the job''s runs, as max_cost_usd. NULL: its routine''s, else its agent''s, else none.';
 grant select on table ceaseless.job to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.job to ceaseless_listener;
-grant insert (id, kind, agent, prompt, payload, max_turns, dedup_key, run_after, max_attempts, user_id) on table ceaseless.job to ceaseless_user;
+grant insert (id, kind, agent, prompt, payload, max_turns, dedup_key, run_after, max_attempts, user_id, max_cost_usd, max_tokens) on table ceaseless.job to ceaseless_user;
 
 create table ceaseless.lane_pauses (
     agent text not null,
@@ -721,10 +748,14 @@ create table ceaseless.routines (
     created_at timestamp with time zone default now() not null,
     updated_at timestamp with time zone default now() not null,
     event_literal text default ''::text not null,
+    max_cost_usd numeric(12,6),
+    max_tokens bigint,
     constraint action_config_is_object CHECK ((jsonb_typeof(action_config) = 'object'::text)),
     constraint cooldown_secs_not_negative CHECK ((cooldown_secs >= 0)),
     constraint dedup_window_secs_positive CHECK (((dedup_window_secs IS NULL) OR (dedup_window_secs > 0))),
     constraint max_concurrent_positive CHECK ((max_concurrent > 0)),
+    constraint max_cost_usd_positive CHECK (((max_cost_usd IS NULL) OR (max_cost_usd > (0)::numeric))),
+    constraint max_tokens_positive CHECK (((max_tokens IS NULL) OR (max_tokens > 0))),
     constraint routines_action_type_check CHECK ((action_type = ANY (ARRAY['lightweight'::text, 'full_job'::text]))),
     constraint routines_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE,
     constraint routines_pkey PRIMARY KEY (id),
@@ -751,11 +782,13 @@ create policy own_rows on ceaseless.routines for all to ceaseless_user
 comment on table ceaseless.routines is 'Named, user-owned tasks fired by cron, events, webhooks or by hand, with guardrails (seed 000).';
 comment on column ceaseless.routines.last_run_at is 'When the last run finished (ok, attention or failed); cooldown_secs counts from here.';
 comment on column ceaseless.routines.event_literal is 'For event routines: a string every content matching the pattern contains (or '''' when none is known), derived by _regex_required_literal at validation; checked before the regex.';
+comment on column ceaseless.routines.max_cost_usd is 'Spend ceiling in USD of each job this routine fires (job.max_cost_usd); NULL: the agent''s.';
+comment on column ceaseless.routines.max_tokens is 'Spend ceiling in tokens of each job this routine fires (job.max_tokens); NULL: the agent''s.';
 grant select on table ceaseless.routines to ceaseless_operator;
 grant select, delete on table ceaseless.routines to ceaseless_user;
 grant select, insert, update, delete on table ceaseless.routines to ceaseless_listener;
 grant insert (id, user_id) on table ceaseless.routines to ceaseless_user;
-grant insert, update (name, description, enabled, trigger_type, trigger_config, action_type, action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs, notify_channel, notify_user, notify_on_success, notify_on_failure, notify_on_attention) on table ceaseless.routines to ceaseless_user;
+grant insert, update (name, description, enabled, trigger_type, trigger_config, action_type, action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs, notify_channel, notify_user, notify_on_success, notify_on_failure, notify_on_attention, max_cost_usd, max_tokens) on table ceaseless.routines to ceaseless_user;
 
 create table ceaseless.schema_functions (
     singleton boolean default true not null,
@@ -1604,6 +1637,15 @@ create function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp wit
 comment on function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) is 'Fire a routine''s or loop''s cron slots in [p_from, p_to) that have not fired (the first p_max, trigger backfill, slot_at the slot), for its owner; one row per slot: fired, refused, already_fired or over_max. Audited. CE404 unknown or someone else''s; CE422 bad bounds.';
 grant execute on function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
+-- functions/10_jobs.sql, body md5 9ab3757b2c89ca6cc49314aeb3aa1de0
+create function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job)
+    returns text
+    language plpgsql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job) is 'Why a job cannot be resumed by a reply or a raised ceiling (not blocked, a topology node''s, its ceiling spent), or NULL.';
+grant execute on function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job) to ceaseless_listener, ceaseless_operator;
+
 -- functions/51_topology_runs.sql, body md5 8e317f27312e5485ba8702f3ab8b7bdc
 create function ceaseless._cancel_topology_jobs(p_run_ids uuid[], p_reason text, p_now timestamp with time zone)
     returns integer
@@ -1923,7 +1965,7 @@ create function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail te
 comment on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) is 'The one firing path of loops: lock the loop, record a skipped run (disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to the last, with the webhook body and the prior iteration''s final message in its task; returns the run id.';
 grant execute on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/42_routine_firing.sql, body md5 692d378d903a84dc922e60b88ef1c3b6
+-- functions/42_routine_firing.sql, body md5 c910b1a7fa3bf028bcfec5aeeac488c0
 create function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false, p_job_ids uuid[] DEFAULT NULL::uuid[], p_slots timestamp with time zone[] DEFAULT NULL::timestamp with time zone[])
     returns TABLE(ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text, skip_reason text)
     language plpgsql
@@ -2038,7 +2080,7 @@ create function ceaseless._forge_verdict(p_job_id uuid, p_kind text, p_final_mes
     language plpgsql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._forge_verdict(p_job_id uuid, p_kind text, p_final_message text, p_pr_number bigint, OUT outcome text, OUT error text) is 'The outcome of a succeeded forge run: needs_human (block), failed (bad block, implement without a pull request, plan without valid children) or succeeded, with the reason.';
+comment on function ceaseless._forge_verdict(p_job_id uuid, p_kind text, p_final_message text, p_pr_number bigint, OUT outcome text, OUT error text) is 'The outcome of a succeeded run: needs_human (its block, any kind), failed (a bad block; an implement run without a pull request, a plan without valid children) or succeeded, with the reason.';
 grant execute on function ceaseless._forge_verdict(p_job_id uuid, p_kind text, p_final_message text, p_pr_number bigint, OUT outcome text, OUT error text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/70_tracked_repo.sql, body md5 0577decdb8e44bbd8abcfc23a12df50e
@@ -2150,6 +2192,15 @@ create function ceaseless._is_workspace_path(p_value jsonb)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._is_workspace_path(p_value jsonb) is 'True for a JSON string that is a relative path without a .. component (a context path).';
 grant execute on function ceaseless._is_workspace_path(p_value jsonb) to ceaseless_listener, ceaseless_operator;
+
+-- functions/11_job_input.sql, body md5 6ca4b7020b622127a125458dd9fa21fd
+create function ceaseless._job_budget_left(p_job_id uuid, p_max_cost_usd numeric, p_max_tokens bigint, OUT usd numeric, OUT tokens bigint)
+    returns record
+    language plpgsql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._job_budget_left(p_job_id uuid, p_max_cost_usd numeric, p_max_tokens bigint, OUT usd numeric, OUT tokens bigint) is 'What is left of a job''s max_cost_usd and max_tokens after all its runs (NULL: no ceiling); zero or less: spent.';
+grant execute on function ceaseless._job_budget_left(p_job_id uuid, p_max_cost_usd numeric, p_max_tokens bigint, OUT usd numeric, OUT tokens bigint) to ceaseless_listener, ceaseless_operator;
 
 -- functions/10_jobs.sql, body md5 e98c75c2c4c66e29584f6c4c2383e318
 create function ceaseless._job_for(p_verb text, p_job_id uuid)
@@ -2444,6 +2495,15 @@ create function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run 
 comment on function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run uuid) is 'Record in transaction_state how this transaction''s routine fires were admitted (shared or exclusive) and the room its shared slots have left, or the loop iteration it is inserting; a NULL part keeps what the transaction recorded.';
 grant execute on function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run uuid) to ceaseless_listener, ceaseless_operator;
 
+-- functions/10_jobs.sql, body md5 7157f57cd608b04c4fc4f30040741fcc
+create function ceaseless._replier()
+    returns text
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._replier() is 'Who sends a reply: session_user, and for a listener''s session its ceaseless.actor (e.g. `w1 dashboard:alice`).';
+grant execute on function ceaseless._replier() to ceaseless_listener, ceaseless_operator;
+
 -- functions/70_tracked_repo.sql, body md5 b5892455749f9555700e0e44db89efc5
 create function ceaseless._repo_bookkeeping()
     returns text[]
@@ -2498,6 +2558,15 @@ create function ceaseless._resumable(p_session_id text)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._resumable(p_session_id text) is 'The session id when an agent CLI can resume it (a UUID for Claude Code, ses_ and 26 letters or digits for opencode), else NULL.';
 grant execute on function ceaseless._resumable(p_session_id text) to ceaseless_listener, ceaseless_operator;
+
+-- functions/10_jobs.sql, body md5 03217cb4b72e9e9cfd23516b816df316
+create function ceaseless._resume_blocked_job(p_job ceaseless.job, p_reply text, p_action text, p_now timestamp with time zone)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._resume_blocked_job(p_job ceaseless.job, p_reply text, p_action text, p_now timestamp with time zone) is 'Return a blocked job to pending, its attempts whole, with p_reply waiting for the run that resumes its session (the job''s, else its last run''s); audited as p_action with who sent it.';
+grant execute on function ceaseless._resume_blocked_job(p_job ceaseless.job, p_reply text, p_action text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/00_helpers.sql, body md5 cfe2e8f5220937c4a032f4af4fd7cdd9
 create function ceaseless._retry_delay(p_attempts integer)
@@ -2676,7 +2745,7 @@ create function ceaseless._tg_agents_enabled()
 comment on function ceaseless._tg_agents_enabled() is 'After agents are enabled: fire again the on_completion loops a fire refused for a disabled agent left idle, once all of their agents are enabled.';
 grant execute on function ceaseless._tg_agents_enabled() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 47351fd7ac165dc6d88e5ad325a42a7c
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 d5d539a02e5d92794fcbf05e6c3a949e
 create function ceaseless._tg_agents_quiet_checks()
     returns trigger
     language plpgsql
@@ -2772,13 +2841,13 @@ create function ceaseless._tg_graph_default_agent()
 comment on function ceaseless._tg_graph_default_agent() is 'Before a loop or a topology run is inserted, or its graph updated: write the default agent into nodes that name none.';
 grant execute on function ceaseless._tg_graph_default_agent() to ceaseless_listener, ceaseless_operator;
 
--- functions/60_notifications.sql, body md5 2922607d2273feff2782482112fc8af4
+-- functions/60_notifications.sql, body md5 3d8c1ae765ee5e2e5f0a8c7e1573bf62
 create function ceaseless._tg_job_ended()
     returns trigger
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._tg_job_ended() is 'After UPDATE on job: queue a notification for each job the statement ended for good, as its agent''s notify_on_* flags ask, on its notify_channel: blocked on a missing login (auth_failed) or a forge question (needs_human), any job; failed or abandoned, a plain job (routines and loops announce their own). The body names the retry that works.';
+comment on function ceaseless._tg_job_ended() is 'After UPDATE on job: queue a notification for each job the statement ended for good, as its agent''s notify_on_* flags ask, on its notify_channel: blocked on a missing login (auth_failed), an agent''s question (needs_human) or a spent ceiling (budget_exhausted), any job, saying how to reply or raise the ceiling; failed or abandoned, a plain job (routines and loops announce their own). The body names the retry that works.';
 grant execute on function ceaseless._tg_job_ended() to ceaseless_listener, ceaseless_operator;
 
 -- functions/11_job_input.sql, body md5 ca10282c9a744e1a99572918762c36e0
@@ -2819,6 +2888,16 @@ create function ceaseless._tg_job_routine_outcome()
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._tg_job_routine_outcome() is 'After UPDATE on job: close the routine runs whose jobs the statement ended.';
 grant execute on function ceaseless._tg_job_routine_outcome() to ceaseless_listener, ceaseless_operator;
+
+-- functions/11_job_input.sql, body md5 405f760baa7c4d2a55e421b1255276a5
+create function ceaseless._tg_job_spend_ceiling()
+    returns trigger
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._tg_job_spend_ceiling() is 'Before INSERT on job without both ceilings: max_cost_usd and max_tokens from its loop node, else its agent; the job''s own value (a routine''s job: its routine''s) wins.';
+grant execute on function ceaseless._tg_job_spend_ceiling() to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 8d73a766b684c84e2a996b6757f962a8
 create function ceaseless._tg_job_topology_outcome()
@@ -3000,7 +3079,7 @@ create function ceaseless._tg_routines_changed()
 comment on function ceaseless._tg_routines_changed() is 'After a routine changes: NOTIFY ceaseless_schedule when it needs a next_fire_at; audit operator-visible changes.';
 grant execute on function ceaseless._tg_routines_changed() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 39a20db579816fac07736f456e94a11e
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 62de93a24bd9b3549d722e2ef631abff
 create function ceaseless._tg_routines_quiet_checks()
     returns trigger
     language plpgsql
@@ -3247,7 +3326,7 @@ create function ceaseless._url_origin(p_url text)
 comment on function ceaseless._url_origin(p_url text) is 'scheme://host[:port] of a URL, without the userinfo, path and query that may hold credentials.';
 grant execute on function ceaseless._url_origin(p_url text) to ceaseless_listener, ceaseless_operator;
 
--- functions/50_topology_graph.sql, body md5 7e8d41903215ffbd54bcaf50e47725fc
+-- functions/50_topology_graph.sql, body md5 52064f04bc59b7c2e3d0b60428befd7f
 create function ceaseless._validate_topology_graph(p_where text, p_graph jsonb)
     returns void
     language plpgsql
@@ -3517,9 +3596,9 @@ create function ceaseless.child_issues_due(p_limit integer DEFAULT 10, p_now tim
 comment on function ceaseless.child_issues_due(p_limit integer, p_now timestamp with time zone) is 'Hand out up to p_limit child issues not yet created on the forge, each to one caller (SKIP LOCKED), counting the attempt and moving next_attempt_at 5 minutes on.';
 grant execute on function ceaseless.child_issues_due(p_limit integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 4fdf5df55fd196a3bd4f4b186aad0b2e
+-- functions/10_jobs.sql, body md5 0709e6ace0dcc9c337c64eb57e5946d7
 create function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[] DEFAULT NULL::text[], p_agents text[] DEFAULT NULL::text[], p_now timestamp with time zone DEFAULT now(), p_lease_secs integer DEFAULT NULL::integer, p_start boolean DEFAULT false)
-    returns TABLE(id uuid, kind text, agent text, prompt text, payload jsonb, max_turns integer, resume_session_id text, attempts integer, claim_expires_at timestamp with time zone, run_id uuid)
+    returns TABLE(id uuid, kind text, agent text, prompt text, payload jsonb, max_turns integer, resume_session_id text, attempts integer, claim_expires_at timestamp with time zone, run_id uuid, reply text, budget_usd numeric, budget_tokens bigint)
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp
@@ -3601,7 +3680,7 @@ create function ceaseless.expire_leases(p_now timestamp with time zone DEFAULT n
 comment on function ceaseless.expire_leases(p_now timestamp with time zone) is 'Return jobs with passed leases to pending (or abandoned after max attempts) and finish their open runs as lease_expired. Safe to call from every listener at once.';
 grant execute on function ceaseless.expire_leases(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/92_explain.sql, body md5 5e146ddc44e58959af37469fe880e29c
+-- functions/92_explain.sql, body md5 c9da71bb69dbd8f7ab0e795be5a991f4
 create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3668,13 +3747,13 @@ create function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with 
 comment on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) is 'Record a poll''s end (last_polled_at, last_etag on success, last_error on failure) and set next_poll_at to one clamped interval later, or to p_next_poll_at when later (rate limits).';
 grant execute on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/20_agent_runs.sql, body md5 e370bd7e968143fef3f651fd215e7f60
+-- functions/20_agent_runs.sql, body md5 bca8eba98de9c3e857404a7296bb0782
 create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone DEFAULT now())
     returns TABLE(run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Finish a batch of agent runs and move each job by its outcome (_job_state_after: delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job, attempt refunded. A succeeded forge run gets its verdict first (_forge_verdict: an implement run without a pull request fails, a needs_human block blocks the job, a plan needs a valid children block). A result for a run that is no longer the reporter''s is kept in late_results, never written onto the closed run (recorded = false).';
+comment on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Finish a batch of agent runs and move each job by its outcome (_job_state_after: delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job, attempt refunded. A succeeded run gets its verdict first (_forge_verdict: a needs_human block blocks the job, any kind; an implement run without a pull request fails, a plan needs a valid children block); a run that reaches its job''s spend ceiling (max_cost_usd, max_tokens over all its runs) is budget_exhausted. A result for a run that is no longer the reporter''s is kept in late_results, never written onto the closed run (recorded = false).';
 grant execute on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/32_schedules.sql, body md5 17b6ed0d1c96f479e7c9f8e151e6e4e9
@@ -3805,6 +3884,16 @@ create function ceaseless.prune_audit_log(p_before timestamp with time zone, p_l
 comment on function ceaseless.prune_audit_log(p_before timestamp with time zone, p_limit integer) is 'Delete up to p_limit audit_log rows older than p_before (oldest first), which must be at least audit_log_min_retention_secs ago, and audit the prune; returns how many. The only way rows leave the append-only log. CE422 for a cutoff inside the floor.';
 grant execute on function ceaseless.prune_audit_log(p_before timestamp with time zone, p_limit integer) to ceaseless_listener;
 
+-- functions/10_jobs.sql, body md5 7aaf1c12c9ff3aa8fe186d13e7630d17
+create function ceaseless.raise_job_budget(p_job_id uuid, p_usd numeric, p_tokens bigint DEFAULT NULL::bigint, p_now timestamp with time zone DEFAULT now())
+    returns void
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.raise_job_budget(p_job_id uuid, p_usd numeric, p_tokens bigint, p_now timestamp with time zone) is 'Raise a job''s max_cost_usd (and/or max_tokens); a job blocked on its spend resumes its session. Raises CE404 (unknown), CE409 (the job will not run again), CE422 (no ceiling, or one not above what was spent).';
+grant execute on function ceaseless.raise_job_budget(p_job_id uuid, p_usd numeric, p_tokens bigint, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
 -- functions/36_webhooks.sql, body md5 637498eca7350f839c87ad5265edc5f7
 create function ceaseless.receive_webhook(p_token text, p_body bytea, p_headers jsonb)
     returns uuid
@@ -3849,6 +3938,16 @@ create function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now ti
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now timestamp with time zone) is 'Shutdown: return jobs held by p_worker to pending, attempt refunded, open runs finished as cancelled.';
 grant execute on function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
+-- functions/10_jobs.sql, body md5 8b8d2c21ea434e8788a2e2621e480173
+create function ceaseless.reply_job(p_job_id uuid, p_text text, p_now timestamp with time zone DEFAULT now())
+    returns void
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.reply_job(p_job_id uuid, p_text text, p_now timestamp with time zone) is 'Reply to a blocked job: back to pending, its next run resumes the agent''s session with the reply as the prompt (with no session, it starts over with the reply after its prompt). Raises CE404 (unknown), CE409 (not blocked, a topology node''s, ceiling spent), CE422 (blank or over 16000 characters).';
+grant execute on function ceaseless.reply_job(p_job_id uuid, p_text text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/12_lanes.sql, body md5 b875a63bf13f8d90f666b4f450522a4a
 create function ceaseless.resume_lane(p_agent text, p_now timestamp with time zone DEFAULT now())

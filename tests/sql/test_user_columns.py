@@ -25,7 +25,7 @@ ROUTINE_COLUMNS = {
     "name", "description", "enabled", "trigger_type", "trigger_config", "action_type",
     "action_config", "agent", "cooldown_secs", "max_concurrent", "dedup_window_secs",
     "notify_channel", "notify_user", "notify_on_success", "notify_on_failure",
-    "notify_on_attention",
+    "notify_on_attention", "max_cost_usd", "max_tokens",
 }  # fmt: skip
 LOOP_COLUMNS = {
     "workspace_id", "title", "description", "graph", "task_template", "triggers",
@@ -39,6 +39,7 @@ REPO_COLUMNS = {
 }  # fmt: skip
 JOB_COLUMNS = {
     "kind", "agent", "prompt", "payload", "max_turns", "max_attempts", "run_after", "dedup_key",
+    "max_cost_usd", "max_tokens",
 }  # fmt: skip
 OWNED = {"id", "user_id"}
 
