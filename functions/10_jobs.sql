@@ -1,12 +1,15 @@
--- The job queue: claim, lease, expire, end, release, cancel, retry, and which
--- jobs will never run again.
+-- The job queue: claim, lease, expire, end, release, cancel, retry, reply,
+-- raise a ceiling, and which jobs will never run again.
 --
 -- Called by: listeners (claim_jobs, extend_leases, expire_leases,
--- release_jobs, ended_jobs), operators and owners (cancel_job, retry_job),
+-- release_jobs, ended_jobs), operators and owners (cancel_job, retry_job,
+-- reply_job, raise_job_budget),
 -- and PostgreSQL after an agent is disabled (agents_disabled).
 -- Guarantees: each function is one transaction's worth of work; a job moves
 -- through pending → claimed → running → terminal only here and in
--- 20_agent_runs.sql (finish_runs); ended_jobs reads only, and names only jobs
+-- 20_agent_runs.sql (finish_runs), and from blocked back to pending only by
+-- a person's reply or raised ceiling (reply_job, raise_job_budget), which
+-- audit who sent it; ended_jobs reads only, and names only jobs
 -- of this database that can never run again (a workspace root may be shared
 -- with another database's listeners, whose jobs are theirs to judge); a
 -- round_robin lane's turn (lane_turns, owner_turns) is read and written only
@@ -20,6 +23,8 @@
 --     job_bounded_json      payload nested too deep (02_bounded_json.sql)
 --     job_default_agent     agent left out: the default (13_default_agent.sql)
 --     job_input             prompt and payload bounds (11_job_input.sql)
+--     job_spend_ceiling     ceilings left out: the loop node's, routine's or
+--                           agent's (same file)
 --     job_user_due          a user's job due no earlier than now (same file)
 --     job_validate          a resumable session id (same file)
 --   after each statement
@@ -381,7 +386,8 @@ create or replace function claim_jobs(
 returns table (
     id uuid, kind text, agent text, prompt text, payload jsonb,
     max_turns integer, resume_session_id text, attempts integer,
-    claim_expires_at timestamptz, run_id uuid
+    claim_expires_at timestamptz, run_id uuid,
+    reply text, budget_usd numeric, budget_tokens bigint
 )
 language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
@@ -479,20 +485,42 @@ begin
         -- with a join it may hash it against a scan of the whole table.
         where j.id = any (array(select picked.id from picked))
         returning j.id, j.kind, j.agent, j.prompt, j.payload, j.max_turns,
-                  j.resume_session_id, j.attempts, j.claim_expires_at
+                  j.resume_session_id, j.attempts, j.claim_expires_at,
+                  j.reply, j.replied_by, j.max_cost_usd, j.max_tokens
     ),
+    -- Each run records the reply it carries (reply_job); the job keeps it
+    -- until a run ends with a verdict (finish_runs), so a run cut short
+    -- carries it again.
     opened as (
-        insert into agent_run (job_id, agent, adapter, model, worker, attempt, started_at)
-        select c.id, c.agent, lane.adapter, lane.model, p_worker, c.attempts, p_now
+        insert into agent_run (job_id, agent, adapter, model, worker, attempt, started_at,
+                               reply, replied_by)
+        select c.id, c.agent, lane.adapter, lane.model, p_worker, c.attempts, p_now,
+               c.reply, c.replied_by
         from claimed c
         join lane on lane.name = c.agent
         where p_start
         returning agent_run.job_id, agent_run.id
     )
-    select c.id, c.kind, c.agent, c.prompt, c.payload, c.max_turns, c.resume_session_id,
-           c.attempts, c.claim_expires_at, o.id
+    -- A reply is the whole prompt of a run that resumes the agent's session
+    -- (the session holds the task); with no session to resume, the run starts
+    -- over with the job's prompt and the reply after it. What is left of the
+    -- job's spend ceilings (_job_budget_left) is read only for a job that has
+    -- one: the listener passes it to the agent (--max-budget-usd) or stops the
+    -- agent when its streamed usage passes it.
+    select c.id, c.kind, c.agent,
+           case when c.reply is null or c.resume_session_id is not null then c.prompt
+                else format(E'%s\n\n## Reply from %s\n\n%s', c.prompt, c.replied_by, c.reply)
+           end,
+           c.payload, c.max_turns, c.resume_session_id,
+           c.attempts, c.claim_expires_at, o.id,
+           case when c.resume_session_id is not null then c.reply end,
+           b.usd, b.tokens
     from claimed c
-    left join opened o on o.job_id = c.id;
+    left join opened o on o.job_id = c.id
+    left join lateral (
+        select l.usd, l.tokens from _job_budget_left(c.id, c.max_cost_usd, c.max_tokens) l
+        where c.max_cost_usd is not null or c.max_tokens is not null
+    ) b on true;
 end;
 $$;
 
@@ -955,6 +983,228 @@ comment on function retry_job(uuid, timestamptz) is
     'Return a finished job to pending with its attempts reset; a routine''s job through its '
     'routine''s guardrails, as a new routine run. Raises CE404 (unknown), CE409 (still live), '
     'CE410/CE412/CE415 (the routine may not run now).';
+
+-- Who is sending a reply or raising a ceiling: the login role, and for a
+-- listener's session the name its transaction set (the dashboard's
+-- `<worker id> dashboard:<user>`), the same rule audit_log.worker follows; a
+-- user role cannot name anyone but itself.
+create or replace function _replier()
+returns text
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select concat_ws(' ', _actor(),
+                     case when pg_has_role(session_user, 'ceaseless_listener', 'usage')
+                          then nullif(current_setting('ceaseless.actor', true), '') end);
+$$;
+
+comment on function _replier() is
+    'Who sends a reply: session_user, and for a listener''s session its ceaseless.actor '
+    '(e.g. `w1 dashboard:alice`).';
+
+-- Send a blocked job back to pending with p_reply waiting for its next run,
+-- which resumes the agent's session: the session the job already holds, else
+-- the one its last run reported (a run blocked on needs_human, a spend
+-- ceiling or a login keeps its session on the run). The attempt budget is
+-- whole again: the reply starts a new turn of the conversation. Audited as
+-- `reply` with who sent it; the job's own UPDATE audits blocked → pending.
+--
+-- The caller holds the job (_job_for) and has checked its state.
+create or replace function _resume_blocked_job(p_job job, p_reply text, p_action text,
+                                               p_now timestamptz)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_who constant text := _replier();
+    v_session text;
+begin
+    select _resumable(r.session_id) into v_session
+    from agent_run r
+    where r.job_id = p_job.id
+    order by r.started_at desc
+    limit 1;
+    update job
+    set state = 'pending', claimed_by = null, claim_expires_at = null, claimed_at = null,
+        finished_at = null, attempts = 0, run_after = p_now, updated_at = p_now,
+        resume_session_id = coalesce(v_session, resume_session_id),
+        reply = p_reply, replied_by = v_who, replied_at = p_now
+    where id = p_job.id;
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    values ('job', p_job.id, p_action, p_job.state, 'pending',
+            jsonb_build_object('replied_by', v_who,
+                               'resumes_session', coalesce(v_session, p_job.resume_session_id),
+                               'reply', left(p_reply, 2000)));
+end;
+$$;
+
+comment on function _resume_blocked_job(job, text, text, timestamptz) is
+    'Return a blocked job to pending, its attempts whole, with p_reply waiting for the run that '
+    'resumes its session (the job''s, else its last run''s); audited as p_action with who sent it.';
+
+-- Why a blocked job cannot go on, or NULL when it can: a node's job belongs
+-- to its topology run, which moved on when the job was blocked; a job whose
+-- spend has reached its ceiling would stop again at once.
+create or replace function _blocked_job_problem(p_verb text, p_job job)
+returns text
+language plpgsql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_left record;
+begin
+    if p_job.state <> 'blocked' then
+        return format('%s: job %s is %s; only a blocked job (waiting for a person) can be '
+                      'resumed', p_verb, p_job.id, p_job.state);
+    end if;
+    if p_job.topology_run_id is not null then
+        return format('%s: job %s is a node of topology run %s, which ended with it; run it '
+                      'again with retry_topology_run', p_verb, p_job.id, p_job.topology_run_id);
+    end if;
+    select * into v_left from _job_budget_left(p_job.id, p_job.max_cost_usd, p_job.max_tokens);
+    if v_left.usd <= 0 then
+        return format('%s: job %s has spent its whole max_cost_usd (%s USD): raise it first, '
+                      'e.g. select ceaseless.raise_job_budget(%L, %s);', p_verb, p_job.id,
+                      p_job.max_cost_usd, p_job.id, p_job.max_cost_usd * 2);
+    end if;
+    if v_left.tokens <= 0 then
+        return format('%s: job %s has spent its whole max_tokens (%s): raise it first, e.g. '
+                      'select ceaseless.raise_job_budget(%L, null, %s);', p_verb, p_job.id,
+                      p_job.max_tokens, p_job.id, p_job.max_tokens * 2);
+    end if;
+    return null;
+end;
+$$;
+
+comment on function _blocked_job_problem(text, job) is
+    'Why a job cannot be resumed by a reply or a raised ceiling (not blocked, a topology node''s, '
+    'its ceiling spent), or NULL.';
+
+-- Reply to a blocked job (its agent asked for a human, spent its ceiling, or
+-- could not log in): the job goes back to pending and its next run resumes
+-- the agent's session with p_text as the whole prompt. A job with no session
+-- to resume (its agent never reported one, as a CLI that could not log in)
+-- starts over with its prompt and the reply after it, rather than being
+-- refused: the reply is the person's answer either way, and refusing would
+-- leave them nothing to do but copy it into a new job.
+--
+-- Locks: the job (_job_for). Raises: CE404 unknown job (or another owner's);
+-- CE409 not blocked (naming its state), a topology node's, or its ceiling
+-- spent; CE422 a blank or over-long reply.
+create or replace function reply_job(p_job_id uuid, p_text text, p_now timestamptz default now())
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    -- Security definer (99_access.sql): the owner check of cancel_job.
+    v_job constant job := _job_for('reply_job', p_job_id);
+    v_problem text;
+begin
+    if _is_blank(p_text) then
+        perform _invalid_value('reply_job.text', 'a reply needs text that is not blank',
+                               to_jsonb(p_text));
+    end if;
+    if char_length(p_text) > 16000 then
+        perform _invalid_value('reply_job.text',
+            format('must be at most 16000 characters, this one has %s', char_length(p_text)),
+            to_jsonb(left(p_text, 40) || '…'));
+    end if;
+    v_problem := _blocked_job_problem('reply_job', v_job);
+    if v_problem is not null then
+        raise exception '%', v_problem using errcode = 'CE409';
+    end if;
+    perform _resume_blocked_job(v_job, p_text, 'reply', p_now);
+end;
+$$;
+
+comment on function reply_job(uuid, text, timestamptz) is
+    'Reply to a blocked job: back to pending, its next run resumes the agent''s session with the '
+    'reply as the prompt (with no session, it starts over with the reply after its prompt). '
+    'Raises CE404 (unknown), CE409 (not blocked, a topology node''s, ceiling spent), CE422 '
+    '(blank or over 16000 characters).';
+
+-- Raise a job's spend ceilings (p_usd: max_cost_usd; p_tokens: max_tokens;
+-- NULL leaves one as it is). A job blocked on its spend then goes back to
+-- pending and resumes its session, with the reply waiting, or else a prompt
+-- to continue. A ceiling at or below what the job has already spent is
+-- refused: it would block the job again at once.
+--
+-- Locks: the job (_job_for). Raises: CE404 unknown job (or another owner's);
+-- CE409 a job that will not run again (delivered, failed, …); CE422 no
+-- ceiling given, or one not above what was spent.
+create or replace function raise_job_budget(
+    p_job_id uuid,
+    p_usd numeric,
+    p_tokens bigint default null,
+    p_now timestamptz default now()
+)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_job job := _job_for('raise_job_budget', p_job_id);
+    v_spent record;
+    v_outcome text;
+begin
+    if p_usd is null and p_tokens is null then
+        perform _invalid_value('raise_job_budget.usd',
+                               'give a new max_cost_usd (or p_tokens, a new max_tokens)', null);
+    end if;
+    if v_job.state not in ('pending', 'claimed', 'running', 'blocked') then
+        raise exception 'raise_job_budget: job % is %; a ceiling only holds a job that will run '
+                        'again', p_job_id, v_job.state
+            using errcode = 'CE409', hint = 'Use retry_job to run a finished job again.';
+    end if;
+    select coalesce(sum(r.cost_usd), 0) as usd,
+           coalesce(sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)), 0) as tokens
+    into v_spent
+    from agent_run r where r.job_id = p_job_id;
+    -- NaN compares above every number: it would pass both checks below and
+    -- the column's, and leave the job with no ceiling at all.
+    if p_usd is not null and (p_usd <= v_spent.usd or p_usd = 'NaN') then
+        perform _invalid_value('raise_job_budget.usd',
+            format('must be above what job %s has spent (%s USD)', p_job_id, v_spent.usd),
+            to_jsonb(p_usd));
+    end if;
+    if p_tokens is not null and p_tokens <= v_spent.tokens then
+        perform _invalid_value('raise_job_budget.tokens',
+            format('must be above what job %s has spent (%s tokens)', p_job_id, v_spent.tokens),
+            to_jsonb(p_tokens));
+    end if;
+    update job
+    set max_cost_usd = coalesce(p_usd, max_cost_usd),
+        max_tokens = coalesce(p_tokens, max_tokens),
+        updated_at = p_now
+    where id = p_job_id
+    returning * into v_job;
+    insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
+    values ('job', p_job_id, 'raise_budget', v_job.state, v_job.state,
+            jsonb_strip_nulls(jsonb_build_object('by', _replier(), 'max_cost_usd', p_usd,
+                                                 'max_tokens', p_tokens)));
+
+    select r.outcome into v_outcome
+    from agent_run r where r.job_id = p_job_id
+    order by r.started_at desc limit 1;
+    if v_job.state = 'blocked' and v_outcome = 'budget_exhausted'
+       and _blocked_job_problem('raise_job_budget', v_job) is null then
+        perform _resume_blocked_job(
+            v_job,
+            coalesce(v_job.reply,
+                     format('Your spend ceiling was raised (%s). Continue the task where you '
+                            'left off.',
+                            concat_ws(', ', p_usd || ' USD', p_tokens || ' tokens'))),
+            'reply', p_now);
+    end if;
+end;
+$$;
+
+comment on function raise_job_budget(uuid, numeric, bigint, timestamptz) is
+    'Raise a job''s max_cost_usd (and/or max_tokens); a job blocked on its spend resumes its '
+    'session. Raises CE404 (unknown), CE409 (the job will not run again), CE422 (no ceiling, or '
+    'one not above what was spent).';
 
 -- Of p_ids, the jobs that will not run again: delivered, failed, abandoned or
 -- cancelled. A listener gives each job a working directory of its own and

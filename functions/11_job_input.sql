@@ -200,3 +200,75 @@ create or replace trigger job_validate
     before insert or update of resume_session_id on job
     for each row when (new.resume_session_id is not null)
     execute function _tg_job_validate();
+
+-- The spend ceilings a job gets when it sets none (db/0068): its loop node's
+-- ("max_cost_usd", "max_tokens" in the graph), else its agent's; a routine's
+-- job is inserted with its routine's (_fire_routines, whose statement also
+-- writes the routine run, which a trigger could not yet read). Resolved
+-- once, at insert, so the row says what holds it and every
+-- reader (claim_jobs, finish_runs, explain_job) reads one column; a later
+-- change of the default leaves the jobs already queued as they were, and
+-- raise_job_budget changes only the job. The job's own value always wins.
+--
+-- Runs after job_default_agent (name order), so the agent is known.
+create or replace function _tg_job_spend_ceiling()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_node jsonb;
+    v_usd numeric;
+    v_tokens bigint;
+begin
+    if new.topology_run_id is not null then
+        select n into v_node
+        from topology_runs t, jsonb_array_elements(t.graph -> 'nodes') n
+        where t.id = new.topology_run_id and n ->> 'id' = new.payload ->> 'node_id';
+        v_usd := (v_node ->> 'max_cost_usd')::numeric;
+        v_tokens := (v_node ->> 'max_tokens')::bigint;
+    end if;
+    select coalesce(new.max_cost_usd, v_usd, a.max_cost_usd),
+           coalesce(new.max_tokens, v_tokens, a.max_tokens)
+    into new.max_cost_usd, new.max_tokens
+    from agents a where a.name = new.agent;
+    return new;
+end;
+$$;
+
+comment on function _tg_job_spend_ceiling() is
+    'Before INSERT on job without both ceilings: max_cost_usd and max_tokens from its loop node, '
+    'else its agent; the job''s own value (a routine''s job: its routine''s) wins.';
+
+create or replace trigger job_spend_ceiling
+    before insert on job
+    for each row when (new.max_cost_usd is null or new.max_tokens is null)
+    execute function _tg_job_spend_ceiling();
+
+-- What is left of a job's spend ceilings after its runs so far: NULL where it
+-- has no ceiling. The one sum of a job's spend, for claim_jobs (what the
+-- agent may still spend: Claude Code's --max-budget-usd, the listener's
+-- watch of streamed usage), finish_runs (has a run passed it) and
+-- raise_job_budget (a ceiling below what was spent is refused). A probe of
+-- agent_run_job_idx, and none for a job without a ceiling.
+create or replace function _job_budget_left(p_job_id uuid, p_max_cost_usd numeric,
+                                            p_max_tokens bigint,
+                                            out usd numeric, out tokens bigint)
+language plpgsql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    if p_max_cost_usd is null and p_max_tokens is null then
+        return;
+    end if;
+    select p_max_cost_usd - coalesce(sum(r.cost_usd), 0),
+           p_max_tokens - coalesce(sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)), 0)
+    into usd, tokens
+    from agent_run r
+    where r.job_id = p_job_id;
+end;
+$$;
+
+comment on function _job_budget_left(uuid, numeric, bigint) is
+    'What is left of a job''s max_cost_usd and max_tokens after all its runs (NULL: no ceiling); '
+    'zero or less: spent.';

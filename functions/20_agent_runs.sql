@@ -64,8 +64,8 @@ comment on function note_sessions(text, uuid[], text[]) is
 -- |                                           | budget or split the work         |
 -- | auth_failed                               | blocked: a person must log the   |
 -- |                                           | agent in                         |
--- | needs_human                               | blocked: a forge run asked for a |
--- |                                           | person                           |
+-- | needs_human                               | blocked: the agent asked for a   |
+-- |                                           | person (reply_job answers it)    |
 -- | cancelled                                 | cancelled                        |
 -- | rate_limited with a reset time            | pending: the provider paused,    |
 -- |                                           | the job did not fail             |
@@ -113,6 +113,12 @@ comment on function _job_state_after(text, integer, integer, timestamptz) is
 
 -- Finish runs in a batch and move each job by its run's outcome
 -- (_job_state_after). Beside the state:
+-- - a run whose reported usage takes its job's spend to its ceiling
+--   (job.max_cost_usd, job.max_tokens, over all its runs) is
+--   budget_exhausted, whatever the agent said: the job is blocked until a
+--   person raises the ceiling (raise_job_budget);
+-- - a reply waiting on the job (reply_job) stays while the job goes back to
+--   pending, and is spent when the job ends;
 -- - a succeeded run of a job that expects a reply (job.expects_reply) but
 --   reported an empty final message is recorded as failed;
 -- - a failed, timed-out or rate-limited job going back to pending waits for
@@ -181,11 +187,26 @@ begin
     -- batch (seconds at 2,000).
     target as (
         select x.*, r.run_job_id, r.held, r.repeat, r.refusal, r.job_state,
-               -- A forge run's verdict (72_forge_verdict.sql): a pull
-               -- request, a human, a plan's children. Asked only of
-               -- succeeded forge runs; everything else keeps its outcome.
-               coalesce(v.outcome, x.outcome) as verdict,
-               coalesce(v.error, x.error) as verdict_error,
+               -- The verdict (72_forge_verdict.sql: a human asked for, any
+               -- kind; a pull request, a plan's children, forge kinds), unless
+               -- the job's spend reached its ceiling with this run
+               -- (_job_budget_left, with this run's own report): then the
+               -- run is budget_exhausted and its job blocked until a person
+               -- raises the ceiling, whatever the agent said; a failure is
+               -- not retried, another attempt would spend past it too.
+               case when b.spent then 'budget_exhausted'
+                    else coalesce(v.outcome, x.outcome) end as verdict,
+               case when b.spent
+                        then format('the job''s spend reached its ceiling with this run '
+                                    '(max_cost_usd %s, max_tokens %s; left before it: %s USD, '
+                                    '%s tokens; this run: %s USD, %s tokens)%s',
+                                    coalesce(r.max_cost_usd::text, 'none'),
+                                    coalesce(r.max_tokens::text, 'none'),
+                                    coalesce(b.usd::text, '-'), coalesce(b.tokens::text, '-'),
+                                    coalesce(x.cost_usd, 0),
+                                    coalesce(x.tokens_in, 0) + coalesce(x.tokens_out, 0),
+                                    coalesce(': ' || coalesce(v.error, x.error), ''))
+                    else coalesce(v.error, x.error) end as verdict_error,
                -- The reported reset, never further than the ceiling: the
                -- setting is read only for a run that reported one.
                case when x.rate_limit_reset_at is not null
@@ -200,7 +221,7 @@ begin
         from reported x
         left join lateral (
             select r.job_id as run_job_id, j.state as job_state, j.expects_reply,
-                   j.kind as job_kind,
+                   j.kind as job_kind, j.max_cost_usd, j.max_tokens,
                    -- The fence: open, ours, and the job still ours at this attempt.
                    (r.finished_at is null and r.worker = p_worker
                     and j.state = 'running' and j.claimed_by = p_worker
@@ -221,11 +242,29 @@ begin
             where r.id = x.run_id
             for update of j
         ) r on true
+        -- Any kind's reply may ask for a human; only a forge run is judged on
+        -- more, so another kind's is read only when it holds the block.
         left join lateral (
             select v.outcome, v.error
             from _forge_verdict(r.run_job_id, r.job_kind, x.final_message, x.pr_number) v
-            where r.job_kind in ('discover', 'plan', 'implement') and x.outcome = 'succeeded'
+            where x.outcome = 'succeeded'
+              and (r.job_kind in ('discover', 'plan', 'implement')
+                   or strpos(x.final_message, '```ceaseless') > 0)
         ) v on true
+        -- What was left of the job's ceilings before this run (its own
+        -- cost is not on the open run yet), and whether this run's report
+        -- spends it; read only for a job with a ceiling, and only for an
+        -- outcome the ceiling overrides (a rate limit or a cancel is no spend
+        -- verdict; budget_exhausted already is one).
+        left join lateral (
+            select l.usd, l.tokens,
+                   coalesce(l.usd - coalesce(x.cost_usd, 0) <= 0, false)
+                   or coalesce(l.tokens - coalesce(x.tokens_in, 0)
+                               - coalesce(x.tokens_out, 0) <= 0, false) as spent
+            from _job_budget_left(r.run_job_id, r.max_cost_usd, r.max_tokens) l
+            where x.outcome in ('succeeded', 'failed', 'timed_out')
+              and (r.max_cost_usd is not null or r.max_tokens is not null)
+        ) b on true
     ),
     -- The result onto its run, only where the fence holds: what a run
     -- reports is written once, by the listener that holds its job.
@@ -310,6 +349,11 @@ begin
                                      else j.resume_session_id end,
             last_error = case when d.outcome = 'succeeded' then j.last_error
                               else coalesce(d.error, d.outcome) end,
+            -- A reply waits for the job's next run while the job goes on (a
+            -- retry, a run cut short), and is spent once the job ends.
+            reply = case when d.state = 'pending' then j.reply end,
+            replied_by = case when d.state = 'pending' then j.replied_by end,
+            replied_at = case when d.state = 'pending' then j.replied_at end,
             updated_at = p_now
         from decided d
         where j.id = d.job_id
@@ -388,8 +432,9 @@ comment on function finish_runs(text, jsonb, timestamptz) is
     'Finish a batch of agent runs and move each job by its outcome (_job_state_after: '
     'delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time '
     'pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not '
-    'authenticate blocks its job, attempt refunded. A succeeded forge run gets its verdict first '
-    '(_forge_verdict: an implement run without a pull request fails, a needs_human block blocks '
-    'the job, a plan needs a valid children block). '
+    'authenticate blocks its job, attempt refunded. A succeeded run gets its verdict first '
+    '(_forge_verdict: a needs_human block blocks the job, any kind; an implement run without a '
+    'pull request fails, a plan needs a valid children block); a run that reaches its job''s '
+    'spend ceiling (max_cost_usd, max_tokens over all its runs) is budget_exhausted. '
     'A result for a run that is no longer the reporter''s is kept in late_results, never '
     'written onto the closed run (recorded = false).';

@@ -96,7 +96,9 @@ comment on function _routine_job_spec(routines, text) is
 -- schedule, the event preview, the webhook path), p_contexts[i] the whole text
 -- the agent reacts to (also the dedup key), p_missed[i] the cron slots
 -- collapsed into this fire, p_job_ids[i] an existing job the run adopts
--- instead of a new one (retry_job). p_manual skips the cooldown. Array
+-- instead of a new one (retry_job), p_slots[i] the cron slot the fire stands
+-- for (cron and backfill fires; the run's slot_at). p_manual skips the
+-- cooldown. Array
 -- arguments may be NULL or shorter than p_routine_ids: a missing entry is
 -- NULL (0 for p_missed). A routine id that names no routine returns no row.
 --
@@ -116,7 +118,8 @@ create or replace function _fire_routines(
     p_contexts text[] default null,
     p_missed integer[] default null,
     p_manual boolean default false,
-    p_job_ids uuid[] default null
+    p_job_ids uuid[] default null,
+    p_slots timestamptz[] default null
 )
 returns table (ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text,
                skip_reason text)
@@ -143,13 +146,15 @@ begin
     return query
     with input as (
         select i.id, i.ord, p_details[i.ord] as detail, p_contexts[i.ord] as context,
-               greatest(coalesce(p_missed[i.ord], 0), 0) as missed, p_job_ids[i.ord] as job_id
+               greatest(coalesce(p_missed[i.ord], 0), 0) as missed, p_job_ids[i.ord] as job_id,
+               p_slots[i.ord] as slot_at
         from unnest(p_routine_ids) with ordinality as i(id, ord)
     ),
     -- Materialized: `capped` reads each reason three times, and inlined,
     -- every read would count the routine's running runs again.
     judged as materialized (
-        select found.r as routine, i.ord, i.detail, i.context, i.missed, i.job_id, h.hash,
+        select found.r as routine, i.ord, i.detail, i.context, i.missed, i.job_id, i.slot_at,
+               h.hash,
                case
                    when not r.enabled then 'disabled'
                    when not a.enabled then 'agent_disabled'
@@ -196,7 +201,7 @@ begin
     ),
     -- The global cap admits the first v_free fires that passed the rest.
     capped as (
-        select j.routine, j.ord, j.detail, j.context, j.missed, j.hash,
+        select j.routine, j.ord, j.detail, j.context, j.missed, j.slot_at, j.hash,
                case when j.reason is null
                          and count(*) filter (where j.reason is null) over (order by j.ord) > v_free
                     then 'global_cap' else j.reason end as reason,
@@ -210,17 +215,17 @@ begin
     runs as (
         insert into routine_runs (id, routine_id, trigger_type, trigger_detail, started_at,
                                   status, skip_reason, completed_at, missed_slots, content_hash,
-                                  context, created_at, job_id)
+                                  context, created_at, job_id, slot_at)
         select c.run_id, (c.routine).id, p_trigger, left(c.detail, 200), p_now,
                case when c.reason is null then 'running' else 'skipped' end, c.reason,
                case when c.reason is null then null else p_now end, c.missed, c.hash,
-               c.context, p_now, case when c.reason is null then c.job_id end
+               c.context, p_now, case when c.reason is null then c.job_id end, c.slot_at
         from capped c
         union all
         -- The slots that passed unfired: refused fires too, so they leave
         -- their own row, with the count.
         select gen_random_uuid(), (c.routine).id, p_trigger, left(c.detail, 200), p_now,
-               'skipped', 'missed_slots', p_now, c.missed, null, null, p_now, null
+               'skipped', 'missed_slots', p_now, c.missed, null, null, p_now, null, null
         from capped c
         where c.missed > 0
         returning routine_runs.id
@@ -228,14 +233,15 @@ begin
     jobs as (
         -- The job is the routine owner's, whoever fired it (a listener's
         -- cron, an operator's run_routine).
-        -- Its priority and fairness key are the routine's (NULL key: the
-        -- owner's own turn).
+        -- The routine's spend ceilings, where it sets them; else its
+        -- agent's (job_spend_ceiling, 11_job_input.sql). Its priority and
+        -- fairness key are the routine's (NULL key: the owner's own turn).
         insert into job (id, kind, agent, prompt, payload, routine_run_id, expects_reply,
                          max_attempts, max_turns, run_after, created_at, user_id,
-                         priority, fairness_key)
+                         max_cost_usd, max_tokens, priority, fairness_key)
         select c.job_id, 'routine', (c.routine).agent, s.prompt, s.payload, c.run_id,
                s.expects_reply, s.max_attempts, s.max_turns, p_now, p_now, (c.routine).user_id,
-               (c.routine).job_priority,
+               (c.routine).max_cost_usd, (c.routine).max_tokens, (c.routine).job_priority,
                coalesce((c.routine).job_fairness_key, (c.routine).user_id)
         from capped c
         cross join lateral _routine_job_spec(c.routine, c.context) s
@@ -250,7 +256,7 @@ end;
 $$;
 
 comment on function _fire_routines(uuid[], text, timestamptz, text[], text[], integer[], boolean,
-                                   uuid[]) is
+                                   uuid[], timestamptz[]) is
     'The one firing path: judge each routine against its guardrails (disabled, agent disabled, '
     'cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row '
     'per routine and a job per running run.';

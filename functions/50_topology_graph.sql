@@ -150,13 +150,33 @@ begin
         end if;
         v_ids := v_ids || v_id;
         v_key := _unknown_key(v_node, '{id, agent, prompt, gate, approval_timeout_secs, '
-                                      'on_expiry, remind_before_secs}');
+                                      'on_expiry, remind_before_secs, max_cost_usd, max_tokens}');
         if v_key is not null then
             perform _invalid_value(p_where || '.nodes',
                 format('node %s: unknown key %s (a node has id, agent, prompt, gate, '
-                       'approval_timeout_secs, on_expiry, remind_before_secs)',
+                       'approval_timeout_secs, on_expiry, remind_before_secs, max_cost_usd, '
+                       'max_tokens)',
                        to_jsonb(v_id), to_jsonb(v_key)),
                 v_node);
+        end if;
+        -- The spend ceilings of the node's job (job_spend_ceiling,
+        -- 11_job_input.sql): a ceiling of zero would block the job unrun.
+        -- Nested, not OR: the cast must not see a value that is no number.
+        if coalesce(jsonb_typeof(v_node -> 'max_cost_usd'), 'null') <> 'null' then
+            if jsonb_typeof(v_node -> 'max_cost_usd') <> 'number'
+               or (case when jsonb_typeof(v_node -> 'max_cost_usd') = 'number'
+                        then (v_node ->> 'max_cost_usd')::numeric end)
+                  not between 0.000001 and 999999 then
+                perform _invalid_value(p_where || '.nodes',
+                    format('node %s: max_cost_usd must be a number of USD above 0 (at most '
+                           '999999)', to_jsonb(v_id)),
+                    v_node -> 'max_cost_usd');
+            end if;
+        end if;
+        if coalesce(jsonb_typeof(v_node -> 'max_tokens'), 'null') <> 'null' then
+            perform _check_positive_int(
+                p_where || '.nodes', v_node -> 'max_tokens',
+                format('node %s: max_tokens must be a positive integer', to_jsonb(v_id)));
         end if;
         if jsonb_typeof(v_node -> 'agent') is distinct from 'string'
            or not exists (select from agents a where a.name = v_node ->> 'agent') then
@@ -196,9 +216,10 @@ begin
                     format('node %s: on_expiry needs approval_timeout_secs', to_jsonb(v_id)),
                     v_node -> 'on_expiry');
             end if;
-            if v_node -> 'on_expiry' not in ('"fail"', '"approve"') then
+            if v_node -> 'on_expiry' not in ('"fail"', '"skip"', '"approve"') then
                 perform _invalid_value(p_where || '.nodes',
-                    format('node %s: on_expiry must be "fail" or "approve"', to_jsonb(v_id)),
+                    format('node %s: on_expiry must be "fail", "skip" or "approve"',
+                           to_jsonb(v_id)),
                     v_node -> 'on_expiry');
             end if;
         end if;

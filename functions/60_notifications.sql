@@ -382,8 +382,10 @@ create or replace trigger notifications_insert
 -- |----------------|---------------------------------------|-----------|--------------------|
 -- | blocked        | its run ended auth_failed: the agent  | attention | log the CLI in,    |
 -- |                | could not authenticate                |           | then retry         |
--- | blocked        | its run ended needs_human: a forge    | attention | answer, then retry |
--- |                | run asks for a person                 |           |                    |
+-- | blocked        | its run ended needs_human: the agent  | attention | reply (reply_job)  |
+-- |                | asks for a person                     |           |                    |
+-- | blocked        | its run ended budget_exhausted: it    | attention | raise the ceiling  |
+-- |                | passed its spend ceiling or max_turns |           | or reply           |
 -- | failed         | a plain job (no routine, no topology  | failure   | the error, retry   |
 -- |                | run): its attempts are used up        |           |                    |
 -- | abandoned      | a plain job: every attempt's lease    | failure   | the error, retry   |
@@ -394,9 +396,10 @@ create or replace trigger notifications_insert
 -- Routine and loop jobs that fail are announced by their routine (its
 -- notify_on_failure, 44_routine_outcomes.sql) and their loop (its stopped
 -- notification, 56_loop_firing.sql), so a failure is told once; a missing
--- login or a forge question is told for every job, since no routine or loop
--- says what a person must do. A budget spent (budget_exhausted) blocks
--- without a word: the lane's operator set the budget. A cancelled job was
+-- login, an agent's question or a spent ceiling is told for every job, since
+-- no routine or loop says what a person must do. The advice names the SQL and
+-- the command that resume the job's session (reply_job, raise_job_budget); a
+-- node's job is retried with its topology run instead. A cancelled job was
 -- ended by a person.
 --
 -- Statement-level, like the job triggers of 25_notify_audit.sql: a finish
@@ -443,14 +446,21 @@ begin
         where e.state = 'blocked'
           and r.job_id = e.id
           and r.finished_at = j.finished_at
-          and r.outcome in ('auth_failed', 'needs_human')
+          and r.outcome in ('auth_failed', 'needs_human', 'budget_exhausted')
         order by r.started_at desc
         limit 1
     ) r on true
     cross join lateral (
         select case when j.topology_run_id is not null
                     then format('select ceaseless.retry_topology_run(%L);', j.topology_run_id)
-                    else format('select ceaseless.retry_job(%L);', e.id) end as retry
+                    else format('select ceaseless.retry_job(%L);', e.id) end as retry,
+               case when j.topology_run_id is not null
+                    then format('Run the topology run again: select '
+                                'ceaseless.retry_topology_run(%L);', j.topology_run_id)
+                    else format(E'Reply, and the agent resumes its session with your reply as '
+                                'its prompt:\n  ceaseless job reply %s "your answer"\n  select '
+                                'ceaseless.reply_job(%L, ''your answer'');', e.id, e.id)
+               end as reply
     ) x
     cross join lateral (
         select case when e.state = 'blocked' then 'attention' else 'failure' end as kind,
@@ -459,6 +469,8 @@ begin
                                     j.agent)
                     when r.outcome = 'needs_human'
                         then format('job %s blocked: the agent asks for a human', e.id)
+                    when r.outcome = 'budget_exhausted'
+                        then format('job %s blocked: agent %s spent its budget', e.id, j.agent)
                     else format('job %s %s: agent %s', e.id, e.state, j.agent)
                end as subject,
                case when r.outcome = 'auth_failed'
@@ -468,10 +480,17 @@ begin
                                     case when j.topology_run_id is not null
                                          then 'topology run' else 'job' end, x.retry)
                     when r.outcome = 'needs_human'
-                        then format(E'%s\n\nAnswer on the issue, then run the %s again: %s',
-                                    left(coalesce(r.error, 'no reason given'), 2000),
-                                    case when j.topology_run_id is not null
-                                         then 'topology run' else 'job' end, x.retry)
+                        then format(E'%s\n\n%s',
+                                    left(coalesce(r.error, 'no reason given'), 2000), x.reply)
+                    when r.outcome = 'budget_exhausted'
+                        then format(E'%s\n\n%s', left(coalesce(r.error, 'no detail given'), 2000),
+                                    case when j.topology_run_id is not null then x.reply
+                                         else format(E'Raise its ceiling and it resumes its '
+                                                     'session:\n  ceaseless job raise-budget '
+                                                     '%s USD\n  select '
+                                                     'ceaseless.raise_job_budget(%L, <usd>);'
+                                                     '\n\n%s', e.id, e.id, x.reply)
+                                    end)
                     when e.state = 'failed'
                         then format(E'%s\n\nIt used up its attempts. Run it again: %s',
                                     left(coalesce(j.last_error, 'no detail given'), 2000),
@@ -490,7 +509,8 @@ $$;
 comment on function _tg_job_ended() is
     'After UPDATE on job: queue a notification for each job the statement ended for good, as '
     'its agent''s notify_on_* flags ask, on its notify_channel: blocked on a missing login '
-    '(auth_failed) or a forge question (needs_human), any job; failed or abandoned, a plain '
+    '(auth_failed), an agent''s question (needs_human) or a spent ceiling (budget_exhausted), '
+    'any job, saying how to reply or raise the ceiling; failed or abandoned, a plain '
     'job (routines and loops announce their own). The body names the retry that works.';
 
 create or replace trigger job_ended

@@ -1,15 +1,18 @@
--- What a forge run's end means: an agent's word is not trusted, so a run is
--- judged by what it left on the forge and by the one block it may print.
+-- What a run's end means: an agent's word is not trusted, so a run is judged
+-- by the one block it may print and, for a forge run, by what it left on the
+-- forge.
 --
--- Called by: finish_runs (20_agent_runs.sql), for each result of a discover,
--- plan or implement run that its agent reported as succeeded.
+-- Called by: finish_runs (20_agent_runs.sql), for each result reported as
+-- succeeded of a discover, plan or implement run, and of a run of any other
+-- kind whose final message holds a ```ceaseless block.
 -- Guarantees:
 -- - an implement run is delivered only with a pull request, which the
 --   listener looked up on the forge by the job's head branch after the run
 --   (the six pr_* fields of the result); without one it failed, with the
 --   reason, and is retried per max_attempts;
--- - a run whose reply asks for a human ends `needs_human`: its job is
---   blocked with the reason and a notification (finish_runs);
+-- - a run of any kind whose reply asks for a human ends `needs_human`: its
+--   job is blocked with the reason and a notification (finish_runs), and a
+--   reply (reply_job) resumes its session;
 -- - a plan run is delivered only with a valid children block; its children
 --   are then queued (73_forge_children.sql);
 -- - the agent's text is only ever read through the one documented block,
@@ -21,7 +24,7 @@
 --   {"children": [{"key": "parser", "title": "Parse the config", "body": "…"}]}
 --   ```
 --
--- or, from any forge kind, {"needs_human": "why"}.
+-- or, from a run of any kind, {"needs_human": "why"}.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
@@ -136,8 +139,8 @@ $$;
 comment on function _plan_child_key(jsonb) is
     'A child issue''s key: its "key", else t-<16 hex digits of md5(lower(title))>.';
 
--- The verdict on one succeeded forge run: the outcome and error finish_runs
--- records. p_pr_number: the pull request the listener found by head branch
+-- The verdict on one succeeded run: the outcome and error finish_runs
+-- records. Only the forge kinds are judged on more than the block. p_pr_number: the pull request the listener found by head branch
 -- (NULL: none, or not an implement run).
 create or replace function _forge_verdict(
     p_job_id uuid,
@@ -196,5 +199,6 @@ end;
 $$;
 
 comment on function _forge_verdict(uuid, text, text, bigint) is
-    'The outcome of a succeeded forge run: needs_human (block), failed (bad block, implement '
-    'without a pull request, plan without valid children) or succeeded, with the reason.';
+    'The outcome of a succeeded run: needs_human (its block, any kind), failed (a bad block; '
+    'an implement run without a pull request, a plan without valid children) or succeeded, '
+    'with the reason.';

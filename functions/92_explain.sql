@@ -192,6 +192,12 @@ begin
                    case when v_job.topology_run_id is not null
                         then format('retry_topology_run(%L), with its topology run',
                                     v_job.topology_run_id)
+                        -- A blocked job waits for a person, who resumes its
+                        -- session (10_jobs.sql).
+                        when v_job.state = 'blocked'
+                        then format('a reply, reply_job(%L, ''…''), or a raised ceiling, '
+                                    'raise_job_budget(%L, <usd>), which resume its session; '
+                                    'or retry_job', v_job.id, v_job.id)
                         else 'retry_job' end),
             null::timestamptz;
         return;
@@ -460,10 +466,7 @@ begin
     select 'awaiting_approval'::text,
            format('node %s awaits approval %s: select ceaseless.decide_approval(%L, true, null, '
                   'null)%s', n.node_id, a.id, a.id,
-                  case when a.expires_at is null then ''
-                       when n.on_expiry = 'approve'
-                           then format('; undecided, it is approved at %s', a.expires_at)
-                       else format('; undecided, it fails the run at %s', a.expires_at) end),
+                  _approval_expiry_text(n.on_expiry, a.expires_at)),
            a.expires_at
     from topology_nodes n
     join approvals a on a.topology_run_id = n.topology_run_id and a.node_id = n.node_id

@@ -61,19 +61,23 @@ grant select, delete on routines to ceaseless_user;
 grant insert (id, user_id, name, description, enabled, trigger_type, trigger_config, action_type,
               action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs,
               notify_channel, notify_user, notify_on_success, notify_on_failure,
-              notify_on_attention, job_priority, job_fairness_key)
+              notify_on_attention, max_cost_usd, max_tokens, job_priority,
+              job_fairness_key)
     on routines to ceaseless_user;
 grant update (name, description, enabled, trigger_type, trigger_config, action_type,
               action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs,
               notify_channel, notify_user, notify_on_success, notify_on_failure,
-              notify_on_attention, job_priority, job_fairness_key)
+              notify_on_attention, max_cost_usd, max_tokens, job_priority,
+              job_fairness_key)
     on routines to ceaseless_user;
 grant select on job, events to ceaseless_user;
--- A job's priority and fairness key order only its owner's own work: a
--- round_robin lane takes turns across owners before keys (_round_robin_pick),
--- so a key naming another user, or many keys, wins no one else's turn.
+-- Not reply, replied_by, replied_at: a reply is sent through reply_job,
+-- which checks the job is blocked and records who sent it. A job's priority
+-- and fairness key order only its owner's own work: a round_robin lane takes
+-- turns across owners before keys (_round_robin_pick), so a key naming
+-- another user, or many keys, wins no one else's turn.
 grant insert (id, user_id, kind, agent, prompt, payload, max_turns, max_attempts, run_after,
-              dedup_key, priority, fairness_key)
+              dedup_key, max_cost_usd, max_tokens, priority, fairness_key)
     on job to ceaseless_user;
 grant insert (id, user_id, channel, content, payload) on events to ceaseless_user;
 grant select on routine_runs, agent_run, notifications, loops, topology_runs, approvals
@@ -102,6 +106,8 @@ grant execute on function
     check_schedule(text, text),
     cancel_job(uuid, timestamptz),
     retry_job(uuid, timestamptz),
+    reply_job(uuid, text, timestamptz),
+    raise_job_budget(uuid, numeric, bigint, timestamptz),
     _input_cap(text),
     _json_too_deep(jsonb),
     _json_too_deep_path(),
@@ -133,6 +139,12 @@ alter function _tg_settings_quiet_checks() security definer;
 -- its own, an operator or a listener any).
 alter function cancel_job(uuid, timestamptz) security definer;
 alter function retry_job(uuid, timestamptz) security definer;
+alter function reply_job(uuid, text, timestamptz) security definer;
+alter function raise_job_budget(uuid, numeric, bigint, timestamptz) security definer;
+-- A job's default ceilings come from its routine, loop node and agent, which
+-- a user's INSERT may not read in full (agents' other columns, another
+-- owner's rows are never named: a user's job names no run).
+alter function _tg_job_spend_ceiling() security definer;
 -- Lanes are every owner's: operators pause and resume them through these,
 -- which let only operators and listeners through (_acts_for_everyone), and
 -- write lane_pauses, which operators only read.
@@ -188,6 +200,16 @@ alter function _tg_topology_runs_loop_lock() security definer;
 alter function _tg_topology_runs_loop_outcome() security definer;
 alter function run_loop(uuid, timestamptz) security definer;
 grant execute on function run_loop(uuid, timestamptz) to ceaseless_user;
+-- Backfill (32_schedules.sql) fires as run_routine and run_loop do: _backfill
+-- checks ownership (_acts_for) and writes runs, jobs and the audit log.
+alter function backfill_routine(uuid, timestamptz, timestamptz, integer, timestamptz)
+    security definer;
+alter function backfill_loop(uuid, timestamptz, timestamptz, integer, timestamptz)
+    security definer;
+grant execute on function
+    backfill_routine(uuid, timestamptz, timestamptz, integer, timestamptz),
+    backfill_loop(uuid, timestamptz, timestamptz, integer, timestamptz)
+    to ceaseless_user;
 grant select on loop_status to ceaseless_user;
 -- The trigger layer (31-32_*.sql): schedules is security_invoker, so a user
 -- sees its own routines and loops; the scheduler's functions are the
@@ -260,6 +282,9 @@ grant select (egress) on agents to ceaseless_user;
 -- announced by these, so the user may read them; they hold no secret.
 grant select (notify_on_failed, notify_on_blocked, notify_on_abandoned, notify_channel)
     on agents to ceaseless_user;
+-- The default spend ceilings of a lane's jobs (db/0068): a user's job gets
+-- them unless it sets its own.
+grant select (max_cost_usd, max_tokens) on agents to ceaseless_user;
 
 -- Metrics (94_metrics.sql): the counting triggers fire in whatever
 -- transaction changed the row, a user role's too (an event that fires a

@@ -77,6 +77,16 @@ class TriggerType(StrEnum):
     MANUAL = "manual"
 
 
+class RunTriggerType(StrEnum):
+    """What fired a routine run: a routine's trigger, or a backfill of a cron slot."""
+
+    CRON = "cron"
+    EVENT = "event"
+    WEBHOOK = "webhook"
+    MANUAL = "manual"
+    BACKFILL = "backfill"
+
+
 class ActionType(StrEnum):
     LIGHTWEIGHT = "lightweight"
     FULL_JOB = "full_job"
@@ -116,6 +126,7 @@ class TopologyNodeState(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
+    SKIPPED = "skipped"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
@@ -130,6 +141,7 @@ class LoopTrigger(StrEnum):
     WEBHOOK = "webhook"
     MANUAL = "manual"
     EVENT = "event"
+    BACKFILL = "backfill"
 
 
 class LoopSkipReason(StrEnum):

@@ -49,6 +49,8 @@ create table ceaseless.agent_run (
     started_at timestamp with time zone default now() not null,
     finished_at timestamp with time zone,
     ended_by text,
+    reply text,
+    replied_by text,
     constraint agent_run_adapter_check CHECK ((adapter = ANY (ARRAY['claude_code'::text, 'opencode'::text, 'command'::text, 'noop'::text]))),
     constraint agent_run_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE,
     constraint agent_run_billing_check CHECK ((billing = ANY (ARRAY['subscription'::text, 'api_key'::text, 'unknown'::text]))),
@@ -64,6 +66,8 @@ create table ceaseless.agent_run (
     constraint finished_has_outcome CHECK (((finished_at IS NULL) = (outcome IS NULL))),
     constraint outcome_known CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'rate_limited'::text, 'budget_exhausted'::text, 'output_budget_exhausted'::text, 'timed_out'::text, 'cancelled'::text, 'lease_expired'::text, 'auth_failed'::text, 'needs_human'::text]))) NOT VALID,
     constraint pull_request_complete CHECK ((num_nonnulls(pr_forge, pr_owner, pr_repo, pr_number, pr_head_branch, pr_url) = ANY (ARRAY[0, 6]))),
+    constraint reply_bounded CHECK (((reply IS NULL) OR ((char_length(reply) >= 1) AND (char_length(reply) <= 16000)))),
+    constraint reply_complete CHECK ((num_nonnulls(reply, replied_by) = ANY (ARRAY[0, 2]))),
     constraint session_id_plausible CHECK ((session_id ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$'::text)),
     constraint tokens_not_negative CHECK (((COALESCE(tokens_in, (0)::bigint) >= 0) AND (COALESCE(tokens_out, (0)::bigint) >= 0)))
 );
@@ -83,6 +87,8 @@ create policy own_rows on ceaseless.agent_run for all to ceaseless_user
   WHERE (j.id = agent_run.job_id))));
 comment on table ceaseless.agent_run is 'One invocation of one agent against one job: who ran it, what it cost, how it ended.';
 comment on column ceaseless.agent_run.ended_by is 'Who ended the run: agent (its listener reported the result), lease_expiry (the lease passed and a sweep closed it), release (its listener shut down and gave the job back) or cancel (cancel_job). NULL while open, and on runs ended before this column existed.';
+comment on column ceaseless.agent_run.reply is 'The person''s reply this run carried to the agent as its prompt (job.reply when claimed).';
+comment on column ceaseless.agent_run.replied_by is 'Who sent agent_run.reply (job.replied_by).';
 grant select on table ceaseless.agent_run to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.agent_run to ceaseless_listener;
 
@@ -110,6 +116,8 @@ create table ceaseless.agents (
     notify_on_abandoned boolean default false not null,
     notify_channel text,
     fairness text default 'fifo'::text not null,
+    max_cost_usd numeric(12,6),
+    max_tokens bigint,
     constraint agents_adapter_check CHECK ((adapter = ANY (ARRAY['claude_code'::text, 'opencode'::text, 'command'::text, 'noop'::text]))),
     constraint agents_pkey PRIMARY KEY (name),
     constraint argv_no_empty_executable CHECK (((cardinality(argv) = 0) OR (argv[1] <> ''::text))),
@@ -121,6 +129,8 @@ create table ceaseless.agents (
     constraint kill_grace_secs_not_negative CHECK ((kill_grace_secs >= 0)),
     constraint max_attempts_positive CHECK ((max_attempts > 0)),
     constraint max_concurrent_positive CHECK ((max_concurrent > 0)),
+    constraint max_cost_usd_positive CHECK (((max_cost_usd IS NULL) OR (max_cost_usd > (0)::numeric))),
+    constraint max_tokens_positive CHECK (((max_tokens IS NULL) OR (max_tokens > 0))),
     constraint name_url_safe CHECK ((name ~ '^[a-z0-9][a-z0-9_.-]*$'::text)),
     constraint notify_channel_not_empty CHECK (((notify_channel IS NULL) OR (notify_channel <> ''::text))),
     constraint timeout_secs_positive CHECK ((timeout_secs > 0)),
@@ -145,8 +155,10 @@ comment on column ceaseless.agents.notify_on_blocked is 'Queue an attention noti
 comment on column ceaseless.agents.notify_on_abandoned is 'Queue a failure notification when a plain job of this lane is abandoned: every attempt''s lease expired without an agent''s verdict. Off by default: a listener going away is the operator''s to see first.';
 comment on column ceaseless.agents.notify_channel is 'The notification sink (a key of the notification_sinks setting) of this lane''s job notifications; NULL: "default".';
 comment on column ceaseless.agents.fairness is 'How the lane orders its due jobs: fifo (by priority, then by when they fell due) or round_robin (one job per owner in turn, and within an owner one per fairness key in turn, each key''s jobs by priority then due time).';
+comment on column ceaseless.agents.max_cost_usd is 'Default spend ceiling in USD of each job of this lane that sets none (job.max_cost_usd); unlike window_cost_usd, it stops one job, not the lane.';
+comment on column ceaseless.agents.max_tokens is 'Default spend ceiling in tokens of each job of this lane that sets none (job.max_tokens).';
 grant select, insert, update, delete on table ceaseless.agents to ceaseless_listener, ceaseless_operator;
-grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_concurrent, window_secs, window_budget, max_attempts, enabled, created_at, updated_at, window_cost_usd, window_tokens, egress, notify_on_failed, notify_on_blocked, notify_on_abandoned, notify_channel, fairness) on table ceaseless.agents to ceaseless_user;
+grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_concurrent, window_secs, window_budget, max_attempts, enabled, created_at, updated_at, window_cost_usd, window_tokens, egress, notify_on_failed, notify_on_blocked, notify_on_abandoned, notify_channel, fairness, max_cost_usd, max_tokens) on table ceaseless.agents to ceaseless_user;
 
 create table ceaseless.approvals (
     id uuid default gen_random_uuid() not null,
@@ -351,6 +363,11 @@ create table ceaseless.job (
     labels_error text,
     priority integer default 0 not null,
     fairness_key text default CURRENT_USER not null,
+    reply text,
+    replied_by text,
+    replied_at timestamp with time zone,
+    max_cost_usd numeric(12,6),
+    max_tokens bigint,
     constraint claim_complete CHECK (((claimed_by IS NULL) = (claim_expires_at IS NULL))),
     constraint dedup_key_not_empty CHECK (((dedup_key IS NULL) OR (dedup_key <> ''::text))),
     constraint fairness_key_bounded CHECK (((char_length(fairness_key) >= 1) AND (char_length(fairness_key) <= 200))),
@@ -369,10 +386,14 @@ create table ceaseless.job (
     constraint labels_error_bounded CHECK ((char_length(labels_error) <= 1000)),
     constraint live_claim_held CHECK (((state <> ALL (ARRAY['claimed'::text, 'running'::text])) OR (claimed_by IS NOT NULL))),
     constraint max_attempts_positive CHECK (((max_attempts IS NULL) OR (max_attempts > 0))),
+    constraint max_cost_usd_positive CHECK (((max_cost_usd IS NULL) OR (max_cost_usd > (0)::numeric))),
+    constraint max_tokens_positive CHECK (((max_tokens IS NULL) OR (max_tokens > 0))),
     constraint max_turns_positive CHECK (((max_turns IS NULL) OR (max_turns > 0))),
     constraint payload_is_object CHECK ((jsonb_typeof(payload) = 'object'::text)),
     constraint pending_holds_no_claim CHECK (((state <> 'pending'::text) OR (claimed_by IS NULL))),
     constraint priority_bounded CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
+    constraint reply_bounded CHECK (((reply IS NULL) OR ((char_length(reply) >= 1) AND (char_length(reply) <= 16000)))),
+    constraint reply_complete CHECK ((num_nonnulls(reply, replied_by, replied_at) = ANY (ARRAY[0, 3]))),
     constraint resume_session_id_resumable CHECK ((resume_session_id ~ '^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|ses_[0-9A-Za-z]{26})$'::text)) NOT VALID
 );
 alter table ceaseless.job enable row level security;
@@ -405,6 +426,7 @@ CREATE TRIGGER job_input BEFORE INSERT OR UPDATE OF prompt, payload ON ceaseless
 CREATE TRIGGER job_insert AFTER INSERT ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_insert();
 CREATE TRIGGER job_plan_children AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_plan_children();
 CREATE TRIGGER job_routine_outcome AFTER UPDATE ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_routine_outcome();
+CREATE TRIGGER job_spend_ceiling BEFORE INSERT ON ceaseless.job FOR EACH ROW WHEN (((new.max_cost_usd IS NULL) OR (new.max_tokens IS NULL))) EXECUTE FUNCTION ceaseless._tg_job_spend_ceiling();
 CREATE TRIGGER job_topology_outcome AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_topology_outcome();
 CREATE TRIGGER job_update AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_update();
 CREATE TRIGGER job_user_due BEFORE INSERT ON ceaseless.job FOR EACH ROW WHEN ((new.run_after < now())) EXECUTE FUNCTION ceaseless._tg_job_user_due();
@@ -424,9 +446,14 @@ comment on column ceaseless.job.labels_retry_at is 'When the label mirror may ne
 comment on column ceaseless.job.labels_error is 'Why the last label sync failed; cleared by the next that succeeds. Never changes the job.';
 comment on column ceaseless.job.priority is 'Higher first within a lane (and, in a round_robin lane, within the job''s fairness key); between -1000 and 1000, default 0. Ties go to the job due first.';
 comment on column ceaseless.job.fairness_key is 'Whose turn the job waits for in a round_robin lane: the lane takes turns across owners (user_id) first, then across each owner''s fairness keys, so a key can only share out its owner''s turns. Default: the owner.';
+comment on column ceaseless.job.reply is 'A person''s reply waiting for the job''s next run (reply_job, raise_job_budget): that run resumes the agent''s session with it as the prompt. Cleared when a run that carried it ends with a verdict; kept through an interrupted run, so a reply is never lost.';
+comment on column ceaseless.job.replied_by is 'Who sent job.reply: the login role, and for a listener''s dashboard the listener''s `<worker id> dashboard:<user>` (ceaseless.actor).';
+comment on column ceaseless.job.replied_at is 'When job.reply was sent.';
+comment on column ceaseless.job.max_cost_usd is 'Spend ceiling in USD over all the job''s runs (agent_run.cost_usd): a run passing it stops, and the job is blocked budget_exhausted until raise_job_budget. NULL: its routine''s, else its agent''s, else none.';
+comment on column ceaseless.job.max_tokens is 'Spend ceiling in tokens (tokens_in + tokens_out) over all the job''s runs, as max_cost_usd. NULL: its routine''s, else its agent''s, else none.';
 grant select on table ceaseless.job to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.job to ceaseless_listener;
-grant insert (id, kind, agent, prompt, payload, max_turns, dedup_key, run_after, max_attempts, user_id, priority, fairness_key) on table ceaseless.job to ceaseless_user;
+grant insert (id, kind, agent, prompt, payload, max_turns, dedup_key, run_after, max_attempts, user_id, priority, fairness_key, max_cost_usd, max_tokens) on table ceaseless.job to ceaseless_user;
 
 create table ceaseless.lane_pauses (
     agent text not null,
@@ -690,13 +717,14 @@ create table ceaseless.routine_runs (
     tokens_used integer,
     job_id uuid,
     created_at timestamp with time zone default now() not null,
+    slot_at timestamp with time zone,
     constraint completed_iff_not_running CHECK (((completed_at IS NULL) = (status = 'running'::text))),
     constraint routine_runs_job_id_fkey FOREIGN KEY (job_id) REFERENCES ceaseless.job(id),
     constraint routine_runs_missed_slots_check CHECK ((missed_slots >= 0)),
     constraint routine_runs_pkey PRIMARY KEY (id),
     constraint routine_runs_routine_id_fkey FOREIGN KEY (routine_id) REFERENCES ceaseless.routines(id) ON DELETE CASCADE,
     constraint routine_runs_status_check CHECK ((status = ANY (ARRAY['running'::text, 'ok'::text, 'attention'::text, 'failed'::text, 'skipped'::text]))),
-    constraint routine_runs_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['cron'::text, 'event'::text, 'webhook'::text, 'manual'::text]))),
+    constraint routine_runs_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['cron'::text, 'event'::text, 'webhook'::text, 'manual'::text, 'backfill'::text]))),
     constraint skip_reason_iff_skipped CHECK (((status = 'skipped'::text) = (skip_reason IS NOT NULL))),
     constraint skip_reason_known CHECK ((skip_reason = ANY (ARRAY['cooldown'::text, 'concurrency'::text, 'dedup'::text, 'global_cap'::text, 'missed_slots'::text, 'disabled'::text, 'agent_disabled'::text])))
 );
@@ -707,6 +735,7 @@ CREATE INDEX idx_routine_runs_running ON ceaseless.routine_runs USING btree (rou
 CREATE INDEX idx_routine_runs_status ON ceaseless.routine_runs USING btree (status) WHERE (status = 'running'::text);
 CREATE INDEX routine_runs_last_ok_idx ON ceaseless.routine_runs USING btree (routine_id, completed_at DESC) WHERE (status = 'ok'::text);
 CREATE INDEX routine_runs_skipped_idx ON ceaseless.routine_runs USING btree (routine_id, started_at DESC) WHERE (status = 'skipped'::text);
+CREATE INDEX routine_runs_slot_idx ON ceaseless.routine_runs USING btree (routine_id, slot_at) WHERE ((slot_at IS NOT NULL) AND (status <> 'skipped'::text));
 CREATE TRIGGER routine_runs_deleted AFTER DELETE ON ceaseless.routine_runs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_deleted();
 CREATE TRIGGER routine_runs_insert AFTER INSERT ON ceaseless.routine_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_insert();
 CREATE TRIGGER routine_runs_insert_metrics AFTER INSERT ON ceaseless.routine_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_insert_metrics();
@@ -722,6 +751,7 @@ create policy own_rows on ceaseless.routine_runs for all to ceaseless_user
 comment on table ceaseless.routine_runs is 'Every fire of a routine, and every refused fire with its reason (seed 000).';
 comment on column ceaseless.routine_runs.trigger_detail is 'What fired the run: the cron schedule, a preview of the event content, or the webhook path.';
 comment on column ceaseless.routine_runs.skip_reason is 'Why a fire was refused: cooldown, concurrency (max_concurrent), dedup, global_cap (routine_max_running), disabled (the routine), agent_disabled (its agent), or missed_slots (cron slots that passed while no listener ran, collapsed into one fire).';
+comment on column ceaseless.routine_runs.slot_at is 'The cron slot this run stands for: the slot a cron fire was due at, or the slot a backfill fired; NULL for other fires and for the row counting missed slots.';
 grant select on table ceaseless.routine_runs to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.routine_runs to ceaseless_listener;
 
@@ -755,12 +785,16 @@ create table ceaseless.routines (
     event_literal text default ''::text not null,
     job_priority integer default 0 not null,
     job_fairness_key text,
+    max_cost_usd numeric(12,6),
+    max_tokens bigint,
     constraint action_config_is_object CHECK ((jsonb_typeof(action_config) = 'object'::text)),
     constraint cooldown_secs_not_negative CHECK ((cooldown_secs >= 0)),
     constraint dedup_window_secs_positive CHECK (((dedup_window_secs IS NULL) OR (dedup_window_secs > 0))),
     constraint job_fairness_key_bounded CHECK (((char_length(job_fairness_key) >= 1) AND (char_length(job_fairness_key) <= 200))),
     constraint job_priority_bounded CHECK (((job_priority >= '-1000'::integer) AND (job_priority <= 1000))),
     constraint max_concurrent_positive CHECK ((max_concurrent > 0)),
+    constraint max_cost_usd_positive CHECK (((max_cost_usd IS NULL) OR (max_cost_usd > (0)::numeric))),
+    constraint max_tokens_positive CHECK (((max_tokens IS NULL) OR (max_tokens > 0))),
     constraint routines_action_type_check CHECK ((action_type = ANY (ARRAY['lightweight'::text, 'full_job'::text]))),
     constraint routines_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE,
     constraint routines_pkey PRIMARY KEY (id),
@@ -789,11 +823,13 @@ comment on column ceaseless.routines.last_run_at is 'When the last run finished 
 comment on column ceaseless.routines.event_literal is 'For event routines: a string every content matching the pattern contains (or '''' when none is known), derived by _regex_required_literal at validation; checked before the regex.';
 comment on column ceaseless.routines.job_priority is 'The priority of the jobs this routine''s fires create (job.priority).';
 comment on column ceaseless.routines.job_fairness_key is 'The fairness key of the jobs this routine''s fires create; NULL: the routine''s owner.';
+comment on column ceaseless.routines.max_cost_usd is 'Spend ceiling in USD of each job this routine fires (job.max_cost_usd); NULL: the agent''s.';
+comment on column ceaseless.routines.max_tokens is 'Spend ceiling in tokens of each job this routine fires (job.max_tokens); NULL: the agent''s.';
 grant select on table ceaseless.routines to ceaseless_operator;
 grant select, delete on table ceaseless.routines to ceaseless_user;
 grant select, insert, update, delete on table ceaseless.routines to ceaseless_listener;
 grant insert (id, user_id) on table ceaseless.routines to ceaseless_user;
-grant insert, update (name, description, enabled, trigger_type, trigger_config, action_type, action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs, notify_channel, notify_user, notify_on_success, notify_on_failure, notify_on_attention, job_priority, job_fairness_key) on table ceaseless.routines to ceaseless_user;
+grant insert, update (name, description, enabled, trigger_type, trigger_config, action_type, action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs, notify_channel, notify_user, notify_on_success, notify_on_failure, notify_on_attention, job_priority, job_fairness_key, max_cost_usd, max_tokens) on table ceaseless.routines to ceaseless_user;
 
 create table ceaseless.schema_functions (
     singleton boolean default true not null,
@@ -860,16 +896,16 @@ create table ceaseless.topology_nodes (
     on_expiry text default 'fail'::text not null,
     remind_before_secs integer,
     constraint approval_timeout_positive CHECK (((approval_timeout_secs IS NULL) OR (approval_timeout_secs > 0))),
-    constraint finished_iff_terminal CHECK (((finished_at IS NOT NULL) = (state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])))),
+    constraint finished_iff_terminal CHECK (((finished_at IS NOT NULL) = (state = ANY (ARRAY['succeeded'::text, 'skipped'::text, 'failed'::text, 'cancelled'::text])))),
     constraint live_node_has_job CHECK (((state <> ALL (ARRAY['queued'::text, 'running'::text])) OR (job_id IS NOT NULL))),
-    constraint on_expiry_known CHECK ((on_expiry = ANY (ARRAY['fail'::text, 'approve'::text]))),
+    constraint on_expiry_known CHECK ((on_expiry = ANY (ARRAY['fail'::text, 'skip'::text, 'approve'::text]))),
     constraint remind_before_positive CHECK ((remind_before_secs > 0)),
     constraint reminder_needs_expiry CHECK (((remind_before_secs IS NULL) OR (approval_timeout_secs IS NOT NULL))),
     constraint topology_nodes_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE,
     constraint topology_nodes_gate_check CHECK ((gate = 'approval'::text)),
     constraint topology_nodes_job_id_fkey FOREIGN KEY (job_id) REFERENCES ceaseless.job(id) ON DELETE SET NULL,
     constraint topology_nodes_pkey PRIMARY KEY (topology_run_id, node_id),
-    constraint topology_nodes_state_check CHECK ((state = ANY (ARRAY['waiting'::text, 'awaiting_approval'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
+    constraint topology_nodes_state_check CHECK ((state = ANY (ARRAY['waiting'::text, 'awaiting_approval'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'skipped'::text, 'failed'::text, 'cancelled'::text]))),
     constraint topology_nodes_topology_run_id_fkey FOREIGN KEY (topology_run_id) REFERENCES ceaseless.topology_runs(id) ON DELETE CASCADE,
     constraint upstream_left_not_negative CHECK ((upstream_left >= 0))
 );
@@ -884,7 +920,8 @@ create policy own_rows on ceaseless.topology_nodes for all to ceaseless_user
    FROM ceaseless.topology_runs r
   WHERE (r.id = topology_nodes.topology_run_id))));
 comment on table ceaseless.topology_nodes is 'One row per node of a topology run: its state, its job, its output and the count of upstream nodes still to succeed (the fan-in counter).';
-comment on column ceaseless.topology_nodes.on_expiry is 'What an undecided approval of this gated node does at its expiry: fail (the node and run fail) or approve (it is approved by ceaseless and the node runs).';
+comment on column ceaseless.topology_nodes.state is 'waiting, awaiting_approval, queued, running, then succeeded, skipped (its approval expired under on_expiry skip: done, without an output), failed or cancelled.';
+comment on column ceaseless.topology_nodes.on_expiry is 'What an undecided approval of this gated node does at its expiry: fail (the node and run fail), skip (the node is skipped and its downstream nodes run without its output) or approve (it is approved by ceaseless and the node runs).';
 comment on column ceaseless.topology_nodes.remind_before_secs is 'Seconds before an approval of this node expires that its owner is reminded; NULL: no reminder.';
 grant select on table ceaseless.topology_nodes to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.topology_nodes to ceaseless_listener;
@@ -908,6 +945,7 @@ create table ceaseless.topology_runs (
     trigger_type text,
     trigger_detail text,
     skip_reason text,
+    slot_at timestamp with time zone,
     constraint finished_iff_terminal CHECK (((finished_at IS NOT NULL) = (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))),
     constraint iteration_positive CHECK (((iteration IS NULL) OR (iteration >= 1))),
     constraint loop_iteration_complete CHECK (
@@ -921,7 +959,7 @@ END),
     constraint topology_runs_pkey PRIMARY KEY (id),
     constraint topology_runs_skip_reason_check CHECK ((skip_reason = ANY (ARRAY['live_iteration'::text, 'disabled'::text, 'agent_disabled'::text]))),
     constraint topology_runs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'awaiting_approval'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text]))),
-    constraint topology_runs_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['cron'::text, 'on_completion'::text, 'webhook'::text, 'manual'::text, 'event'::text]))),
+    constraint topology_runs_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['cron'::text, 'on_completion'::text, 'webhook'::text, 'manual'::text, 'event'::text, 'backfill'::text]))),
     constraint topology_runs_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES ceaseless.workspaces(id) ON DELETE CASCADE
 );
 alter table ceaseless.topology_runs enable row level security;
@@ -929,6 +967,7 @@ CREATE INDEX topology_runs_loop_idx ON ceaseless.topology_runs USING btree (loop
 CREATE UNIQUE INDEX topology_runs_loop_iteration_idx ON ceaseless.topology_runs USING btree (loop_id, iteration) WHERE (loop_id IS NOT NULL);
 CREATE INDEX topology_runs_loop_skipped_idx ON ceaseless.topology_runs USING btree (loop_id, created_at DESC) WHERE (status = 'skipped'::text);
 CREATE UNIQUE INDEX topology_runs_one_live_iteration_idx ON ceaseless.topology_runs USING btree (loop_id) WHERE ((loop_id IS NOT NULL) AND (status = ANY (ARRAY['pending'::text, 'running'::text, 'awaiting_approval'::text])));
+CREATE INDEX topology_runs_slot_idx ON ceaseless.topology_runs USING btree (loop_id, slot_at) WHERE ((slot_at IS NOT NULL) AND (status <> 'skipped'::text));
 CREATE INDEX topology_runs_user_idx ON ceaseless.topology_runs USING btree (user_id, created_at DESC);
 CREATE TRIGGER topology_runs_bounded_json BEFORE INSERT OR UPDATE OF graph ON ceaseless.topology_runs FOR EACH ROW WHEN (jsonb_path_exists(new.graph, 'strict $.**{65}'::jsonpath)) EXECUTE FUNCTION ceaseless._tg_bounded_json('graph');
 CREATE TRIGGER topology_runs_changed AFTER INSERT OR UPDATE OF status ON ceaseless.topology_runs FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_topology_runs_changed();
@@ -949,6 +988,7 @@ comment on table ceaseless.topology_runs is 'One execution of an agent topology;
 comment on column ceaseless.topology_runs.user_id is 'The role that owns this run (its loop''s owner for an iteration); its node jobs are theirs.';
 comment on column ceaseless.topology_runs.trigger_type is 'What started this run: cron, on_completion, webhook or manual (run_loop); NULL for a run inserted directly.';
 comment on column ceaseless.topology_runs.skip_reason is 'Why a fire was refused: live_iteration (at most one live iteration per loop), disabled, agent_disabled.';
+comment on column ceaseless.topology_runs.slot_at is 'The cron slot this iteration stands for: the slot a cron fire was due at, or the slot a backfill fired; NULL for other fires.';
 grant select on table ceaseless.topology_runs to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.topology_runs to ceaseless_listener;
 grant insert (id, workspace_id, graph, task, user_id) on table ceaseless.topology_runs to ceaseless_user;
@@ -1589,7 +1629,16 @@ create function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigin
 comment on function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint) is 'Admit a fire: shared (fire lock shared, a slot, per-routine locks) while the cap is far, else exclusive; returns the running count to judge by and the free places of the cap.';
 grant execute on function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_approvals.sql, body md5 ef6b31871586850cedc85516a2a3c9a6
+-- functions/52_approvals.sql, body md5 529cc2bccd97f7ca20d2e1b51f05d269
+create function ceaseless._approval_expiry_text(p_on_expiry text, p_expires timestamp with time zone)
+    returns text
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._approval_expiry_text(p_on_expiry text, p_expires timestamp with time zone) is 'What an undecided approval''s expiry does, by on_expiry (fail, skip, approve), as a phrase for its notification and explain_topology_run; empty when it never expires.';
+grant execute on function ceaseless._approval_expiry_text(p_on_expiry text, p_expires timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
+-- functions/52_approvals.sql, body md5 cb947b86e1ae4465d757cf7d029d4629
 create function ceaseless._approval_message(p_approval_id uuid, p_run_id uuid, p_node_id text, p_loop text, p_expires timestamp with time zone, p_on_expiry text)
     returns text
     language plpgsql
@@ -1624,6 +1673,24 @@ create function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p_was_enabled boolean, p_is_enabled boolean, p_detail jsonb) is 'Audit an INSERT, UPDATE or DELETE (p_op) of a routine or loop with its enabled state before and after (_audit_change).';
 grant execute on function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p_was_enabled boolean, p_is_enabled boolean, p_detail jsonb) to ceaseless_listener, ceaseless_operator;
+
+-- functions/32_schedules.sql, body md5 f1069890da39101892fa9093edcf2d6a
+create function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone)
+    returns TABLE(slot_at timestamp with time zone, outcome text, run_id uuid, status text, skip_reason text)
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) is 'Fire a routine''s or loop''s cron slots in [p_from, p_to) that have not fired (the first p_max, trigger backfill, slot_at the slot), for its owner; one row per slot: fired, refused, already_fired or over_max. Audited. CE404 unknown or someone else''s; CE422 bad bounds.';
+grant execute on function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
+-- functions/10_jobs.sql, body md5 9ab3757b2c89ca6cc49314aeb3aa1de0
+create function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job)
+    returns text
+    language plpgsql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job) is 'Why a job cannot be resumed by a reply or a raised ceiling (not blocked, a topology node''s, its ceiling spent), or NULL.';
+grant execute on function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job) to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 8e317f27312e5485ba8702f3ab8b7bdc
 create function ceaseless._cancel_topology_jobs(p_run_ids uuid[], p_reason text, p_now timestamp with time zone)
@@ -1715,6 +1782,15 @@ create function ceaseless._count_running(p_delta integer)
 comment on function ceaseless._count_running(p_delta integer) is 'Move the running routine_runs count by p_delta in a shard no other transaction holds.';
 grant execute on function ceaseless._count_running(p_delta integer) to ceaseless_listener, ceaseless_operator;
 
+-- functions/30_cron.sql, body md5 b3782eb33c46dcba0a04a0c729d68a57
+create function ceaseless._cron_day_matches(p_day date, p_months integer[], p_days integer[], p_last_day boolean, p_nearest_weekday integer, p_weekdays integer[], p_nth_weekdays integer[], p_last_weekdays integer[])
+    returns boolean
+    language sql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._cron_day_matches(p_day date, p_months integer[], p_days integer[], p_last_day boolean, p_nearest_weekday integer, p_weekdays integer[], p_nth_weekdays integer[], p_last_weekdays integer[]) is 'Whether a local day matches a reading''s month and day fields (both day fields restricted: either matches), with L, W, nth and last weekdays.';
+grant execute on function ceaseless._cron_day_matches(p_day date, p_months integer[], p_days integer[], p_last_day boolean, p_nearest_weekday integer, p_weekdays integer[], p_nth_weekdays integer[], p_last_weekdays integer[]) to ceaseless_listener, ceaseless_operator;
+
 -- functions/30_cron.sql, body md5 a224d5565a5114c9ef81aafe88005538
 create function ceaseless._cron_days_error(p_day_of_month text, p_month text, p_day_of_week text, p_days integer[], p_months integer[], p_weekdays integer[])
     returns text
@@ -1751,6 +1827,33 @@ create function ceaseless._cron_number(p_digits text)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._cron_number(p_digits text) is 'A run of ASCII digits as an integer, capped at 1e9 so huge cron numbers compare as too big.';
 grant execute on function ceaseless._cron_number(p_digits text) to ceaseless_listener, ceaseless_operator;
+
+-- functions/30_cron.sql, body md5 5be43f1077ef09a1b8a058e0d17751f5
+create function ceaseless._cron_reading(p_schedule text, OUT seconds integer[], OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT last_day boolean, OUT nearest_weekday integer, OUT months integer[], OUT weekdays integer[], OUT nth_weekdays integer[], OUT last_weekdays integer[])
+    returns record
+    language plpgsql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._cron_reading(p_schedule text, OUT seconds integer[], OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT last_day boolean, OUT nearest_weekday integer, OUT months integer[], OUT weekdays integer[], OUT nth_weekdays integer[], OUT last_weekdays integer[]) is 'An accepted schedule as the gate reads it: the sorted values of each field (NULL: every value), L, W, nth and last weekdays; NULL fields for a refused schedule. What _cron_slots enumerates.';
+grant execute on function ceaseless._cron_reading(p_schedule text, OUT seconds integer[], OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT last_day boolean, OUT nearest_weekday integer, OUT months integer[], OUT weekdays integer[], OUT nth_weekdays integer[], OUT last_weekdays integer[]) to ceaseless_listener, ceaseless_operator;
+
+-- functions/30_cron.sql, body md5 de1a6c7575874d1eb2b42077fa038adc
+create function ceaseless._cron_slots(p_schedule text, p_timezone text, p_from timestamp with time zone, p_to timestamp with time zone, p_limit integer DEFAULT NULL::integer)
+    returns SETOF timestamp with time zone
+    language plpgsql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._cron_slots(p_schedule text, p_timezone text, p_from timestamp with time zone, p_to timestamp with time zone, p_limit integer) is 'The slots of an accepted schedule in [p_from, p_to) on p_timezone''s wall clock (unordered), at most p_limit: from the gate''s reading (_cron_reading), DST as the listener has it (a slot in a gap is none, a repeated one fires at its first occurrence).';
+grant execute on function ceaseless._cron_slots(p_schedule text, p_timezone text, p_from timestamp with time zone, p_to timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
+
+-- functions/30_cron.sql, body md5 beda0fc120dfdc9e5bb893682b36ce52
+create function ceaseless._cron_sorted(p_values integer[])
+    returns integer[]
+    language sql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._cron_sorted(p_values integer[]) is 'The distinct values of an array in order; NULL stays NULL.';
+grant execute on function ceaseless._cron_sorted(p_values integer[]) to ceaseless_listener, ceaseless_operator;
 
 -- functions/30_cron.sql, body md5 87e40c84ac4b354778fdb81c18a2180a
 create function ceaseless._cron_token(p_value integer, p_position integer, p_like text)
@@ -1899,33 +2002,33 @@ create function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp 
 comment on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) is 'Fire a routine or loop by hand for its owner (or an operator, a listener); its run''s id. CE404 when unknown or someone else''s.';
 grant execute on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/56_loop_firing.sql, body md5 b52735af9e8886728a5ef88f5866cd6f
-create function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone)
+-- functions/56_loop_firing.sql, body md5 068d67ddccd7051bc24bdb5231a2e067
+create function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone DEFAULT NULL::timestamp with time zone)
     returns uuid
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone) is 'The one firing path of loops: lock the loop, record a skipped run (disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to the last, with the webhook body and the prior iteration''s final message in its task; returns the run id.';
-grant execute on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) is 'The one firing path of loops: lock the loop, record a skipped run (disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to the last, with the webhook body and the prior iteration''s final message in its task; returns the run id.';
+grant execute on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/42_routine_firing.sql, body md5 fd6dac95b92ef966078b525e1db70c2a
-create function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false, p_job_ids uuid[] DEFAULT NULL::uuid[])
+-- functions/42_routine_firing.sql, body md5 eb9ebd1b331bf960855ab354e5d5251f
+create function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false, p_job_ids uuid[] DEFAULT NULL::uuid[], p_slots timestamp with time zone[] DEFAULT NULL::timestamp with time zone[])
     returns TABLE(ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text, skip_reason text)
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp
     set plan_cache_mode = force_generic_plan;
-comment on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[]) is 'The one firing path: judge each routine against its guardrails (disabled, agent disabled, cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row per routine and a job per running run.';
-grant execute on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[]) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[], p_slots timestamp with time zone[]) is 'The one firing path: judge each routine against its guardrails (disabled, agent disabled, cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row per routine and a job per running run.';
+grant execute on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[], p_slots timestamp with time zone[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/32_schedules.sql, body md5 da048e68341d3ef0b1b84c853144d636
-create function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false)
+-- functions/32_schedules.sql, body md5 cda4e5f9dd35778648efb42c935af9b9
+create function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false, p_slots timestamp with time zone[] DEFAULT NULL::timestamp with time zone[])
     returns TABLE(ord bigint, id uuid, run_id uuid, status text, skip_reason text)
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean) is 'Fire routines (_fire_routines) or loops (_fire_loop): the end of every cron, webhook and manual fire; one row per row fired with its run, status and skip reason.';
-grant execute on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_slots timestamp with time zone[]) is 'Fire routines (_fire_routines) or loops (_fire_loop): the end of every cron, webhook and manual fire; one row per row fired with its run, status and skip reason.';
+grant execute on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_slots timestamp with time zone[]) to ceaseless_listener, ceaseless_operator;
 
 -- functions/72_forge_verdict.sql, body md5 c657459ed0a4621683d0be64729f176c
 create function ceaseless._forge_block(p_message text, OUT block jsonb, OUT problem text)
@@ -2023,7 +2126,7 @@ create function ceaseless._forge_verdict(p_job_id uuid, p_kind text, p_final_mes
     language plpgsql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._forge_verdict(p_job_id uuid, p_kind text, p_final_message text, p_pr_number bigint, OUT outcome text, OUT error text) is 'The outcome of a succeeded forge run: needs_human (block), failed (bad block, implement without a pull request, plan without valid children) or succeeded, with the reason.';
+comment on function ceaseless._forge_verdict(p_job_id uuid, p_kind text, p_final_message text, p_pr_number bigint, OUT outcome text, OUT error text) is 'The outcome of a succeeded run: needs_human (its block, any kind), failed (a bad block; an implement run without a pull request, a plan without valid children) or succeeded, with the reason.';
 grant execute on function ceaseless._forge_verdict(p_job_id uuid, p_kind text, p_final_message text, p_pr_number bigint, OUT outcome text, OUT error text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/70_tracked_repo.sql, body md5 0577decdb8e44bbd8abcfc23a12df50e
@@ -2135,6 +2238,15 @@ create function ceaseless._is_workspace_path(p_value jsonb)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._is_workspace_path(p_value jsonb) is 'True for a JSON string that is a relative path without a .. component (a context path).';
 grant execute on function ceaseless._is_workspace_path(p_value jsonb) to ceaseless_listener, ceaseless_operator;
+
+-- functions/11_job_input.sql, body md5 6ca4b7020b622127a125458dd9fa21fd
+create function ceaseless._job_budget_left(p_job_id uuid, p_max_cost_usd numeric, p_max_tokens bigint, OUT usd numeric, OUT tokens bigint)
+    returns record
+    language plpgsql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._job_budget_left(p_job_id uuid, p_max_cost_usd numeric, p_max_tokens bigint, OUT usd numeric, OUT tokens bigint) is 'What is left of a job''s max_cost_usd and max_tokens after all its runs (NULL: no ceiling); zero or less: spent.';
+grant execute on function ceaseless._job_budget_left(p_job_id uuid, p_max_cost_usd numeric, p_max_tokens bigint, OUT usd numeric, OUT tokens bigint) to ceaseless_listener, ceaseless_operator;
 
 -- functions/10_jobs.sql, body md5 e98c75c2c4c66e29584f6c4c2383e318
 create function ceaseless._job_for(p_verb text, p_job_id uuid)
@@ -2348,6 +2460,15 @@ create function ceaseless._owners_over_budget(p_now timestamp with time zone)
 comment on function ceaseless._owners_over_budget(p_now timestamp with time zone) is 'The owners whose runs in their window reported their cost or token budget: claim_jobs claims none of their jobs until it clears.';
 grant execute on function ceaseless._owners_over_budget(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
+-- functions/51_topology_runs.sql, body md5 c92c139548bf5e092774a0a66d187f60
+create function ceaseless._pass_topology_node(p_run_id uuid, p_node_id text, p_now timestamp with time zone)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._pass_topology_node(p_run_id uuid, p_node_id text, p_now timestamp with time zone) is 'A done (succeeded or skipped) node passes: each downstream node''s upstream count drops by one and those reaching zero start. The caller holds the run row.';
+grant execute on function ceaseless._pass_topology_node(p_run_id uuid, p_node_id text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
 -- functions/72_forge_verdict.sql, body md5 4b35fd38173742bcdc91ca802b2700f6
 create function ceaseless._plan_child_key(p_child jsonb)
     returns text
@@ -2420,6 +2541,15 @@ create function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run 
 comment on function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run uuid) is 'Record in transaction_state how this transaction''s routine fires were admitted (shared or exclusive) and the room its shared slots have left, or the loop iteration it is inserting; a NULL part keeps what the transaction recorded.';
 grant execute on function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run uuid) to ceaseless_listener, ceaseless_operator;
 
+-- functions/10_jobs.sql, body md5 7157f57cd608b04c4fc4f30040741fcc
+create function ceaseless._replier()
+    returns text
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._replier() is 'Who sends a reply: session_user, and for a listener''s session its ceaseless.actor (e.g. `w1 dashboard:alice`).';
+grant execute on function ceaseless._replier() to ceaseless_listener, ceaseless_operator;
+
 -- functions/70_tracked_repo.sql, body md5 b5892455749f9555700e0e44db89efc5
 create function ceaseless._repo_bookkeeping()
     returns text[]
@@ -2474,6 +2604,15 @@ create function ceaseless._resumable(p_session_id text)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._resumable(p_session_id text) is 'The session id when an agent CLI can resume it (a UUID for Claude Code, ses_ and 26 letters or digits for opencode), else NULL.';
 grant execute on function ceaseless._resumable(p_session_id text) to ceaseless_listener, ceaseless_operator;
+
+-- functions/10_jobs.sql, body md5 03217cb4b72e9e9cfd23516b816df316
+create function ceaseless._resume_blocked_job(p_job ceaseless.job, p_reply text, p_action text, p_now timestamp with time zone)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._resume_blocked_job(p_job ceaseless.job, p_reply text, p_action text, p_now timestamp with time zone) is 'Return a blocked job to pending, its attempts whole, with p_reply waiting for the run that resumes its session (the job''s, else its last run''s); audited as p_action with who sent it.';
+grant execute on function ceaseless._resume_blocked_job(p_job ceaseless.job, p_reply text, p_action text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/00_helpers.sql, body md5 cfe2e8f5220937c4a032f4af4fd7cdd9
 create function ceaseless._retry_delay(p_attempts integer)
@@ -2547,22 +2686,22 @@ create function ceaseless._setting_int(p_key text)
 comment on function ceaseless._setting_int(p_key text) is 'Read an integer from ceaseless.settings; raises CE500 when the row is missing.';
 grant execute on function ceaseless._setting_int(p_key text) to ceaseless_listener, ceaseless_operator;
 
--- functions/03_settings.sql, body md5 c60cb9e2846494036de289189c32215a
+-- functions/03_settings.sql, body md5 5aeff2569d011e88c575c943d3230c42
 create function ceaseless._setting_range(p_key text)
     returns int8range
     language sql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._setting_range(p_key text) is 'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, audit_log_min_retention_secs); NULL for any other key.';
+comment on function ceaseless._setting_range(p_key text) is 'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, audit_log_min_retention_secs, backfill_max); NULL for any other key.';
 grant execute on function ceaseless._setting_range(p_key text) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 da31e62864882c25ff052d888f30f552
+-- functions/51_topology_runs.sql, body md5 1c0a085e0cf6e545c062d638ee30a7fd
 create function ceaseless._settle_topology_run(p_run_id uuid, p_now timestamp with time zone)
     returns void
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._settle_topology_run(p_run_id uuid, p_now timestamp with time zone) is 'Set a live run''s status from its nodes: succeeded (final_message = the sink outputs) when all succeeded, awaiting_approval while only gates wait, else running. Caller holds the run.';
+comment on function ceaseless._settle_topology_run(p_run_id uuid, p_now timestamp with time zone) is 'Set a live run''s status from its nodes: succeeded (final_message = the sink outputs) when all succeeded or were skipped, awaiting_approval while only gates wait, else running. Caller holds the run.';
 grant execute on function ceaseless._settle_topology_run(p_run_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/05_secrets.sql, body md5 fc446f57e50dc6f5f89cc7cc671eaa03
@@ -2574,6 +2713,15 @@ create function ceaseless._sinks_without_secrets(p_sinks jsonb)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._sinks_without_secrets(p_sinks jsonb) is 'The notification_sinks setting with header values hidden and URLs cut to scheme://host.';
 grant execute on function ceaseless._sinks_without_secrets(p_sinks jsonb) to ceaseless_listener, ceaseless_operator;
+
+-- functions/51_topology_runs.sql, body md5 b47b618904156cebe9f602c98a29be09
+create function ceaseless._skip_topology_node(p_run_id uuid, p_node_id text, p_now timestamp with time zone)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._skip_topology_node(p_run_id uuid, p_node_id text, p_now timestamp with time zone) is 'Skip a node awaiting approval (its approval expired under on_expiry skip): done without output, its downstream nodes start, the run settles. The caller holds the run row.';
+grant execute on function ceaseless._skip_topology_node(p_run_id uuid, p_node_id text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/12_lanes.sql, body md5 a919f28f9688895037140dede3e31b15
 create function ceaseless._spend_clears(p_agents text[], p_user_id text, p_since timestamp with time zone, p_window_secs integer, p_tokens boolean, p_over numeric)
@@ -2652,7 +2800,7 @@ create function ceaseless._tg_agents_enabled()
 comment on function ceaseless._tg_agents_enabled() is 'After agents are enabled: fire again the on_completion loops a fire refused for a disabled agent left idle, once all of their agents are enabled.';
 grant execute on function ceaseless._tg_agents_enabled() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 33467b717d0d8560c69b8cf3d84cd563
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 afb5bd729f0c6c5f907b99d0f190413c
 create function ceaseless._tg_agents_quiet_checks()
     returns trigger
     language plpgsql
@@ -2748,13 +2896,13 @@ create function ceaseless._tg_graph_default_agent()
 comment on function ceaseless._tg_graph_default_agent() is 'Before a loop or a topology run is inserted, or its graph updated: write the default agent into nodes that name none.';
 grant execute on function ceaseless._tg_graph_default_agent() to ceaseless_listener, ceaseless_operator;
 
--- functions/60_notifications.sql, body md5 2922607d2273feff2782482112fc8af4
+-- functions/60_notifications.sql, body md5 3d8c1ae765ee5e2e5f0a8c7e1573bf62
 create function ceaseless._tg_job_ended()
     returns trigger
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._tg_job_ended() is 'After UPDATE on job: queue a notification for each job the statement ended for good, as its agent''s notify_on_* flags ask, on its notify_channel: blocked on a missing login (auth_failed) or a forge question (needs_human), any job; failed or abandoned, a plain job (routines and loops announce their own). The body names the retry that works.';
+comment on function ceaseless._tg_job_ended() is 'After UPDATE on job: queue a notification for each job the statement ended for good, as its agent''s notify_on_* flags ask, on its notify_channel: blocked on a missing login (auth_failed), an agent''s question (needs_human) or a spent ceiling (budget_exhausted), any job, saying how to reply or raise the ceiling; failed or abandoned, a plain job (routines and loops announce their own). The body names the retry that works.';
 grant execute on function ceaseless._tg_job_ended() to ceaseless_listener, ceaseless_operator;
 
 -- functions/11_job_input.sql, body md5 ca10282c9a744e1a99572918762c36e0
@@ -2795,6 +2943,16 @@ create function ceaseless._tg_job_routine_outcome()
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._tg_job_routine_outcome() is 'After UPDATE on job: close the routine runs whose jobs the statement ended.';
 grant execute on function ceaseless._tg_job_routine_outcome() to ceaseless_listener, ceaseless_operator;
+
+-- functions/11_job_input.sql, body md5 405f760baa7c4d2a55e421b1255276a5
+create function ceaseless._tg_job_spend_ceiling()
+    returns trigger
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._tg_job_spend_ceiling() is 'Before INSERT on job without both ceilings: max_cost_usd and max_tokens from its loop node, else its agent; the job''s own value (a routine''s job: its routine''s) wins.';
+grant execute on function ceaseless._tg_job_spend_ceiling() to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 8d73a766b684c84e2a996b6757f962a8
 create function ceaseless._tg_job_topology_outcome()
@@ -2976,7 +3134,7 @@ create function ceaseless._tg_routines_changed()
 comment on function ceaseless._tg_routines_changed() is 'After a routine changes: NOTIFY ceaseless_schedule when it needs a next_fire_at; audit operator-visible changes.';
 grant execute on function ceaseless._tg_routines_changed() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 bed84ee9dd9dcc257953df0a2e3dcf8b
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 9954c3388b04572f75de733d8ae38243
 create function ceaseless._tg_routines_quiet_checks()
     returns trigger
     language plpgsql
@@ -3141,7 +3299,7 @@ create function ceaseless._topology_graph_order(p_graph jsonb)
 comment on function ceaseless._topology_graph_order(p_graph jsonb) is 'The node ids of a topology graph with their 1-based position in its nodes array.';
 grant execute on function ceaseless._topology_graph_order(p_graph jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 ce01cfc608f52bb8e059d6e91072d16c
+-- functions/51_topology_runs.sql, body md5 9ea6fb8520dc35e69487b0fd588b01d7
 create function ceaseless._topology_jobs_changed(p_job_ids uuid[])
     returns void
     language plpgsql
@@ -3159,13 +3317,22 @@ create function ceaseless._topology_node_id_ok(p_id jsonb)
 comment on function ceaseless._topology_node_id_ok(p_id jsonb) is 'True for a JSON string that may be a topology node id: 1-64 of A-Z a-z 0-9 _ . -.';
 grant execute on function ceaseless._topology_node_id_ok(p_id jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 be31bf5ff3b66f0c6261d8145d7360df
+-- functions/51_topology_runs.sql, body md5 db3f6e70dfe93af70350690e29d570e1
+create function ceaseless._topology_node_output(p_state text, p_output text, p_chars integer)
+    returns text
+    language sql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._topology_node_output(p_state text, p_output text, p_chars integer) is 'A node''s output as downstream prompts and final messages show it: cut to p_chars (NULL: whole), or "(skipped: its approval expired)" for a skipped node.';
+grant execute on function ceaseless._topology_node_output(p_state text, p_output text, p_chars integer) to ceaseless_listener, ceaseless_operator;
+
+-- functions/51_topology_runs.sql, body md5 21e32c4f98b41880013554d773860bd9
 create function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text)
     returns text
     language plpgsql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) is 'The prompt of a node''s job: its prompt, "## Task" and the run''s task, then "## Output of <node>" and each upstream''s output cut to topology_upstream_chars; within the job prompt cap.';
+comment on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) is 'The prompt of a node''s job: its prompt, "## Task" and the run''s task, then "## Output of <node>" and each upstream''s output cut to topology_upstream_chars (a skipped one says so); within the job prompt cap.';
 grant execute on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 ff1a724394f5df66df25df258fe61872
@@ -3214,7 +3381,7 @@ create function ceaseless._url_origin(p_url text)
 comment on function ceaseless._url_origin(p_url text) is 'scheme://host[:port] of a URL, without the userinfo, path and query that may hold credentials.';
 grant execute on function ceaseless._url_origin(p_url text) to ceaseless_listener, ceaseless_operator;
 
--- functions/50_topology_graph.sql, body md5 eee3b5a381dd6e1b32fe13bc1c2f9da1
+-- functions/50_topology_graph.sql, body md5 52064f04bc59b7c2e3d0b60428befd7f
 create function ceaseless._validate_topology_graph(p_where text, p_graph jsonb)
     returns void
     language plpgsql
@@ -3407,6 +3574,26 @@ create function ceaseless._without_secrets(p_table text, p_row jsonb)
 comment on function ceaseless._without_secrets(p_table text, p_row jsonb) is 'A row (as jsonb) of agents or settings with its secrets hidden, for audit_log.';
 grant execute on function ceaseless._without_secrets(p_table text, p_row jsonb) to ceaseless_listener, ceaseless_operator;
 
+-- functions/32_schedules.sql, body md5 3511d325949e098f9f544714b0720fa8
+create function ceaseless.backfill_loop(p_loop_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer DEFAULT 100, p_now timestamp with time zone DEFAULT now())
+    returns TABLE(slot_at timestamp with time zone, outcome text, run_id uuid, status text, skip_reason text)
+    language sql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.backfill_loop(p_loop_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) is 'Fire a loop''s cron slots in [p_from, p_to) that never fired (trigger backfill, slot_at its slot), at most p_max; refused as live_iteration while an iteration is live. One row per slot: fired, refused, already_fired or over_max. CE404, CE422.';
+grant execute on function ceaseless.backfill_loop(p_loop_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
+-- functions/32_schedules.sql, body md5 c552bddbcb1c9eeaf695c9a4c1edebf6
+create function ceaseless.backfill_routine(p_routine_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer DEFAULT 100, p_now timestamp with time zone DEFAULT now())
+    returns TABLE(slot_at timestamp with time zone, outcome text, run_id uuid, status text, skip_reason text)
+    language sql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.backfill_routine(p_routine_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) is 'Fire a routine''s cron slots in [p_from, p_to) that never fired (trigger backfill, each run''s slot_at its slot), at most p_max (1..setting backfill_max); one row per slot: fired, refused (with the skip reason), already_fired or over_max. CE404, CE422.';
+grant execute on function ceaseless.backfill_routine(p_routine_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
 -- functions/10_jobs.sql, body md5 ea21db40c1dbb49b60ec9a5628d6c278
 create function ceaseless.cancel_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns void
@@ -3464,9 +3651,9 @@ create function ceaseless.child_issues_due(p_limit integer DEFAULT 10, p_now tim
 comment on function ceaseless.child_issues_due(p_limit integer, p_now timestamp with time zone) is 'Hand out up to p_limit child issues not yet created on the forge, each to one caller (SKIP LOCKED), counting the attempt and moving next_attempt_at 5 minutes on.';
 grant execute on function ceaseless.child_issues_due(p_limit integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 07a949d6682210290ec3d4387abfeb59
+-- functions/10_jobs.sql, body md5 c1897578afbb1c8d0e4dcdc490d8c26f
 create function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[] DEFAULT NULL::text[], p_agents text[] DEFAULT NULL::text[], p_now timestamp with time zone DEFAULT now(), p_lease_secs integer DEFAULT NULL::integer, p_start boolean DEFAULT false)
-    returns TABLE(id uuid, kind text, agent text, prompt text, payload jsonb, max_turns integer, resume_session_id text, attempts integer, claim_expires_at timestamp with time zone, run_id uuid)
+    returns TABLE(id uuid, kind text, agent text, prompt text, payload jsonb, max_turns integer, resume_session_id text, attempts integer, claim_expires_at timestamp with time zone, run_id uuid, reply text, budget_usd numeric, budget_tokens bigint)
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp
@@ -3530,13 +3717,13 @@ create function ceaseless.ended_jobs(p_ids uuid[])
 comment on function ceaseless.ended_jobs(p_ids uuid[]) is 'Of p_ids, the jobs of this database that will not run again (delivered, failed, abandoned, cancelled): listeners remove their working directories.';
 grant execute on function ceaseless.ended_jobs(p_ids uuid[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_approvals.sql, body md5 1e413842c0a7a223fec95e94d7fc153e
+-- functions/52_approvals.sql, body md5 f638fe33191f69b969a567064f8125b4
 create function ceaseless.expire_approvals(p_now timestamp with time zone DEFAULT now())
     returns integer
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.expire_approvals(p_now timestamp with time zone) is 'Decide undecided approvals past expires_at by their node''s on_expiry (expired, failing the run; or approved, running the node), and send the reminders due; returns how many expired. Maintenance, every listener.';
+comment on function ceaseless.expire_approvals(p_now timestamp with time zone) is 'Decide undecided approvals past expires_at by their node''s on_expiry (expired, failing the run; expired, skipping the node; or approved, running the node), and send the reminders due; returns how many expired. Maintenance, every listener.';
 grant execute on function ceaseless.expire_approvals(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/10_jobs.sql, body md5 1b894a408c886f5862ca1c02de1ed3fb
@@ -3548,7 +3735,7 @@ create function ceaseless.expire_leases(p_now timestamp with time zone DEFAULT n
 comment on function ceaseless.expire_leases(p_now timestamp with time zone) is 'Return jobs with passed leases to pending (or abandoned after max attempts) and finish their open runs as lease_expired. Safe to call from every listener at once.';
 grant execute on function ceaseless.expire_leases(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/92_explain.sql, body md5 8f6d727363244239a6f9e5143fcdf3b6
+-- functions/92_explain.sql, body md5 e597db1bb157607641069447cdbc1f88
 create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3578,7 +3765,7 @@ create function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp wit
 comment on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) is 'Every reason that holds a routine''s next fire (disabled, agent_disabled, cooldown, concurrency and the explain_job reasons of each running run''s job, global_cap, not_due, not_scheduled) or its jobs in their lane (lane_paused, lane_full, window_budget, cost_budget, token_budget), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown routine.';
 grant execute on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/92_explain.sql, body md5 cbec2ab24f26ea2156c3b288bd208f47
+-- functions/92_explain.sql, body md5 eb638e801d07fd19e6347f72aa70dcd6
 create function ceaseless.explain_topology_run(p_run_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3615,16 +3802,16 @@ create function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with 
 comment on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) is 'Record a poll''s end (last_polled_at, last_etag on success, last_error on failure) and set next_poll_at to one clamped interval later, or to p_next_poll_at when later (rate limits).';
 grant execute on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/20_agent_runs.sql, body md5 e370bd7e968143fef3f651fd215e7f60
+-- functions/20_agent_runs.sql, body md5 bca8eba98de9c3e857404a7296bb0782
 create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone DEFAULT now())
     returns TABLE(run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Finish a batch of agent runs and move each job by its outcome (_job_state_after: delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job, attempt refunded. A succeeded forge run gets its verdict first (_forge_verdict: an implement run without a pull request fails, a needs_human block blocks the job, a plan needs a valid children block). A result for a run that is no longer the reporter''s is kept in late_results, never written onto the closed run (recorded = false).';
+comment on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Finish a batch of agent runs and move each job by its outcome (_job_state_after: delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job, attempt refunded. A succeeded run gets its verdict first (_forge_verdict: a needs_human block blocks the job, any kind; an implement run without a pull request fails, a plan needs a valid children block); a run that reaches its job''s spend ceiling (max_cost_usd, max_tokens over all its runs) is budget_exhausted. A result for a run that is no longer the reporter''s is kept in late_results, never written onto the closed run (recorded = false).';
 grant execute on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/32_schedules.sql, body md5 5f5a83d96242264d9005c06537001165
+-- functions/32_schedules.sql, body md5 17b6ed0d1c96f479e7c9f8e151e6e4e9
 create function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone DEFAULT now())
     returns TABLE(kind text, id uuid, run_id uuid, status text, skip_reason text, next_fire_at timestamp with time zone)
     language plpgsql
@@ -3752,6 +3939,16 @@ create function ceaseless.prune_audit_log(p_before timestamp with time zone, p_l
 comment on function ceaseless.prune_audit_log(p_before timestamp with time zone, p_limit integer) is 'Delete up to p_limit audit_log rows older than p_before (oldest first), which must be at least audit_log_min_retention_secs ago, and audit the prune; returns how many. The only way rows leave the append-only log. CE422 for a cutoff inside the floor.';
 grant execute on function ceaseless.prune_audit_log(p_before timestamp with time zone, p_limit integer) to ceaseless_listener;
 
+-- functions/10_jobs.sql, body md5 7aaf1c12c9ff3aa8fe186d13e7630d17
+create function ceaseless.raise_job_budget(p_job_id uuid, p_usd numeric, p_tokens bigint DEFAULT NULL::bigint, p_now timestamp with time zone DEFAULT now())
+    returns void
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.raise_job_budget(p_job_id uuid, p_usd numeric, p_tokens bigint, p_now timestamp with time zone) is 'Raise a job''s max_cost_usd (and/or max_tokens); a job blocked on its spend resumes its session. Raises CE404 (unknown), CE409 (the job will not run again), CE422 (no ceiling, or one not above what was spent).';
+grant execute on function ceaseless.raise_job_budget(p_job_id uuid, p_usd numeric, p_tokens bigint, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
 -- functions/36_webhooks.sql, body md5 637498eca7350f839c87ad5265edc5f7
 create function ceaseless.receive_webhook(p_token text, p_body bytea, p_headers jsonb)
     returns uuid
@@ -3797,6 +3994,16 @@ create function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now ti
 comment on function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now timestamp with time zone) is 'Shutdown: return jobs held by p_worker to pending, attempt refunded, open runs finished as cancelled.';
 grant execute on function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
+-- functions/10_jobs.sql, body md5 8b8d2c21ea434e8788a2e2621e480173
+create function ceaseless.reply_job(p_job_id uuid, p_text text, p_now timestamp with time zone DEFAULT now())
+    returns void
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.reply_job(p_job_id uuid, p_text text, p_now timestamp with time zone) is 'Reply to a blocked job: back to pending, its next run resumes the agent''s session with the reply as the prompt (with no session, it starts over with the reply after its prompt). Raises CE404 (unknown), CE409 (not blocked, a topology node''s, ceiling spent), CE422 (blank or over 16000 characters).';
+grant execute on function ceaseless.reply_job(p_job_id uuid, p_text text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
 -- functions/12_lanes.sql, body md5 b875a63bf13f8d90f666b4f450522a4a
 create function ceaseless.resume_lane(p_agent text, p_now timestamp with time zone DEFAULT now())
     returns void
@@ -3817,7 +4024,7 @@ create function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zon
 comment on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) is 'Return a finished job to pending with its attempts reset; a routine''s job through its routine''s guardrails, as a new routine run. Raises CE404 (unknown), CE409 (still live), CE410/CE412/CE415 (the routine may not run now).';
 grant execute on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/51_topology_runs.sql, body md5 3e28708d8e53f22b27f54b84faa73a04
+-- functions/51_topology_runs.sql, body md5 ae7b5dd28b23677e52afa9aae2b251e0
 create function ceaseless.retry_topology_run(p_run_id uuid, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql

@@ -63,6 +63,11 @@ class Task:
     private: tuple[str, ...] = ()
     # A lightweight routine's reply budget (action_config.max_tokens).
     max_tokens: int | None = None
+    # What the job may still spend (claim_jobs: its ceilings less its runs so
+    # far); None: no ceiling. The agent is stopped once its reported usage
+    # reaches either (process.py), or told the USD one (--max-budget-usd).
+    budget_usd: float | None = None
+    budget_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,13 @@ class StreamParser:
     @property
     def session_id(self) -> str | None:
         return self._session_id
+
+    def spent(self) -> tuple[float | None, int | None]:
+        """The cost and tokens the agent has reported so far (None: not reported)."""
+        tokens = None
+        if self._tokens_in is not None or self._tokens_out is not None:
+            tokens = (self._tokens_in or 0) + (self._tokens_out or 0)
+        return self._cost_usd, tokens
 
     def finish(self, exit_status: int | None, stderr_tail: str) -> RunResult:
         outcome, error, reset_at = self._outcome(exit_status, stderr_tail)

@@ -80,6 +80,12 @@ class ClaudeCodeAdapter:
             # One element: --resume takes an optional value, so a separate
             # one that looks like a flag would be read as that flag.
             argv.append(f"--resume={task.resume_session_id}")
+        if task.budget_usd is not None:
+            # The CLI's own ceiling: it stops with result subtype
+            # error_max_budget_usd (budget_exhausted). A job already at its
+            # ceiling is never claimed to run (reply_job, raise_job_budget
+            # refuse it), so the amount is above zero; the floor guards the flag.
+            argv += ["--max-budget-usd", f"{max(task.budget_usd, 0.000001):.6f}"]
         return argv
 
     def parser(self) -> ClaudeStreamParser:
@@ -106,6 +112,11 @@ class ClaudeStreamParser(StreamParser):
         self._limit_rejected = False
         self._limit_reset: datetime | None = None
         self._result: _ResultLine | None = None
+        # Tokens of the assistant messages so far, each message once (its
+        # content blocks arrive as lines of their own, each with the message's
+        # usage): what a token ceiling is watched against before the result.
+        self._message_ids: set[str] = set()
+        self._streamed_tokens = 0
 
     def feed(self, line: bytes) -> None:
         event = decode_json_object(line)
@@ -138,6 +149,7 @@ class ClaudeStreamParser(StreamParser):
         error = json_str(event.get("error"))
         flagged = event.get("isApiErrorMessage") or event.get("is_api_error_message")
         self._api_error = error or ("api_error" if flagged else None)
+        self._tally(message)
         model = json_str(message.get("model"))
         # Synthetic messages (API errors) name the model "<synthetic>".
         if model and not model.startswith("<") and self._model is None:
@@ -145,6 +157,31 @@ class ClaudeStreamParser(StreamParser):
         text = _text_blocks(message.get("content"))
         if text:
             self._assistant_text = truncate_message(text)
+
+    def _tally(self, message: dict[str, Any]) -> None:
+        message_id = json_str(message.get("id"))
+        usage = message.get("usage")
+        if message_id is None or message_id in self._message_ids or not isinstance(usage, dict):
+            return
+        if len(self._message_ids) < 100_000:  # bounded, whatever the agent prints
+            self._message_ids.add(message_id)
+        self._streamed_tokens += sum(
+            json_count(usage.get(key)) or 0
+            for key in (
+                "input_tokens",
+                "cache_creation_input_tokens",
+                "cache_read_input_tokens",
+                "output_tokens",
+            )
+        )
+
+    def spent(self) -> tuple[float | None, int | None]:
+        """The result line's usage once it came; before it, the assistant messages' tokens
+        (Claude Code reports its cost only at the end, and has no token ceiling flag)."""
+        cost, tokens = super().spent()
+        if tokens is None and self._streamed_tokens:
+            tokens = self._streamed_tokens
+        return cost, tokens
 
     def _on_rate_limit(self, event: dict[str, Any]) -> None:
         info = event.get("rate_limit_info")

@@ -145,13 +145,15 @@ async def run_agent(
     held = isolation.containment
 
     stderr_tail = bytearray()
+    spent = asyncio.Event()
+    watch = _budget_watch(parser, task, spent)
     io_tasks = [
         asyncio.create_task(_write_prompt(proc, task.prompt)),
-        asyncio.create_task(_read_lines(proc, parser, line_limit, on_session)),
+        asyncio.create_task(_read_lines(proc, parser, line_limit, on_session, watch)),
         asyncio.create_task(_read_tail(proc, stderr_tail, stderr_limit)),
     ]
     try:
-        ending = await _supervise(proc, agent, cancel, held)
+        ending = await _supervise(proc, agent, cancel, held, spent)
         await _finish_io(io_tasks)
     except BaseException:
         # Listener shutdown (or a bug here): the agent must not outlive this call.
@@ -304,11 +306,36 @@ class _Line:
         return line
 
 
+def _budget_watch(
+    parser: OutputParser, task: Task, spent: asyncio.Event
+) -> Callable[[], None] | None:
+    """A check, run after each line, that sets `spent` once the agent's reported usage reaches
+    what its job may still spend (task.budget_usd, task.budget_tokens, from claim_jobs); None
+    when the job has no ceiling or the parser reports no usage (the command adapter).
+
+    For the CLIs without a budget flag of their own (opencode; Claude Code's tokens). Whether
+    the run passed its ceiling is judged again in finish_runs, on the usage it reports.
+    """
+    usage = getattr(parser, "spent", None)
+    if usage is None or (task.budget_usd is None and task.budget_tokens is None):
+        return None
+
+    def check() -> None:
+        cost, tokens = usage()
+        if (task.budget_usd is not None and cost is not None and cost >= task.budget_usd) or (
+            task.budget_tokens is not None and tokens is not None and tokens >= task.budget_tokens
+        ):
+            spent.set()
+
+    return check
+
+
 async def _read_lines(
     proc: asyncio.subprocess.Process,
     parser: OutputParser,
     limit: int,
     on_session: Callable[[str], None] | None,
+    watch: Callable[[], None] | None = None,
 ) -> None:
     """Feed stdout to the parser one line at a time, holding at most `limit` bytes of one."""
     stream = proc.stdout
@@ -321,6 +348,8 @@ async def _read_lines(
             line.add(piece)
             if i < len(pieces) - 1:
                 _feed(parser, line.take())
+        if watch is not None:
+            watch()
         if on_session is not None and parser.session_id not in (None, session):
             session = parser.session_id
             _report_session(on_session, session)
@@ -361,20 +390,26 @@ async def _supervise(
     agent: AgentConfig,
     cancel: asyncio.Event,
     held: Containment,
+    spent: asyncio.Event | None = None,
 ) -> Outcome | None:
     """Wait for the agent to end; None if it exited by itself, else why it was stopped."""
     exited = asyncio.ensure_future(_leader_exit(proc))
     cancelled = asyncio.ensure_future(cancel.wait())
+    over = asyncio.ensure_future((spent or asyncio.Event()).wait())
     try:
         done, _ = await asyncio.wait(
-            {exited, cancelled}, timeout=agent.timeout_secs, return_when=asyncio.FIRST_COMPLETED
+            {exited, cancelled, over},
+            timeout=agent.timeout_secs,
+            return_when=asyncio.FIRST_COMPLETED,
         )
     finally:
-        _cancel_all((exited, cancelled))
+        _cancel_all((exited, cancelled, over))
     if exited in done:
         ending = None
+    elif cancelled in done:
+        ending = Outcome.CANCELLED
     else:
-        ending = Outcome.CANCELLED if cancelled in done else Outcome.TIMED_OUT
+        ending = Outcome.BUDGET_EXHAUSTED if over in done else Outcome.TIMED_OUT
     await _stop_group(proc, lambda: _grace(agent, cancel), held)
     return ending
 
@@ -515,6 +550,14 @@ def _finalize(
     elif ending is Outcome.CANCELLED:
         result.outcome = ending
         result.error = "cancelled; the agent's process group was stopped"
+    elif ending is Outcome.BUDGET_EXHAUSTED and result.outcome is not ending:
+        # Stopped on its streamed usage; an agent that stopped at its own
+        # budget flag (Claude Code's result line) keeps its own words.
+        result.outcome = ending
+        result.error = (
+            "the agent's reported usage reached what its job may still spend (job.max_cost_usd, "
+            "job.max_tokens); the agent's process group was stopped"
+        )
     if result.model is None:
         result.model = agent.model  # the stream did not say; the requested one is still true
     result.final_message = truncate_message(result.final_message)

@@ -1,12 +1,15 @@
-"""`ceaseless job …`: enqueue, list, show, cancel and retry jobs in ceaseless.job.
+"""`ceaseless job …`: enqueue, list, show, cancel, retry, reply to and raise the budget of
+jobs in ceaseless.job.
 
-Each command is one statement or one API function call (cancel_job, retry_job);
-whether a job may be cancelled or retried is the function's decision, and its
-error is shown as it is.
+Each command is one statement or one API function call (cancel_job, retry_job, reply_job,
+raise_job_budget); whether a job may be cancelled, retried, replied to or given more budget
+is the function's decision, and its error is shown as it is.
 """
 
 from __future__ import annotations
 
+import sys
+from decimal import Decimal
 from typing import Annotated
 from uuid import UUID
 
@@ -27,6 +30,17 @@ def job_add(
     kind: Annotated[JobKind, typer.Option(help="Job kind.")] = JobKind.TASK,
     dedup_key: Annotated[str | None, typer.Option(help="At most one live job per key.")] = None,
     max_turns: Annotated[int | None, typer.Option(help="Bound on agent turns.")] = None,
+    max_cost_usd: Annotated[
+        Decimal | None,
+        typer.Option(
+            help="Spend ceiling in USD over all its runs: past it the job is blocked until "
+            "`ceaseless job raise-budget`. Default: its agent's max_cost_usd."
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(help="Spend ceiling in tokens, as --max-cost-usd. Default: its agent's."),
+    ] = None,
     priority: Annotated[
         int | None,
         typer.Option(
@@ -48,6 +62,8 @@ def job_add(
         "prompt": prompt,
         "dedup_key": dedup_key,
         "max_turns": max_turns,
+        "max_cost_usd": max_cost_usd,
+        "max_tokens": max_tokens,
         "priority": priority,
         "fairness_key": fairness_key,
     }
@@ -135,6 +151,48 @@ def job_retry(job: JobArg) -> None:
     job_id = _job_id(job)
     call(jobs.retry, job_id)
     typer.echo(f"job {job_id} is pending again")
+
+
+@app.command("reply")
+def job_reply(
+    job: JobArg,
+    text: Annotated[
+        str,
+        typer.Argument(
+            help="Your answer. It becomes the agent's next prompt in the same session; "
+            "'-' reads it from standard input."
+        ),
+    ],
+) -> None:
+    """Answer a blocked job (its agent asked for help, spent its budget or could not log in):
+    it runs again, resuming the agent's session with your reply as the prompt (reply_job)."""
+    job_id = _job_id(job)
+    if text == "-":
+        # A file or a heredoc ends with a newline nobody meant as part of the reply.
+        text = sys.stdin.read().rstrip("\n")
+    call(jobs.reply, job_id, text)
+    typer.echo(f"job {job_id} is pending again: its next run resumes the session with your reply")
+
+
+@app.command("raise-budget")
+def job_raise_budget(
+    job: JobArg,
+    usd: Annotated[
+        Decimal | None,
+        typer.Argument(help="The job's new max_cost_usd, above what it has already spent."),
+    ] = None,
+    tokens: Annotated[
+        int | None,
+        typer.Option(help="The job's new max_tokens, above what it has already spent."),
+    ] = None,
+) -> None:
+    """Raise a job's spend ceiling; a job blocked on it resumes its agent's session
+    (raise_job_budget)."""
+    job_id = _job_id(job)
+    if usd is None and tokens is None:
+        raise fail("give the new ceiling in USD (`ceaseless job raise-budget ID 5`) or --tokens")
+    call(jobs.raise_budget, job_id, usd, tokens)
+    typer.echo(f"job {job_id}: ceiling raised")
 
 
 @app.command("why")

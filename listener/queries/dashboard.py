@@ -231,7 +231,12 @@ async def job(conn: psycopg.AsyncConnection, job_id: UUID) -> Row | None:
         conn,
         "select j.id, j.kind, j.agent, j.state, j.attempts, j.max_attempts, j.run_after, "
         "       j.created_at, j.updated_at, j.claimed_by, j.topology_run_id, j.routine_run_id, "
-        "       left(j.prompt, 4000) as prompt, left(j.last_error, 2000) as last_error "
+        "       left(j.prompt, 4000) as prompt, left(j.last_error, 2000) as last_error, "
+        "       j.max_cost_usd, j.max_tokens, left(j.reply, 4000) as reply, j.replied_by, "
+        "       (select sum(r.cost_usd) from ceaseless.agent_run r where r.job_id = j.id) "
+        "           as spent_usd, "
+        "       (select sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)) "
+        "        from ceaseless.agent_run r where r.job_id = j.id) as spent_tokens "
         "from ceaseless.job j where j.id = %s",
         (job_id,),
     )
@@ -245,7 +250,8 @@ async def job_runs(conn: psycopg.AsyncConnection, job_id: UUID) -> list[Row]:
         "       r.exit_status, r.started_at, r.finished_at, "
         "       r.finished_at - r.started_at as duration, r.tokens_in, r.tokens_out, "
         "       r.cost_usd, r.num_turns, r.session_id, "
-        "       left(r.final_message, 20000) as final_message, left(r.error, 2000) as error "
+        "       left(r.final_message, 20000) as final_message, left(r.error, 2000) as error, "
+        "       left(r.reply, 4000) as reply, r.replied_by "
         "from ceaseless.agent_run r where r.job_id = %s order by r.started_at",
         (job_id,),
     )
@@ -271,6 +277,8 @@ async def acting_as(conn: psycopg.AsyncConnection, actor: str) -> AsyncIterator[
 ACTIONS: dict[str, LiteralString] = {
     "cancel_job": "select ceaseless.cancel_job(%s) is null as done",
     "retry_job": "select ceaseless.retry_job(%s) is null as done",
+    "reply_job": "select ceaseless.reply_job(%s, %s) is null as done",
+    "raise_job_budget": "select ceaseless.raise_job_budget(%s, %s) is null as done",
     "run_routine": "select ceaseless.run_routine(%s) as id",
     "run_loop": "select ceaseless.run_loop(%s) as id",
     # The tables' triggers do what enabling means (validation, the next fire,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -30,6 +31,13 @@ class ClaimedJob(NamedTuple):
     resume_session_id: str | None
     attempts: int
     run_id: UUID | None
+    # A person's reply (reply_job): the whole prompt of a run that resumes the
+    # agent's session; None when there is none (claim_jobs puts a reply to a
+    # job without a session after its prompt).
+    reply: str | None = None
+    # What is left of the job's spend ceilings (None: no ceiling).
+    budget_usd: Decimal | None = None
+    budget_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,8 @@ async def claim_and_start(
         conn,
         args_row(ClaimedJob),
         "select id, kind, agent, prompt, payload, max_turns, resume_session_id, attempts, "
-        "run_id from ceaseless.claim_jobs(%s, %s, %s, %s, now(), %s, true)",
+        "run_id, reply, budget_usd, budget_tokens "
+        "from ceaseless.claim_jobs(%s, %s, %s, %s, now(), %s, true)",
         (worker, limit, kinds, agents, lease_secs),
     )
 

@@ -526,3 +526,29 @@ def test_every_page_answers_on_an_empty_database_and_unknown_ids_are_404(
             assert _get(base, path, auth)[0] == 404, path
         assert _get(base, "/static/nope.js")[0] == 404
     _no_traceback(listener)
+
+
+def test_the_run_page_shows_a_node_skipped_at_its_approval_s_expiry(
+    conn: psycopg.Connection, echo: str, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    with _served(start_listener) as (base, listener):
+        run = start_run(
+            conn,
+            graph(
+                [node("plan", "echo"),
+                 node("review", "echo", gate="approval", approval_timeout_secs=3600,
+                      on_expiry="skip"),
+                 node("ship", "echo")],
+                [("plan", "review"), ("review", "ship")],
+            ),
+            task="release 1.5",
+        )  # fmt: skip
+        _awaiting(conn, run)
+        conn.execute("select ceaseless.expire_approvals(now() + interval '2 hours')")
+        wait_until(lambda: run_row(conn, run)["status"] == "succeeded", 30)
+        status, html = _get(base, f"/runs/{run}", listener.auth())
+        assert status == 200
+        assert '<span class="state state-skipped">skipped</span>' in html
+        assert "(skipped: its approval expired)" in html
+        assert 'class="node state-skipped"' in html
+        _no_traceback(listener)

@@ -136,18 +136,25 @@ def test_a_run_asking_for_a_human_blocks_the_job_with_its_reason(
             None,
             None,
             f"job {job} blocked: the agent asks for a human",
-            "Which database?\n\nAnswer on the issue, then run the job again: "
-            f"select ceaseless.retry_job('{job}');",
+            "Which database?\n\nReply, and the agent resumes its session with your reply as "
+            f'its prompt:\n  ceaseless job reply {job} "your answer"\n'
+            f"  select ceaseless.reply_job('{job}', 'your answer');",
             "bob",
         )
     ]
 
 
-def test_a_spent_budget_blocks_without_a_notification(conn: psycopg.Connection) -> None:
+def test_a_spent_budget_blocks_with_a_notification_saying_how_to_raise_it(
+    conn: psycopg.Connection,
+) -> None:
     make_agent(conn)
-    _, run = _started(conn)
-    assert finish(conn, run, "budget_exhausted") == "blocked"
-    assert _notifications(conn) == []
+    job, run = _started(conn)
+    assert finish(conn, run, "budget_exhausted", error="error_max_turns") == "blocked"
+    ((*_, subject, body, _owner),) = _notifications(conn)
+    assert subject == f"job {job} blocked: agent noop spent its budget"
+    assert body.startswith("error_max_turns\n\nRaise its ceiling and it resumes its session:")
+    assert f"select ceaseless.raise_job_budget('{job}', <usd>);" in body
+    assert f"select ceaseless.reply_job('{job}', 'your answer');" in body
 
 
 def test_a_job_blocked_by_hand_after_a_missing_login_is_announced_by_its_run(

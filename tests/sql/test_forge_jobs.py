@@ -294,7 +294,7 @@ def test_a_run_that_needs_a_human_blocks_its_job_and_tells_someone(
     subject, body = conn.execute(
         "select subject, body from ceaseless.notifications where source_id = %s", (job_id,)
     ).fetchone()  # type: ignore[misc]
-    assert "asks for a human" in subject and "Which database" in body and "retry_job" in body
+    assert "asks for a human" in subject and "Which database" in body and "reply_job" in body
 
 
 @pytest.mark.parametrize(
@@ -332,11 +332,18 @@ def test_the_last_block_counts(conn: psycopg.Connection, repo: uuid.UUID) -> Non
     assert run_job(conn, job_id, final_message=message) == "delivered"  # type: ignore[arg-type]
 
 
-def test_non_forge_jobs_are_not_judged(conn: psycopg.Connection, lanes: None) -> None:
+def test_non_forge_jobs_are_judged_only_on_a_question(
+    conn: psycopg.Connection, lanes: None
+) -> None:
+    # Any job's agent may ask for a human; a children block means nothing
+    # outside a plan run, and no pull request is looked for.
     from tests.factories import make_job
 
-    job_id = make_job(conn, agent="claude_code")
-    assert run_job(conn, job_id, final_message=block({"needs_human": "x"})) == "delivered"
+    asks = make_job(conn, agent="claude_code")
+    assert run_job(conn, asks, final_message=block({"needs_human": "x"})) == "blocked"
+    plans = make_job(conn, agent="claude_code")
+    children = block({"children": [{"title": "a"}]})
+    assert run_job(conn, plans, final_message=children) == "delivered"
 
 
 # -- plan → children ----------------------------------------------------------------------------

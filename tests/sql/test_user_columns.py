@@ -25,7 +25,7 @@ ROUTINE_COLUMNS = {
     "name", "description", "enabled", "trigger_type", "trigger_config", "action_type",
     "action_config", "agent", "cooldown_secs", "max_concurrent", "dedup_window_secs",
     "notify_channel", "notify_user", "notify_on_success", "notify_on_failure",
-    "notify_on_attention", "job_priority", "job_fairness_key",
+    "notify_on_attention", "max_cost_usd", "max_tokens", "job_priority", "job_fairness_key",
 }  # fmt: skip
 LOOP_COLUMNS = {
     "workspace_id", "title", "description", "graph", "task_template", "triggers",
@@ -39,7 +39,7 @@ REPO_COLUMNS = {
 }  # fmt: skip
 JOB_COLUMNS = {
     "kind", "agent", "prompt", "payload", "max_turns", "max_attempts", "run_after", "dedup_key",
-    "priority", "fairness_key",
+    "max_cost_usd", "max_tokens", "priority", "fairness_key",
 }  # fmt: skip
 OWNED = {"id", "user_id"}
 

@@ -48,13 +48,17 @@ async def run_held(
         task = Task(
             job_id=str(job.id),
             run_id=str(held.run_id),
-            prompt=prompt,
+            # A reply resumes the session, which holds the task: it is the
+            # whole prompt (claim_jobs returns one only with a session).
+            prompt=job.reply if job.reply is not None else prompt,
             max_turns=job.max_turns,
             resume_session_id=job.resume_session_id,
             cwd=cwd,
             # Other jobs' directories and other runs' checkouts: hidden.
             private=(str(directories.root), str(forge_root)),
             max_tokens=job.payload.get("max_tokens"),
+            budget_usd=None if job.budget_usd is None else float(job.budget_usd),
+            budget_tokens=job.budget_tokens,
         )
         return await run_agent(
             adapter_for(agent.adapter),

@@ -1,13 +1,15 @@
 """`ceaseless job …`: enqueue, list, show, cancel and retry jobs.
 
 Guarantees: `add` is one INSERT of the columns given; whether a job may be
-cancelled or retried is cancel_job's and retry_job's decision, and their error
-is the caller's to show.
+cancelled, retried, replied to or given more budget is cancel_job's,
+retry_job's, reply_job's and raise_job_budget's decision, and their error is
+the caller's to show.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 
 from listener.queries.commands import Connection, Listing, ids_by_prefix, insert, listing
 
@@ -73,7 +75,8 @@ def job(conn: Connection, job_id: str) -> Listing:
                     then format('%%s:%%s/%%s#%%s', j.forge, j.owner, j.repo, j.number) end
                  as issue,
                j.routine_run_id, j.topology_run_id, j.parent_job_id,
-               left(j.prompt, 2000) as prompt, j.last_error
+               left(j.prompt, 2000) as prompt, j.last_error,
+               j.max_cost_usd, j.max_tokens, left(j.reply, 2000) as reply, j.replied_by
           from ceaseless.job j
           join ceaseless.agents a on a.name = j.agent
          where j.id = %s
@@ -89,7 +92,7 @@ def runs(conn: Connection, job_id: str) -> Listing:
         """
         select attempt, worker, started_at, finished_at - started_at as took, outcome,
                exit_status, billing, cost_usd, tokens_in, tokens_out,
-               coalesce(error, final_message) as message
+               left(reply, 200) as reply, coalesce(error, final_message) as message
           from ceaseless.agent_run
          where job_id = %s
          order by attempt, started_at
@@ -104,3 +107,11 @@ def cancel(conn: Connection, job_id: str) -> None:
 
 def retry(conn: Connection, job_id: str) -> None:
     conn.execute("select ceaseless.retry_job(%s)", (job_id,))
+
+
+def reply(conn: Connection, job_id: str, text: str) -> None:
+    conn.execute("select ceaseless.reply_job(%s, %s)", (job_id, text))
+
+
+def raise_budget(conn: Connection, job_id: str, usd: Decimal | None, tokens: int | None) -> None:
+    conn.execute("select ceaseless.raise_job_budget(%s, %s, %s)", (job_id, usd, tokens))

@@ -20,7 +20,8 @@ Guarantees:
   `dashboard:<user>` (--dashboard-user), so the audit row and the approval
   name who decided from the dashboard; SQL refuses what may not be decided
   (CE404, CE409) and the page says why;
-- every other action (cancel or retry a job, run a routine or loop now,
+- every other action (cancel, retry or reply to a job, raise its spend
+  ceiling, run a routine or loop now,
   enable or disable one, pause or resume a lane) is one call of the SQL API
   (queries.ACTIONS): no rule of it is written here. Its transaction sets
   `ceaseless.actor` to `<worker id> dashboard:<user>`, which audit_log.worker
@@ -73,6 +74,8 @@ _SECURITY_HEADERS = {
 }
 # A decision's note, as the form may send it; SQL bounds it again (prompt cap).
 _NOTE_CHARS = 2000
+# reply_job's bound on a reply.
+_REPLY_CHARS = 16000
 
 
 class Dashboard:
@@ -334,6 +337,23 @@ def _minutes(form: Any) -> int:
         raise _BadForm(f"minutes must be a whole number; got {raw!r}") from None
 
 
+def _reply(form: Any) -> str:
+    # One character past reply_job's bound, so an over-long reply is refused
+    # by the database, in its words, never cut short here.
+    return _field(form, "reply", _REPLY_CHARS + 1)
+
+
+def _usd(form: Any) -> Decimal:
+    raw = _field(form, "usd", 24)
+    try:
+        amount = Decimal(raw)
+    except ArithmeticError:
+        amount = Decimal("NaN")
+    if not amount.is_finite():
+        raise _BadForm(f"usd must be an amount in USD, e.g. 5 or 2.50; got {raw!r}")
+    return amount
+
+
 def _fired(row: Row, who: str) -> str:
     if row["status"] == "skipped":
         return f"fired by {who}: skipped ({row['skip_reason']})"
@@ -354,6 +374,20 @@ _ACTIONS: dict[str, _Action] = {
         "retry_job",
         lambda k, f: (_uuid_key(k),),
         lambda r, who: f"retried by {who}",
+    ),
+    "/jobs/{id}/reply": _Action(
+        "reply_job",
+        "job",
+        "reply_job",
+        lambda k, f: (_uuid_key(k), _reply(f)),
+        lambda r, who: f"replied by {who}: the job resumes its session with the reply",
+    ),
+    "/jobs/{id}/raise-budget": _Action(
+        "raise_job_budget",
+        "job",
+        "raise_job_budget",
+        lambda k, f: (_uuid_key(k), _usd(f)),
+        lambda r, who: f"ceiling raised by {who}",
     ),
     "/routines/{id}/run": _Action(
         "run_routine", "routine", "run_routine", lambda k, f: (_uuid_key(k),), _fired
