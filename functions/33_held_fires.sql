@@ -26,8 +26,10 @@
 --   debounce_secs after the last of them and at the latest debounce_max_secs
 --   after the first, with the last one's detail and context and the count;
 -- - NOTIFY ceaseless_schedule {"table": "held_fires", "id": target} when a
---   run of a target with held fires ends, so a listener calls fire_held at
---   once.
+--   fire is held anew (its fire_at may be the earliest) and when a run of a
+--   target with held fires ends, so a listener calls fire_held (or sleeps
+--   until the new fire_at) at once. A fire collapsing into a window only
+--   moves its fire_at later, and says nothing.
 -- Locks: nothing a fire waits for: a fire writes held rows by insert, or by
 -- updating or deleting only rows it locks SKIP LOCKED; fire_held locks the
 -- row it releases SKIP LOCKED, one release at a time (an advisory lock taken
@@ -388,3 +390,29 @@ create or replace trigger topology_runs_held_wake
           and old.status in ('pending', 'running', 'awaiting_approval')
           and new.status not in ('pending', 'running', 'awaiting_approval'))
     execute function _tg_topology_runs_held_wake();
+
+-- Wake the scheduler when fires are held anew: a new row's fire_at may be
+-- earlier than what the scheduler sleeps until. Statement-level, one NOTIFY
+-- per target (PostgreSQL folds repeats within a transaction).
+create or replace function _tg_held_fires_inserted()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    perform pg_notify('ceaseless_schedule',
+                      jsonb_build_object('table', 'held_fires',
+                                         'id', coalesce(n.routine_id, n.loop_id))::text)
+    from (select distinct n.routine_id, n.loop_id from new_rows n) n;
+    return null;
+end;
+$$;
+
+comment on function _tg_held_fires_inserted() is
+    'After fires are held anew: NOTIFY ceaseless_schedule {table: held_fires, id: routine or '
+    'loop}, so a listener''s scheduler re-reads the earliest fire_at.';
+
+create or replace trigger held_fires_inserted
+    after insert on held_fires
+    referencing new table as new_rows
+    for each statement execute function _tg_held_fires_inserted();
