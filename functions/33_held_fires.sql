@@ -343,12 +343,17 @@ language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
+    -- Most statements find no held fire at all: one probe, and done.
+    if not exists (select from held_fires h where h.routine_id is not null) then
+        return null;
+    end if;
+    -- A closed run is one that ended (a run closes once, 44_routine_outcomes.sql);
+    -- the few routines of a batch are each probed by key.
     perform pg_notify('ceaseless_schedule',
                       jsonb_build_object('table', 'held_fires', 'id', e.routine_id)::text)
     from (select distinct n.routine_id
           from new_rows n
-          join old_rows o on o.id = n.id
-          where o.status = 'running' and n.status <> 'running') e
+          where n.status in ('ok', 'attention', 'failed')) e
     where exists (select from held_fires h where h.routine_id = e.routine_id);
     return null;
 end;
@@ -360,7 +365,7 @@ comment on function _tg_routine_runs_held_wake() is
 
 create or replace trigger routine_runs_held_wake
     after update on routine_runs
-    referencing old table as old_rows new table as new_rows
+    referencing new table as new_rows
     for each statement execute function _tg_routine_runs_held_wake();
 
 -- Wake the scheduler when a loop's iteration ends and the loop has held

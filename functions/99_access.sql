@@ -194,6 +194,7 @@ grant select on schedules to ceaseless_user;
 -- triggers read every owner's held fires for a statement that may be a
 -- user's (cancel_job ending its run).
 grant select on held_fires to ceaseless_user;
+grant execute on function _held_summary(uuid) to ceaseless_user;
 alter function _tg_routine_runs_held_wake() security definer;
 alter function _tg_topology_runs_held_wake() security definer;
 

@@ -33,7 +33,9 @@ from listener.enums import (
     Billing,
     Forge,
     JobKind,
+    HeldReason,
     JobState,
+    LoopOverlapPolicy,
     LoopSkipReason,
     LoopStoppedReason,
     LoopTrigger,
@@ -41,6 +43,7 @@ from listener.enums import (
     NotificationKind,
     NotificationSource,
     Outcome,
+    OverlapPolicy,
     RepeatPolicyKind,
     RoutineRunStatus,
     Sandbox,
@@ -78,6 +81,10 @@ MIRRORED: dict[Key, type[StrEnum]] = {
     ("notifications", "kind"): NotificationKind,
     ("notifications", "source_table"): NotificationSource,
     ("listener_reports", "sandbox"): Sandbox,
+    ("routines", "overlap_policy"): OverlapPolicy,
+    ("loops", "overlap_policy"): LoopOverlapPolicy,
+    ("held_fires", "policy"): OverlapPolicy,
+    ("held_fires", "reason"): HeldReason,
 }
 
 # Lists only SQL reads or writes so far. Give one a StrEnum and move it to

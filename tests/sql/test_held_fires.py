@@ -16,6 +16,7 @@ import pytest
 
 from tests.factories import complete_job, make_agent, make_routine
 from tests.sql.loops import iterations, live, make_loop, run_loop, runs, succeed
+from tests.webhook_signing import sign
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -399,3 +400,66 @@ def test_a_user_sees_her_held_fires_and_not_another_users(
         alice.execute("delete from ceaseless.held_fires")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         alice.execute("select ceaseless.fire_held()")
+
+
+# --- where held fires show -----------------------------------------------------------------
+
+
+def test_routine_status_and_explain_routine_show_held_fires(conn: psycopg.Connection) -> None:
+    routine = _event_routine(conn, max_concurrent=1, overlap_policy="buffer_all")
+    for i in range(3):
+        _event(conn, f"deploy {i}", T0 + timedelta(seconds=i))
+    status = conn.execute(
+        "select overlap_policy, held_fires, held_collapsed, held_next_at "
+        "from ceaseless.routine_status where id = %s",
+        (routine,),
+    ).fetchone()
+    assert status == ("buffer_all", 2, 2, None)
+    [first, *_] = conn.execute(
+        "select reason, detail, clears_at from ceaseless.explain_routine(%s)", (routine,)
+    ).fetchall()
+    assert first[0] == "buffered" and "2 fires wait (overlap_policy buffer_all)" in first[1]
+    assert "held by concurrency" in first[1] and "when a run of it ends" in first[1]
+
+
+def test_loop_status_and_explain_loop_show_a_debounce_window(conn: psycopg.Connection) -> None:
+    loop = make_loop(conn, triggers={"webhook_enabled": True}, debounce_secs=30)
+    conn.execute(
+        "select ceaseless._debounce_fire('loop', %s, 'alice', 'skip', 30, null, 'webhook', "
+        "'webhook', 'body', %s)",
+        (loop, T0),
+    )
+    status = conn.execute(
+        "select debounce_secs, held_fires, held_next_at from ceaseless.loop_status where id = %s",
+        (loop,),
+    ).fetchone()
+    assert status == (30, 1, T0 + timedelta(seconds=30))
+    [first, *_] = conn.execute(
+        "select reason, detail, clears_at from ceaseless.explain_loop(%s)", (loop,)
+    ).fetchall()
+    assert first[0] == "debounced" and first[2] == T0 + timedelta(seconds=30)
+    assert "1 fires collapse into one" in first[1]
+
+
+def test_a_webhook_answers_a_held_fire_without_a_refusal(conn: psycopg.Connection) -> None:
+    routine = make_routine(
+        conn,
+        "hook",
+        "webhook",
+        {"path": "deploys", "secret": "a-signing-secret-of-some-length"},
+        max_concurrent=1,
+        overlap_policy="buffer_one",
+    )
+    answers = []
+    for body in (b"one", b"two"):
+        ts = int(datetime.now(UTC).timestamp())
+        signature = sign("a-signing-secret-of-some-length", ts, body)
+        answers.append(
+            conn.execute(
+                "select run_id, refused_sqlstate from ceaseless._receive_webhook(%s, %s, %s, %s)",
+                ("deploys", body, signature, datetime.fromtimestamp(ts, UTC)),
+            ).fetchone()
+        )
+    assert [a[1] for a in answers] == [None, None]
+    [held] = _held(conn, routine)
+    assert held["id"] == answers[1][0] and held["context"] == "two"
