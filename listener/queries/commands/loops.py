@@ -35,7 +35,7 @@ def loops(conn: Connection) -> Listing:
                               case when webhook then 'webhook' end) as triggers,
                repeat_policy ->> 'kind' as policy, current_iteration as iteration,
                coalesce(live_run_status, '') as live, last_run_status as last, next_fire_at,
-               stopped_reason as stopped, skipped_fires as skipped
+               stopped_reason as stopped, skipped_fires as skipped, held_fires as held
           from ceaseless.loop_status
          order by title, id
         """,

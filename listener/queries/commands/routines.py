@@ -25,7 +25,7 @@ def routines(conn: Connection) -> Listing:
         """
         select name, user_id as "user", enabled, trigger_type as trigger,
                coalesce(schedule, '') as schedule, next_fire_at, last_status as last,
-               consecutive_failures as failures, runs_24h, skips_24h
+               consecutive_failures as failures, runs_24h, skips_24h, held_fires as held
           from ceaseless.routine_status
          order by user_id, name
         """,
