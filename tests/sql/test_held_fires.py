@@ -6,6 +6,7 @@ held fires."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -463,3 +464,50 @@ def test_a_webhook_answers_a_held_fire_without_a_refusal(conn: psycopg.Connectio
     assert [a[1] for a in answers] == [None, None]
     [held] = _held(conn, routine)
     assert held["id"] == answers[1][0] and held["context"] == "two"
+
+
+# --- races -------------------------------------------------------------------------------
+
+
+def test_a_fire_during_a_release_opens_a_new_window_and_nothing_deadlocks(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    routine = _event_routine(conn, debounce_secs=10, max_concurrent=5)
+    _event(conn, "deploy 1", T0)
+    conn.commit()
+    with psycopg.connect(db_url) as releaser:
+        # The release holds its held row (and the routine's fire admission) until it commits.
+        assert _fire_held(releaser, T0 + timedelta(seconds=10)) == [("running", None)]
+        done: list[BaseException | None] = []
+
+        def fire() -> None:
+            try:
+                with psycopg.connect(db_url, autocommit=True) as c:
+                    c.execute("set lock_timeout = '20s'")
+                    _event(c, "deploy 2", T0 + timedelta(seconds=11))
+                done.append(None)
+            except BaseException as exc:  # reported below
+                done.append(exc)
+
+        thread = threading.Thread(target=fire)
+        thread.start()
+        # The fire waits for the release's admission, or passes its row by: either way the
+        # release does not wait for it.
+        while thread.is_alive() and not _someone_waits(conn):
+            thread.join(0.01)
+        releaser.commit()
+        thread.join(30)
+    assert done == [None]
+    [run] = _routine_runs(conn, routine)
+    assert run["context"] == "deploy 1"
+    [held] = _held(conn, routine)
+    assert (held["context"], held["collapsed"]) == ("deploy 2", 1)
+
+
+def _someone_waits(conn: psycopg.Connection) -> bool:
+    row = conn.execute(
+        "select count(*) from pg_stat_activity "
+        "where datname = current_database() and wait_event_type = 'Lock'"
+    ).fetchone()
+    conn.commit()
+    return row is not None and row[0] > 0
