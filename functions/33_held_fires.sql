@@ -186,11 +186,21 @@ create or replace function _cancel_overlapping_runs(p_routine_ids uuid[], p_now 
 returns uuid[]
 language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
+-- Every fire calls it, and almost none has a cancel_other routine: the one
+-- generic plan of each statement, never planned again per fire.
+set plan_cache_mode = force_generic_plan
 as $$
 declare
     v_jobs uuid[];
     v_routines uuid[];
 begin
+    -- Each routine probed by key: most fires stop here.
+    if not exists (select from unnest(p_routine_ids) as u(id)
+                   cross join lateral (select from routines r
+                                       where r.id = u.id and r.overlap_policy = 'cancel_other'
+                                       offset 0) r) then
+        return '{}';
+    end if;
     select array_agg(x.job_id order by x.job_id), array_agg(distinct x.routine_id)
     into v_jobs, v_routines
     from unnest(p_routine_ids) as u(id)
