@@ -1667,12 +1667,13 @@ create function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p
 comment on function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p_was_enabled boolean, p_is_enabled boolean, p_detail jsonb) is 'Audit an INSERT, UPDATE or DELETE (p_op) of a routine or loop with its enabled state before and after (_audit_change).';
 grant execute on function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p_was_enabled boolean, p_is_enabled boolean, p_detail jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/33_held_fires.sql, body md5 f7f229e076222910b358ce917e859c60
+-- functions/33_held_fires.sql, body md5 c7b664e20a806a0a196651745c38e1a7
 create function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now timestamp with time zone)
     returns uuid[]
     language plpgsql
     volatile
-    set search_path = pg_catalog, ceaseless, pg_temp;
+    set search_path = pg_catalog, ceaseless, pg_temp
+    set plan_cache_mode = force_generic_plan;
 comment on function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now timestamp with time zone) is 'For cancel_other routines at their max_concurrent: cancel the oldest running runs'' jobs (SKIP LOCKED, _end_jobs) to make room for a new fire; returns the routines it cancelled for.';
 grant execute on function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
