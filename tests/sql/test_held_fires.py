@@ -511,3 +511,22 @@ def _someone_waits(conn: psycopg.Connection) -> bool:
     ).fetchone()
     conn.commit()
     return row is not None and row[0] > 0
+
+
+def test_loop_debounce_max_secs_fires_a_steady_stream_once_per_ceiling(
+    conn: psycopg.Connection,
+) -> None:
+    user = conn.execute("select current_user").fetchone()
+    assert user is not None
+    loop = make_loop(
+        conn, triggers={"event": {"pattern": "deploy"}}, debounce_secs=10, debounce_max_secs=60
+    )
+    for i in range(150):
+        at = T0 + timedelta(seconds=2 * i)
+        for run in runs(conn, loop):
+            if run["status"] in ("pending", "running"):
+                succeed(conn, run["id"])
+        _fire_held(conn, at)
+        _event(conn, f"deploy {i}", at, user=user[0])
+    starts = [i["created_at"] for i in iterations(conn, loop)]
+    assert starts == [T0 + timedelta(seconds=60 * k) for k in range(1, 5)]
