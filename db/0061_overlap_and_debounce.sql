@@ -87,6 +87,9 @@ create table held_fires (
     -- What the fire carries: a routine's context, a loop's webhook body or
     -- event. The newest fire's, for a debounced row.
     context text,
+    -- The cron slot a cron or backfill fire stands for: the run's slot_at
+    -- when it starts, and what backfill reads as "this slot is fired".
+    slot_at timestamptz,
     first_at timestamptz not null,
     last_at timestamptz not null,
     -- The earliest moment to try: a debounce window's end, a cooldown's end;
@@ -126,6 +129,8 @@ comment on column held_fires.blocked_by is
 comment on column held_fires.fire_at is
     'The earliest moment fire_held tries it (a debounce window''s end, a cooldown''s end); NULL: '
     'when a run of its target ends.';
+comment on column held_fires.slot_at is
+    'The cron slot a held cron or backfill fire stands for (its run''s slot_at); NULL otherwise.';
 comment on column held_fires.collapsed is 'How many fires this row stands for (debounce).';
 comment on column held_fires.seq is 'Release order within a routine or loop.';
 

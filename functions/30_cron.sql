@@ -1,9 +1,11 @@
 -- Cron schedules and time zones: the one gate every stored schedule passes.
 --
 -- Called by: the validation triggers of routines and loops (_cron_error,
--- _timezone_error, which name the column themselves), and by anyone who wants
+-- _timezone_error, which name the column themselves), by anyone who wants
 -- a schedule checked without storing it (check_schedule: `ceaseless cron
--- preview`, psql).
+-- preview`, psql), and by backfill (_backfill, 32_schedules.sql), which
+-- fires the slots between two times that _cron_slots enumerates from this
+-- file's own reading of the schedule (_cron_reading), not a second parser.
 -- Guarantees: the language accepted here is a plain subset of croniter's, the
 -- library the listener computes slots with (listener/cron.py), and croniter
 -- reads every accepted schedule the way this file reads it (docs/cron.md): the
@@ -25,7 +27,8 @@
 -- pyproject.toml pins croniter to one version: upgrading it means running
 -- tests/sql/test_cron_differential.py, which checks on thousands of generated
 -- schedules that croniter accepts everything this gate accepts and computes
--- the slots the gate's reading gives.
+-- the slots the gate's reading gives, and that _cron_slots gives the slots
+-- the listener walks through between two times, DST changes included.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
@@ -662,3 +665,242 @@ $$;
 comment on function check_schedule(text, text) is
     'Check a cron schedule and time zone as routines and loops are checked (NULL time zone: '
     'UTC); raises CE422 naming the field, the rule and the value, returns nothing when valid.';
+
+-- How the gate reads an accepted schedule, as the sets a slot must fall in:
+-- the values _cron_field names in each field (sorted; NULL: every value),
+-- day-of-month's L and W, and day-of-week's nth (weekday * 10 + ordinal, 5#2
+-- is 52) and last (L5) weekdays. A macro is read as the five fields
+-- docs/cron.md gives it; five fields fire at second 0. The one reading
+-- _cron_slots enumerates, and the one tests/sql/test_cron_differential.py
+-- checks against croniter. NULL for a schedule _cron_error refuses.
+create or replace function _cron_reading(
+    p_schedule text,
+    out seconds integer[], out minutes integer[], out hours integer[], out days integer[],
+    out last_day boolean, out nearest_weekday integer, out months integer[],
+    out weekdays integer[], out nth_weekdays integer[], out last_weekdays integer[]
+)
+language plpgsql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_fields text[];
+    v_day_of_month text;
+    v_day_of_week text;
+    v_item text;
+    v_named integer[];
+begin
+    if _cron_error(p_schedule) is not null then
+        return;
+    end if;
+    v_fields := regexp_split_to_array(
+        case translate(p_schedule, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+            when '@yearly' then '0 0 1 1 *'
+            when '@annually' then '0 0 1 1 *'
+            when '@monthly' then '0 0 1 * *'
+            when '@weekly' then '0 0 * * 0'
+            when '@daily' then '0 0 * * *'
+            when '@midnight' then '0 0 * * *'
+            when '@hourly' then '0 * * * *'
+            else btrim(p_schedule, E' \t\n\r\f\v') end,
+        E'[ \t\n\r\f\v]+');
+    v_day_of_month := translate(v_fields[3], 'LW', 'lw');
+    v_day_of_week := translate(v_fields[5], 'ABCDEFGHIJKLMNOPQRSTUVWXYZ',
+                               'abcdefghijklmnopqrstuvwxyz');
+
+    seconds := case when cardinality(v_fields) = 6
+                    then _cron_sorted((_cron_field(v_fields[6], 5)).field_values)
+                    else array[0] end;
+    minutes := _cron_sorted((_cron_field(v_fields[1], 0)).field_values);
+    hours := _cron_sorted((_cron_field(v_fields[2], 1)).field_values);
+    months := _cron_sorted((_cron_field(v_fields[4], 3)).field_values);
+
+    -- Day of month: W stands alone (15W, W15); L may sit in a list.
+    nearest_weekday := _cron_number(
+        coalesce((regexp_match(v_day_of_month, '^([0-9]+)w$|^w([0-9]+)$'))[1],
+                 (regexp_match(v_day_of_month, '^([0-9]+)w$|^w([0-9]+)$'))[2]));
+    if nearest_weekday is null then
+        days := _cron_sorted((_cron_field(v_fields[3], 2)).field_values);
+    end if;
+    last_day := 'l' = any (string_to_array(v_day_of_month, ','));
+
+    -- Day of week: nth weekdays (5#2, mon-fri#1) and last ones (L5), or
+    -- plain days.
+    nth_weekdays := '{}';
+    last_weekdays := '{}';
+    if v_day_of_week ~ '#|(^|,)l[0-9]' then
+        foreach v_item in array string_to_array(v_day_of_week, ',') loop
+            if left(v_item, 1) = 'l' then
+                last_weekdays := last_weekdays
+                                 || (_cron_field(substr(v_item, 2), 4)).field_values;
+            else
+                v_named := (_cron_field(split_part(v_item, '#', 1), 4)).field_values;
+                nth_weekdays := nth_weekdays
+                                || array(select w * 10 + _cron_number(split_part(v_item, '#', 2))
+                                         from unnest(v_named) w);
+            end if;
+        end loop;
+    else
+        weekdays := _cron_sorted((_cron_field(v_fields[5], 4)).field_values);
+    end if;
+end;
+$$;
+
+comment on function _cron_reading(text) is
+    'An accepted schedule as the gate reads it: the sorted values of each field (NULL: every '
+    'value), L, W, nth and last weekdays; NULL fields for a refused schedule. What _cron_slots '
+    'enumerates.';
+
+-- An array's distinct values in order; NULL stays NULL (every value).
+create or replace function _cron_sorted(p_values integer[])
+returns integer[]
+language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select case when p_values is not null
+                then array(select distinct v from unnest(p_values) v order by v) end;
+$$;
+
+comment on function _cron_sorted(integer[]) is
+    'The distinct values of an array in order; NULL stays NULL.';
+
+-- Does local day p_day match the day fields of a reading? docs/cron.md: both
+-- day fields restricted, either matches; one restricted, it decides; neither,
+-- every day (of the months named).
+create or replace function _cron_day_matches(
+    p_day date, p_months integer[], p_days integer[], p_last_day boolean,
+    p_nearest_weekday integer, p_weekdays integer[], p_nth_weekdays integer[],
+    p_last_weekdays integer[]
+)
+returns boolean
+language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select (p_months is null or extract(month from p_day)::integer = any (p_months))
+           and case
+               when by_month and by_week then on_month or on_week
+               when by_month then on_month
+               when by_week then on_week
+               else true
+           end
+    from (select extract(day from p_day)::integer as day_no,
+                 extract(dow from p_day)::integer as weekday,
+                 extract(day from (date_trunc('month', p_day)
+                                   + interval '1 month - 1 day'))::integer as last_no) d
+    cross join lateral (
+        select p_days is not null or p_last_day or p_nearest_weekday is not null as by_month,
+               p_weekdays is not null or cardinality(p_nth_weekdays) > 0
+                   or cardinality(p_last_weekdays) > 0 as by_week
+    ) k
+    cross join lateral (
+        -- W: the weekday nearest the day (the month's last when it lacks the
+        -- day), never leaving the month: a Saturday 1st moves to Monday 3rd,
+        -- a Sunday last day to the Friday before.
+        select case
+                   when p_nearest_weekday is not null then
+                       d.day_no = (select case extract(isodow from w.wday)::integer
+                                              when 6 then case when w.n > 1 then w.n - 1
+                                                               else w.n + 2 end
+                                              when 7 then case when w.n < d.last_no then w.n + 1
+                                                               else w.n - 2 end
+                                              else w.n end
+                                   from (select least(p_nearest_weekday, d.last_no) as n) m
+                                   cross join lateral (
+                                       select m.n, date_trunc('month', p_day)::date + m.n - 1
+                                   ) w(n, wday))
+                   else (p_days is not null and d.day_no = any (p_days))
+                        or (p_last_day and d.day_no = d.last_no)
+               end as on_month,
+               case
+                   when cardinality(p_nth_weekdays) > 0 or cardinality(p_last_weekdays) > 0 then
+                       d.weekday * 10 + (d.day_no - 1) / 7 + 1 = any (p_nth_weekdays)
+                       or (d.weekday = any (p_last_weekdays) and d.day_no + 7 > d.last_no)
+                   else p_weekdays is not null and d.weekday = any (p_weekdays)
+               end as on_week
+    ) m;
+$$;
+
+comment on function _cron_day_matches(date, integer[], integer[], boolean, integer, integer[],
+                                      integer[], integer[]) is
+    'Whether a local day matches a reading''s month and day fields (both day fields '
+    'restricted: either matches), with L, W, nth and last weekdays.';
+
+-- The slots of an accepted schedule in [p_from, p_to), read on the wall clock
+-- of p_timezone, at most p_limit of them (sort them: no order is promised): the slots the
+-- listener's next_fire walks through (listener/cron.py), computed from the
+-- gate's own reading (_cron_reading), so one authority decides which slots a
+-- schedule has. Day, then hour, minute and second: only matching days are
+-- expanded, so the cost follows the slots and the days, not the minutes.
+-- DST as the listener has it: a wall-clock slot that does not exist (the
+-- spring-forward gap) is no slot; one that occurs twice (fall-back) is one
+-- slot, at its first occurrence. Nothing for a refused schedule or zone.
+create or replace function _cron_slots(
+    p_schedule text, p_timezone text, p_from timestamptz, p_to timestamptz,
+    p_limit integer default null
+)
+returns setof timestamptz
+language plpgsql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_reading record := _cron_reading(p_schedule);
+begin
+    -- last_day is set for every accepted schedule.
+    if v_reading.last_day is null or _timezone_error(p_timezone) is not null or p_from >= p_to then
+        return;
+    end if;
+    return query
+    with days as (
+        -- Every local day the range touches (a day either side: a slot's
+        -- wall-clock day may differ from its UTC day), in order.
+        select g::date as day
+        from generate_series((p_from at time zone p_timezone)::date - 1,
+                             (p_to at time zone p_timezone)::date + 1, interval '1 day') g
+    ),
+    walls as (
+        -- Only matching days are expanded; in the order of the day, then
+        -- hour, minute and second, which is time order (see below).
+        select d.day + make_interval(hours => h, mins => m, secs => s) as wall
+        from days d
+        cross join lateral unnest(coalesce(v_reading.hours,
+                                           array(select generate_series(0, 23)))) h
+        cross join lateral unnest(coalesce(v_reading.minutes,
+                                           array(select generate_series(0, 59)))) m
+        cross join lateral unnest(coalesce(v_reading.seconds,
+                                           array(select generate_series(0, 59)))) s
+        where _cron_day_matches(d.day, v_reading.months, v_reading.days, v_reading.last_day,
+                                v_reading.nearest_weekday, v_reading.weekdays,
+                                v_reading.nth_weekdays, v_reading.last_weekdays)
+    ),
+    placed as (
+        -- PostgreSQL reads a repeated wall-clock time at its second
+        -- occurrence (the offset after the change): the first is the one
+        -- read with the offset of three hours before, when that gives the
+        -- same wall clock. A time in a gap reads back as another time.
+        select w.wall, t.at, e.at as early
+        from walls w
+        cross join lateral (select w.wall at time zone p_timezone) t(at)
+        cross join lateral (
+            select w.wall - ((t.at - interval '3 hours') at time zone p_timezone
+                             - (t.at - interval '3 hours') at time zone 'UTC')
+        ) o(wall_utc)
+        cross join lateral (select o.wall_utc at time zone 'UTC') e(at)
+    )
+    select case when p.early < p.at and p.early at time zone p_timezone = p.wall
+                then p.early else p.at end
+    from placed p
+    where p.at at time zone p_timezone = p.wall
+      and case when p.early < p.at and p.early at time zone p_timezone = p.wall
+               then p.early else p.at end >= p_from
+      and case when p.early < p.at and p.early at time zone p_timezone = p.wall
+               then p.early else p.at end < p_to
+    -- No ORDER BY: the days and the values come in order, so a limit stops
+    -- the expansion early instead of sorting every slot of a long range; a
+    -- caller that needs the order sorts what it kept.
+    limit p_limit;
+end;
+$$;
+
+comment on function _cron_slots(text, text, timestamptz, timestamptz, integer) is
+    'The slots of an accepted schedule in [p_from, p_to) on p_timezone''s wall clock (unordered), '
+    'at most p_limit: from the gate''s reading (_cron_reading), DST as the listener has it (a '
+    'slot in a gap is none, a repeated one fires at its first occurrence).';

@@ -3,17 +3,18 @@
 -- A routine and a loop are both things a trigger fires: a cron slot, a signed
 -- webhook request, a person. This file is that layer, once for both kinds:
 -- the schedules view, the cron scheduler's calls, next-fire bookkeeping,
--- disabling what the engine cannot run, and manual firing. Every fire it makes
--- goes through _fire_schedules, which dispatches at the very end to "start a
--- routine run" (_fire_routines, 42_routine_firing.sql) or "start a loop
--- iteration" (_fire_loop, 56_loop_firing.sql); what only one kind has (a
--- routine's cooldown, dedup and global cap, a loop's one live iteration and
--- on_completion chain) stays in its kind's file.
+-- disabling what the engine cannot run, manual firing and backfill. Every
+-- fire it makes goes through _fire_schedules, which dispatches at the very
+-- end to "start a routine run" (_fire_routines, 42_routine_firing.sql) or
+-- "start a loop iteration" (_fire_loop, 56_loop_firing.sql); what only one
+-- kind has (a routine's cooldown, dedup and global cap, a loop's one live
+-- iteration and on_completion chain) stays in its kind's file.
 --
 -- Called by: listeners (listener/daemon/scheduler.py through
 -- listener/queries/schedule.py: unscheduled_schedules, set_next_fires,
 -- due_schedules, fire_cron, disable_schedule, next_schedule_fire), users and
--- operators (run_routine, run_loop, the schedules view), the webhook path
+-- operators (run_routine, run_loop, backfill_routine, backfill_loop, the
+-- schedules view), the webhook path
 -- (_receive_webhook, 36_webhooks.sql), and the validation triggers of
 -- routines and loops (_schedule_changed, _ask_for_next_fire).
 -- Guarantees:
@@ -36,7 +37,9 @@
 --   allows, not a whole period later) and moves every other row to the slot
 --   the listener computed;
 -- - every fire, refused ones too, leaves a run of its kind (routine_runs or
---   topology_runs) with its trigger and, when refused, the reason.
+--   topology_runs) with its trigger and, when refused, the reason; a cron or
+--   backfill fire also its slot (slot_at), and a backfill never fires a slot
+--   that a run with that slot_at already started.
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
@@ -237,8 +240,9 @@ comment on function due_schedules(timestamptz, integer) is
 -- characters kept; p_contexts[i] what the run reacts to (a routine's context
 -- and dedup key, a loop iteration's webhook body); p_missed[i] the cron slots
 -- collapsed into this fire (a routine records them as a skipped run of their
--- own, a loop in its run's trigger_detail); p_manual skips a routine's
--- cooldown. Returns one row per row fired, in input order: its run (a
+-- own, a loop in its run's trigger_detail); p_slots[i] the cron slot the
+-- fire stands for (cron and backfill: the run's slot_at); p_manual skips a
+-- routine's cooldown. Returns one row per row fired, in input order: its run (a
 -- routine_runs or topology_runs id), and the status with the skip reason. An
 -- id that names no row of the kind returns no row.
 --
@@ -252,7 +256,8 @@ create or replace function _fire_schedules(
     p_details text[] default null,
     p_contexts text[] default null,
     p_missed integer[] default null,
-    p_manual boolean default false
+    p_manual boolean default false,
+    p_slots timestamptz[] default null
 )
 returns table (ord bigint, id uuid, run_id uuid, status text, skip_reason text)
 language plpgsql
@@ -266,7 +271,8 @@ begin
     if p_kind = 'routine' then
         return query
         select f.ord, f.routine_id, f.run_id, f.status, f.skip_reason
-        from _fire_routines(p_ids, p_trigger, p_now, p_details, p_contexts, p_missed, p_manual) f;
+        from _fire_routines(p_ids, p_trigger, p_now, p_details, p_contexts, p_missed, p_manual,
+                            null, p_slots) f;
     elsif p_kind = 'loop' then
         -- One at a time: a loop has at most one live iteration, judged under
         -- its own lock.
@@ -276,7 +282,7 @@ begin
                                 p_details[i] || case when v_missed > 0
                                                      then format(' (%s missed slots)', v_missed)
                                                      else '' end,
-                                p_contexts[i], p_now);
+                                p_contexts[i], p_now, p_slots[i]);
             -- A held fire (33_held_fires.sql) answers with its held_fires id.
             return query
             select i::bigint, p_ids[i], r.id, r.status, r.skip_reason
@@ -295,7 +301,7 @@ end;
 $$;
 
 comment on function _fire_schedules(text, uuid[], text, timestamptz, text[], text[], integer[],
-                                    boolean) is
+                                    boolean, timestamptz[]) is
     'Fire routines (_fire_routines) or loops (_fire_loop): the end of every cron, webhook and '
     'manual fire; one row per row fired with its run, status and skip reason.';
 
@@ -330,6 +336,9 @@ declare
     v_next_fire_ats timestamptz[];
     v_missed integer[];
     v_schedules text[];
+    -- The slot each row was due at: its run's slot_at, which backfill reads
+    -- as "this slot fired".
+    v_slots timestamptz[];
     v_fired record;
 begin
     if cardinality(p_ids) is distinct from cardinality(p_kinds)
@@ -340,8 +349,9 @@ begin
     end if;
     foreach v_kind in array array['routine', 'loop'] loop
         select array_agg(s.id order by i.ord), array_agg(i.next_at order by i.ord),
-               array_agg(i.missed order by i.ord), array_agg(s.schedule order by i.ord)
-        into v_ids, v_next_fire_ats, v_missed, v_schedules
+               array_agg(i.missed order by i.ord), array_agg(s.schedule order by i.ord),
+               array_agg(s.next_fire_at order by i.ord)
+        into v_ids, v_next_fire_ats, v_missed, v_schedules, v_slots
         from unnest(p_kinds, p_ids, p_next_fire_ats, p_missed)
             with ordinality as i(kind, id, next_at, missed, ord)
         join schedules s on s.kind = i.kind and s.id = i.id
@@ -359,7 +369,8 @@ begin
                array_agg(f.status order by f.ord) as statuses,
                array_agg(f.skip_reason order by f.ord) as reasons
         into v_fired
-        from _fire_schedules(v_kind, v_ids, 'cron', p_now, v_schedules, null, v_missed) f;
+        from _fire_schedules(v_kind, v_ids, 'cron', p_now, v_schedules, null, v_missed, false,
+                             v_slots) f;
 
         return query
         with fired as (
@@ -505,3 +516,204 @@ $$;
 comment on function run_loop(uuid, timestamptz) is
     'Fire a loop by hand; returns the topology_runs id, whose status says whether the iteration '
     'runs (pending) or was skipped and why. CE404 for an unknown loop or someone else''s.';
+
+-- Fire the cron slots of a routine or loop in [p_from, p_to) that have not
+-- fired: the slots the missed-schedule rule collapsed into one fire (a
+-- listener that was down fires a row once, however many slots it missed),
+-- and slots whose fire was refused. A slot fired by cron or by an earlier
+-- backfill (a run with that slot_at that was not skipped) is not fired
+-- again, so a backfill can be repeated. The slots are the gate's reading of
+-- the schedule (_cron_slots), in its time zone; the first p_max unfired ones
+-- fire, oldest first, one fire each through _fire_schedules with trigger
+-- backfill, so every guardrail of a cron fire applies (p_now is the fire's
+-- time, the slot its record, slot_at). Returns one row per slot: fired (a
+-- run started), refused (a skipped run, with its reason), already_fired (the
+-- run that fired it) or over_max (not fired: past p_max). Audited once per
+-- call (action backfill) with the counts.
+--
+-- Locks: the row FOR NO KEY UPDATE first (so two backfills, or a backfill
+-- and the cron batch, never fire one slot twice), then each fire's own
+-- (fire admission for a routine, 41_fire_admission.sql; the loop, already
+-- held, for a loop): the order of a cron batch.
+-- Raises: CE404 when no row of the kind has the id or the caller does not
+-- own it; CE422 for a row without a cron schedule, p_from not before p_to,
+-- p_to after p_now, p_max outside 1..backfill_max, or a range of more than
+-- 100,000 slots.
+create or replace function _backfill(
+    p_kind text, p_id uuid, p_from timestamptz, p_to timestamptz, p_max integer,
+    p_now timestamptz
+)
+returns table (slot_at timestamptz, outcome text, run_id uuid, status text, skip_reason text)
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    -- The most slots one range may hold: each is a row of the answer.
+    c_range_cap constant integer := 100000;
+    v_function constant text := 'backfill_' || p_kind;
+    v_cap constant integer := _setting_int('backfill_max');
+    v_schedule text;
+    v_timezone text;
+    v_slots timestamptz[];
+    v_slot timestamptz;
+    v_run uuid;
+    v_status text;
+    v_reason text;
+    v_outcome text;
+    v_fires integer := 0;
+    -- The answer, one entry per slot in time order.
+    v_out_slots timestamptz[] := '{}';
+    v_out_outcomes text[] := '{}';
+    v_out_runs uuid[] := '{}';
+    v_out_statuses text[] := '{}';
+    v_out_reasons text[] := '{}';
+begin
+    if p_kind = 'routine' then
+        perform from routines r where r.id = p_id and _acts_for(r.user_id) for no key update;
+    else
+        perform from loops l where l.id = p_id and _acts_for(l.user_id) for no key update;
+    end if;
+    if not found then
+        raise exception '%: no % with id %', v_function, p_kind, p_id using errcode = 'CE404';
+    end if;
+    select s.schedule, s.timezone into v_schedule, v_timezone
+    from schedules s where s.kind = p_kind and s.id = p_id;
+    if v_schedule is null then
+        perform _invalid_value(v_function || '.' || p_kind || '_id',
+                               format('must name a %s with a cron schedule: only cron slots can '
+                                      'be backfilled', p_kind),
+                               to_jsonb(p_id));
+    end if;
+    if p_from is null or p_to is null or p_from >= p_to then
+        perform _invalid_value(v_function || '.p_to',
+                               format('must be after p_from (%s)', coalesce(p_from::text, 'NULL')),
+                               to_jsonb(p_to));
+    end if;
+    if p_to > p_now then
+        perform _invalid_value(v_function || '.p_to',
+                               format('must not be after now (%s): a backfill fires slots that '
+                                      'have passed', p_now),
+                               to_jsonb(p_to));
+    end if;
+    if p_max is null or p_max not between 1 and v_cap then
+        perform _invalid_value(v_function || '.p_max',
+                               format('must be 1 to %s (the setting backfill_max)', v_cap),
+                               to_jsonb(p_max));
+    end if;
+
+    -- One more than the cap, to tell a range past it; sorted here, as
+    -- _cron_slots promises no order.
+    select array_agg(s order by s) into v_slots
+    from _cron_slots(v_schedule, v_timezone, p_from, p_to, c_range_cap + 1) s;
+    if cardinality(v_slots) > c_range_cap then
+        perform _invalid_value(v_function || '.p_from',
+                               format('the range to p_to (%s) holds more than %s slots of "%s": '
+                                      'backfill it in parts', p_to, c_range_cap, v_schedule),
+                               to_jsonb(p_from));
+    end if;
+
+    foreach v_slot in array coalesce(v_slots, '{}') loop
+        v_run := null;
+        -- routine_runs_slot_idx / topology_runs_slot_idx: one probe a slot.
+        if p_kind = 'routine' then
+            select rr.id, rr.status into v_run, v_status
+            from routine_runs rr
+            where rr.routine_id = p_id and rr.slot_at = v_slot and rr.status <> 'skipped'
+            limit 1;
+        else
+            select tr.id, tr.status into v_run, v_status
+            from topology_runs tr
+            where tr.loop_id = p_id and tr.slot_at = v_slot and tr.status <> 'skipped'
+            limit 1;
+        end if;
+        -- A slot whose fire waits as a held fire (33_held_fires.sql) is fired
+        -- too: it starts when its blocker clears.
+        if v_run is null then
+            select h.id, h.reason into v_run, v_status
+            from held_fires h
+            where (h.routine_id = p_id or h.loop_id = p_id) and h.slot_at = v_slot
+            limit 1;
+        end if;
+        if v_run is not null then
+            v_outcome := 'already_fired';
+            v_reason := null;
+        elsif v_fires >= p_max then
+            v_outcome := 'over_max';
+            v_status := null;
+            v_reason := null;
+        else
+            -- One fire a statement: each sees the runs the ones before it
+            -- started, as max_concurrent and a loop's one live iteration need.
+            select f.run_id, f.status, f.skip_reason into v_run, v_status, v_reason
+            from _fire_schedules(p_kind, array[p_id], 'backfill', p_now,
+                                 array[left(format('backfill of slot %s: %s', v_slot,
+                                                   v_schedule), 200)],
+                                 null, null, false, array[v_slot]) f;
+            v_fires := v_fires + 1;
+            v_outcome := case when v_status = 'skipped' then 'refused' else 'fired' end;
+        end if;
+        v_out_slots := v_out_slots || v_slot;
+        v_out_outcomes := v_out_outcomes || v_outcome;
+        v_out_runs := v_out_runs || v_run;
+        v_out_statuses := v_out_statuses || v_status;
+        v_out_reasons := v_out_reasons || v_reason;
+    end loop;
+
+    insert into audit_log (at, entity, entity_id, action, detail)
+    select p_now, p_kind, p_id, 'backfill',
+           jsonb_build_object(
+               'from', p_from, 'to', p_to, 'max', p_max,
+               'slots', count(*),
+               'fired', count(*) filter (where o = 'fired'),
+               'refused', count(*) filter (where o = 'refused'),
+               'already_fired', count(*) filter (where o = 'already_fired'),
+               'over_max', count(*) filter (where o = 'over_max'))
+    from unnest(v_out_outcomes) o;
+
+    return query
+    select * from unnest(v_out_slots, v_out_outcomes, v_out_runs, v_out_statuses, v_out_reasons);
+end;
+$$;
+
+comment on function _backfill(text, uuid, timestamptz, timestamptz, integer, timestamptz) is
+    'Fire a routine''s or loop''s cron slots in [p_from, p_to) that have not fired (the first '
+    'p_max, trigger backfill, slot_at the slot), for its owner; one row per slot: fired, refused, '
+    'already_fired or over_max. Audited. CE404 unknown or someone else''s; CE422 bad bounds.';
+
+-- Backfill a routine: fire its cron slots in [p_from, p_to) that the
+-- missed-schedule rule collapsed (or a guardrail refused), at most p_max.
+create or replace function backfill_routine(
+    p_routine_id uuid, p_from timestamptz, p_to timestamptz, p_max integer default 100,
+    p_now timestamptz default now()
+)
+returns table (slot_at timestamptz, outcome text, run_id uuid, status text, skip_reason text)
+language sql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select * from _backfill('routine', p_routine_id, p_from, p_to, p_max, p_now);
+$$;
+
+comment on function backfill_routine(uuid, timestamptz, timestamptz, integer, timestamptz) is
+    'Fire a routine''s cron slots in [p_from, p_to) that never fired (trigger backfill, each '
+    'run''s slot_at its slot), at most p_max (1..setting backfill_max); one row per slot: fired, '
+    'refused (with the skip reason), already_fired or over_max. CE404, CE422.';
+
+-- Backfill a loop: the same for its cron slots. A loop has one live
+-- iteration, so a second backfilled slot is refused (live_iteration) while
+-- the first runs, unless the loop's overlap policy buffers it.
+create or replace function backfill_loop(
+    p_loop_id uuid, p_from timestamptz, p_to timestamptz, p_max integer default 100,
+    p_now timestamptz default now()
+)
+returns table (slot_at timestamptz, outcome text, run_id uuid, status text, skip_reason text)
+language sql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select * from _backfill('loop', p_loop_id, p_from, p_to, p_max, p_now);
+$$;
+
+comment on function backfill_loop(uuid, timestamptz, timestamptz, integer, timestamptz) is
+    'Fire a loop''s cron slots in [p_from, p_to) that never fired (trigger backfill, slot_at its '
+    'slot), at most p_max; refused as live_iteration while an iteration is live. One row per '
+    'slot: fired, refused, already_fired or over_max. CE404, CE422.';

@@ -64,11 +64,13 @@ comment on function _remember_held(uuid) is
 -- of the target ends). A fire fire_held is releasing stays its own row,
 -- with the new blocker. buffer_one replaces the target's other buffered
 -- fires (those not being released right now), counting them in collapsed.
--- Returns the held row's id, or NULL when buffer_all already holds
+-- p_slot is the cron slot a cron or backfill fire stands for, kept for its
+-- run. Returns the held row's id, or NULL when buffer_all already holds
 -- overlap_buffer_max fires: the caller records the fire as skipped.
 create or replace function _hold_fire(
     p_kind text, p_target uuid, p_user_id text, p_policy text, p_blocked_by text,
-    p_trigger text, p_detail text, p_context text, p_fire_at timestamptz, p_now timestamptz
+    p_trigger text, p_detail text, p_context text, p_fire_at timestamptz, p_now timestamptz,
+    p_slot timestamptz default null
 )
 returns uuid
 language plpgsql
@@ -106,19 +108,19 @@ begin
         select coalesce(sum(r.collapsed), 0) into v_replaced from replaced r;
     end if;
     insert into held_fires (routine_id, loop_id, user_id, reason, blocked_by, policy,
-                            trigger_type, trigger_detail, context, first_at, last_at, fire_at,
-                            collapsed, created_at)
+                            trigger_type, trigger_detail, context, slot_at, first_at, last_at,
+                            fire_at, collapsed, created_at)
     values (case when p_kind = 'routine' then p_target end,
             case when p_kind = 'loop' then p_target end,
             p_user_id, 'buffered', p_blocked_by, p_policy, p_trigger, left(p_detail, 200),
-            p_context, p_now, p_now, p_fire_at, 1 + v_replaced, p_now)
+            p_context, p_slot, p_now, p_now, p_fire_at, 1 + v_replaced, p_now)
     returning id into v_id;
     return v_id;
 end;
 $$;
 
 comment on function _hold_fire(text, uuid, text, text, text, text, text, text, timestamptz,
-                               timestamptz) is
+                               timestamptz, timestamptz) is
     'Hold a fire an overlap rule refused under buffer_one / buffer_all (the newest replacing the '
     'rest / in order up to overlap_buffer_max); returns the held_fires id, NULL when full.';
 
@@ -323,7 +325,7 @@ begin
                                         else '' end
                                    || coalesce(v_held.trigger_detail, v_held.trigger_type)],
                              array[v_held.context], null,
-                             v_held.trigger_type = 'manual') f;
+                             v_held.trigger_type = 'manual', array[v_held.slot_at]) f;
         perform _remember_held(null);
         if v_fired.status is null or v_fired.status not in ('buffered', 'debounced') then
             delete from held_fires h where h.id = v_held.id;

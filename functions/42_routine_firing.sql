@@ -96,7 +96,9 @@ comment on function _routine_job_spec(routines, text) is
 -- schedule, the event preview, the webhook path), p_contexts[i] the whole text
 -- the agent reacts to (also the dedup key), p_missed[i] the cron slots
 -- collapsed into this fire, p_job_ids[i] an existing job the run adopts
--- instead of a new one (retry_job). p_manual skips the cooldown. Array
+-- instead of a new one (retry_job), p_slots[i] the cron slot the fire stands
+-- for (cron and backfill fires; the run's slot_at). p_manual skips the
+-- cooldown. Array
 -- arguments may be NULL or shorter than p_routine_ids: a missing entry is
 -- NULL (0 for p_missed). A routine id that names no routine returns no row.
 --
@@ -116,7 +118,8 @@ create or replace function _fire_routines(
     p_contexts text[] default null,
     p_missed integer[] default null,
     p_manual boolean default false,
-    p_job_ids uuid[] default null
+    p_job_ids uuid[] default null,
+    p_slots timestamptz[] default null
 )
 returns table (ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text,
                skip_reason text)
@@ -153,13 +156,15 @@ begin
     return query
     with input as (
         select i.id, i.ord, p_details[i.ord] as detail, p_contexts[i.ord] as context,
-               greatest(coalesce(p_missed[i.ord], 0), 0) as missed, p_job_ids[i.ord] as job_id
+               greatest(coalesce(p_missed[i.ord], 0), 0) as missed, p_job_ids[i.ord] as job_id,
+               p_slots[i.ord] as slot_at
         from unnest(p_routine_ids) with ordinality as i(id, ord)
     ),
     -- Materialized: `capped` reads each reason three times, and inlined,
     -- every read would count the routine's running runs again.
     judged as materialized (
-        select found.r as routine, i.ord, i.detail, i.context, i.missed, i.job_id, h.hash,
+        select found.r as routine, i.ord, i.detail, i.context, i.missed, i.job_id, i.slot_at,
+               h.hash,
                case
                    when not r.enabled then 'disabled'
                    when not a.enabled then 'agent_disabled'
@@ -210,7 +215,7 @@ begin
     ),
     -- The global cap admits the first v_free fires that passed the rest.
     capped as (
-        select j.routine, j.ord, j.detail, j.context, j.missed, j.hash,
+        select j.routine, j.ord, j.detail, j.context, j.missed, j.slot_at, j.hash,
                case when j.reason is null
                          and count(*) filter (where j.reason is null) over (order by j.ord) > v_free
                     then 'global_cap' else j.reason end as reason,
@@ -237,7 +242,7 @@ begin
                                          then (c.routine).last_run_at
                                               + make_interval(secs => (c.routine).cooldown_secs)
                                     end,
-                                    p_now)
+                                    p_now, c.slot_at)
                end as held_id
         from capped c
         where c.reason = 'debounced'
@@ -249,18 +254,18 @@ begin
     runs as (
         insert into routine_runs (id, routine_id, trigger_type, trigger_detail, started_at,
                                   status, skip_reason, completed_at, missed_slots, content_hash,
-                                  context, created_at, job_id)
+                                  context, created_at, job_id, slot_at)
         select c.run_id, (c.routine).id, p_trigger, left(c.detail, 200), p_now,
                case when c.reason is null then 'running' else 'skipped' end, c.reason,
                case when c.reason is null then null else p_now end, c.missed, c.hash,
-               c.context, p_now, case when c.reason is null then c.job_id end
+               c.context, p_now, case when c.reason is null then c.job_id end, c.slot_at
         from capped c
         where not exists (select from held h where h.ord = c.ord and h.held_id is not null)
         union all
         -- The slots that passed unfired: refused fires too, so they leave
         -- their own row, with the count.
         select gen_random_uuid(), (c.routine).id, p_trigger, left(c.detail, 200), p_now,
-               'skipped', 'missed_slots', p_now, c.missed, null, null, p_now, null
+               'skipped', 'missed_slots', p_now, c.missed, null, null, p_now, null, null
         from capped c
         where c.missed > 0
         returning routine_runs.id
@@ -291,7 +296,7 @@ end;
 $$;
 
 comment on function _fire_routines(uuid[], text, timestamptz, text[], text[], integer[], boolean,
-                                   uuid[]) is
+                                   uuid[], timestamptz[]) is
     'The one firing path: judge each routine against its guardrails (disabled, agent disabled, '
     'cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row '
     'per routine and a job per running run.';

@@ -196,9 +196,10 @@ begin
                     format('node %s: on_expiry needs approval_timeout_secs', to_jsonb(v_id)),
                     v_node -> 'on_expiry');
             end if;
-            if v_node -> 'on_expiry' not in ('"fail"', '"approve"') then
+            if v_node -> 'on_expiry' not in ('"fail"', '"skip"', '"approve"') then
                 perform _invalid_value(p_where || '.nodes',
-                    format('node %s: on_expiry must be "fail" or "approve"', to_jsonb(v_id)),
+                    format('node %s: on_expiry must be "fail", "skip" or "approve"',
+                           to_jsonb(v_id)),
                     v_node -> 'on_expiry');
             end if;
         end if;

@@ -11,17 +11,20 @@
 -- - a pending run gets one topology_nodes row per graph node (upstream_left =
 --   its in-degree), becomes running, and starts every node without upstreams,
 --   all in its INSERT's transaction; a skipped run is never started;
--- - a node starts exactly once: when its last upstream succeeds, under its
+-- - a node starts exactly once: when its last upstream is done (succeeded,
+--   or skipped: its approval expired under on_expiry skip), under its
 --   run's row lock, the decrement that reaches zero is the one that starts it
 --   (a gated node asks for approval, any other gets a loop_node job whose
---   prompt carries the task and its upstreams' outputs, bounded);
+--   prompt carries the task and its upstreams' outputs, bounded, a skipped
+--   upstream said plainly in place of its output);
 -- - a node follows its job: claimed / running → running, back to pending (a
 --   retry) → queued, delivered → succeeded with the job's reply as output,
 --   failed / abandoned / blocked / cancelled (after the job's own retries) →
 --   failed, which fails the run, cancels its unfinished nodes and its live
 --   jobs;
 -- - a run is awaiting_approval while a node awaits approval and none is
---   queued or running, running otherwise, and succeeded when every node has,
+--   queued or running, running otherwise, and succeeded when every node is
+--   done (succeeded or skipped),
 --   with the sink nodes' outputs as final_message; a terminal run never moves
 --   again, whatever its jobs do later (a sibling finishing after the run
 --   failed): such jobs are cancelled, now or by the sweep; only
@@ -86,7 +89,9 @@ comment on function _topology_graph_order(jsonb) is
 
 -- What a node's agent is asked: its own prompt, the run's task, and each
 -- upstream node's output (in graph order, each cut to the setting
--- topology_upstream_chars), the whole within the job prompt cap.
+-- topology_upstream_chars; a skipped upstream says so instead, so the agent
+-- knows the input is missing rather than empty), the whole within the job
+-- prompt cap.
 create or replace function _topology_node_prompt(p_run_id uuid, p_node_id text)
 returns text
 language plpgsql stable
@@ -99,7 +104,8 @@ declare
 begin
     select n.prompt || E'\n\n## Task\n\n' || r.task
            || coalesce((select string_agg(format(E'\n\n## Output of %s\n\n%s', u.node_id,
-                                                 _topology_cut(coalesce(u.output, ''), v_chars)),
+                                                 _topology_node_output(u.state, u.output,
+                                                                       v_chars)),
                                           '' order by g.at)
                         from jsonb_array_elements(r.graph -> 'edges') e
                         join topology_nodes u
@@ -117,7 +123,26 @@ $$;
 
 comment on function _topology_node_prompt(uuid, text) is
     'The prompt of a node''s job: its prompt, "## Task" and the run''s task, then "## Output of '
-    '<node>" and each upstream''s output cut to topology_upstream_chars; within the job prompt cap.';
+    '<node>" and each upstream''s output cut to topology_upstream_chars (a skipped one says so); '
+    'within the job prompt cap.';
+
+-- A finished node's output as its downstream nodes and the run's final
+-- message read it: the output cut to p_chars (NULL: whole, for a final
+-- message that is cut as a whole), or for a skipped node a line saying it
+-- was skipped and why, never an empty output that looks like one.
+create or replace function _topology_node_output(p_state text, p_output text, p_chars integer)
+returns text
+language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select case when p_state = 'skipped' then '(skipped: its approval expired)'
+                when p_chars is null then coalesce(p_output, '')
+                else _topology_cut(coalesce(p_output, ''), p_chars) end;
+$$;
+
+comment on function _topology_node_output(text, text, integer) is
+    'A node''s output as downstream prompts and final messages show it: cut to p_chars (NULL: '
+    'whole), or "(skipped: its approval expired)" for a skipped node.';
 
 -- Give a node its job: a loop_node job owned by the run's owner, one per
 -- (run, node) by its dedup key, and the node queued with it. A node whose
@@ -206,10 +231,10 @@ comment on function _start_topology_nodes(uuid, text[], timestamptz) is
     'asks for approval, any other gets its job. The caller holds the run row.';
 
 -- The run's outcome as its nodes stand: succeeded (with the sinks' outputs)
--- when every node has, awaiting_approval while a node waits for a person and
--- nothing else runs, running otherwise. Failure and cancellation are decided
--- where they happen (_end_topology_run). The caller holds the run row; a
--- terminal run is left as it is.
+-- when every node is done (succeeded, or skipped), awaiting_approval while a
+-- node waits for a person and nothing else runs, running otherwise. Failure
+-- and cancellation are decided where they happen (_end_topology_run). The
+-- caller holds the run row; a terminal run is left as it is.
 create or replace function _settle_topology_run(p_run_id uuid, p_now timestamptz)
 returns void
 language plpgsql
@@ -218,7 +243,7 @@ as $$
 declare
     v_run topology_runs;
     v_total integer;
-    v_succeeded integer;
+    v_done integer;
     v_live integer;
     v_gated integer;
     v_final text;
@@ -227,17 +252,19 @@ begin
     if v_run.status not in ('running', 'awaiting_approval') then
         return;
     end if;
-    select count(*), count(*) filter (where state = 'succeeded'),
+    select count(*), count(*) filter (where state in ('succeeded', 'skipped')),
            count(*) filter (where state in ('queued', 'running')),
            count(*) filter (where state = 'awaiting_approval')
-    into v_total, v_succeeded, v_live, v_gated
+    into v_total, v_done, v_live, v_gated
     from topology_nodes where topology_run_id = p_run_id;
 
-    if v_succeeded = v_total then
+    if v_done = v_total then
         -- Sinks: nodes nothing depends on. One sink's output is the message;
         -- several are each headed by their node, in graph order.
         with sinks as (
-            select n.node_id, coalesce(n.output, '') as output, g.at
+            select n.node_id,
+                   _topology_node_output(n.state, n.output, null) as output,
+                   g.at
             from topology_nodes n
             join _topology_graph_order(v_run.graph) g on g.node_id = n.node_id
             where n.topology_run_id = p_run_id
@@ -265,7 +292,8 @@ $$;
 
 comment on function _settle_topology_run(uuid, timestamptz) is
     'Set a live run''s status from its nodes: succeeded (final_message = the sink outputs) when '
-    'all succeeded, awaiting_approval while only gates wait, else running. Caller holds the run.';
+    'all succeeded or were skipped, awaiting_approval while only gates wait, else running. '
+    'Caller holds the run.';
 
 -- Cancel live jobs of the given runs without waiting for any: a job locked
 -- by another statement (a listener finishing it) is skipped and left to the
@@ -406,7 +434,6 @@ declare
     v_run_id uuid;
     v_node record;
     v_output text;
-    v_ready text[];
     v_now timestamptz;
 begin
     -- Which runs have a node out of step with its job; a heartbeat or a
@@ -462,24 +489,7 @@ begin
                 set state = 'succeeded', output = v_output, finished_at = v_now,
                     started_at = coalesce(started_at, v_node.claimed_at, v_now)
                 where topology_run_id = v_run_id and node_id = v_node.node_id;
-                -- The fan-in counter: each downstream node loses one
-                -- upstream; those reaching zero start now, exactly once.
-                with downstream as (
-                    select e.value ->> 'to' as node_id
-                    from topology_runs r, jsonb_array_elements(r.graph -> 'edges') e
-                    where r.id = v_run_id and e.value ->> 'from' = v_node.node_id
-                ),
-                counted as (
-                    update topology_nodes n
-                    set upstream_left = n.upstream_left - 1
-                    from downstream d
-                    where n.topology_run_id = v_run_id and n.node_id = d.node_id
-                      and n.state = 'waiting'
-                    returning n.node_id, n.upstream_left
-                )
-                select coalesce(array_agg(c.node_id), '{}') into v_ready
-                from counted c where c.upstream_left = 0;
-                perform _start_topology_nodes(v_run_id, v_ready, v_now);
+                perform _pass_topology_node(v_run_id, v_node.node_id, v_now);
             elsif v_node.state in ('failed', 'abandoned', 'blocked', 'cancelled') then
                 perform _fail_topology_node(
                     v_run_id, v_node.node_id,
@@ -496,6 +506,66 @@ $$;
 comment on function _topology_jobs_changed(uuid[]) is
     'Move the nodes of these loop_node jobs as their jobs moved (running, queued, succeeded, '
     'failed), start the nodes a success unblocks, and settle their runs.';
+
+-- A node of a run is done (succeeded, or skipped): the fan-in counter of each
+-- downstream node loses one, and those reaching zero start now, exactly once
+-- (the caller holds the run row, so no other statement counts at once).
+create or replace function _pass_topology_node(p_run_id uuid, p_node_id text,
+                                               p_now timestamptz)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_ready text[];
+begin
+    with downstream as (
+        select e.value ->> 'to' as node_id
+        from topology_runs r, jsonb_array_elements(r.graph -> 'edges') e
+        where r.id = p_run_id and e.value ->> 'from' = p_node_id
+    ),
+    counted as (
+        update topology_nodes n
+        set upstream_left = n.upstream_left - 1
+        from downstream d
+        where n.topology_run_id = p_run_id and n.node_id = d.node_id
+          and n.state = 'waiting'
+        returning n.node_id, n.upstream_left
+    )
+    select coalesce(array_agg(c.node_id), '{}') into v_ready
+    from counted c where c.upstream_left = 0;
+    perform _start_topology_nodes(p_run_id, v_ready, p_now);
+end;
+$$;
+
+comment on function _pass_topology_node(uuid, text, timestamptz) is
+    'A done (succeeded or skipped) node passes: each downstream node''s upstream count drops by '
+    'one and those reaching zero start. The caller holds the run row.';
+
+-- Skip a node awaiting approval whose approval expired under on_expiry skip:
+-- the node is done without an output, its downstream nodes run without it
+-- (their prompts say it was skipped), and the run settles. The caller holds
+-- the run row.
+create or replace function _skip_topology_node(p_run_id uuid, p_node_id text,
+                                               p_now timestamptz)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+begin
+    update topology_nodes
+    set state = 'skipped', finished_at = p_now
+    where topology_run_id = p_run_id and node_id = p_node_id and state = 'awaiting_approval';
+    if found then
+        perform _pass_topology_node(p_run_id, p_node_id, p_now);
+        perform _settle_topology_run(p_run_id, p_now);
+    end if;
+end;
+$$;
+
+comment on function _skip_topology_node(uuid, text, timestamptz) is
+    'Skip a node awaiting approval (its approval expired under on_expiry skip): done without '
+    'output, its downstream nodes start, the run settles. The caller holds the run row.';
 
 -- Statement-level, like job_routine_outcome (44_routine_outcomes.sql): a
 -- statement's new rows are scanned once for loop_node jobs, so a batch of
@@ -791,7 +861,7 @@ begin
                          join topology_nodes u
                            on u.topology_run_id = p_run_id and u.node_id = e.value ->> 'from'
                          where e.value ->> 'to' = n.node_id
-                           and u.state <> 'succeeded')
+                           and u.state not in ('succeeded', 'skipped'))
     where n.topology_run_id = p_run_id
       and n.state in ('failed', 'cancelled')
       and n.job_id is null;

@@ -17,7 +17,9 @@
 --   is refused (CE409) naming the first, who and when;
 -- - an undecided approval past expires_at is decided by 'ceaseless' as its
 --   node's on_expiry says: `expired`, failing its run the same way (fail, the
---   default), or `approved`, running the node (approve); a reminder goes to
+--   default), `expired` with the node skipped, its downstream nodes running
+--   without its output (skip), or `approved`, running the node (approve); a
+--   reminder goes to
 --   the owner remind_before_secs before the expiry, once per request;
 -- - an approval of a run that ended otherwise (cancelled, or failed
 --   elsewhere) stays undecided and can no longer be decided (CE409): nobody
@@ -78,6 +80,27 @@ begin
 end;
 $$;
 
+-- What an undecided approval's expiry does, as its notification, reminder
+-- and explain_topology_run say it: one phrase per on_expiry, or nothing for
+-- an approval that never expires.
+create or replace function _approval_expiry_text(p_on_expiry text, p_expires timestamptz)
+returns text
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select case when p_expires is null then ''
+                when p_on_expiry = 'approve'
+                    then format('; undecided, it is approved at %s', p_expires)
+                when p_on_expiry = 'skip'
+                    then format('; undecided, it is skipped at %s (the nodes after it run '
+                                'without its output)', p_expires)
+                else format('; undecided, it fails the run at %s', p_expires) end;
+$$;
+
+comment on function _approval_expiry_text(text, timestamptz) is
+    'What an undecided approval''s expiry does, by on_expiry (fail, skip, approve), as a phrase '
+    'for its notification and explain_topology_run; empty when it never expires.';
+
 -- What an approval's notification (and its reminder) says: the node and run,
 -- when it expires and what the expiry does, the SQL that decides it, and the
 -- run's dashboard page when a listener serves one (the newest listener's
@@ -98,10 +121,7 @@ begin
                   || E'Approve:\n  select ceaseless.decide_approval(%L, true, null, %L);\n\n'
                   || E'Reject:\n  select ceaseless.decide_approval(%L, false, null, %L);\n%s',
                   p_node_id, p_run_id, p_loop,
-                  case when p_expires is null then ''
-                       when p_on_expiry = 'approve'
-                           then format('; undecided, it is approved at %s', p_expires)
-                       else format('; it expires, failing the run, at %s', p_expires) end,
+                  _approval_expiry_text(p_on_expiry, p_expires),
                   p_approval_id, 'approved', p_approval_id, 'rejected',
                   case when v_http is not null
                        then format(E'\nDashboard: http://%s/runs/%s\n', v_http, p_run_id)
@@ -198,7 +218,8 @@ comment on function decide_approval(uuid, boolean, text, text, timestamptz) is
 
 -- Expire undecided approvals whose time has passed, as their node's
 -- on_expiry says: fail (decided `expired` by 'ceaseless', failing the node
--- and its run) or approve (decided `approved` by 'ceaseless', the node runs);
+-- and its run), skip (decided `expired`, the node skipped and its downstream
+-- nodes started) or approve (decided `approved` by 'ceaseless', the node runs);
 -- and send the reminders that are due (remind_before_secs before the
 -- expiry), once per request. Returns how many expired.
 --
@@ -230,7 +251,10 @@ begin
         update approvals a
         set decision = case n.on_expiry when 'approve' then 'approved' else 'expired' end,
             decided_by = 'ceaseless', decided_by_role = session_user, decided_at = p_now,
-            note = case n.on_expiry when 'approve' then 'approved undecided at its expiry' end
+            note = case n.on_expiry
+                       when 'approve' then 'approved undecided at its expiry'
+                       when 'skip' then 'skipped undecided at its expiry'
+                   end
         from topology_nodes n
         where a.id = v_due.id and a.decision is null
           and n.topology_run_id = v_due.topology_run_id and n.node_id = v_due.node_id
@@ -240,6 +264,8 @@ begin
             if v_on_expiry = 'approve' then
                 perform _enqueue_topology_node(v_due.topology_run_id, v_due.node_id);
                 perform _settle_topology_run(v_due.topology_run_id, p_now);
+            elsif v_on_expiry = 'skip' then
+                perform _skip_topology_node(v_due.topology_run_id, v_due.node_id, p_now);
             else
                 perform _fail_topology_node(
                     v_due.topology_run_id, v_due.node_id,
@@ -279,5 +305,5 @@ $$;
 
 comment on function expire_approvals(timestamptz) is
     'Decide undecided approvals past expires_at by their node''s on_expiry (expired, failing the '
-    'run; or approved, running the node), and send the reminders due; returns how many expired. '
-    'Maintenance, every listener.';
+    'run; expired, skipping the node; or approved, running the node), and send the reminders '
+    'due; returns how many expired. Maintenance, every listener.';

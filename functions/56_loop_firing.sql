@@ -99,14 +99,17 @@ comment on function _graph_agents_disabled(jsonb) is
 -- on_completion, webhook, event or manual; p_detail what fired it (the
 -- schedule, the iteration that finished, the event's start), at most 200
 -- characters kept; p_body a webhook's body or an event's content, which
--- reaches the iteration's task. Returns the topology_runs id: a
--- pending iteration, or a skipped run when the fire was refused; NULL when no
--- loop has that id.
+-- reaches the iteration's task; p_slot the cron slot the fire stands for
+-- (cron and backfill fires; the run's slot_at). Returns the topology_runs id: a
+-- pending iteration, or a skipped run when the fire was refused; the
+-- held_fires id when the fire waits (debounce, or a buffer overlap policy:
+-- 33_held_fires.sql); NULL when no loop has that id.
 --
 -- Locks: the loop, FOR NO KEY UPDATE, until the caller's transaction ends
 -- (see the header for the order).
 create or replace function _fire_loop(
-    p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamptz
+    p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamptz,
+    p_slot timestamptz default null
 )
 returns uuid
 language plpgsql
@@ -154,7 +157,7 @@ begin
         elsif v_reason = 'live_iteration' and v_loop.overlap_policy in ('buffer_one', 'buffer_all')
         then
             v_held := _hold_fire('loop', v_loop.id, v_loop.user_id, v_loop.overlap_policy,
-                                 v_reason, p_trigger, p_detail, p_body, null, p_now);
+                                 v_reason, p_trigger, p_detail, p_body, null, p_now, p_slot);
             if v_held is not null then
                 return v_held;
             end if;
@@ -163,10 +166,10 @@ begin
     if v_reason is not null then
         insert into topology_runs (id, workspace_id, graph, task, status, skip_reason, loop_id,
                                    user_id, trigger_type, trigger_detail, finished_at,
-                                   created_at, updated_at)
+                                   created_at, updated_at, slot_at)
         values (v_run_id, v_loop.workspace_id, v_loop.graph, v_loop.task_template, 'skipped',
                 v_reason, v_loop.id, v_loop.user_id, p_trigger, left(p_detail, 200), p_now,
-                p_now, p_now);
+                p_now, p_now, p_slot);
         return v_run_id;
     end if;
 
@@ -179,7 +182,7 @@ begin
 
     insert into topology_runs (id, workspace_id, graph, task, status, loop_id, iteration,
                                parent_run_id, user_id, trigger_type, trigger_detail, created_at,
-                               updated_at)
+                               updated_at, slot_at)
     values (v_run_id, v_loop.workspace_id, v_loop.graph,
             v_loop.task_template
             || case when p_body is not null
@@ -193,13 +196,13 @@ begin
                                                 _setting_int('loop_prior_context_chars'))
                     else '' end,
             'pending', v_loop.id, coalesce(v_parent_iteration, 0) + 1, v_parent_id,
-            v_loop.user_id, p_trigger, left(p_detail, 200), p_now, p_now);
+            v_loop.user_id, p_trigger, left(p_detail, 200), p_now, p_now, p_slot);
     update loops set last_run_id = v_run_id where id = v_loop.id;
     return v_run_id;
 end;
 $$;
 
-comment on function _fire_loop(uuid, text, text, text, timestamptz) is
+comment on function _fire_loop(uuid, text, text, text, timestamptz, timestamptz) is
     'The one firing path of loops: lock the loop, hold the fire (debounce, buffer policies; '
     'returns the held_fires id), cancel a live iteration (cancel_other), record a skipped run '
     '(disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to '

@@ -445,10 +445,7 @@ begin
     select 'awaiting_approval'::text,
            format('node %s awaits approval %s: select ceaseless.decide_approval(%L, true, null, '
                   'null)%s', n.node_id, a.id, a.id,
-                  case when a.expires_at is null then ''
-                       when n.on_expiry = 'approve'
-                           then format('; undecided, it is approved at %s', a.expires_at)
-                       else format('; undecided, it fails the run at %s', a.expires_at) end),
+                  _approval_expiry_text(n.on_expiry, a.expires_at)),
            a.expires_at
     from topology_nodes n
     join approvals a on a.topology_run_id = n.topology_run_id and a.node_id = n.node_id

@@ -184,6 +184,16 @@ alter function _tg_topology_runs_loop_lock() security definer;
 alter function _tg_topology_runs_loop_outcome() security definer;
 alter function run_loop(uuid, timestamptz) security definer;
 grant execute on function run_loop(uuid, timestamptz) to ceaseless_user;
+-- Backfill (32_schedules.sql) fires as run_routine and run_loop do: _backfill
+-- checks ownership (_acts_for) and writes runs, jobs and the audit log.
+alter function backfill_routine(uuid, timestamptz, timestamptz, integer, timestamptz)
+    security definer;
+alter function backfill_loop(uuid, timestamptz, timestamptz, integer, timestamptz)
+    security definer;
+grant execute on function
+    backfill_routine(uuid, timestamptz, timestamptz, integer, timestamptz),
+    backfill_loop(uuid, timestamptz, timestamptz, integer, timestamptz)
+    to ceaseless_user;
 grant select on loop_status to ceaseless_user;
 -- The trigger layer (31-32_*.sql): schedules is security_invoker, so a user
 -- sees its own routines and loops; the scheduler's functions are the

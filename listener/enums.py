@@ -72,6 +72,16 @@ class TriggerType(StrEnum):
     MANUAL = "manual"
 
 
+class RunTriggerType(StrEnum):
+    """What fired a routine run: a routine's trigger, or a backfill of a cron slot."""
+
+    CRON = "cron"
+    EVENT = "event"
+    WEBHOOK = "webhook"
+    MANUAL = "manual"
+    BACKFILL = "backfill"
+
+
 class ActionType(StrEnum):
     LIGHTWEIGHT = "lightweight"
     FULL_JOB = "full_job"
@@ -111,6 +121,7 @@ class TopologyNodeState(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
+    SKIPPED = "skipped"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
@@ -125,6 +136,7 @@ class LoopTrigger(StrEnum):
     WEBHOOK = "webhook"
     MANUAL = "manual"
     EVENT = "event"
+    BACKFILL = "backfill"
 
 
 class LoopSkipReason(StrEnum):

@@ -324,6 +324,7 @@ create table ceaseless.held_fires (
     trigger_type text not null,
     trigger_detail text,
     context text,
+    slot_at timestamp with time zone,
     first_at timestamp with time zone not null,
     last_at timestamp with time zone not null,
     fire_at timestamp with time zone,
@@ -352,6 +353,7 @@ create policy own_rows on ceaseless.held_fires for all to ceaseless_user
 comment on table ceaseless.held_fires is 'Fires of routines and loops that wait: buffered (refused by cooldown, max_concurrent or a live iteration under a buffer policy) or debounced (collapsing into one). fire_held starts them through the one firing path; they survive restarts.';
 comment on column ceaseless.held_fires.reason is 'buffered or debounced.';
 comment on column ceaseless.held_fires.blocked_by is 'The skip reason that refused it (cooldown, concurrency, live_iteration); NULL before any.';
+comment on column ceaseless.held_fires.slot_at is 'The cron slot a held cron or backfill fire stands for (its run''s slot_at); NULL otherwise.';
 comment on column ceaseless.held_fires.fire_at is 'The earliest moment fire_held tries it (a debounce window''s end, a cooldown''s end); NULL: when a run of its target ends.';
 comment on column ceaseless.held_fires.collapsed is 'How many fires this row stands for (debounce).';
 comment on column ceaseless.held_fires.seq is 'Release order within a routine or loop.';
@@ -711,13 +713,14 @@ create table ceaseless.routine_runs (
     tokens_used integer,
     job_id uuid,
     created_at timestamp with time zone default now() not null,
+    slot_at timestamp with time zone,
     constraint completed_iff_not_running CHECK (((completed_at IS NULL) = (status = 'running'::text))),
     constraint routine_runs_job_id_fkey FOREIGN KEY (job_id) REFERENCES ceaseless.job(id),
     constraint routine_runs_missed_slots_check CHECK ((missed_slots >= 0)),
     constraint routine_runs_pkey PRIMARY KEY (id),
     constraint routine_runs_routine_id_fkey FOREIGN KEY (routine_id) REFERENCES ceaseless.routines(id) ON DELETE CASCADE,
     constraint routine_runs_status_check CHECK ((status = ANY (ARRAY['running'::text, 'ok'::text, 'attention'::text, 'failed'::text, 'skipped'::text]))),
-    constraint routine_runs_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['cron'::text, 'event'::text, 'webhook'::text, 'manual'::text]))),
+    constraint routine_runs_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['cron'::text, 'event'::text, 'webhook'::text, 'manual'::text, 'backfill'::text]))),
     constraint skip_reason_iff_skipped CHECK (((status = 'skipped'::text) = (skip_reason IS NOT NULL))),
     constraint skip_reason_known CHECK ((skip_reason = ANY (ARRAY['cooldown'::text, 'concurrency'::text, 'dedup'::text, 'global_cap'::text, 'missed_slots'::text, 'disabled'::text, 'agent_disabled'::text])))
 );
@@ -728,6 +731,7 @@ CREATE INDEX idx_routine_runs_running ON ceaseless.routine_runs USING btree (rou
 CREATE INDEX idx_routine_runs_status ON ceaseless.routine_runs USING btree (status) WHERE (status = 'running'::text);
 CREATE INDEX routine_runs_last_ok_idx ON ceaseless.routine_runs USING btree (routine_id, completed_at DESC) WHERE (status = 'ok'::text);
 CREATE INDEX routine_runs_skipped_idx ON ceaseless.routine_runs USING btree (routine_id, started_at DESC) WHERE (status = 'skipped'::text);
+CREATE INDEX routine_runs_slot_idx ON ceaseless.routine_runs USING btree (routine_id, slot_at) WHERE ((slot_at IS NOT NULL) AND (status <> 'skipped'::text));
 CREATE TRIGGER routine_runs_deleted AFTER DELETE ON ceaseless.routine_runs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_deleted();
 CREATE TRIGGER routine_runs_held_wake AFTER UPDATE ON ceaseless.routine_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_held_wake();
 CREATE TRIGGER routine_runs_insert AFTER INSERT ON ceaseless.routine_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_insert();
@@ -744,6 +748,7 @@ create policy own_rows on ceaseless.routine_runs for all to ceaseless_user
 comment on table ceaseless.routine_runs is 'Every fire of a routine, and every refused fire with its reason (seed 000).';
 comment on column ceaseless.routine_runs.trigger_detail is 'What fired the run: the cron schedule, a preview of the event content, or the webhook path.';
 comment on column ceaseless.routine_runs.skip_reason is 'Why a fire was refused: cooldown, concurrency (max_concurrent), dedup, global_cap (routine_max_running), disabled (the routine), agent_disabled (its agent), or missed_slots (cron slots that passed while no listener ran, collapsed into one fire).';
+comment on column ceaseless.routine_runs.slot_at is 'The cron slot this run stands for: the slot a cron fire was due at, or the slot a backfill fired; NULL for other fires and for the row counting missed slots.';
 grant select on table ceaseless.routine_runs to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.routine_runs to ceaseless_listener;
 
@@ -887,16 +892,16 @@ create table ceaseless.topology_nodes (
     on_expiry text default 'fail'::text not null,
     remind_before_secs integer,
     constraint approval_timeout_positive CHECK (((approval_timeout_secs IS NULL) OR (approval_timeout_secs > 0))),
-    constraint finished_iff_terminal CHECK (((finished_at IS NOT NULL) = (state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])))),
+    constraint finished_iff_terminal CHECK (((finished_at IS NOT NULL) = (state = ANY (ARRAY['succeeded'::text, 'skipped'::text, 'failed'::text, 'cancelled'::text])))),
     constraint live_node_has_job CHECK (((state <> ALL (ARRAY['queued'::text, 'running'::text])) OR (job_id IS NOT NULL))),
-    constraint on_expiry_known CHECK ((on_expiry = ANY (ARRAY['fail'::text, 'approve'::text]))),
+    constraint on_expiry_known CHECK ((on_expiry = ANY (ARRAY['fail'::text, 'skip'::text, 'approve'::text]))),
     constraint remind_before_positive CHECK ((remind_before_secs > 0)),
     constraint reminder_needs_expiry CHECK (((remind_before_secs IS NULL) OR (approval_timeout_secs IS NOT NULL))),
     constraint topology_nodes_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE,
     constraint topology_nodes_gate_check CHECK ((gate = 'approval'::text)),
     constraint topology_nodes_job_id_fkey FOREIGN KEY (job_id) REFERENCES ceaseless.job(id) ON DELETE SET NULL,
     constraint topology_nodes_pkey PRIMARY KEY (topology_run_id, node_id),
-    constraint topology_nodes_state_check CHECK ((state = ANY (ARRAY['waiting'::text, 'awaiting_approval'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
+    constraint topology_nodes_state_check CHECK ((state = ANY (ARRAY['waiting'::text, 'awaiting_approval'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'skipped'::text, 'failed'::text, 'cancelled'::text]))),
     constraint topology_nodes_topology_run_id_fkey FOREIGN KEY (topology_run_id) REFERENCES ceaseless.topology_runs(id) ON DELETE CASCADE,
     constraint upstream_left_not_negative CHECK ((upstream_left >= 0))
 );
@@ -911,7 +916,8 @@ create policy own_rows on ceaseless.topology_nodes for all to ceaseless_user
    FROM ceaseless.topology_runs r
   WHERE (r.id = topology_nodes.topology_run_id))));
 comment on table ceaseless.topology_nodes is 'One row per node of a topology run: its state, its job, its output and the count of upstream nodes still to succeed (the fan-in counter).';
-comment on column ceaseless.topology_nodes.on_expiry is 'What an undecided approval of this gated node does at its expiry: fail (the node and run fail) or approve (it is approved by ceaseless and the node runs).';
+comment on column ceaseless.topology_nodes.state is 'waiting, awaiting_approval, queued, running, then succeeded, skipped (its approval expired under on_expiry skip: done, without an output), failed or cancelled.';
+comment on column ceaseless.topology_nodes.on_expiry is 'What an undecided approval of this gated node does at its expiry: fail (the node and run fail), skip (the node is skipped and its downstream nodes run without its output) or approve (it is approved by ceaseless and the node runs).';
 comment on column ceaseless.topology_nodes.remind_before_secs is 'Seconds before an approval of this node expires that its owner is reminded; NULL: no reminder.';
 grant select on table ceaseless.topology_nodes to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.topology_nodes to ceaseless_listener;
@@ -935,6 +941,7 @@ create table ceaseless.topology_runs (
     trigger_type text,
     trigger_detail text,
     skip_reason text,
+    slot_at timestamp with time zone,
     constraint finished_iff_terminal CHECK (((finished_at IS NOT NULL) = (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))),
     constraint iteration_positive CHECK (((iteration IS NULL) OR (iteration >= 1))),
     constraint loop_iteration_complete CHECK (
@@ -948,7 +955,7 @@ END),
     constraint topology_runs_pkey PRIMARY KEY (id),
     constraint topology_runs_skip_reason_check CHECK ((skip_reason = ANY (ARRAY['live_iteration'::text, 'disabled'::text, 'agent_disabled'::text]))),
     constraint topology_runs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'awaiting_approval'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text]))),
-    constraint topology_runs_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['cron'::text, 'on_completion'::text, 'webhook'::text, 'manual'::text, 'event'::text]))),
+    constraint topology_runs_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['cron'::text, 'on_completion'::text, 'webhook'::text, 'manual'::text, 'event'::text, 'backfill'::text]))),
     constraint topology_runs_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES ceaseless.workspaces(id) ON DELETE CASCADE
 );
 alter table ceaseless.topology_runs enable row level security;
@@ -956,6 +963,7 @@ CREATE INDEX topology_runs_loop_idx ON ceaseless.topology_runs USING btree (loop
 CREATE UNIQUE INDEX topology_runs_loop_iteration_idx ON ceaseless.topology_runs USING btree (loop_id, iteration) WHERE (loop_id IS NOT NULL);
 CREATE INDEX topology_runs_loop_skipped_idx ON ceaseless.topology_runs USING btree (loop_id, created_at DESC) WHERE (status = 'skipped'::text);
 CREATE UNIQUE INDEX topology_runs_one_live_iteration_idx ON ceaseless.topology_runs USING btree (loop_id) WHERE ((loop_id IS NOT NULL) AND (status = ANY (ARRAY['pending'::text, 'running'::text, 'awaiting_approval'::text])));
+CREATE INDEX topology_runs_slot_idx ON ceaseless.topology_runs USING btree (loop_id, slot_at) WHERE ((slot_at IS NOT NULL) AND (status <> 'skipped'::text));
 CREATE INDEX topology_runs_user_idx ON ceaseless.topology_runs USING btree (user_id, created_at DESC);
 CREATE TRIGGER topology_runs_bounded_json BEFORE INSERT OR UPDATE OF graph ON ceaseless.topology_runs FOR EACH ROW WHEN (jsonb_path_exists(new.graph, 'strict $.**{65}'::jsonpath)) EXECUTE FUNCTION ceaseless._tg_bounded_json('graph');
 CREATE TRIGGER topology_runs_changed AFTER INSERT OR UPDATE OF status ON ceaseless.topology_runs FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_topology_runs_changed();
@@ -977,6 +985,7 @@ comment on table ceaseless.topology_runs is 'One execution of an agent topology;
 comment on column ceaseless.topology_runs.user_id is 'The role that owns this run (its loop''s owner for an iteration); its node jobs are theirs.';
 comment on column ceaseless.topology_runs.trigger_type is 'What started this run: cron, on_completion, webhook or manual (run_loop); NULL for a run inserted directly.';
 comment on column ceaseless.topology_runs.skip_reason is 'Why a fire was refused: live_iteration (at most one live iteration per loop), disabled, agent_disabled.';
+comment on column ceaseless.topology_runs.slot_at is 'The cron slot this iteration stands for: the slot a cron fire was due at, or the slot a backfill fired; NULL for other fires.';
 grant select on table ceaseless.topology_runs to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.topology_runs to ceaseless_listener;
 grant insert (id, workspace_id, graph, task, user_id) on table ceaseless.topology_runs to ceaseless_user;
@@ -1631,7 +1640,16 @@ create function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigin
 comment on function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint) is 'Admit a fire: shared (fire lock shared, a slot, per-routine locks) while the cap is far, else exclusive; returns the running count to judge by and the free places of the cap.';
 grant execute on function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_approvals.sql, body md5 ef6b31871586850cedc85516a2a3c9a6
+-- functions/52_approvals.sql, body md5 529cc2bccd97f7ca20d2e1b51f05d269
+create function ceaseless._approval_expiry_text(p_on_expiry text, p_expires timestamp with time zone)
+    returns text
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._approval_expiry_text(p_on_expiry text, p_expires timestamp with time zone) is 'What an undecided approval''s expiry does, by on_expiry (fail, skip, approve), as a phrase for its notification and explain_topology_run; empty when it never expires.';
+grant execute on function ceaseless._approval_expiry_text(p_on_expiry text, p_expires timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
+-- functions/52_approvals.sql, body md5 cb947b86e1ae4465d757cf7d029d4629
 create function ceaseless._approval_message(p_approval_id uuid, p_run_id uuid, p_node_id text, p_loop text, p_expires timestamp with time zone, p_on_expiry text)
     returns text
     language plpgsql
@@ -1666,6 +1684,15 @@ create function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p_was_enabled boolean, p_is_enabled boolean, p_detail jsonb) is 'Audit an INSERT, UPDATE or DELETE (p_op) of a routine or loop with its enabled state before and after (_audit_change).';
 grant execute on function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p_was_enabled boolean, p_is_enabled boolean, p_detail jsonb) to ceaseless_listener, ceaseless_operator;
+
+-- functions/32_schedules.sql, body md5 3d06698b98e7e817c7992a742a0119eb
+create function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone)
+    returns TABLE(slot_at timestamp with time zone, outcome text, run_id uuid, status text, skip_reason text)
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) is 'Fire a routine''s or loop''s cron slots in [p_from, p_to) that have not fired (the first p_max, trigger backfill, slot_at the slot), for its owner; one row per slot: fired, refused, already_fired or over_max. Audited. CE404 unknown or someone else''s; CE422 bad bounds.';
+grant execute on function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/33_held_fires.sql, body md5 c7b664e20a806a0a196651745c38e1a7
 create function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now timestamp with time zone)
@@ -1776,6 +1803,15 @@ create function ceaseless._count_running(p_delta integer)
 comment on function ceaseless._count_running(p_delta integer) is 'Move the running routine_runs count by p_delta in a shard no other transaction holds.';
 grant execute on function ceaseless._count_running(p_delta integer) to ceaseless_listener, ceaseless_operator;
 
+-- functions/30_cron.sql, body md5 b3782eb33c46dcba0a04a0c729d68a57
+create function ceaseless._cron_day_matches(p_day date, p_months integer[], p_days integer[], p_last_day boolean, p_nearest_weekday integer, p_weekdays integer[], p_nth_weekdays integer[], p_last_weekdays integer[])
+    returns boolean
+    language sql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._cron_day_matches(p_day date, p_months integer[], p_days integer[], p_last_day boolean, p_nearest_weekday integer, p_weekdays integer[], p_nth_weekdays integer[], p_last_weekdays integer[]) is 'Whether a local day matches a reading''s month and day fields (both day fields restricted: either matches), with L, W, nth and last weekdays.';
+grant execute on function ceaseless._cron_day_matches(p_day date, p_months integer[], p_days integer[], p_last_day boolean, p_nearest_weekday integer, p_weekdays integer[], p_nth_weekdays integer[], p_last_weekdays integer[]) to ceaseless_listener, ceaseless_operator;
+
 -- functions/30_cron.sql, body md5 a224d5565a5114c9ef81aafe88005538
 create function ceaseless._cron_days_error(p_day_of_month text, p_month text, p_day_of_week text, p_days integer[], p_months integer[], p_weekdays integer[])
     returns text
@@ -1812,6 +1848,33 @@ create function ceaseless._cron_number(p_digits text)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._cron_number(p_digits text) is 'A run of ASCII digits as an integer, capped at 1e9 so huge cron numbers compare as too big.';
 grant execute on function ceaseless._cron_number(p_digits text) to ceaseless_listener, ceaseless_operator;
+
+-- functions/30_cron.sql, body md5 5be43f1077ef09a1b8a058e0d17751f5
+create function ceaseless._cron_reading(p_schedule text, OUT seconds integer[], OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT last_day boolean, OUT nearest_weekday integer, OUT months integer[], OUT weekdays integer[], OUT nth_weekdays integer[], OUT last_weekdays integer[])
+    returns record
+    language plpgsql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._cron_reading(p_schedule text, OUT seconds integer[], OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT last_day boolean, OUT nearest_weekday integer, OUT months integer[], OUT weekdays integer[], OUT nth_weekdays integer[], OUT last_weekdays integer[]) is 'An accepted schedule as the gate reads it: the sorted values of each field (NULL: every value), L, W, nth and last weekdays; NULL fields for a refused schedule. What _cron_slots enumerates.';
+grant execute on function ceaseless._cron_reading(p_schedule text, OUT seconds integer[], OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT last_day boolean, OUT nearest_weekday integer, OUT months integer[], OUT weekdays integer[], OUT nth_weekdays integer[], OUT last_weekdays integer[]) to ceaseless_listener, ceaseless_operator;
+
+-- functions/30_cron.sql, body md5 de1a6c7575874d1eb2b42077fa038adc
+create function ceaseless._cron_slots(p_schedule text, p_timezone text, p_from timestamp with time zone, p_to timestamp with time zone, p_limit integer DEFAULT NULL::integer)
+    returns SETOF timestamp with time zone
+    language plpgsql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._cron_slots(p_schedule text, p_timezone text, p_from timestamp with time zone, p_to timestamp with time zone, p_limit integer) is 'The slots of an accepted schedule in [p_from, p_to) on p_timezone''s wall clock (unordered), at most p_limit: from the gate''s reading (_cron_reading), DST as the listener has it (a slot in a gap is none, a repeated one fires at its first occurrence).';
+grant execute on function ceaseless._cron_slots(p_schedule text, p_timezone text, p_from timestamp with time zone, p_to timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
+
+-- functions/30_cron.sql, body md5 beda0fc120dfdc9e5bb893682b36ce52
+create function ceaseless._cron_sorted(p_values integer[])
+    returns integer[]
+    language sql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._cron_sorted(p_values integer[]) is 'The distinct values of an array in order; NULL stays NULL.';
+grant execute on function ceaseless._cron_sorted(p_values integer[]) to ceaseless_listener, ceaseless_operator;
 
 -- functions/30_cron.sql, body md5 87e40c84ac4b354778fdb81c18a2180a
 create function ceaseless._cron_token(p_value integer, p_position integer, p_like text)
@@ -1978,33 +2041,33 @@ create function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp 
 comment on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) is 'Fire a routine or loop by hand for its owner (or an operator, a listener); its run''s id. CE404 when unknown or someone else''s.';
 grant execute on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/56_loop_firing.sql, body md5 1385b73907e720edb5fdc7d54d8e1b15
-create function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone)
+-- functions/56_loop_firing.sql, body md5 b42d004f03793dcc7f58d8921cafd713
+create function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone DEFAULT NULL::timestamp with time zone)
     returns uuid
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone) is 'The one firing path of loops: lock the loop, hold the fire (debounce, buffer policies; returns the held_fires id), cancel a live iteration (cancel_other), record a skipped run (disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to the last, with the webhook body and the prior iteration''s final message in its task; returns the run id.';
-grant execute on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) is 'The one firing path of loops: lock the loop, hold the fire (debounce, buffer policies; returns the held_fires id), cancel a live iteration (cancel_other), record a skipped run (disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to the last, with the webhook body and the prior iteration''s final message in its task; returns the run id.';
+grant execute on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/42_routine_firing.sql, body md5 1224d8e9f3908af197a3e43b26278ab6
-create function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false, p_job_ids uuid[] DEFAULT NULL::uuid[])
+-- functions/42_routine_firing.sql, body md5 41707f7cc61b6d6d03b9a2f67eb2533c
+create function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false, p_job_ids uuid[] DEFAULT NULL::uuid[], p_slots timestamp with time zone[] DEFAULT NULL::timestamp with time zone[])
     returns TABLE(ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text, skip_reason text)
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp
     set plan_cache_mode = force_generic_plan;
-comment on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[]) is 'The one firing path: judge each routine against its guardrails (disabled, agent disabled, cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row per routine and a job per running run.';
-grant execute on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[]) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[], p_slots timestamp with time zone[]) is 'The one firing path: judge each routine against its guardrails (disabled, agent disabled, cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row per routine and a job per running run.';
+grant execute on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[], p_slots timestamp with time zone[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/32_schedules.sql, body md5 e0142587b0d506569c3281a752c1e604
-create function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false)
+-- functions/32_schedules.sql, body md5 37e5695dccda1ee3e30b23f15bab8664
+create function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false, p_slots timestamp with time zone[] DEFAULT NULL::timestamp with time zone[])
     returns TABLE(ord bigint, id uuid, run_id uuid, status text, skip_reason text)
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean) is 'Fire routines (_fire_routines) or loops (_fire_loop): the end of every cron, webhook and manual fire; one row per row fired with its run, status and skip reason.';
-grant execute on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_slots timestamp with time zone[]) is 'Fire routines (_fire_routines) or loops (_fire_loop): the end of every cron, webhook and manual fire; one row per row fired with its run, status and skip reason.';
+grant execute on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_slots timestamp with time zone[]) to ceaseless_listener, ceaseless_operator;
 
 -- functions/72_forge_verdict.sql, body md5 c657459ed0a4621683d0be64729f176c
 create function ceaseless._forge_block(p_message text, OUT block jsonb, OUT problem text)
@@ -2161,14 +2224,14 @@ create function ceaseless._hmac_sha256(p_key bytea, p_message bytea)
 comment on function ceaseless._hmac_sha256(p_key bytea, p_message bytea) is 'HMAC-SHA256 of p_message under p_key (RFC 2104), built on sha256() so no extension is needed.';
 grant execute on function ceaseless._hmac_sha256(p_key bytea, p_message bytea) to ceaseless_listener, ceaseless_operator;
 
--- functions/33_held_fires.sql, body md5 b3a1516aa406d6db62e402803468a0ac
-create function ceaseless._hold_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_blocked_by text, p_trigger text, p_detail text, p_context text, p_fire_at timestamp with time zone, p_now timestamp with time zone)
+-- functions/33_held_fires.sql, body md5 04a15f44b087044b0280806f5ef8844e
+create function ceaseless._hold_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_blocked_by text, p_trigger text, p_detail text, p_context text, p_fire_at timestamp with time zone, p_now timestamp with time zone, p_slot timestamp with time zone DEFAULT NULL::timestamp with time zone)
     returns uuid
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._hold_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_blocked_by text, p_trigger text, p_detail text, p_context text, p_fire_at timestamp with time zone, p_now timestamp with time zone) is 'Hold a fire an overlap rule refused under buffer_one / buffer_all (the newest replacing the rest / in order up to overlap_buffer_max); returns the held_fires id, NULL when full.';
-grant execute on function ceaseless._hold_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_blocked_by text, p_trigger text, p_detail text, p_context text, p_fire_at timestamp with time zone, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._hold_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_blocked_by text, p_trigger text, p_detail text, p_context text, p_fire_at timestamp with time zone, p_now timestamp with time zone, p_slot timestamp with time zone) is 'Hold a fire an overlap rule refused under buffer_one / buffer_all (the newest replacing the rest / in order up to overlap_buffer_max); returns the held_fires id, NULL when full.';
+grant execute on function ceaseless._hold_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_blocked_by text, p_trigger text, p_detail text, p_context text, p_fire_at timestamp with time zone, p_now timestamp with time zone, p_slot timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/00_helpers.sql, body md5 4d217c67dd2ce70fb253e622e98d11b2
 create function ceaseless._input_cap(p_name text)
@@ -2445,6 +2508,15 @@ create function ceaseless._owners_over_budget(p_now timestamp with time zone)
 comment on function ceaseless._owners_over_budget(p_now timestamp with time zone) is 'The owners whose runs in their window reported their cost or token budget: claim_jobs claims none of their jobs until it clears.';
 grant execute on function ceaseless._owners_over_budget(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
+-- functions/51_topology_runs.sql, body md5 c92c139548bf5e092774a0a66d187f60
+create function ceaseless._pass_topology_node(p_run_id uuid, p_node_id text, p_now timestamp with time zone)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._pass_topology_node(p_run_id uuid, p_node_id text, p_now timestamp with time zone) is 'A done (succeeded or skipped) node passes: each downstream node''s upstream count drops by one and those reaching zero start. The caller holds the run row.';
+grant execute on function ceaseless._pass_topology_node(p_run_id uuid, p_node_id text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
 -- functions/72_forge_verdict.sql, body md5 4b35fd38173742bcdc91ca802b2700f6
 create function ceaseless._plan_child_key(p_child jsonb)
     returns text
@@ -2644,22 +2716,22 @@ create function ceaseless._setting_int(p_key text)
 comment on function ceaseless._setting_int(p_key text) is 'Read an integer from ceaseless.settings; raises CE500 when the row is missing.';
 grant execute on function ceaseless._setting_int(p_key text) to ceaseless_listener, ceaseless_operator;
 
--- functions/03_settings.sql, body md5 b779e1569f31296af41be4ed70028880
+-- functions/03_settings.sql, body md5 9d0b14924a6f70f0fed11ae01f0f52f0
 create function ceaseless._setting_range(p_key text)
     returns int8range
     language sql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._setting_range(p_key text) is 'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, overlap_buffer_max, audit_log_min_retention_secs); NULL for any other key.';
+comment on function ceaseless._setting_range(p_key text) is 'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, audit_log_min_retention_secs, backfill_max, overlap_buffer_max); NULL for any other key.';
 grant execute on function ceaseless._setting_range(p_key text) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 da31e62864882c25ff052d888f30f552
+-- functions/51_topology_runs.sql, body md5 1c0a085e0cf6e545c062d638ee30a7fd
 create function ceaseless._settle_topology_run(p_run_id uuid, p_now timestamp with time zone)
     returns void
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._settle_topology_run(p_run_id uuid, p_now timestamp with time zone) is 'Set a live run''s status from its nodes: succeeded (final_message = the sink outputs) when all succeeded, awaiting_approval while only gates wait, else running. Caller holds the run.';
+comment on function ceaseless._settle_topology_run(p_run_id uuid, p_now timestamp with time zone) is 'Set a live run''s status from its nodes: succeeded (final_message = the sink outputs) when all succeeded or were skipped, awaiting_approval while only gates wait, else running. Caller holds the run.';
 grant execute on function ceaseless._settle_topology_run(p_run_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/05_secrets.sql, body md5 fc446f57e50dc6f5f89cc7cc671eaa03
@@ -2671,6 +2743,15 @@ create function ceaseless._sinks_without_secrets(p_sinks jsonb)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._sinks_without_secrets(p_sinks jsonb) is 'The notification_sinks setting with header values hidden and URLs cut to scheme://host.';
 grant execute on function ceaseless._sinks_without_secrets(p_sinks jsonb) to ceaseless_listener, ceaseless_operator;
+
+-- functions/51_topology_runs.sql, body md5 b47b618904156cebe9f602c98a29be09
+create function ceaseless._skip_topology_node(p_run_id uuid, p_node_id text, p_now timestamp with time zone)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._skip_topology_node(p_run_id uuid, p_node_id text, p_now timestamp with time zone) is 'Skip a node awaiting approval (its approval expired under on_expiry skip): done without output, its downstream nodes start, the run settles. The caller holds the run row.';
+grant execute on function ceaseless._skip_topology_node(p_run_id uuid, p_node_id text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/12_lanes.sql, body md5 a919f28f9688895037140dede3e31b15
 create function ceaseless._spend_clears(p_agents text[], p_user_id text, p_since timestamp with time zone, p_window_secs integer, p_tokens boolean, p_over numeric)
@@ -3276,7 +3357,7 @@ create function ceaseless._topology_graph_order(p_graph jsonb)
 comment on function ceaseless._topology_graph_order(p_graph jsonb) is 'The node ids of a topology graph with their 1-based position in its nodes array.';
 grant execute on function ceaseless._topology_graph_order(p_graph jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 ce01cfc608f52bb8e059d6e91072d16c
+-- functions/51_topology_runs.sql, body md5 9ea6fb8520dc35e69487b0fd588b01d7
 create function ceaseless._topology_jobs_changed(p_job_ids uuid[])
     returns void
     language plpgsql
@@ -3294,13 +3375,22 @@ create function ceaseless._topology_node_id_ok(p_id jsonb)
 comment on function ceaseless._topology_node_id_ok(p_id jsonb) is 'True for a JSON string that may be a topology node id: 1-64 of A-Z a-z 0-9 _ . -.';
 grant execute on function ceaseless._topology_node_id_ok(p_id jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 be31bf5ff3b66f0c6261d8145d7360df
+-- functions/51_topology_runs.sql, body md5 db3f6e70dfe93af70350690e29d570e1
+create function ceaseless._topology_node_output(p_state text, p_output text, p_chars integer)
+    returns text
+    language sql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._topology_node_output(p_state text, p_output text, p_chars integer) is 'A node''s output as downstream prompts and final messages show it: cut to p_chars (NULL: whole), or "(skipped: its approval expired)" for a skipped node.';
+grant execute on function ceaseless._topology_node_output(p_state text, p_output text, p_chars integer) to ceaseless_listener, ceaseless_operator;
+
+-- functions/51_topology_runs.sql, body md5 21e32c4f98b41880013554d773860bd9
 create function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text)
     returns text
     language plpgsql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) is 'The prompt of a node''s job: its prompt, "## Task" and the run''s task, then "## Output of <node>" and each upstream''s output cut to topology_upstream_chars; within the job prompt cap.';
+comment on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) is 'The prompt of a node''s job: its prompt, "## Task" and the run''s task, then "## Output of <node>" and each upstream''s output cut to topology_upstream_chars (a skipped one says so); within the job prompt cap.';
 grant execute on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 ff1a724394f5df66df25df258fe61872
@@ -3349,7 +3439,7 @@ create function ceaseless._url_origin(p_url text)
 comment on function ceaseless._url_origin(p_url text) is 'scheme://host[:port] of a URL, without the userinfo, path and query that may hold credentials.';
 grant execute on function ceaseless._url_origin(p_url text) to ceaseless_listener, ceaseless_operator;
 
--- functions/50_topology_graph.sql, body md5 eee3b5a381dd6e1b32fe13bc1c2f9da1
+-- functions/50_topology_graph.sql, body md5 7e8d41903215ffbd54bcaf50e47725fc
 create function ceaseless._validate_topology_graph(p_where text, p_graph jsonb)
     returns void
     language plpgsql
@@ -3542,6 +3632,26 @@ create function ceaseless._without_secrets(p_table text, p_row jsonb)
 comment on function ceaseless._without_secrets(p_table text, p_row jsonb) is 'A row (as jsonb) of agents or settings with its secrets hidden, for audit_log.';
 grant execute on function ceaseless._without_secrets(p_table text, p_row jsonb) to ceaseless_listener, ceaseless_operator;
 
+-- functions/32_schedules.sql, body md5 3511d325949e098f9f544714b0720fa8
+create function ceaseless.backfill_loop(p_loop_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer DEFAULT 100, p_now timestamp with time zone DEFAULT now())
+    returns TABLE(slot_at timestamp with time zone, outcome text, run_id uuid, status text, skip_reason text)
+    language sql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.backfill_loop(p_loop_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) is 'Fire a loop''s cron slots in [p_from, p_to) that never fired (trigger backfill, slot_at its slot), at most p_max; refused as live_iteration while an iteration is live. One row per slot: fired, refused, already_fired or over_max. CE404, CE422.';
+grant execute on function ceaseless.backfill_loop(p_loop_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
+-- functions/32_schedules.sql, body md5 c552bddbcb1c9eeaf695c9a4c1edebf6
+create function ceaseless.backfill_routine(p_routine_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer DEFAULT 100, p_now timestamp with time zone DEFAULT now())
+    returns TABLE(slot_at timestamp with time zone, outcome text, run_id uuid, status text, skip_reason text)
+    language sql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.backfill_routine(p_routine_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) is 'Fire a routine''s cron slots in [p_from, p_to) that never fired (trigger backfill, each run''s slot_at its slot), at most p_max (1..setting backfill_max); one row per slot: fired, refused (with the skip reason), already_fired or over_max. CE404, CE422.';
+grant execute on function ceaseless.backfill_routine(p_routine_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
 -- functions/10_jobs.sql, body md5 ea21db40c1dbb49b60ec9a5628d6c278
 create function ceaseless.cancel_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns void
@@ -3665,13 +3775,13 @@ create function ceaseless.ended_jobs(p_ids uuid[])
 comment on function ceaseless.ended_jobs(p_ids uuid[]) is 'Of p_ids, the jobs of this database that will not run again (delivered, failed, abandoned, cancelled): listeners remove their working directories.';
 grant execute on function ceaseless.ended_jobs(p_ids uuid[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/52_approvals.sql, body md5 1e413842c0a7a223fec95e94d7fc153e
+-- functions/52_approvals.sql, body md5 f638fe33191f69b969a567064f8125b4
 create function ceaseless.expire_approvals(p_now timestamp with time zone DEFAULT now())
     returns integer
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.expire_approvals(p_now timestamp with time zone) is 'Decide undecided approvals past expires_at by their node''s on_expiry (expired, failing the run; or approved, running the node), and send the reminders due; returns how many expired. Maintenance, every listener.';
+comment on function ceaseless.expire_approvals(p_now timestamp with time zone) is 'Decide undecided approvals past expires_at by their node''s on_expiry (expired, failing the run; expired, skipping the node; or approved, running the node), and send the reminders due; returns how many expired. Maintenance, every listener.';
 grant execute on function ceaseless.expire_approvals(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/10_jobs.sql, body md5 1b894a408c886f5862ca1c02de1ed3fb
@@ -3713,7 +3823,7 @@ create function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp wit
 comment on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) is 'Every reason that holds a routine''s next fire (its held fires: buffered, debounced; disabled, agent_disabled, cooldown, concurrency and the explain_job reasons of each running run''s job, global_cap, not_due, not_scheduled) or its jobs in their lane (lane_paused, lane_full, window_budget, cost_budget, token_budget), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown routine.';
 grant execute on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/92_explain.sql, body md5 cbec2ab24f26ea2156c3b288bd208f47
+-- functions/92_explain.sql, body md5 eb638e801d07fd19e6347f72aa70dcd6
 create function ceaseless.explain_topology_run(p_run_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -3759,7 +3869,7 @@ create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now time
 comment on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Finish a batch of agent runs and move each job by its outcome (_job_state_after: delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job, attempt refunded. A succeeded forge run gets its verdict first (_forge_verdict: an implement run without a pull request fails, a needs_human block blocks the job, a plan needs a valid children block). A result for a run that is no longer the reporter''s is kept in late_results, never written onto the closed run (recorded = false).';
 grant execute on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/32_schedules.sql, body md5 2566543e2b2898c0a67bad3de294f3aa
+-- functions/32_schedules.sql, body md5 17f0001b0ce5faf5e380e2aef1710dbe
 create function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone DEFAULT now())
     returns TABLE(kind text, id uuid, run_id uuid, status text, skip_reason text, next_fire_at timestamp with time zone)
     language plpgsql
@@ -3768,7 +3878,7 @@ create function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_at
 comment on function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) is 'Fire a batch of due routines and loops the caller locked (due_schedules), each once however many slots it missed; a routine refused for cooldown is deferred to its end, the rest move to the next slot given. CE422 when the arrays differ in length.';
 grant execute on function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/33_held_fires.sql, body md5 0f4de237208efebd79888f639deb3297
+-- functions/33_held_fires.sql, body md5 0f828d49c2d6ee86bab7954475a4336c
 create function ceaseless.fire_held(p_now timestamp with time zone DEFAULT now(), p_limit integer DEFAULT 1000)
     returns TABLE(held_id uuid, kind text, target_id uuid, run_id uuid, status text, skip_reason text)
     language plpgsql
@@ -3961,7 +4071,7 @@ create function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zon
 comment on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) is 'Return a finished job to pending with its attempts reset; a routine''s job through its routine''s guardrails, as a new routine run. Raises CE404 (unknown), CE409 (still live), CE410/CE412/CE415 (the routine may not run now).';
 grant execute on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/51_topology_runs.sql, body md5 3e28708d8e53f22b27f54b84faa73a04
+-- functions/51_topology_runs.sql, body md5 ae7b5dd28b23677e52afa9aae2b251e0
 create function ceaseless.retry_topology_run(p_run_id uuid, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql

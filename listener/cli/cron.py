@@ -1,4 +1,5 @@
-"""`ceaseless cron preview`: the next slots of a schedule, as the listener will fire them.
+"""`ceaseless cron preview`: the next slots of a schedule, as the listener will fire them; and
+the backfill of missed slots that `routine backfill` and `loop backfill` share.
 
 The schedule and time zone are checked by the database (check_schedule, the rule a
 routine's or loop's INSERT applies), so the preview refuses exactly what storing the
@@ -13,6 +14,7 @@ check) the command fails in one line saying what to do, and computes nothing.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Annotated
 from zoneinfo import ZoneInfo
@@ -25,14 +27,18 @@ from listener.cli.common import (
     APPLICATION_NAME,
     Output,
     OutputOpt,
+    call,
     collecting,
     emitting,
     fail,
+    listed,
+    note,
     table,
     url,
 )
 from listener.database import connections
-from listener.queries.commands.cron import check_schedule
+from listener.queries.commands.cron import Backfilled, check_schedule
+from listener.queries.commands.cron import backfill as backfill_slots
 
 app = typer.Typer(
     help="Cron schedules: preview the slots a schedule fires at.", no_args_is_help=True
@@ -171,3 +177,58 @@ def cron_preview(
     warn_if_quartz(schedule, tz, start)
     with emitting(output):
         print_slots(slots, tz)
+
+
+def _moment(text: str, option: str) -> datetime:
+    """An ISO 8601 time given on the command line; one without an offset is UTC."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise fail(
+            f"{option} {text!r} is not a time: write ISO 8601, e.g. 2026-03-01T08:00 (UTC) "
+            "or 2026-03-01T09:00+01:00"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+FromOpt = Annotated[
+    str,
+    typer.Option(
+        "--from",
+        help="The first moment of the range, ISO 8601 (no offset: UTC); a slot at it is included.",
+    ),
+]
+ToOpt = Annotated[
+    str,
+    typer.Option(
+        "--to",
+        help="The end of the range, ISO 8601 (no offset: UTC), not after now; a slot at it is "
+        "left out, so ranges end to end never fire a slot twice.",
+    ),
+]
+MaxOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max",
+        help="Fire at most this many slots, oldest first (default 100; at most the setting "
+        "backfill_max, default 1000); the rest are listed as over_max.",
+    ),
+]
+
+
+def backfill(
+    kind: Backfilled, row_id: str, start: str, end: str, most: int | None, output: Output
+) -> None:
+    """Fire the slots of a routine's or loop's schedule in [--from, --to) that never fired, and
+    list every slot with what became of it, then a count of each outcome."""
+    fired = call(backfill_slots, kind, row_id, _moment(start, "--from"), _moment(end, "--to"), most)
+    with emitting(output):
+        listed(fired)
+        counts = Counter(row[fired.headers.index("outcome")] for row in fired.rows)
+        note(
+            f"{len(fired.rows)} slots: "
+            + ", ".join(
+                f"{counts[outcome]} {outcome.replace('_', ' ')}"
+                for outcome in ("fired", "refused", "already_fired", "over_max")
+            )
+        )

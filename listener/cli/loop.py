@@ -39,6 +39,7 @@ from listener.cli.common import (
 from listener.enums import LoopOverlapPolicy
 from listener.queries import commands
 from listener.queries.commands import loops
+from listener.queries.commands.cron import Backfilled
 
 app = typer.Typer(
     help=(
@@ -298,6 +299,24 @@ def loop_run(loop: LoopArg) -> None:
     typer.echo(f"{run_id} {status} ({detail})")
     if iteration is None:
         raise typer.Exit(1)
+
+
+@app.command("backfill")
+def loop_backfill(
+    loop: LoopArg,
+    start: cron_cli.FromOpt,
+    end: cron_cli.ToOpt,
+    most: cron_cli.MaxOpt = None,
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Fire the cron slots between --from and --to that never fired (backfill_loop).
+
+    Slots a listener that was down collapsed into one fire, or whose fire was refused, fire
+    now, oldest first, each an iteration recorded with its slot (trigger backfill); slots that
+    fired already are listed, not fired again. A loop runs one iteration at a time, so while
+    one is live a backfilled slot is refused (live_iteration): backfill again once it ends.
+    """
+    cron_cli.backfill(Backfilled.LOOP, LOOPS.id(loop), start, end, most, output)
 
 
 @app.command("pause")

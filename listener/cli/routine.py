@@ -33,6 +33,7 @@ from listener.cli.common import (
 from listener.enums import OverlapPolicy
 from listener.queries import commands
 from listener.queries.commands import routines
+from listener.queries.commands.cron import Backfilled
 
 app = typer.Typer(
     help="Routines (ceaseless.routines): cron, event, webhook and manual triggers.",
@@ -218,6 +219,25 @@ def routine_run(routine: RoutineArg, user: UserOpt = None) -> None:
     typer.echo(f"{run_id} {status}" + (f" ({reason})" if reason else ""))
     if status == "skipped":
         raise typer.Exit(1)
+
+
+@app.command("backfill")
+def routine_backfill(
+    routine: RoutineArg,
+    start: cron_cli.FromOpt,
+    end: cron_cli.ToOpt,
+    most: cron_cli.MaxOpt = None,
+    user: UserOpt = None,
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Fire the cron slots between --from and --to that never fired (backfill_routine).
+
+    Slots a listener that was down collapsed into one fire, or whose fire a guardrail refused,
+    fire now, oldest first, each a run recorded with its slot (trigger backfill) and judged as
+    a cron fire is (max_concurrent, cooldown, the global cap); slots that fired already are
+    listed, not fired again, so a backfill can be repeated.
+    """
+    cron_cli.backfill(Backfilled.ROUTINE, ROUTINES.id(routine, user), start, end, most, output)
 
 
 @app.command("enable")

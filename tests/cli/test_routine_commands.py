@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import psycopg
 
 from tests.cli.column_defaults import shift_column_defaults
@@ -208,3 +211,38 @@ def test_routine_add_takes_the_overlap_policy_and_debounce(
     assert refused.returncode == 1
     assert "routines.debounce_max_secs: must be at least debounce_secs (30)" in refused.stderr
     assert "10" in refused.stderr
+
+
+def test_routine_and_loop_backfill_fire_the_slots_that_never_fired(
+    db_url: str, conn: psycopg.Connection, tmp_path: Path
+) -> None:
+    run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
+    run_cli(db_url, "routine", "add", "hourly", "--agent", "noop", "--prompt", "p",
+            "--cron", "0 * * * *", "--max-concurrent", "10")  # fmt: skip
+    window = ("--from", "2026-01-05T00:00", "--to", "2026-01-05T04:00")
+
+    first = run_cli(db_url, "routine", "backfill", "hourly", *window, "--max", "3")
+    assert first.returncode == 0, first.stderr
+    assert "4 slots: 3 fired, 0 refused, 0 already fired, 1 over max" in first.stdout
+    again = run_cli(db_url, "routine", "backfill", "hourly", *window, "-o", "json")
+    assert again.returncode == 0, again.stderr
+    outcomes = [row["outcome"] for row in json.loads(again.stdout)]
+    assert outcomes == ["already_fired"] * 3 + ["fired"]
+    assert conn.execute(
+        "select count(*) from ceaseless.routine_runs where trigger_type = 'backfill'"
+    ).fetchone() == (4,)
+
+    future = run_cli(db_url, "routine", "backfill", "hourly", "--from", "2026-01-05",
+                     "--to", "2999-01-01")  # fmt: skip
+    assert future.returncode == 1
+    assert "backfill_routine.p_to: must not be after now" in future.stderr
+
+    graph = tmp_path / "graph.json"
+    graph.write_text(json.dumps({"nodes": [{"id": "A", "agent": "noop", "prompt": "p"}]}))
+    added = run_cli(db_url, "loop", "add", "--title", "hourly loop", "--graph", str(graph),
+                    "--task", "t", "--cron", "0 * * * *")  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    looped = run_cli(db_url, "loop", "backfill", "hourly loop", *window)
+    assert looped.returncode == 0, looped.stderr
+    assert "4 slots: 1 fired, 3 refused" in looped.stdout
+    assert "live_iteration" in looped.stdout

@@ -558,3 +558,29 @@ def test_routine_and_loop_pages_show_their_held_fires(
         assert status == 200
         assert "buffer_all" in html and "live_iteration" in html and "when a run ends" in html
     _no_traceback(listener)
+
+
+def test_the_run_page_shows_a_node_skipped_at_its_approval_s_expiry(
+    conn: psycopg.Connection, echo: str, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    with _served(start_listener) as (base, listener):
+        run = start_run(
+            conn,
+            graph(
+                [node("plan", "echo"),
+                 node("review", "echo", gate="approval", approval_timeout_secs=3600,
+                      on_expiry="skip"),
+                 node("ship", "echo")],
+                [("plan", "review"), ("review", "ship")],
+            ),
+            task="release 1.5",
+        )  # fmt: skip
+        _awaiting(conn, run)
+        conn.execute("select ceaseless.expire_approvals(now() + interval '2 hours')")
+        wait_until(lambda: run_row(conn, run)["status"] == "succeeded", 30)
+        status, html = _get(base, f"/runs/{run}", listener.auth())
+        assert status == 200
+        assert '<span class="state state-skipped">skipped</span>' in html
+        assert "(skipped: its approval expired)" in html
+        assert 'class="node state-skipped"' in html
+        _no_traceback(listener)

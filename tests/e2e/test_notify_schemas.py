@@ -4,11 +4,12 @@ The schemas: listener/notify_schemas.json, documented in docs/notify.md.
 
 A connection LISTENs on every channel while a real listener works through a
 scenario that touches each kind of change: jobs in bulk and alone, agent runs,
-routines (manual and cron), a loop's iterations, a gated run approved, a loop
-disabled, configuration changes, notifications queued and delivered through a
-`pg` sink. Every payload received is validated; the test also requires each
-channel, and each `table` of ceaseless_run, to have been heard, so a schema
-that nothing exercises cannot pass unnoticed.
+routines (manual, cron and a backfill), a loop's iterations, a gated run
+approved and one skipped at its expiry, a loop disabled, configuration
+changes, notifications queued and delivered through a `pg` sink. Every
+payload received is validated; the test also requires each channel, and each
+`table` of ceaseless_run, to have been heard, so a schema that nothing
+exercises cannot pass unnoticed.
 """
 
 from __future__ import annotations
@@ -69,7 +70,11 @@ def _scenario(conn: psycopg.Connection) -> None:
         conn, "report", notify_on_success=True, notify_user="carol", action_type="lightweight"
     )
     conn.execute("select ceaseless.run_routine(%s)", (routine,))
-    make_routine(conn, "tick", "cron", {"schedule": "0 3 * * *"})
+    tick = make_routine(conn, "tick", "cron", {"schedule": "0 3 * * *"})
+    # Two of its past slots backfilled.
+    conn.execute(
+        "select * from ceaseless.backfill_routine(%s, now() - interval '2 days', now())", (tick,)
+    )
 
     # A loop of two iterations that stops itself; a cron loop, disabled.
     loop = make_loop(
@@ -100,8 +105,21 @@ def _scenario(conn: psycopg.Connection) -> None:
         (run,),
     )
 
+    # A gated node nobody answers, skipped at its expiry: the node after it runs.
+    skipped = start_run(
+        conn,
+        graph(
+            [node("A", "answer", gate="approval", approval_timeout_secs=1, on_expiry="skip"),
+             node("B", "answer")],
+            [("A", "B")],
+        ),
+    )  # fmt: skip
+
     wait_until(lambda: loop_row(conn, loop)["stopped_reason"] is not None, 30, "loop never ended")
     wait_until(lambda: run_row(conn, run)["status"] == "succeeded", 30, "gated run never ended")
+    wait_until(
+        lambda: run_row(conn, skipped)["status"] == "succeeded", 30, "skipping run never ended"
+    )
     wait_until(
         lambda: (
             conn.execute(

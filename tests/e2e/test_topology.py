@@ -166,6 +166,37 @@ def test_an_expired_gate_fails_the_run_on_the_listeners_tick(
     listener.wait_for_event("approval.expired")
 
 
+def test_an_expired_gate_that_skips_lets_the_rest_run_and_the_run_succeed(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    _first_line_agent(conn)
+    listener = start_listener("--poll-interval", "60")
+    run = start_run(
+        conn,
+        graph(
+            [node("A"), node("B", gate="approval", approval_timeout_secs=1, on_expiry="skip"),
+             node("C")],
+            [("A", "B"), ("B", "C")],
+        ),
+    )  # fmt: skip
+    _approval_of(conn, run, "B")
+    row = _wait_run(conn, run, timeout=30)
+    assert row["status"] == "succeeded", row
+    assert {n: v["state"] for n, v in nodes(conn, run).items()} == {
+        "A": "succeeded",
+        "B": "skipped",
+        "C": "succeeded",
+    }
+    (prompt,) = conn.execute(
+        "select prompt from ceaseless.job where topology_run_id = %s "
+        "and payload ->> 'node_id' = 'C'",
+        (run,),
+    ).fetchone()  # type: ignore[misc]
+    assert "## Output of B\n\n(skipped: its approval expired)" in prompt
+    assert row["final_message"] == nodes(conn, run)["C"]["output_preview"]
+    listener.wait_for_event("approval.expired")
+
+
 def test_cancelling_a_run_stops_its_running_agent(
     conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess], tmp_path: Path
 ) -> None:

@@ -11,7 +11,17 @@ import psycopg
 import pytest
 
 from tests.factories import make_agent
-from tests.sql.topology import diamond, graph, node, nodes, run_node, run_row, start_run, states
+from tests.sql.topology import (
+    diamond,
+    graph,
+    job_of,
+    node,
+    nodes,
+    run_node,
+    run_row,
+    start_run,
+    states,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -248,6 +258,101 @@ def test_an_approval_whose_node_says_approve_on_expiry_opens_the_gate_by_itself(
     assert run_row(conn, run)["status"] == "succeeded"
 
 
+def test_an_approval_whose_node_says_skip_on_expiry_skips_it_and_runs_what_follows(
+    conn: psycopg.Connection,
+) -> None:
+    # A → B (gated, skip on expiry) → C: C runs without B's output, told plainly.
+    run = start_run(
+        conn,
+        graph(
+            [node("A"), node("B", gate="approval", approval_timeout_secs=60, on_expiry="skip"),
+             node("C")],
+            [("A", "B"), ("B", "C")],
+        ),
+    )  # fmt: skip
+    run_node(conn, run, "A", message="from A")
+    approval = _approval(conn, run, "B")
+    request = conn.execute(
+        "select body from ceaseless.notifications where source_id = %s", (approval["id"],)
+    ).fetchone()
+    assert request is not None and "undecided, it is skipped at" in request[0]
+
+    after = approval["expires_at"] + timedelta(seconds=1)
+    assert conn.execute("select ceaseless.expire_approvals(%s)", (after,)).fetchone() == (1,)
+
+    skipped = _approval(conn, run, "B")
+    assert (skipped["decision"], skipped["decided_by"]) == ("expired", "ceaseless")
+    assert skipped["note"] == "skipped undecided at its expiry"
+    assert states(conn, run) == {"A": "succeeded", "B": "skipped", "C": "queued"}
+    assert nodes(conn, run)["B"]["finished_at"] == after
+    (prompt,) = conn.execute(
+        "select prompt from ceaseless.job where id = %s", (job_of(conn, run, "C"),)
+    ).fetchone()  # type: ignore[misc]
+    assert "## Output of B\n\n(skipped: its approval expired)" in prompt
+    assert run_row(conn, run)["status"] == "running"
+    run_node(conn, run, "C", message="done without B")
+    assert run_row(conn, run)["status"] == "succeeded"
+    assert run_row(conn, run)["final_message"] == "done without B"
+
+
+def test_a_skipped_sink_says_so_in_the_run_s_final_message(conn: psycopg.Connection) -> None:
+    run = _gated_run(conn, approval_timeout_secs=60, on_expiry="skip")
+    approval = _approval(conn, run, "D")
+    conn.execute(
+        "select ceaseless.expire_approvals(%s)", (approval["expires_at"] + timedelta(seconds=1),)
+    )
+    assert states(conn, run)["D"] == "skipped"
+    assert run_row(conn, run)["status"] == "succeeded"
+    assert run_row(conn, run)["final_message"] == "(skipped: its approval expired)"
+
+
+def test_a_retried_run_keeps_its_skipped_nodes_done(conn: psycopg.Connection) -> None:
+    run = start_run(
+        conn,
+        graph(
+            [node("A"), node("B", gate="approval", approval_timeout_secs=60, on_expiry="skip"),
+             node("C")],
+            [("A", "B"), ("B", "C")],
+        ),
+    )  # fmt: skip
+    run_node(conn, run, "A")
+    approval = _approval(conn, run, "B")
+    conn.execute(
+        "select ceaseless.expire_approvals(%s)", (approval["expires_at"] + timedelta(seconds=1),)
+    )
+    conn.execute("select ceaseless.cancel_topology_run(%s)", (run,))
+    assert run_row(conn, run)["status"] == "cancelled"
+    conn.execute("select ceaseless.retry_topology_run(%s)", (run,))
+    assert states(conn, run) == {"A": "succeeded", "B": "skipped", "C": "queued"}
+
+
+def test_a_user_s_skipped_node_shows_on_its_own_run_only(
+    conn: psycopg.Connection, login_role: Callable[[str], psycopg.Connection]
+) -> None:
+    alice, bob = login_role("alice"), login_role("bob")
+    run = start_run(
+        alice, diamond(D={"gate": "approval", "approval_timeout_secs": 60, "on_expiry": "skip"})
+    )
+    for n in "ABC":
+        run_node(conn, run, n)
+    approval = _approval(conn, run, "D")
+    # The maintenance sweep runs as a listener, not as the run's owner.
+    conn.execute(
+        "select ceaseless.expire_approvals(%s)", (approval["expires_at"] + timedelta(seconds=1),)
+    )
+    conn.commit()
+    assert alice.execute(
+        "select state from ceaseless.topology_nodes where topology_run_id = %s and node_id = 'D'",
+        (run,),
+    ).fetchone() == ("skipped",)
+    assert alice.execute(
+        "select status from ceaseless.topology_runs where id = %s", (run,)
+    ).fetchone() == ("succeeded",)
+    assert bob.execute(
+        "select count(*) from ceaseless.topology_nodes where topology_run_id = %s", (run,)
+    ).fetchone() == (0,)
+
+
 def test_a_reminder_goes_once_before_the_expiry_with_the_run_s_dashboard_link(
     conn: psycopg.Connection,
 ) -> None:
@@ -284,7 +389,7 @@ def test_a_reminder_goes_once_before_the_expiry_with_the_run_s_dashboard_link(
         (approval["id"],),
     ).fetchone()  # type: ignore[misc]
     assert f"Dashboard: http://127.0.0.1:8787/runs/{run}" in request
-    assert "it expires, failing the run, at" in request
+    assert "; undecided, it fails the run at" in request
 
 
 @pytest.mark.parametrize(
@@ -292,7 +397,7 @@ def test_a_reminder_goes_once_before_the_expiry_with_the_run_s_dashboard_link(
     [
         ({"on_expiry": "approve"}, "node \"D\": on_expiry needs approval_timeout_secs"),
         ({"approval_timeout_secs": 60, "on_expiry": "ask"},
-         "node \"D\": on_expiry must be \"fail\" or \"approve\""),
+         "node \"D\": on_expiry must be \"fail\", \"skip\" or \"approve\""),
         ({"approval_timeout_secs": 60, "remind_before_secs": 60},
          "node \"D\": remind_before_secs must be less than approval_timeout_secs"),
         ({"approval_timeout_secs": 60, "remind_before_secs": -1},

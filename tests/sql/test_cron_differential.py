@@ -712,3 +712,129 @@ def test_a_fifth_monday_in_february_comes_decades_apart_yet_within_the_search() 
         after = next_fire("0 0 * 2 1#5", "UTC", after)
         dates.append(after.date().isoformat())
     assert dates == ["2044-02-29", "2072-02-29", "2112-02-29"]
+
+
+# --- the slots between two times: _cron_slots (SQL) against the listener -----------
+#
+# backfill_routine and backfill_loop enumerate slots in SQL (_cron_slots, from
+# _cron_reading: the gate's own reading), not with croniter; these check that
+# they are the slots the listener's next_fire walks through between two times,
+# in the schedule's time zone, across DST: a wall-clock time in the
+# spring-forward gap is no slot, one repeated at fall-back fires once, at its
+# first occurrence (listener/cron.py).
+
+# A DST change of each zone in 2026 (UTC): ranges are drawn around them.
+_TRANSITIONS = {
+    "UTC": [datetime(2026, 3, 29, 1, tzinfo=UTC)],
+    "Europe/Berlin": [datetime(2026, 3, 29, 1, tzinfo=UTC), datetime(2026, 10, 25, 1, tzinfo=UTC)],
+    "America/New_York": [
+        datetime(2026, 3, 8, 7, tzinfo=UTC),
+        datetime(2026, 11, 1, 6, tzinfo=UTC),
+    ],
+    # A half-hour change: the earlier occurrence is not an hour away.
+    "Australia/Lord_Howe": [
+        datetime(2026, 4, 4, 15, tzinfo=UTC),
+        datetime(2026, 10, 3, 15, 30, tzinfo=UTC),
+    ],
+}
+# Slots compared per expression and range: a schedule firing every second
+# would otherwise make a long range cost minutes.
+RANGE_SLOTS = 150
+
+
+def _listener_slots(
+    expression: str, zone: str, start: datetime, end: datetime
+) -> tuple[list[datetime], datetime]:
+    """next_fire's slots in [start, end), at most RANGE_SLOTS, and where the range then ends."""
+    slots: list[datetime] = []
+    after = start - timedelta(microseconds=1)
+    while len(slots) < RANGE_SLOTS:
+        after = next_fire(expression, zone, after)
+        if after >= end:
+            return slots, end
+        slots.append(after)
+    return slots, slots[-1] + timedelta(seconds=1)
+
+
+def sql_slots(
+    conn: psycopg.Connection, expression: str, zone: str, start: datetime, end: datetime
+) -> list[datetime]:
+    rows = conn.execute(
+        "select s from ceaseless._cron_slots(%s, %s, %s, %s) s order by s",
+        (expression, zone, start, end),
+    ).fetchall()
+    return [row[0].astimezone(UTC) for row in rows]
+
+
+def slot_misreadings(
+    conn: psycopg.Connection,
+    expressions: Sequence[str],
+    zone: str,
+    start: datetime,
+    end: datetime,
+) -> list[tuple[str, ...]]:
+    accepted = [e for e, error in zip(expressions, cron_errors(conn, expressions), strict=True)
+                if error is None]  # fmt: skip
+    found: list[tuple[str, ...]] = []
+    for expression in accepted:
+        try:
+            theirs, until = _listener_slots(expression, zone, start, end)
+        except CronError as exc:
+            theirs, until = [], end
+            if "has no slot" not in str(exc):
+                found.append((expression, str(exc)))
+                continue
+        ours = sql_slots(conn, expression, zone, start, until)
+        if ours != theirs:
+            found.append((expression, f"listener: {theirs[:8]}…", f"sql: {ours[:8]}…"))
+    return found
+
+
+@st.composite
+def _ranges(draw: st.DrawFn) -> tuple[str, datetime, datetime]:
+    """A zone and a range: around one of its DST changes, or a long one for the day fields."""
+    zone = draw(st.sampled_from(sorted(_TRANSITIONS)))
+    if draw(st.booleans()):
+        change = draw(st.sampled_from(_TRANSITIONS[zone]))
+        start = change - timedelta(minutes=draw(st.integers(0, 48 * 60)))
+        end = start + timedelta(minutes=draw(st.integers(1, 72 * 60)))
+    else:
+        start = draw(_after)
+        end = start + timedelta(days=draw(st.integers(1, 800)))
+    return zone, start, end
+
+
+@_settings(25)
+@given(st.lists(expressions(), min_size=20, max_size=20, unique=True), _ranges())
+def test_the_sql_slots_between_two_times_are_the_listeners(
+    conn: psycopg.Connection, batch: list[str], span: tuple[str, datetime, datetime]
+) -> None:
+    zone, start, end = span
+    assert slot_misreadings(conn, batch, zone, start, end) == []
+
+
+@pytest.mark.parametrize(
+    ("expression", "zone", "start", "expected"),
+    [
+        # Spring forward in Berlin: 02:30 does not exist on 29 March.
+        ("30 2 * * *", "Europe/Berlin", datetime(2026, 3, 28), ["03-28 01:30", "03-30 00:30"]),
+        # Fall back in Berlin: 02:30 comes twice on 25 October, and fires at the first.
+        ("30 2 * * *", "Europe/Berlin", datetime(2026, 10, 24), ["10-24 00:30", "10-25 00:30"]),
+        # Every 30 minutes through New York's repeated hour: each wall time once.
+        (
+            "*/30 1 * * *",
+            "America/New_York",
+            datetime(2026, 11, 1),
+            ["11-01 05:00", "11-01 05:30", "11-02 06:00"],
+        ),
+    ],
+)
+def test_dst_gaps_fire_nothing_and_repeated_times_fire_once_at_the_first(
+    conn: psycopg.Connection, expression: str, zone: str, start: datetime, expected: list[str]
+) -> None:
+    begin = start.replace(tzinfo=UTC)
+    end = begin + timedelta(days=3)
+    found = sql_slots(conn, expression, zone, begin, end)
+    shown = [f"{s:%m-%d %H:%M}" for s in found]
+    assert shown[: len(expected)] == expected
+    assert found == _listener_slots(expression, zone, begin, end)[0]

@@ -442,3 +442,19 @@ def test_an_approval_that_opens_at_its_expiry_says_so(conn: psycopg.Connection) 
     detail, clears = _one(_why_run(conn, run), "awaiting_approval")
 
     assert "; undecided, it is approved at " in detail and clears is not None
+
+
+def test_an_approval_that_is_skipped_at_its_expiry_says_so(conn: psycopg.Connection) -> None:
+    make_agent(conn)
+    run = start_run(
+        conn,
+        graph(
+            [node("A", gate="approval", approval_timeout_secs=60, on_expiry="skip"), node("B")],
+            [("A", "B")],
+        ),
+    )
+
+    detail, clears = _one(_why_run(conn, run), "awaiting_approval")
+
+    assert "; undecided, it is skipped at " in detail and clears is not None
+    assert "(the nodes after it run without its output)" in detail

@@ -530,3 +530,35 @@ def test_loop_debounce_max_secs_fires_a_steady_stream_once_per_ceiling(
         _event(conn, f"deploy {i}", at, user=user[0])
     starts = [i["created_at"] for i in iterations(conn, loop)]
     assert starts == [T0 + timedelta(seconds=60 * k) for k in range(1, 5)]
+
+
+def test_a_held_backfill_slot_keeps_its_slot_and_is_not_backfilled_twice(
+    conn: psycopg.Connection,
+) -> None:
+    routine = make_routine(
+        conn,
+        trigger_type="cron",
+        trigger_config={"schedule": "0 * * * *", "timezone": "UTC"},
+        max_concurrent=1,
+        overlap_policy="buffer_all",
+    )
+    now = T0.replace(hour=12)
+
+    def backfill() -> list[tuple[int, str, str]]:
+        rows = conn.execute(
+            "select slot_at, outcome, status from ceaseless.backfill_routine(%s, %s, %s, 10, %s)",
+            (routine, T0.replace(hour=8), T0.replace(hour=11), now),
+        ).fetchall()
+        return [(r[0].hour, r[1], r[2]) for r in rows]
+
+    assert backfill() == [
+        (8, "fired", "running"),
+        (9, "fired", "buffered"),
+        (10, "fired", "buffered"),
+    ]
+    assert [h["slot_at"].hour for h in _held(conn, routine)] == [9, 10]
+    assert [outcome for _, outcome, _ in backfill()] == ["already_fired"] * 3
+    [run] = _running(conn, routine)
+    complete_job(conn, run["job_id"], "succeeded", "ROUTINE_OK")
+    assert _fire_held(conn, now) == [("running", None)]
+    assert _running(conn, routine)[0]["slot_at"] == T0.replace(hour=9)

@@ -127,3 +127,13 @@ def test_the_audit_retention_floor_is_at_least_a_day(conn: psycopg.Connection, v
     )
     conn.rollback()
     _write(conn, "audit_log_min_retention_secs", "86400")
+
+
+@pytest.mark.parametrize("value", ["0", "100001", '"all"'])
+def test_backfill_max_is_1_to_100000(conn: psycopg.Connection, value: str) -> None:
+    with pytest.raises(psycopg.Error) as error:
+        _write(conn, "backfill_max", value)
+    assert error.value.sqlstate == "CE422"
+    assert "settings.backfill_max: must be an integer from 1" in str(error.value)
+    conn.rollback()
+    _write(conn, "backfill_max", "5000")
