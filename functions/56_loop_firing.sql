@@ -139,11 +139,8 @@ begin
                        and r.status in ('pending', 'running', 'awaiting_approval'))
             then 'live_iteration'
     end;
-    -- The mark lets topology_runs_loop_lock tell this insert from any other,
-    -- and the loop's outcome trigger an iteration this fire supersedes.
-    perform _remember_fire(null, null, v_run_id);
     -- The overlap policy and debounce (33_held_fires.sql): a fire that waits
-    -- returns its held_fires id instead of a run's.
+    -- returns its held_fires id instead of a run's, and marks nothing.
     if v_reason is null or v_reason = 'live_iteration' then
         if (_transaction_state()).held_fire is null and p_trigger in ('event', 'webhook')
            and v_loop.debounce_secs is not null then
@@ -151,10 +148,7 @@ begin
                                   v_loop.debounce_secs, v_loop.debounce_max_secs, p_trigger,
                                   p_detail, p_body, p_now);
         end if;
-        if v_reason = 'live_iteration' and v_loop.overlap_policy = 'cancel_other'
-           and _supersede_iteration(v_loop.id, p_now) then
-            v_reason := null;
-        elsif v_reason = 'live_iteration' and v_loop.overlap_policy in ('buffer_one', 'buffer_all')
+        if v_reason = 'live_iteration' and v_loop.overlap_policy in ('buffer_one', 'buffer_all')
         then
             v_held := _hold_fire('loop', v_loop.id, v_loop.user_id, v_loop.overlap_policy,
                                  v_reason, p_trigger, p_detail, p_body, null, p_now, p_slot);
@@ -162,6 +156,14 @@ begin
                 return v_held;
             end if;
         end if;
+    end if;
+    -- The mark lets topology_runs_loop_lock tell this insert from any other,
+    -- and the loop's outcome trigger the iteration this fire supersedes
+    -- (cancel_other: its run is marked and not yet inserted).
+    perform _remember_fire(null, null, v_run_id);
+    if v_reason = 'live_iteration' and v_loop.overlap_policy = 'cancel_other'
+       and _supersede_iteration(v_loop.id, p_now) then
+        v_reason := null;
     end if;
     if v_reason is not null then
         insert into topology_runs (id, workspace_id, graph, task, status, skip_reason, loop_id,

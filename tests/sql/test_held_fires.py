@@ -562,3 +562,19 @@ def test_a_held_backfill_slot_keeps_its_slot_and_is_not_backfilled_twice(
     complete_job(conn, run["job_id"], "succeeded", "ROUTINE_OK")
     assert _fire_held(conn, now) == [("running", None)]
     assert _running(conn, routine)[0]["slot_at"] == T0.replace(hour=9)
+
+
+def test_a_fire_held_earlier_in_a_transaction_does_not_spare_a_cancelled_iteration(
+    conn: psycopg.Connection,
+) -> None:
+    buffered = make_loop(conn, overlap_policy="buffer_one")
+    run_loop(conn, buffered)
+    superseding = make_loop(conn, overlap_policy="cancel_other")
+    run = run_loop(conn, superseding)
+    conn.commit()
+    with conn.transaction():
+        run_loop(conn, buffered)  # held: it inserts no run
+        conn.execute("select ceaseless.cancel_topology_run(%s)", (run,))
+    assert conn.execute(
+        "select stopped_reason from ceaseless.loops where id = %s", (superseding,)
+    ).fetchone() == ("cancelled",)
