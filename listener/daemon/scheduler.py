@@ -8,7 +8,9 @@ thing here, the trigger layer's, functions/32_schedules.sql):
 - when it fires what is due: it locks a batch (due_schedules, SKIP LOCKED; one
   kind per batch), computes each next slot and how many slots were missed, and
   hands both to fire_cron in the same transaction, a batch per transaction,
-  until nothing is due.
+  until nothing is due; then it starts the held fires that are due (fire_held:
+  a debounce window's end, a cooldown's end, or a run's end, which a
+  ceaseless_schedule NOTIFY naming held_fires announces).
 
 Guarantees: no slot fires twice, whatever the number of listeners (the row
 locks and the updated next_fire_at decide); a schedule croniter rejects is
@@ -97,6 +99,12 @@ async def fire_due(conn: psycopg.AsyncConnection, now: datetime) -> FireReport:
         # another listener) would come back the same.
         if not moved:
             break
+    async with conn.transaction():
+        held = await queries.fire_held(conn, now)
+    if held:
+        started = sum(1 for status in held if status in ("running", "pending"))
+        log.event("held.fired", started=started, tried=len(held))
+        fired += started
     return FireReport(fired, skipped, await queries.next_fire(conn))
 
 

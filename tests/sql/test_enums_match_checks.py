@@ -32,8 +32,10 @@ from listener.enums import (
     ApprovalDecision,
     Billing,
     Forge,
+    HeldReason,
     JobKind,
     JobState,
+    LoopOverlapPolicy,
     LoopSkipReason,
     LoopStoppedReason,
     LoopTrigger,
@@ -41,6 +43,7 @@ from listener.enums import (
     NotificationKind,
     NotificationSource,
     Outcome,
+    OverlapPolicy,
     RepeatPolicyKind,
     RoutineRunStatus,
     RunTriggerType,
@@ -79,6 +82,10 @@ MIRRORED: dict[Key, type[StrEnum]] = {
     ("notifications", "kind"): NotificationKind,
     ("notifications", "source_table"): NotificationSource,
     ("listener_reports", "sandbox"): Sandbox,
+    ("routines", "overlap_policy"): OverlapPolicy,
+    ("loops", "overlap_policy"): LoopOverlapPolicy,
+    ("held_fires", "policy"): OverlapPolicy,
+    ("held_fires", "reason"): HeldReason,
 }
 
 # Lists only SQL reads or writes so far. Give one a StrEnum and move it to
