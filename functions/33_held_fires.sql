@@ -274,7 +274,10 @@ comment on function _supersede_iteration(uuid, timestamptz) is
 
 -- Start the held fires that are due at p_now: each target's first held fire
 -- (in seq order) whose fire_at has come, or that waits for a run's end
--- (fire_at NULL, tried on every call: the run's end wakes the caller). Each
+-- (fire_at NULL) when its target is named in p_targets: the routines and
+-- loops whose run ended, which the ceaseless_schedule NOTIFY of that end
+-- names. A NULL p_targets tries every target's first held fire (a listener
+-- that may have missed NOTIFYs: at its start and after a reconnect). Each
 -- goes through _fire_schedules as the fire it was (trigger, last detail with
 -- the count collapsed, context; a manual one still ignores a cooldown). One
 -- that starts, or is refused for a reason no policy holds (recorded as
@@ -283,11 +286,17 @@ comment on function _supersede_iteration(uuid, timestamptz) is
 -- target, the run, and the status (running, pending, skipped, buffered,
 -- debounced) with the skip reason.
 --
+-- Cost: with p_targets, the timed fires due (held_fires_fire_at_idx) and the
+-- first held fire of each target named (by key), so a call after one run's
+-- end reads a few index pages however many fires wait elsewhere
+-- (tests/sql/test_held_fires.py, the plan test).
+--
 -- Locks: one caller at a time (an advisory lock taken without waiting;
 -- another caller returns nothing), each held row SKIP LOCKED, then what a
 -- fire of its kind takes.
 create or replace function fire_held(p_now timestamptz default now(),
-                                     p_limit integer default 1000)
+                                     p_limit integer default 1000,
+                                     p_targets uuid[] default null)
 returns table (held_id uuid, kind text, target_id uuid, run_id uuid, status text,
                skip_reason text)
 language plpgsql
@@ -303,11 +312,29 @@ begin
         return;
     end if;
     for v_held in
-        -- Each target's first held fire, when it may be tried now.
+        -- The targets to look at: every one (a sweep), or those named and
+        -- those with a timed fire due, found through the fire_at index.
+        with candidate as (
+            select coalesce(h.routine_id, h.loop_id) as id
+            from held_fires h
+            where p_targets is null
+            union
+            select t.id from unnest(p_targets) t(id)
+            union
+            select coalesce(h.routine_id, h.loop_id)
+            from held_fires h
+            where h.fire_at <= p_now
+        )
+        -- Each target's first held fire, by key (a target is a routine or a
+        -- loop, never both), when it may be tried now.
         select f.*
-        from (select distinct on (coalesce(h.routine_id, h.loop_id)) h.*
-              from held_fires h
-              order by coalesce(h.routine_id, h.loop_id), h.seq) f
+        from candidate c
+        cross join lateral (
+            (select h.* from held_fires h where h.routine_id = c.id order by h.seq limit 1)
+            union all
+            (select h.* from held_fires h where h.loop_id = c.id order by h.seq limit 1)
+            limit 1
+        ) f
         where (f.fire_at is null and f.blocked_by is not null) or f.fire_at <= p_now
         order by f.fire_at nulls last, f.seq
         limit p_limit
@@ -341,10 +368,11 @@ begin
 end;
 $$;
 
-comment on function fire_held(timestamptz, integer) is
-    'Start the due held fires (each target''s first, in order) through the one firing path; one '
-    'refused again stays held. One caller at a time. Listeners call it when a held fire is due '
-    'or a run ends.';
+comment on function fire_held(timestamptz, integer, uuid[]) is
+    'Start the due held fires (each target''s first, in order: timed ones due, and those waiting '
+    'for a run''s end of the targets named, or of all when p_targets is NULL) through the one '
+    'firing path; one refused again stays held. One caller at a time. Listeners call it when a '
+    'held fire is due or a run ends.';
 
 -- Wake the scheduler when routine runs end whose routines have held fires:
 -- a buffered fire refused by max_concurrent (or a cooldown that starts with

@@ -3957,14 +3957,14 @@ create function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_at
 comment on function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) is 'Fire a batch of due routines and loops the caller locked (due_schedules), each once however many slots it missed; a routine refused for cooldown is deferred to its end, the rest move to the next slot given. CE422 when the arrays differ in length.';
 grant execute on function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/33_held_fires.sql, body md5 0f828d49c2d6ee86bab7954475a4336c
-create function ceaseless.fire_held(p_now timestamp with time zone DEFAULT now(), p_limit integer DEFAULT 1000)
+-- functions/33_held_fires.sql, body md5 269d7619c1b483d330a247a7d73e99d5
+create function ceaseless.fire_held(p_now timestamp with time zone DEFAULT now(), p_limit integer DEFAULT 1000, p_targets uuid[] DEFAULT NULL::uuid[])
     returns TABLE(held_id uuid, kind text, target_id uuid, run_id uuid, status text, skip_reason text)
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.fire_held(p_now timestamp with time zone, p_limit integer) is 'Start the due held fires (each target''s first, in order) through the one firing path; one refused again stays held. One caller at a time. Listeners call it when a held fire is due or a run ends.';
-grant execute on function ceaseless.fire_held(p_now timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless.fire_held(p_now timestamp with time zone, p_limit integer, p_targets uuid[]) is 'Start the due held fires (each target''s first, in order: timed ones due, and those waiting for a run''s end of the targets named, or of all when p_targets is NULL) through the one firing path; one refused again stays held. One caller at a time. Listeners call it when a held fire is due or a run ends.';
+grant execute on function ceaseless.fire_held(p_now timestamp with time zone, p_limit integer, p_targets uuid[]) to ceaseless_listener, ceaseless_operator;
 
 -- functions/41_fire_admission.sql, body md5 c56ef8d7f8f9790d2b0b62dd3aa25d50
 create function ceaseless.forget_ended_backends()

@@ -63,7 +63,9 @@ class Router:
             # A routine's or a loop's: the scheduler computes both alike. A
             # held_fires one names a routine or loop whose run ended: only
             # the scheduler's fire_held has work then.
-            if event.table != "held_fires":
+            if event.table == "held_fires":
+                self._maintenance.held_to_try.add(event.id)
+            else:
                 self._maintenance.to_schedule.add(event.id)
             self._maintenance.cron_wake.set()
         elif isinstance(event, NotificationQueued):
@@ -79,6 +81,7 @@ class Router:
         """After every (re)subscription: catch up on what was announced while deaf."""
         self._db.doubt.set()
         self._ledger.wake.set()
+        self._maintenance.try_every_held = True
         self._maintenance.cron_wake.set()
         self._maintenance.outbox_wake.set()
         self._in_background(self._db.retry("reload", self._registry.reload))

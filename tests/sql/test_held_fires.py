@@ -17,6 +17,7 @@ import pytest
 
 from tests.factories import complete_job, make_agent, make_routine
 from tests.sql.loops import iterations, live, make_loop, run_loop, runs, succeed
+from tests.sql.plans import explained, nodes
 from tests.webhook_signing import sign
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -578,3 +579,64 @@ def test_a_fire_held_earlier_in_a_transaction_does_not_spare_a_cancelled_iterati
     assert conn.execute(
         "select stopped_reason from ceaseless.loops where id = %s", (superseding,)
     ).fetchone() == ("cancelled",)
+
+
+# --- cost ----------------------------------------------------------------------------------
+
+
+def _held_fire_plan(conn: psycopg.Connection, target: UUID) -> dict[str, Any]:
+    """The plan of fire_held's search for the fires to try, naming one routine."""
+    with explained(conn) as plans, conn.transaction(force_rollback=True):
+        tried = conn.execute(
+            "select status from ceaseless.fire_held(%s, p_targets => %s)", (T0, [target])
+        ).fetchall()
+        assert tried == [("running",)]
+    [found] = [p["Plan"] for p in plans if "with candidate" in p["Query Text"]]
+    return found
+
+
+def _routines_waiting_for_a_run(conn: psycopg.Connection, count: int) -> None:
+    """`count` more routines, each with one fire held until a run of it ends."""
+    conn.execute(
+        "insert into ceaseless.routines (name, user_id, trigger_type, trigger_config, "
+        "  action_type, action_config, agent, overlap_policy) "
+        "select 'busy-' || n || '-' || gen_random_uuid(), 'alice', 'manual', '{}', "
+        "  'lightweight', '{\"prompt\": \"check\"}', 'noop', 'buffer_one' "
+        "from generate_series(1, %s) n",
+        (count,),
+    )
+    conn.execute(
+        "insert into ceaseless.held_fires (routine_id, user_id, reason, blocked_by, policy, "
+        "  trigger_type, first_at, last_at) "
+        "select r.id, r.user_id, 'buffered', 'concurrency', 'buffer_one', 'manual', %s, %s "
+        "from ceaseless.routines r "
+        "where not exists (select from ceaseless.held_fires h where h.routine_id = r.id)",
+        (T0, T0),
+    )
+    conn.execute("analyze ceaseless.routines")
+    conn.execute("analyze ceaseless.held_fires")
+
+
+def test_fire_held_after_one_run_ends_reads_that_routine_not_every_held_fire(
+    conn: psycopg.Connection,
+) -> None:
+    """A listener names the routine whose run ended: the search reads its first held fire
+    and the timed ones due by index, the same few pages with 20 or 5,000 routines waiting."""
+    _routines_waiting_for_a_run(conn, 20)
+    first = make_routine(conn, "ended", overlap_policy="buffer_one")
+    _routines_waiting_for_a_run(conn, 0)
+    small = _held_fire_plan(conn, first)
+    _routines_waiting_for_a_run(conn, 4_980)
+    large = _held_fire_plan(conn, first)
+
+    seq = [
+        n
+        for n in nodes(large)
+        if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "held_fires"
+    ]
+    assert not seq, json.dumps(large, indent=1)[:3000]
+    assert _buffers(large) <= _buffers(small) + 4, (_buffers(small), _buffers(large))
+
+
+def _buffers(plan: dict[str, Any]) -> int:
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
