@@ -373,3 +373,57 @@ def test_held_fires_survive_kill_9_and_a_new_listener_fires_them(
     )
     assert _ended(conn, buffered) == ["build 1", "build 2"]
     assert _held_count(conn) == 0
+
+
+def test_held_loop_fires_survive_kill_9_and_a_new_listener_fires_them(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess], tmp_path: Path
+) -> None:
+    agent = _agent(conn, tmp_path / "pids", pause=0)
+    buffered = make_loop(
+        conn,
+        title="buffered",
+        triggers={"event": {"pattern": "build"}},
+        g=graph([node("A", agent)]),
+        overlap_policy="buffer_one",
+    )
+    debounced = make_loop(
+        conn,
+        title="debounced",
+        triggers={"event": {"pattern": "deploy"}},
+        g=graph([node("A", agent)]),
+        debounce_secs=3600,
+    )
+    # The first iteration stays live while the lane is paused: the second fire waits.
+    conn.execute("select ceaseless.pause_lane(%s, now() + interval '1 hour', 'test')", (agent,))
+    conn.commit()
+    first = start_listener("--poll-interval", "60")
+    for content in ("build 1", "build 2"):
+        conn.execute(
+            "insert into ceaseless.events (user_id, content) values (current_user, %s)", (content,)
+        )
+        conn.commit()
+    assert _held_count(conn) == 1
+    first.kill()
+    # Held while no listener runs, its window closed at a pinned time long past.
+    conn.execute(
+        "insert into ceaseless.events (user_id, content, created_at) "
+        "values (current_user, 'deploy 1', now() - interval '2 hours')"
+    )
+    assert _held_count(conn) == 2
+    conn.execute("select ceaseless.resume_lane(%s)", (agent,))
+    conn.commit()
+    start_listener("--poll-interval", "60")
+
+    def statuses(loop: UUID) -> list[str]:
+        return [i["status"] for i in iterations(conn, loop)]
+
+    wait_until(
+        lambda: (
+            statuses(buffered) == ["succeeded", "succeeded"]
+            and statuses(debounced) == ["succeeded"]
+        ),
+        30,
+        lambda: f"{statuses(buffered)} {statuses(debounced)}",
+    )
+    assert ["build 2" in i["task"] for i in iterations(conn, buffered)] == [False, True]
+    assert _held_count(conn) == 0
