@@ -45,6 +45,9 @@ as $$
         when 'forge_min_interval_secs' then int8range(1, 86400, '[]')
         -- Children per plan: each is an issue on the forge and a job.
         when 'forge_plan_max_children' then int8range(0, 100, '[]')
+        -- Fires a buffer_all routine or loop keeps waiting: zero would make
+        -- buffer_all skip, and each is a row fire_held reads.
+        when 'overlap_buffer_max' then int8range(1, 100000, '[]')
         -- Audit rows younger than this are never pruned: at least a day, so
         -- a prune can never empty the log of what just happened.
         when 'audit_log_min_retention_secs' then int8range(86400, 2147483647, '[]')
@@ -57,7 +60,7 @@ comment on function _setting_range(text) is
     'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, '
     'webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, '
     'loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, '
-    'audit_log_min_retention_secs, backfill_max); NULL for any other key.';
+    'audit_log_min_retention_secs, backfill_max, overlap_buffer_max); NULL for any other key.';
 
 -- What is wrong with a forge_token_source value, or NULL. The shape:
 -- {"env": {forge: variable}, "label_env": {forge: variable}, "file": path,

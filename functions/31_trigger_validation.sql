@@ -160,3 +160,52 @@ comment on function _validated_event(text, jsonb) is
     'Check an event trigger where routines and loops share the rules (a bounded pattern without '
     'back-references; a channel name or null), CE422 naming the field; returns it with its '
     'channel written out.';
+
+-- The overlap policy and debounce of a routine or loop (p_table names the
+-- table), checked where the rules are one: a known policy (loops have no
+-- allow_all: their iterations form one chain), debounce_secs a positive
+-- number of seconds, and debounce_max_secs one no shorter than it, given
+-- only beside it. Refusals are CE422 naming the column, the rule and the
+-- value; the named CHECKs of db/0061 hold the same rules for any writer.
+create or replace function _check_flow_controls(
+    p_table text, p_policy text, p_secs integer, p_max_secs integer
+)
+returns void
+language plpgsql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_policies constant text[] := case when p_table = 'loops'
+        then array['skip', 'buffer_one', 'buffer_all', 'cancel_other']
+        else array['skip', 'buffer_one', 'buffer_all', 'cancel_other', 'allow_all'] end;
+begin
+    if p_policy is null or p_policy <> all (v_policies) then
+        perform _invalid_value(p_table || '.overlap_policy',
+                               'must be one of ' || array_to_string(v_policies, ', ')
+                               || case when p_table = 'loops' and p_policy = 'allow_all'
+                                       then ' (a loop''s iterations form one chain: one is live '
+                                            'at a time)'
+                                       else '' end,
+                               to_jsonb(p_policy));
+    end if;
+    if p_secs <= 0 then
+        perform _invalid_value(p_table || '.debounce_secs',
+                               'must be a positive number of seconds, or null for no debounce',
+                               to_jsonb(p_secs));
+    end if;
+    if p_max_secs is not null and p_secs is null then
+        perform _invalid_value(p_table || '.debounce_max_secs',
+                               'needs debounce_secs: it bounds a debounce window',
+                               to_jsonb(p_max_secs));
+    end if;
+    if p_max_secs < p_secs then
+        perform _invalid_value(p_table || '.debounce_max_secs',
+                               format('must be at least debounce_secs (%s)', p_secs),
+                               to_jsonb(p_max_secs));
+    end if;
+end;
+$$;
+
+comment on function _check_flow_controls(text, text, integer, integer) is
+    'Refuse (CE422) an unknown overlap_policy (no allow_all for loops), a debounce_secs under 1, '
+    'or a debounce_max_secs without debounce_secs or shorter than it.';

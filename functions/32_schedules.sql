@@ -283,10 +283,16 @@ begin
                                                      then format(' (%s missed slots)', v_missed)
                                                      else '' end,
                                 p_contexts[i], p_now, p_slots[i]);
+            -- A held fire (33_held_fires.sql) answers with its held_fires id.
             return query
             select i::bigint, p_ids[i], r.id, r.status, r.skip_reason
             from topology_runs r
-            where r.id = v_run;
+            where r.id = v_run
+            union all
+            select i::bigint, p_ids[i], h.id, h.reason,
+                   case when h.reason = 'buffered' then h.blocked_by end
+            from held_fires h
+            where h.id = v_run;
         end loop;
     else
         perform _invalid_value('kind', 'must be routine or loop', to_jsonb(p_kind));
@@ -374,7 +380,9 @@ begin
         ),
         routines_moved as (
             update routines r
-            set next_fire_at = case when f.skip_reason = 'cooldown'
+            -- A buffered fire already waits for the cooldown's end: the
+            -- routine moves on to its next slot.
+            set next_fire_at = case when f.skip_reason = 'cooldown' and f.status = 'skipped'
                                     then greatest(r.last_run_at
                                                   + make_interval(secs => r.cooldown_secs), p_now)
                                     else v_next_fire_ats[f.ord] end
@@ -422,8 +430,9 @@ $$;
 comment on function disable_schedule(text, uuid, text) is
     'Disable a routine or loop the engine cannot run, recording the error in last_error.';
 
--- When the earliest scheduled routine or loop is due, so the scheduler can
--- sleep exactly until then; NULL when nothing is scheduled.
+-- When the earliest scheduled routine or loop, or held fire
+-- (33_held_fires.sql), is due, so the scheduler can sleep exactly until then;
+-- NULL when nothing is scheduled.
 create or replace function next_schedule_fire()
 returns timestamptz
 language sql stable
@@ -431,15 +440,21 @@ set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- Ordered and limited rather than min(): the two partial indexes on
     -- next_fire_at are merged, and only their first entries are read.
-    select s.next_fire_at
-    from schedules s
-    where s.enabled and s.next_fire_at is not null
-    order by s.next_fire_at
-    limit 1;
+    select least((select s.next_fire_at
+                  from schedules s
+                  where s.enabled and s.next_fire_at is not null
+                  order by s.next_fire_at
+                  limit 1),
+                 -- held_fires_fire_at_idx: its first entry.
+                 (select h.fire_at from held_fires h
+                  where h.fire_at is not null
+                  order by h.fire_at
+                  limit 1));
 $$;
 
 comment on function next_schedule_fire() is
-    'The earliest next_fire_at among enabled routines and loops, or NULL.';
+    'The earliest next_fire_at among enabled routines and loops, or fire_at among held fires, '
+    'or NULL.';
 
 -- Fire a routine or loop by hand: a routine's cooldown is ignored, everything
 -- else is judged as for any fire. Returns its run's id (a skipped run when
@@ -610,6 +625,14 @@ begin
             select tr.id, tr.status into v_run, v_status
             from topology_runs tr
             where tr.loop_id = p_id and tr.slot_at = v_slot and tr.status <> 'skipped'
+            limit 1;
+        end if;
+        -- A slot whose fire waits as a held fire (33_held_fires.sql) is fired
+        -- too: it starts when its blocker clears.
+        if v_run is null then
+            select h.id, h.reason into v_run, v_status
+            from held_fires h
+            where (h.routine_id = p_id or h.loop_id = p_id) and h.slot_at = v_slot
             limit 1;
         end if;
         if v_run is not null then

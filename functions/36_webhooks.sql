@@ -55,8 +55,9 @@ comment on function _webhook_body_text(bytea) is
 -- _webhook_header_names()). The target's scheme says which headers sign it
 -- (35_webhook_schemes.sql).
 --
--- Returns the run's id (a routine_runs id, or a loop's topology_runs id) and,
--- when a guardrail refused the fire, the SQLSTATE and message receive_webhook
+-- Returns the run's id (a routine_runs id, or a loop's topology_runs id; a
+-- held_fires id when the fire waits: buffered by the overlap policy, or
+-- debounced) and, when a guardrail refused the fire, the SQLSTATE and message receive_webhook
 -- raises for it (CE410 the routine, loop or agent disabled, CE411 cooldown,
 -- CE412 max_concurrent or a loop's live iteration, CE414 duplicate content,
 -- CE415 the global cap): the run is then a `skipped` row. Not
@@ -117,7 +118,7 @@ begin
     perform _webhook_remember(v_target.kind, v_target.id, v_verified.replay_keys,
                               v_verified.sent_at, v_now, v_window);
 
-    select f.run_id, f.skip_reason into v_run
+    select f.run_id, f.status, f.skip_reason into v_run
     from _fire_schedules(v_target.kind, array[v_target.id], 'webhook', v_now,
                          array[v_target.detail], array[_webhook_body_text(p_body)]) f;
     run_id := v_run.run_id;
@@ -138,7 +139,9 @@ begin
          'is reached'),
         ('dedup', 'CE414', '%1$s %2$s already ran for this content within its dedup window')
     ) refusal (skip_reason, sqlstate, message)
-    where refusal.skip_reason = v_run.skip_reason;
+    -- A held fire (buffered: the skip reason names its blocker) is no
+    -- refusal: it will start (33_held_fires.sql).
+    where refusal.skip_reason = v_run.skip_reason and v_run.status = 'skipped';
     return next;
 end;
 $$;

@@ -269,6 +269,8 @@ language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
+    perform _check_flow_controls('routines', new.overlap_policy, new.debounce_secs,
+                                 new.debounce_max_secs);
     if tg_op = 'UPDATE'
        and new.trigger_type = old.trigger_type and new.trigger_config = old.trigger_config
        and new.action_type = old.action_type and new.action_config = old.action_config

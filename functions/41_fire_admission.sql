@@ -90,6 +90,7 @@ as $$
                          when s.xact = excluded.xact then s.fire_room end,
         loop_fire = case when p_loop_run is not null then excluded.loop_fire
                          when s.xact = excluded.xact then s.loop_fire end,
+        held_fire = case when s.xact = excluded.xact then s.held_fire end,
         xact = excluded.xact;
 $$;
 

@@ -137,10 +137,20 @@ as $$
 declare
     v_running bigint;
     v_free bigint;
+    -- The held fire fire_held is releasing (33_held_fires.sql): not debounced
+    -- again, and held again as itself when refused.
+    v_releasing constant boolean := (_transaction_state()).held_fire is not null;
+    v_debounce constant boolean := not v_releasing and p_trigger in ('event', 'webhook');
+    -- Routines whose runs this fire cancelled (cancel_other): that end
+    -- starts no cooldown against it.
+    v_cancelled uuid[];
 begin
     if coalesce(cardinality(p_routine_ids), 0) = 0 then
         return;
     end if;
+    -- Before admission: cancelling ends jobs, which takes what a finishing
+    -- statement takes (41_fire_admission.sql, head).
+    v_cancelled := _cancel_overlapping_runs(p_routine_ids, p_now);
     select a.o_running, a.o_free into v_running, v_free from _admit_fires(p_routine_ids) a;
 
     return query
@@ -158,10 +168,14 @@ begin
                case
                    when not r.enabled then 'disabled'
                    when not a.enabled then 'agent_disabled'
+                   -- Collapsed into the routine's debounce window
+                   -- (_debounce_fire), before any other guardrail judges it.
+                   when v_debounce and r.debounce_secs is not null then 'debounced'
                    -- Zero is no cooldown at all: compared to the finishing
                    -- transaction's clock, an event inserted a moment before
                    -- the finish committed would look "too soon".
                    when not p_manual and r.cooldown_secs > 0 and r.last_run_at is not null
+                        and not r.id = any (v_cancelled)
                         and p_now < r.last_run_at + make_interval(secs => r.cooldown_secs)
                        then 'cooldown'
                    -- Counting stops at max_concurrent: a routine allowed one
@@ -170,7 +184,7 @@ begin
                    -- all (v_running: every run committed and every fire in
                    -- flight, _admit_fires): a routine allowed thousands
                    -- would otherwise count its whole backlog at every fire.
-                   when r.max_concurrent <= v_running
+                   when r.overlap_policy <> 'allow_all' and r.max_concurrent <= v_running
                         and (select count(*)
                          from (select from routine_runs rr
                                where rr.routine_id = r.id and rr.status = 'running'
@@ -210,6 +224,31 @@ begin
                j.job_id is null as new_job
         from judged j
     ),
+    -- Fires that wait instead of being skipped (33_held_fires.sql): those in
+    -- a debounce window, and those an overlap rule refused under a buffer
+    -- policy (NULL held_id: buffer_all is full, and the fire is skipped).
+    -- Materialized: each is held once, whoever reads it.
+    held as materialized (
+        select c.ord,
+               case when c.reason = 'debounced'
+                    then _debounce_fire('routine', (c.routine).id, (c.routine).user_id,
+                                        (c.routine).overlap_policy, (c.routine).debounce_secs,
+                                        (c.routine).debounce_max_secs, p_trigger, c.detail,
+                                        c.context, p_now)
+                    else _hold_fire('routine', (c.routine).id, (c.routine).user_id,
+                                    (c.routine).overlap_policy, c.reason, p_trigger, c.detail,
+                                    c.context,
+                                    case when c.reason = 'cooldown'
+                                         then (c.routine).last_run_at
+                                              + make_interval(secs => (c.routine).cooldown_secs)
+                                    end,
+                                    p_now, c.slot_at)
+               end as held_id
+        from capped c
+        where c.reason = 'debounced'
+           or (c.reason in ('cooldown', 'concurrency')
+               and (c.routine).overlap_policy in ('buffer_one', 'buffer_all'))
+    ),
     -- Runs and jobs point at each other; both are written by this one
     -- statement, whose foreign keys are checked when it ends.
     runs as (
@@ -221,6 +260,7 @@ begin
                case when c.reason is null then null else p_now end, c.missed, c.hash,
                c.context, p_now, case when c.reason is null then c.job_id end, c.slot_at
         from capped c
+        where not exists (select from held h where h.ord = c.ord and h.held_id is not null)
         union all
         -- The slots that passed unfired: refused fires too, so they leave
         -- their own row, with the count.
@@ -248,9 +288,15 @@ begin
         where c.reason is null and c.new_job
         returning job.id
     )
-    select c.ord, (c.routine).id, c.run_id, case when c.reason is null then c.job_id end,
-           case when c.reason is null then 'running' else 'skipped' end, c.reason
+    select c.ord, (c.routine).id, coalesce(h.held_id, c.run_id),
+           case when c.reason is null then c.job_id end,
+           case when c.reason is null then 'running'
+                when h.held_id is null then 'skipped'
+                when c.reason = 'debounced' then 'debounced'
+                else 'buffered' end,
+           case when c.reason <> 'debounced' then c.reason end
     from capped c
+    left join held h on h.ord = c.ord
     order by c.ord;
 end;
 $$;

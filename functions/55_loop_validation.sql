@@ -230,6 +230,8 @@ declare
     v_webhook boolean := coalesce((new.triggers ->> 'webhook_enabled')::boolean, false);
     v_was_webhook boolean;
 begin
+    perform _check_flow_controls('loops', new.overlap_policy, new.debounce_secs,
+                                 new.debounce_max_secs);
     if tg_op = 'UPDATE'
        and new.title = old.title and new.description = old.description
        and new.task_template = old.task_template and new.triggers = old.triggers

@@ -101,8 +101,9 @@ comment on function _graph_agents_disabled(jsonb) is
 -- characters kept; p_body a webhook's body or an event's content, which
 -- reaches the iteration's task; p_slot the cron slot the fire stands for
 -- (cron and backfill fires; the run's slot_at). Returns the topology_runs id: a
--- pending iteration, or a skipped run when the fire was refused; NULL when no
--- loop has that id.
+-- pending iteration, or a skipped run when the fire was refused; the
+-- held_fires id when the fire waits (debounce, or a buffer overlap policy:
+-- 33_held_fires.sql); NULL when no loop has that id.
 --
 -- Locks: the loop, FOR NO KEY UPDATE, until the caller's transaction ends
 -- (see the header for the order).
@@ -122,6 +123,7 @@ declare
     v_parent_iteration integer;
     v_parent_status text;
     v_parent_message text;
+    v_held uuid;
 begin
     select * into v_loop from loops where id = p_loop_id for no key update;
     if not found then
@@ -137,8 +139,32 @@ begin
                        and r.status in ('pending', 'running', 'awaiting_approval'))
             then 'live_iteration'
     end;
-    -- The mark lets topology_runs_loop_lock tell this insert from any other.
+    -- The overlap policy and debounce (33_held_fires.sql): a fire that waits
+    -- returns its held_fires id instead of a run's, and marks nothing.
+    if v_reason is null or v_reason = 'live_iteration' then
+        if (_transaction_state()).held_fire is null and p_trigger in ('event', 'webhook')
+           and v_loop.debounce_secs is not null then
+            return _debounce_fire('loop', v_loop.id, v_loop.user_id, v_loop.overlap_policy,
+                                  v_loop.debounce_secs, v_loop.debounce_max_secs, p_trigger,
+                                  p_detail, p_body, p_now);
+        end if;
+        if v_reason = 'live_iteration' and v_loop.overlap_policy in ('buffer_one', 'buffer_all')
+        then
+            v_held := _hold_fire('loop', v_loop.id, v_loop.user_id, v_loop.overlap_policy,
+                                 v_reason, p_trigger, p_detail, p_body, null, p_now, p_slot);
+            if v_held is not null then
+                return v_held;
+            end if;
+        end if;
+    end if;
+    -- The mark lets topology_runs_loop_lock tell this insert from any other,
+    -- and the loop's outcome trigger the iteration this fire supersedes
+    -- (cancel_other: its run is marked and not yet inserted).
     perform _remember_fire(null, null, v_run_id);
+    if v_reason = 'live_iteration' and v_loop.overlap_policy = 'cancel_other'
+       and _supersede_iteration(v_loop.id, p_now) then
+        v_reason := null;
+    end if;
     if v_reason is not null then
         insert into topology_runs (id, workspace_id, graph, task, status, skip_reason, loop_id,
                                    user_id, trigger_type, trigger_detail, finished_at,
@@ -179,9 +205,11 @@ end;
 $$;
 
 comment on function _fire_loop(uuid, text, text, text, timestamptz, timestamptz) is
-    'The one firing path of loops: lock the loop, record a skipped run (disabled, agent_disabled, '
-    'live_iteration) or insert the next pending iteration chained to the last, with the webhook '
-    'body and the prior iteration''s final message in its task; returns the run id.';
+    'The one firing path of loops: lock the loop, hold the fire (debounce, buffer policies; '
+    'returns the held_fires id), cancel a live iteration (cancel_other), record a skipped run '
+    '(disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to '
+    'the last, with the webhook body and the prior iteration''s final message in its task; '
+    'returns the run id.';
 
 -- An iteration is inserted by _fire_loop and by nothing else: a number
 -- chosen by hand could skip or take N + 1, and an insert that did not hold
@@ -272,6 +300,15 @@ declare
 begin
     select * into v_loop from loops where id = new.loop_id for no key update;
     if not found then
+        return null;
+    end if;
+    -- Cancelled by a cancel_other fire of its own loop, which is inserting
+    -- the next iteration (_fire_loop marked a run it has not inserted yet):
+    -- a superseded iteration neither stops the loop nor chains.
+    if new.status = 'cancelled' and v_loop.overlap_policy = 'cancel_other'
+       and (_transaction_state()).loop_fire is not null
+       and not exists (select from topology_runs r where r.id = (_transaction_state()).loop_fire)
+    then
         return null;
     end if;
     v_stop := _loop_stop_reason(v_loop.repeat_policy, new.iteration - v_loop.policy_from_iteration,

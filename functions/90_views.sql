@@ -154,6 +154,30 @@ comment on view owner_budget_usage is
     'Each owner budget against what the owner''s runs reported in its window; over_budget: its '
     'jobs wait (explain_job says owner_budget).';
 
+-- A routine's or loop's held fires (33_held_fires.sql) as its status shows
+-- them: how many, how many fires they stand for, and the earliest timed
+-- release (NULL: they wait for a run's end). Invoker's rights: a user counts
+-- only its own (row-level security of held_fires).
+create or replace function _held_summary(p_target uuid)
+returns table (n bigint, collapsed bigint, next_at timestamptz)
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    -- held_fires_routine_idx / held_fires_loop_idx: the target's rows only.
+    select count(*), sum(h.collapsed), min(h.fire_at)
+    from held_fires h
+    where h.routine_id = p_target
+    union all
+    select count(*), sum(h.collapsed), min(h.fire_at)
+    from held_fires h
+    where h.loop_id = p_target
+    order by 1 desc
+    limit 1;
+$$;
+
+comment on function _held_summary(uuid) is
+    'A routine''s or loop''s held fires: how many, the fires they stand for, the earliest fire_at.';
+
 create or replace view routine_status with (security_invoker = true) as
 select r.id,
        r.name,
@@ -177,7 +201,13 @@ select r.id,
        -- so this is the place an operator sees that one was lost.
        coalesce(refused.n, 0) as skips_1h,
        last_skip.skip_reason as last_skip_reason,
-       last_skip.started_at as last_skipped_at
+       last_skip.started_at as last_skipped_at,
+       r.overlap_policy,
+       r.debounce_secs,
+       r.debounce_max_secs,
+       coalesce(held.n, 0) as held_fires,
+       held.collapsed as held_collapsed,
+       held.next_at as held_next_at
 from routines r
 left join lateral (
     select rr.status, rr.started_at
@@ -214,12 +244,14 @@ left join lateral (
     where rr.routine_id = r.id and rr.status = 'skipped'
     order by rr.started_at desc
     limit 1
-) last_skip on true;
+) last_skip on true
+left join lateral _held_summary(r.id) held on true;
 
 comment on view routine_status is
     'One row per routine: trigger, schedule, next fire, last status, consecutive failures, '
-    'runs and skips in the last 24 hours, runs running now, the last error, and refused fires: '
-    'in the last hour, the last one''s reason and time.';
+    'runs and skips in the last 24 hours, runs running now, the last error, refused fires: '
+    'in the last hour, the last one''s reason and time; its overlap policy and debounce, and its '
+    'held fires (how many, the fires they stand for, the earliest timed release).';
 
 -- The warning a listener's database authentication calls for (listener_reports.db_auth), or
 -- NULL: without a password (trust), any process that reaches the database's socket or
@@ -415,7 +447,13 @@ select l.id,
        coalesce(skips.n, 0) as skipped_fires,
        skips.last_reason as last_skip_reason,
        skips.last_at as last_skipped_at,
-       l.last_error
+       l.last_error,
+       l.overlap_policy,
+       l.debounce_secs,
+       l.debounce_max_secs,
+       coalesce(held.n, 0) as held_fires,
+       held.collapsed as held_collapsed,
+       held.next_at as held_next_at
 from loops l
 -- topology_runs_loop_idx (loop_id, iteration desc): one entry each.
 left join lateral (
@@ -441,13 +479,15 @@ left join lateral (
            max(r.created_at) as last_at
     from topology_runs r
     where r.loop_id = l.id and r.status = 'skipped'
-) skips on true;
+) skips on true
+left join lateral _held_summary(l.id) held on true;
 
 comment on view loop_status is
     'One row per loop: title, owner, enabled, triggers (cron, timezone, on_completion, webhook on '
     'or off — never its credential), repeat policy, current iteration, the live run, the last '
-    'finished run, next fire, why and when it stopped, skipped fires (count, last reason) and the '
-    'last error.';
+    'finished run, next fire, why and when it stopped, skipped fires (count, last reason), the '
+    'last error, its overlap policy and debounce, and its held fires (how many, the fires they '
+    'stand for, the earliest timed release).';
 
 create or replace view repo_status with (security_invoker = true) as
 select r.id,

@@ -312,6 +312,39 @@ comment on function explain_job(uuid, timestamptz) is
     'finished), one row each with the '
     'time it clears when known; ''ready'' when nothing does. CE404 for an unknown job.';
 
+-- The held fires of a routine or loop (33_held_fires.sql), as explain_routine
+-- and explain_loop list them: one row for its buffered fires (how many, the
+-- policy, what blocks the first and when it is tried; NULL clears_at: when a
+-- run ends) and one for its debounce window (the fires it collapses, and
+-- when it starts).
+create or replace function _explain_held(p_target uuid, p_policy text)
+returns table (reason text, detail text, clears_at timestamptz)
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select h.reason,
+           case h.reason
+               when 'buffered'
+                   then format('%s fires wait (overlap_policy %s), the first held by %s; it '
+                               'starts %s', count(*), p_policy,
+                               (array_agg(h.blocked_by order by h.seq))[1],
+                               coalesce('at ' || (array_agg(h.fire_at order by h.seq))[1]::text,
+                                        'when a run of it ends'))
+               else format('%s fires collapse into one (debounce), the last at %s; it starts '
+                           'at %s', sum(h.collapsed), max(h.last_at), min(h.fire_at))
+           end,
+           case h.reason when 'buffered' then (array_agg(h.fire_at order by h.seq))[1]
+                else min(h.fire_at) end
+    from held_fires h
+    where h.routine_id = p_target or h.loop_id = p_target
+    group by h.reason
+    order by h.reason;
+$$;
+
+comment on function _explain_held(uuid, text) is
+    'A routine''s or loop''s held fires for explain: buffered (count, policy, blocker, when tried) '
+    'and debounced (fires collapsed, when it starts), one row each.';
+
 -- Every reason that holds a routine's next fire, in the order _fire_routines
 -- judges them: disabled, agent_disabled, cooldown (clears at the cooldown's
 -- end; a manual run ignores it), concurrency (max_concurrent running runs),
@@ -362,6 +395,10 @@ begin
     return query
     select h.reason, h.detail, h.clears_at
     from (
+        -- Fires already waiting come first: they start before any new one.
+        select 0 as ord, 0::bigint as sub, x.reason, x.detail, x.clears_at
+        from _explain_held(v_routine.id, v_routine.overlap_policy) x
+        union all
         select g.ord, 0::bigint as sub, g.reason, g.detail, g.clears_at
         from (values
             (1, not v_routine.enabled, 'disabled',
@@ -378,7 +415,8 @@ begin
              format('the last run finished at %s and cooldown_secs is %s (run_routine ignores it)',
                     v_routine.last_run_at, v_routine.cooldown_secs),
              v_cooldown_ends),
-            (4, v_running >= v_routine.max_concurrent, 'concurrency',
+            (4, v_running >= v_routine.max_concurrent and v_routine.overlap_policy <> 'allow_all',
+             'concurrency',
              format('%s runs are running of max_concurrent %s; one ends when its job does',
                     v_running, v_routine.max_concurrent),
              null),
@@ -427,7 +465,8 @@ end;
 $$;
 
 comment on function explain_routine(uuid, timestamptz) is
-    'Every reason that holds a routine''s next fire (disabled, agent_disabled, cooldown, '
+    'Every reason that holds a routine''s next fire (its held fires: buffered, debounced; '
+    'disabled, agent_disabled, cooldown, '
     'concurrency and the explain_job reasons of each running run''s job, global_cap, not_due, '
     'not_scheduled) or its jobs in their lane (lane_paused, '
     'lane_full, window_budget, cost_budget, token_budget), one row each with the time it '
@@ -527,6 +566,9 @@ begin
         raise exception 'explain_loop: no loop with id %', p_loop_id using errcode = 'CE404';
     end if;
     v_on_completion := coalesce((v_loop.triggers ->> 'on_completion')::boolean, false);
+    -- Fires already waiting come first: they start before any new one.
+    return query select * from _explain_held(v_loop.id, v_loop.overlap_policy);
+    v_held := found;
     -- topology_runs_one_live_iteration_idx: at most one.
     select r.* into v_live
     from topology_runs r
@@ -556,7 +598,7 @@ begin
            end,
            null::timestamptz
     where not v_loop.enabled;
-    v_held := found;
+    v_held := v_held or found;
 
     return query
     select 'agent_disabled'::text,
@@ -576,8 +618,15 @@ begin
         return query
         select 'live_iteration'::text,
                format('iteration %s (run %s) is %s since %s: a loop runs one iteration at a '
-                      'time, so a fire now is skipped (live_iteration)%s', v_live.iteration,
+                      'time, so a fire now is %s%s', v_live.iteration,
                       v_live.id, v_live.status, coalesce(v_live.started_at, v_live.created_at),
+                      case v_loop.overlap_policy
+                          when 'buffer_one' then 'held, the newest replacing any other '
+                                                 '(buffer_one)'
+                          when 'buffer_all' then 'held in order (buffer_all)'
+                          when 'cancel_other' then 'started after this one is cancelled '
+                                                   '(cancel_other)'
+                          else 'skipped (live_iteration)' end,
                       case when v_on_completion and v_loop.enabled
                            then '; its end starts the next (on_completion)' else '' end),
                null::timestamptz;
@@ -611,7 +660,8 @@ end;
 $$;
 
 comment on function explain_loop(uuid, timestamptz) is
-    'Every reason that holds a loop''s next iteration (stopped, disabled, agent_disabled, '
+    'Every reason that holds a loop''s next iteration (its held fires: buffered, debounced; '
+    'stopped, disabled, agent_disabled, '
     'live_iteration and what holds it: awaiting_approval, its nodes'' jobs; not_scheduled, '
     'not_due), one row each with the time it clears when known; ''ready'' when nothing does. '
     'CE404 for an unknown loop.';

@@ -61,14 +61,14 @@ grant select, delete on routines to ceaseless_user;
 grant insert (id, user_id, name, description, enabled, trigger_type, trigger_config, action_type,
               action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs,
               notify_channel, notify_user, notify_on_success, notify_on_failure,
-              notify_on_attention, max_cost_usd, max_tokens, job_priority,
-              job_fairness_key)
+              notify_on_attention, max_cost_usd, max_tokens, overlap_policy, debounce_secs,
+              debounce_max_secs, job_priority, job_fairness_key)
     on routines to ceaseless_user;
 grant update (name, description, enabled, trigger_type, trigger_config, action_type,
               action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs,
               notify_channel, notify_user, notify_on_success, notify_on_failure,
-              notify_on_attention, max_cost_usd, max_tokens, job_priority,
-              job_fairness_key)
+              notify_on_attention, max_cost_usd, max_tokens, overlap_policy, debounce_secs,
+              debounce_max_secs, job_priority, job_fairness_key)
     on routines to ceaseless_user;
 grant select on job, events to ceaseless_user;
 -- Not reply, replied_by, replied_at: a reply is sent through reply_job,
@@ -86,10 +86,12 @@ grant select on routine_runs, agent_run, notifications, loops, topology_runs, ap
 -- INSERT (pending: its graph and task); nodes are the engine's, read only.
 grant delete on loops to ceaseless_user;
 grant insert (id, user_id, workspace_id, title, description, graph, task_template, triggers,
-              repeat_policy, enabled, job_priority, job_fairness_key)
+              repeat_policy, enabled, overlap_policy, debounce_secs, debounce_max_secs,
+              job_priority, job_fairness_key)
     on loops to ceaseless_user;
 grant update (workspace_id, title, description, graph, task_template, triggers, repeat_policy,
-              enabled, job_priority, job_fairness_key)
+              enabled, overlap_policy, debounce_secs, debounce_max_secs, job_priority,
+              job_fairness_key)
     on loops to ceaseless_user;
 grant insert (id, user_id, workspace_id, graph, task) on topology_runs to ceaseless_user;
 grant select on topology_nodes to ceaseless_user;
@@ -215,6 +217,14 @@ grant select on loop_status to ceaseless_user;
 -- sees its own routines and loops; the scheduler's functions are the
 -- listener's.
 grant select on schedules to ceaseless_user;
+-- Held fires (33_held_fires.sql): a user reads its own (row-level security)
+-- and writes none; fires write them through the firing path. The wake
+-- triggers read every owner's held fires for a statement that may be a
+-- user's (cancel_job ending its run).
+grant select on held_fires to ceaseless_user;
+grant execute on function _held_summary(uuid) to ceaseless_user;
+alter function _tg_routine_runs_held_wake() security definer;
+alter function _tg_topology_runs_held_wake() security definer;
 
 -- Tracked repos (70_tracked_repo.sql): owned rows like loops. Validation reads the
 -- zone list and _repo_interval reads settings, neither of which a user role

@@ -150,6 +150,32 @@ class LoopSkipReason(StrEnum):
     AGENT_DISABLED = "agent_disabled"
 
 
+class OverlapPolicy(StrEnum):
+    """What a fire an overlap rule refuses becomes (routines.overlap_policy)."""
+
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+    BUFFER_ALL = "buffer_all"
+    CANCEL_OTHER = "cancel_other"
+    ALLOW_ALL = "allow_all"
+
+
+class LoopOverlapPolicy(StrEnum):
+    """loops.overlap_policy: no allow_all, a loop's iterations form one chain."""
+
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+    BUFFER_ALL = "buffer_all"
+    CANCEL_OTHER = "cancel_other"
+
+
+class HeldReason(StrEnum):
+    """Why a held fire waits (held_fires.reason)."""
+
+    BUFFERED = "buffered"
+    DEBOUNCED = "debounced"
+
+
 class LoopStoppedReason(StrEnum):
     COMPLETED = "completed"
     EXHAUSTED = "exhausted"

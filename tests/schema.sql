@@ -328,6 +328,53 @@ comment on table ceaseless.forge_issue is 'The open issues of each tracked repo 
 grant select on table ceaseless.forge_issue to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.forge_issue to ceaseless_listener;
 
+create table ceaseless.held_fires (
+    id uuid default gen_random_uuid() not null,
+    routine_id uuid,
+    loop_id uuid,
+    user_id text not null,
+    reason text not null,
+    blocked_by text,
+    policy text not null,
+    trigger_type text not null,
+    trigger_detail text,
+    context text,
+    slot_at timestamp with time zone,
+    first_at timestamp with time zone not null,
+    last_at timestamp with time zone not null,
+    fire_at timestamp with time zone,
+    collapsed integer default 1 not null,
+    seq bigint generated always as identity not null,
+    created_at timestamp with time zone default now() not null,
+    constraint held_fires_collapsed_positive CHECK ((collapsed >= 1)),
+    constraint held_fires_detail_bounded CHECK ((char_length(trigger_detail) <= 200)),
+    constraint held_fires_loop_id_fkey FOREIGN KEY (loop_id) REFERENCES ceaseless.loops(id) ON DELETE CASCADE,
+    constraint held_fires_one_target CHECK ((num_nonnulls(routine_id, loop_id) = 1)),
+    constraint held_fires_pkey PRIMARY KEY (id),
+    constraint held_fires_policy_known CHECK ((policy = ANY (ARRAY['skip'::text, 'buffer_one'::text, 'buffer_all'::text, 'cancel_other'::text, 'allow_all'::text]))),
+    constraint held_fires_reason_known CHECK ((reason = ANY (ARRAY['buffered'::text, 'debounced'::text]))),
+    constraint held_fires_routine_id_fkey FOREIGN KEY (routine_id) REFERENCES ceaseless.routines(id) ON DELETE CASCADE
+);
+alter table ceaseless.held_fires enable row level security;
+CREATE INDEX held_fires_fire_at_idx ON ceaseless.held_fires USING btree (fire_at) WHERE (fire_at IS NOT NULL);
+CREATE INDEX held_fires_loop_idx ON ceaseless.held_fires USING btree (loop_id, seq) WHERE (loop_id IS NOT NULL);
+CREATE INDEX held_fires_routine_idx ON ceaseless.held_fires USING btree (routine_id, seq) WHERE (routine_id IS NOT NULL);
+CREATE TRIGGER held_fires_inserted AFTER INSERT ON ceaseless.held_fires REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_held_fires_inserted();
+create policy all_rows on ceaseless.held_fires for all to ceaseless_listener, ceaseless_operator
+    using (true)
+    with check (true);
+create policy own_rows on ceaseless.held_fires for all to ceaseless_user
+    using ((user_id = CURRENT_USER));
+comment on table ceaseless.held_fires is 'Fires of routines and loops that wait: buffered (refused by cooldown, max_concurrent or a live iteration under a buffer policy) or debounced (collapsing into one). fire_held starts them through the one firing path; they survive restarts.';
+comment on column ceaseless.held_fires.reason is 'buffered or debounced.';
+comment on column ceaseless.held_fires.blocked_by is 'The skip reason that refused it (cooldown, concurrency, live_iteration); NULL before any.';
+comment on column ceaseless.held_fires.slot_at is 'The cron slot a held cron or backfill fire stands for (its run''s slot_at); NULL otherwise.';
+comment on column ceaseless.held_fires.fire_at is 'The earliest moment fire_held tries it (a debounce window''s end, a cooldown''s end); NULL: when a run of its target ends.';
+comment on column ceaseless.held_fires.collapsed is 'How many fires this row stands for (debounce).';
+comment on column ceaseless.held_fires.seq is 'Release order within a routine or loop.';
+grant select on table ceaseless.held_fires to ceaseless_operator, ceaseless_user;
+grant select, insert, update, delete on table ceaseless.held_fires to ceaseless_listener;
+
 create table ceaseless.job (
     id uuid default gen_random_uuid() not null,
     forge text,
@@ -542,12 +589,20 @@ create table ceaseless.loops (
     stopped_at timestamp with time zone,
     policy_from_iteration integer default 0 not null,
     last_error text,
+    overlap_policy text default 'skip'::text not null,
+    debounce_secs integer,
+    debounce_max_secs integer,
     job_priority integer default 0 not null,
     job_fairness_key text,
     constraint job_fairness_key_bounded CHECK (((char_length(job_fairness_key) >= 1) AND (char_length(job_fairness_key) <= 200))),
     constraint job_priority_bounded CHECK (((job_priority >= '-1000'::integer) AND (job_priority <= 1000))),
     constraint loops_created_by_fkey FOREIGN KEY (created_by) REFERENCES ceaseless.users(id) ON DELETE RESTRICT,
+    constraint loops_debounce_max_at_least_secs CHECK ((debounce_max_secs >= debounce_secs)),
+    constraint loops_debounce_max_needs_secs CHECK (((debounce_max_secs IS NULL) OR (debounce_secs IS NOT NULL))),
+    constraint loops_debounce_max_secs_positive CHECK ((debounce_max_secs > 0)),
+    constraint loops_debounce_secs_positive CHECK ((debounce_secs > 0)),
     constraint loops_last_run_id_fkey FOREIGN KEY (last_run_id) REFERENCES ceaseless.topology_runs(id) ON DELETE SET NULL,
+    constraint loops_overlap_policy_known CHECK ((overlap_policy = ANY (ARRAY['skip'::text, 'buffer_one'::text, 'buffer_all'::text, 'cancel_other'::text]))),
     constraint loops_pkey PRIMARY KEY (id),
     constraint loops_webhook_token_key UNIQUE (webhook_token),
     constraint loops_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES ceaseless.workspaces(id) ON DELETE CASCADE,
@@ -580,13 +635,16 @@ create policy own_rows on ceaseless.loops for all to ceaseless_user
 comment on table ceaseless.loops is 'A recurring execution of a topology: each iteration is a topology_runs row chained to the last (seed 003).';
 comment on column ceaseless.loops.stopped_reason is 'Why the loop stopped: completed (its policy was met), exhausted (within_iters passed without the condition), failed (an iteration failed), cancelled (an iteration was cancelled).';
 comment on column ceaseless.loops.user_id is 'The role that owns this loop; RLS shows a user role only its own. Its iterations and their jobs belong to it too.';
+comment on column ceaseless.loops.overlap_policy is 'What a fire refused because an iteration is live becomes: skip, buffer_one, buffer_all or cancel_other (as routines.overlap_policy; no allow_all: iterations form one chain).';
+comment on column ceaseless.loops.debounce_secs is 'Event and webhook fires closer together than this collapse into one, started this many seconds after the last of them; NULL: no debounce.';
+comment on column ceaseless.loops.debounce_max_secs is 'A debounced fire starts at the latest this many seconds after the first fire it collapses; NULL: no ceiling.';
 comment on column ceaseless.loops.job_priority is 'The priority of the jobs of every node of this loop''s iterations (job.priority).';
 comment on column ceaseless.loops.job_fairness_key is 'The fairness key of the jobs of every node of this loop''s iterations; NULL: the loop''s owner.';
 grant select on table ceaseless.loops to ceaseless_operator;
 grant select, delete on table ceaseless.loops to ceaseless_user;
 grant select, insert, update, delete on table ceaseless.loops to ceaseless_listener;
 grant insert (id, user_id) on table ceaseless.loops to ceaseless_user;
-grant insert, update (workspace_id, title, description, graph, task_template, triggers, repeat_policy, enabled, job_priority, job_fairness_key) on table ceaseless.loops to ceaseless_user;
+grant insert, update (workspace_id, title, description, graph, task_template, triggers, repeat_policy, enabled, overlap_policy, debounce_secs, debounce_max_secs, job_priority, job_fairness_key) on table ceaseless.loops to ceaseless_user;
 
 create table ceaseless.metric_deltas (
     id bigint generated always as identity not null,
@@ -737,6 +795,7 @@ CREATE INDEX routine_runs_last_ok_idx ON ceaseless.routine_runs USING btree (rou
 CREATE INDEX routine_runs_skipped_idx ON ceaseless.routine_runs USING btree (routine_id, started_at DESC) WHERE (status = 'skipped'::text);
 CREATE INDEX routine_runs_slot_idx ON ceaseless.routine_runs USING btree (routine_id, slot_at) WHERE ((slot_at IS NOT NULL) AND (status <> 'skipped'::text));
 CREATE TRIGGER routine_runs_deleted AFTER DELETE ON ceaseless.routine_runs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_deleted();
+CREATE TRIGGER routine_runs_held_wake AFTER UPDATE ON ceaseless.routine_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_held_wake();
 CREATE TRIGGER routine_runs_insert AFTER INSERT ON ceaseless.routine_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_insert();
 CREATE TRIGGER routine_runs_insert_metrics AFTER INSERT ON ceaseless.routine_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_insert_metrics();
 CREATE TRIGGER routine_runs_update AFTER UPDATE ON ceaseless.routine_runs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_update();
@@ -783,6 +842,9 @@ create table ceaseless.routines (
     created_at timestamp with time zone default now() not null,
     updated_at timestamp with time zone default now() not null,
     event_literal text default ''::text not null,
+    overlap_policy text default 'skip'::text not null,
+    debounce_secs integer,
+    debounce_max_secs integer,
     job_priority integer default 0 not null,
     job_fairness_key text,
     max_cost_usd numeric(12,6),
@@ -797,6 +859,11 @@ create table ceaseless.routines (
     constraint max_tokens_positive CHECK (((max_tokens IS NULL) OR (max_tokens > 0))),
     constraint routines_action_type_check CHECK ((action_type = ANY (ARRAY['lightweight'::text, 'full_job'::text]))),
     constraint routines_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE,
+    constraint routines_debounce_max_at_least_secs CHECK ((debounce_max_secs >= debounce_secs)),
+    constraint routines_debounce_max_needs_secs CHECK (((debounce_max_secs IS NULL) OR (debounce_secs IS NOT NULL))),
+    constraint routines_debounce_max_secs_positive CHECK ((debounce_max_secs > 0)),
+    constraint routines_debounce_secs_positive CHECK ((debounce_secs > 0)),
+    constraint routines_overlap_policy_known CHECK ((overlap_policy = ANY (ARRAY['skip'::text, 'buffer_one'::text, 'buffer_all'::text, 'cancel_other'::text, 'allow_all'::text]))),
     constraint routines_pkey PRIMARY KEY (id),
     constraint routines_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['cron'::text, 'event'::text, 'webhook'::text, 'manual'::text]))),
     constraint routines_user_id_name_key UNIQUE (user_id, name),
@@ -821,6 +888,9 @@ create policy own_rows on ceaseless.routines for all to ceaseless_user
 comment on table ceaseless.routines is 'Named, user-owned tasks fired by cron, events, webhooks or by hand, with guardrails (seed 000).';
 comment on column ceaseless.routines.last_run_at is 'When the last run finished (ok, attention or failed); cooldown_secs counts from here.';
 comment on column ceaseless.routines.event_literal is 'For event routines: a string every content matching the pattern contains (or '''' when none is known), derived by _regex_required_literal at validation; checked before the regex.';
+comment on column ceaseless.routines.overlap_policy is 'What a fire refused by cooldown or max_concurrent becomes: skip (recorded as skipped), buffer_one (the newest waits in held_fires), buffer_all (every one waits, in order, up to settings.overlap_buffer_max), cancel_other (the live runs are cancelled and it starts), allow_all (max_concurrent not judged; the global cap still is).';
+comment on column ceaseless.routines.debounce_secs is 'Event and webhook fires closer together than this collapse into one, started this many seconds after the last of them; NULL: no debounce.';
+comment on column ceaseless.routines.debounce_max_secs is 'A debounced fire starts at the latest this many seconds after the first fire it collapses; NULL: no ceiling.';
 comment on column ceaseless.routines.job_priority is 'The priority of the jobs this routine''s fires create (job.priority).';
 comment on column ceaseless.routines.job_fairness_key is 'The fairness key of the jobs this routine''s fires create; NULL: the routine''s owner.';
 comment on column ceaseless.routines.max_cost_usd is 'Spend ceiling in USD of each job this routine fires (job.max_cost_usd); NULL: the agent''s.';
@@ -829,7 +899,7 @@ grant select on table ceaseless.routines to ceaseless_operator;
 grant select, delete on table ceaseless.routines to ceaseless_user;
 grant select, insert, update, delete on table ceaseless.routines to ceaseless_listener;
 grant insert (id, user_id) on table ceaseless.routines to ceaseless_user;
-grant insert, update (name, description, enabled, trigger_type, trigger_config, action_type, action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs, notify_channel, notify_user, notify_on_success, notify_on_failure, notify_on_attention, job_priority, job_fairness_key, max_cost_usd, max_tokens) on table ceaseless.routines to ceaseless_user;
+grant insert, update (name, description, enabled, trigger_type, trigger_config, action_type, action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs, notify_channel, notify_user, notify_on_success, notify_on_failure, notify_on_attention, overlap_policy, debounce_secs, debounce_max_secs, job_priority, job_fairness_key, max_cost_usd, max_tokens) on table ceaseless.routines to ceaseless_user;
 
 create table ceaseless.schema_functions (
     singleton boolean default true not null,
@@ -972,6 +1042,7 @@ CREATE INDEX topology_runs_user_idx ON ceaseless.topology_runs USING btree (user
 CREATE TRIGGER topology_runs_bounded_json BEFORE INSERT OR UPDATE OF graph ON ceaseless.topology_runs FOR EACH ROW WHEN (jsonb_path_exists(new.graph, 'strict $.**{65}'::jsonpath)) EXECUTE FUNCTION ceaseless._tg_bounded_json('graph');
 CREATE TRIGGER topology_runs_changed AFTER INSERT OR UPDATE OF status ON ceaseless.topology_runs FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_topology_runs_changed();
 CREATE TRIGGER topology_runs_default_agent BEFORE INSERT ON ceaseless.topology_runs FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_graph_default_agent();
+CREATE TRIGGER topology_runs_held_wake AFTER UPDATE OF status ON ceaseless.topology_runs FOR EACH ROW WHEN (((new.loop_id IS NOT NULL) AND (old.status = ANY (ARRAY['pending'::text, 'running'::text, 'awaiting_approval'::text])) AND (new.status <> ALL (ARRAY['pending'::text, 'running'::text, 'awaiting_approval'::text])))) EXECUTE FUNCTION ceaseless._tg_topology_runs_held_wake();
 CREATE TRIGGER topology_runs_insert_metrics AFTER INSERT ON ceaseless.topology_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_topology_runs_insert_metrics();
 CREATE TRIGGER topology_runs_loop_lock BEFORE INSERT ON ceaseless.topology_runs FOR EACH ROW WHEN (((new.loop_id IS NOT NULL) AND (new.status <> 'skipped'::text))) EXECUTE FUNCTION ceaseless._tg_topology_runs_loop_lock();
 CREATE TRIGGER topology_runs_loop_outcome AFTER UPDATE OF status ON ceaseless.topology_runs FOR EACH ROW WHEN (((new.loop_id IS NOT NULL) AND (new.iteration IS NOT NULL) AND (old.status = ANY (ARRAY['pending'::text, 'running'::text, 'awaiting_approval'::text])) AND (new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])))) EXECUTE FUNCTION ceaseless._tg_topology_runs_loop_outcome();
@@ -1065,10 +1136,12 @@ create unlogged table ceaseless.transaction_state (
     fire_mode text,
     fire_room bigint,
     loop_fire uuid,
+    held_fire uuid,
     constraint transaction_state_pkey PRIMARY KEY (backend_pid)
 );
 comment on table ceaseless.transaction_state is 'What the engine''s functions remember within one transaction (fire admission, the loop run being fired): one row per backend, read only while xact is the backend''s current transaction. Written by the engine alone; never a setting a session could forge.';
 comment on column ceaseless.transaction_state.xact is 'The transaction the row belongs to (pg_current_xact_id()); any other transaction reads no row.';
+comment on column ceaseless.transaction_state.held_fire is 'The held fire fire_held is releasing in this transaction (its refusal keeps the row).';
 grant select on table ceaseless.transaction_state to ceaseless_operator;
 grant select, insert, update, delete on table ceaseless.transaction_state to ceaseless_listener;
 
@@ -1120,6 +1193,9 @@ grant select, insert, update, delete on table ceaseless.workspaces to ceaseless_
 
 create sequence ceaseless.audit_log_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1 owned by ceaseless.audit_log.id;
 grant usage on sequence ceaseless.audit_log_id_seq to ceaseless_listener;
+
+create sequence ceaseless.held_fires_seq_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1 owned by ceaseless.held_fires.seq;
+grant usage on sequence ceaseless.held_fires_seq_seq to ceaseless_listener;
 
 create sequence ceaseless.late_results_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1 owned by ceaseless.late_results.id;
 grant usage on sequence ceaseless.late_results_id_seq to ceaseless_listener;
@@ -1311,7 +1387,13 @@ create view ceaseless.loop_status with (security_invoker=true) as
     COALESCE(skips.n, 0::bigint) AS skipped_fires,
     skips.last_reason AS last_skip_reason,
     skips.last_at AS last_skipped_at,
-    l.last_error
+    l.last_error,
+    l.overlap_policy,
+    l.debounce_secs,
+    l.debounce_max_secs,
+    COALESCE(held.n, 0::bigint) AS held_fires,
+    held.collapsed AS held_collapsed,
+    held.next_at AS held_next_at
    FROM ceaseless.loops l
      LEFT JOIN LATERAL ( SELECT r.iteration
            FROM ceaseless.topology_runs r
@@ -1333,8 +1415,9 @@ create view ceaseless.loop_status with (security_invoker=true) as
             (array_agg(r.skip_reason ORDER BY r.created_at DESC))[1] AS last_reason,
             max(r.created_at) AS last_at
            FROM ceaseless.topology_runs r
-          WHERE r.loop_id = l.id AND r.status = 'skipped'::text) skips ON true;
-comment on view ceaseless.loop_status is 'One row per loop: title, owner, enabled, triggers (cron, timezone, on_completion, webhook on or off — never its credential), repeat policy, current iteration, the live run, the last finished run, next fire, why and when it stopped, skipped fires (count, last reason) and the last error.';
+          WHERE r.loop_id = l.id AND r.status = 'skipped'::text) skips ON true
+     LEFT JOIN LATERAL ceaseless._held_summary(l.id) held(n, collapsed, next_at) ON true;
+comment on view ceaseless.loop_status is 'One row per loop: title, owner, enabled, triggers (cron, timezone, on_completion, webhook on or off — never its credential), repeat policy, current iteration, the live run, the last finished run, next fire, why and when it stopped, skipped fires (count, last reason), the last error, its overlap policy and debounce, and its held fires (how many, the fires they stand for, the earliest timed release).';
 grant select on table ceaseless.loop_status to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.loop_status to ceaseless_listener;
 
@@ -1442,7 +1525,13 @@ create view ceaseless.routine_status with (security_invoker=true) as
     r.last_error,
     COALESCE(refused.n, 0::bigint) AS skips_1h,
     last_skip.skip_reason AS last_skip_reason,
-    last_skip.started_at AS last_skipped_at
+    last_skip.started_at AS last_skipped_at,
+    r.overlap_policy,
+    r.debounce_secs,
+    r.debounce_max_secs,
+    COALESCE(held.n, 0::bigint) AS held_fires,
+    held.collapsed AS held_collapsed,
+    held.next_at AS held_next_at
    FROM ceaseless.routines r
      LEFT JOIN LATERAL ( SELECT rr.status,
             rr.started_at
@@ -1465,8 +1554,9 @@ create view ceaseless.routine_status with (security_invoker=true) as
            FROM ceaseless.routine_runs rr
           WHERE rr.routine_id = r.id AND rr.status = 'skipped'::text
           ORDER BY rr.started_at DESC
-         LIMIT 1) last_skip ON true;
-comment on view ceaseless.routine_status is 'One row per routine: trigger, schedule, next fire, last status, consecutive failures, runs and skips in the last 24 hours, runs running now, the last error, and refused fires: in the last hour, the last one''s reason and time.';
+         LIMIT 1) last_skip ON true
+     LEFT JOIN LATERAL ceaseless._held_summary(r.id) held(n, collapsed, next_at) ON true;
+comment on view ceaseless.routine_status is 'One row per routine: trigger, schedule, next fire, last status, consecutive failures, runs and skips in the last 24 hours, runs running now, the last error, refused fires: in the last hour, the last one''s reason and time; its overlap policy and debounce, and its held fires (how many, the fires they stand for, the earliest timed release).';
 grant select on table ceaseless.routine_status to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.routine_status to ceaseless_listener;
 
@@ -1674,7 +1764,7 @@ create function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p
 comment on function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p_was_enabled boolean, p_is_enabled boolean, p_detail jsonb) is 'Audit an INSERT, UPDATE or DELETE (p_op) of a routine or loop with its enabled state before and after (_audit_change).';
 grant execute on function ceaseless._audit_enabling(p_entity text, p_op text, p_id uuid, p_was_enabled boolean, p_is_enabled boolean, p_detail jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/32_schedules.sql, body md5 f1069890da39101892fa9093edcf2d6a
+-- functions/32_schedules.sql, body md5 3d06698b98e7e817c7992a742a0119eb
 create function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone)
     returns TABLE(slot_at timestamp with time zone, outcome text, run_id uuid, status text, skip_reason text)
     language plpgsql
@@ -1691,6 +1781,16 @@ create function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job) is 'Why a job cannot be resumed by a reply or a raised ceiling (not blocked, a topology node''s, its ceiling spent), or NULL.';
 grant execute on function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job) to ceaseless_listener, ceaseless_operator;
+
+-- functions/33_held_fires.sql, body md5 c7b664e20a806a0a196651745c38e1a7
+create function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now timestamp with time zone)
+    returns uuid[]
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp
+    set plan_cache_mode = force_generic_plan;
+comment on function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now timestamp with time zone) is 'For cancel_other routines at their max_concurrent: cancel the oldest running runs'' jobs (SKIP LOCKED, _end_jobs) to make room for a new fire; returns the routines it cancelled for.';
+grant execute on function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 8e317f27312e5485ba8702f3ab8b7bdc
 create function ceaseless._cancel_topology_jobs(p_run_ids uuid[], p_reason text, p_now timestamp with time zone)
@@ -1709,6 +1809,15 @@ create function ceaseless._check_claim(p_function text, p_worker text, p_limit i
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._check_claim(p_function text, p_worker text, p_limit integer) is 'Raise CE422 (naming p_function) unless a claim names its listener and asks for at least one row.';
 grant execute on function ceaseless._check_claim(p_function text, p_worker text, p_limit integer) to ceaseless_listener, ceaseless_operator;
+
+-- functions/31_trigger_validation.sql, body md5 72cf270c9e1aa00bc9ad889128a4c7f2
+create function ceaseless._check_flow_controls(p_table text, p_policy text, p_secs integer, p_max_secs integer)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._check_flow_controls(p_table text, p_policy text, p_secs integer, p_max_secs integer) is 'Refuse (CE422) an unknown overlap_policy (no allow_all for loops), a debounce_secs under 1, or a debounce_max_secs without debounce_secs or shorter than it.';
+grant execute on function ceaseless._check_flow_controls(p_table text, p_policy text, p_secs integer, p_max_secs integer) to ceaseless_listener, ceaseless_operator;
 
 -- functions/00_helpers.sql, body md5 e7fbf437cf192d93a8feb19f017121f2
 create function ceaseless._check_not_blank(p_where text, p_value text)
@@ -1882,6 +1991,15 @@ create function ceaseless._db_auth_warning(p_db_auth text)
 comment on function ceaseless._db_auth_warning(p_db_auth text) is 'The warning a listener''s database authentication (listener_reports.db_auth) calls for: trust, or no password on a server that cannot say why; NULL otherwise.';
 grant execute on function ceaseless._db_auth_warning(p_db_auth text) to ceaseless_listener, ceaseless_operator;
 
+-- functions/33_held_fires.sql, body md5 03440c556dd9885d11404997748b31ae
+create function ceaseless._debounce_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_secs integer, p_max_secs integer, p_trigger text, p_detail text, p_context text, p_now timestamp with time zone)
+    returns uuid
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._debounce_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_secs integer, p_max_secs integer, p_trigger text, p_detail text, p_context text, p_now timestamp with time zone) is 'Collapse an event or webhook fire into its target''s debounce window (or open one): last detail and context, collapsed + 1, fire_at = least(last + debounce_secs, first + debounce_max_secs). Returns the held_fires id.';
+grant execute on function ceaseless._debounce_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_secs integer, p_max_secs integer, p_trigger text, p_detail text, p_context text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
 -- functions/13_default_agent.sql, body md5 7d73b45540995dc4dc3b75d863fc71a6
 create function ceaseless._default_agent(p_where text)
     returns text
@@ -1966,6 +2084,15 @@ create function ceaseless._event_candidates(p_user_id text, p_content text)
 comment on function ceaseless._event_candidates(p_user_id text, p_content text) is 'The enabled event routines of a user whose literal occurs in the content, found by reading them all or by probing routines_event_key_idx, whichever is cheaper for this event.';
 grant execute on function ceaseless._event_candidates(p_user_id text, p_content text) to ceaseless_listener, ceaseless_operator;
 
+-- functions/92_explain.sql, body md5 54d66ed3f10d7d0acc09d15fb61c8567
+create function ceaseless._explain_held(p_target uuid, p_policy text)
+    returns TABLE(reason text, detail text, clears_at timestamp with time zone)
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._explain_held(p_target uuid, p_policy text) is 'A routine''s or loop''s held fires for explain: buffered (count, policy, blocker, when tried) and debounced (fires collapsed, when it starts), one row each.';
+grant execute on function ceaseless._explain_held(p_target uuid, p_policy text) to ceaseless_listener, ceaseless_operator;
+
 -- functions/92_explain.sql, body md5 d03c9fcc0e3ff2bbc926a571b34ea7fc
 create function ceaseless._explain_lane(p_agent text, p_now timestamp with time zone)
     returns TABLE(reason text, detail text, clears_at timestamp with time zone, free bigint)
@@ -2002,16 +2129,16 @@ create function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp 
 comment on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) is 'Fire a routine or loop by hand for its owner (or an operator, a listener); its run''s id. CE404 when unknown or someone else''s.';
 grant execute on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/56_loop_firing.sql, body md5 068d67ddccd7051bc24bdb5231a2e067
+-- functions/56_loop_firing.sql, body md5 7e84f4128378c260684ed7ed4c393f03
 create function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone DEFAULT NULL::timestamp with time zone)
     returns uuid
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) is 'The one firing path of loops: lock the loop, record a skipped run (disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to the last, with the webhook body and the prior iteration''s final message in its task; returns the run id.';
+comment on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) is 'The one firing path of loops: lock the loop, hold the fire (debounce, buffer policies; returns the held_fires id), cancel a live iteration (cancel_other), record a skipped run (disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to the last, with the webhook body and the prior iteration''s final message in its task; returns the run id.';
 grant execute on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/42_routine_firing.sql, body md5 eb9ebd1b331bf960855ab354e5d5251f
+-- functions/42_routine_firing.sql, body md5 5c34715ee79d1a77960ff3875866409c
 create function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false, p_job_ids uuid[] DEFAULT NULL::uuid[], p_slots timestamp with time zone[] DEFAULT NULL::timestamp with time zone[])
     returns TABLE(ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text, skip_reason text)
     language plpgsql
@@ -2021,7 +2148,7 @@ create function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p
 comment on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[], p_slots timestamp with time zone[]) is 'The one firing path: judge each routine against its guardrails (disabled, agent disabled, cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row per routine and a job per running run.';
 grant execute on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[], p_slots timestamp with time zone[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/32_schedules.sql, body md5 cda4e5f9dd35778648efb42c935af9b9
+-- functions/32_schedules.sql, body md5 37e5695dccda1ee3e30b23f15bab8664
 create function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false, p_slots timestamp with time zone[] DEFAULT NULL::timestamp with time zone[])
     returns TABLE(ord bigint, id uuid, run_id uuid, status text, skip_reason text)
     language plpgsql
@@ -2156,6 +2283,15 @@ create function ceaseless._graph_with_default_agent(p_where text, p_graph jsonb)
 comment on function ceaseless._graph_with_default_agent(p_where text, p_graph jsonb) is 'p_graph with settings.default_agent written into every node that names no agent (CE422 naming p_where.nodes.agent when there is no default).';
 grant execute on function ceaseless._graph_with_default_agent(p_where text, p_graph jsonb) to ceaseless_listener, ceaseless_operator;
 
+-- functions/90_views.sql, body md5 227f1f7af5733c8671781972b536b53f
+create function ceaseless._held_summary(p_target uuid)
+    returns TABLE(n bigint, collapsed bigint, next_at timestamp with time zone)
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._held_summary(p_target uuid) is 'A routine''s or loop''s held fires: how many, the fires they stand for, the earliest fire_at.';
+grant execute on function ceaseless._held_summary(p_target uuid) to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
 -- functions/05_secrets.sql, body md5 7316ccd5c36da8b06724c6f184729872
 create function ceaseless._hidden_values(p_object jsonb)
     returns jsonb
@@ -2175,6 +2311,15 @@ create function ceaseless._hmac_sha256(p_key bytea, p_message bytea)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._hmac_sha256(p_key bytea, p_message bytea) is 'HMAC-SHA256 of p_message under p_key (RFC 2104), built on sha256() so no extension is needed.';
 grant execute on function ceaseless._hmac_sha256(p_key bytea, p_message bytea) to ceaseless_listener, ceaseless_operator;
+
+-- functions/33_held_fires.sql, body md5 04a15f44b087044b0280806f5ef8844e
+create function ceaseless._hold_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_blocked_by text, p_trigger text, p_detail text, p_context text, p_fire_at timestamp with time zone, p_now timestamp with time zone, p_slot timestamp with time zone DEFAULT NULL::timestamp with time zone)
+    returns uuid
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._hold_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_blocked_by text, p_trigger text, p_detail text, p_context text, p_fire_at timestamp with time zone, p_now timestamp with time zone, p_slot timestamp with time zone) is 'Hold a fire an overlap rule refused under buffer_one / buffer_all (the newest replacing the rest / in order up to overlap_buffer_max); returns the held_fires id, NULL when full.';
+grant execute on function ceaseless._hold_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_blocked_by text, p_trigger text, p_detail text, p_context text, p_fire_at timestamp with time zone, p_now timestamp with time zone, p_slot timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/00_helpers.sql, body md5 4d217c67dd2ce70fb253e622e98d11b2
 create function ceaseless._input_cap(p_name text)
@@ -2487,7 +2632,7 @@ create function ceaseless._plan_children_problem(p_children jsonb)
 comment on function ceaseless._plan_children_problem(p_children jsonb) is 'Why a plan''s children array is invalid (child and rule named), or NULL when it is valid.';
 grant execute on function ceaseless._plan_children_problem(p_children jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/36_webhooks.sql, body md5 0f69568cc4b0ec0a5c88c5832d7b2c85
+-- functions/36_webhooks.sql, body md5 4b14d3f79327f678f13fb9d2a760bf2c
 create function ceaseless._receive_webhook(p_token text, p_body bytea, p_headers jsonb)
     returns TABLE(run_id uuid, refused_sqlstate text, refused_message text)
     language plpgsql
@@ -2532,7 +2677,7 @@ create function ceaseless._regex_required_literal(p_pattern text)
 comment on function ceaseless._regex_required_literal(p_pattern text) is 'A literal that every match of the regular expression must contain (empty when none is known): the cheap prefilter of event matching. Linear in the pattern''s length.';
 grant execute on function ceaseless._regex_required_literal(p_pattern text) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_fire_admission.sql, body md5 e058ee31fa20ba8e7b209d5825c8d21f
+-- functions/41_fire_admission.sql, body md5 6333f939b5b6a6a52291e95bf42b93b7
 create function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run uuid DEFAULT NULL::uuid)
     returns void
     language sql
@@ -2540,6 +2685,15 @@ create function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run 
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run uuid) is 'Record in transaction_state how this transaction''s routine fires were admitted (shared or exclusive) and the room its shared slots have left, or the loop iteration it is inserting; a NULL part keeps what the transaction recorded.';
 grant execute on function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run uuid) to ceaseless_listener, ceaseless_operator;
+
+-- functions/33_held_fires.sql, body md5 c20ef3e4b3432a9037f3383f53f6a581
+create function ceaseless._remember_held(p_held_id uuid)
+    returns void
+    language sql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._remember_held(p_held_id uuid) is 'Record in transaction_state the held fire being released (NULL: none), keeping the rest.';
+grant execute on function ceaseless._remember_held(p_held_id uuid) to ceaseless_listener, ceaseless_operator;
 
 -- functions/10_jobs.sql, body md5 7157f57cd608b04c4fc4f30040741fcc
 create function ceaseless._replier()
@@ -2686,13 +2840,13 @@ create function ceaseless._setting_int(p_key text)
 comment on function ceaseless._setting_int(p_key text) is 'Read an integer from ceaseless.settings; raises CE500 when the row is missing.';
 grant execute on function ceaseless._setting_int(p_key text) to ceaseless_listener, ceaseless_operator;
 
--- functions/03_settings.sql, body md5 5aeff2569d011e88c575c943d3230c42
+-- functions/03_settings.sql, body md5 9d0b14924a6f70f0fed11ae01f0f52f0
 create function ceaseless._setting_range(p_key text)
     returns int8range
     language sql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._setting_range(p_key text) is 'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, audit_log_min_retention_secs, backfill_max); NULL for any other key.';
+comment on function ceaseless._setting_range(p_key text) is 'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, audit_log_min_retention_secs, backfill_max, overlap_buffer_max); NULL for any other key.';
 grant execute on function ceaseless._setting_range(p_key text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 1c0a085e0cf6e545c062d638ee30a7fd
@@ -2740,6 +2894,15 @@ create function ceaseless._start_topology_nodes(p_run_id uuid, p_node_ids text[]
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._start_topology_nodes(p_run_id uuid, p_node_ids text[], p_now timestamp with time zone) is 'Start the given waiting nodes of a run whose upstreams have all succeeded: a gated node asks for approval, any other gets its job. The caller holds the run row.';
 grant execute on function ceaseless._start_topology_nodes(p_run_id uuid, p_node_ids text[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
+-- functions/33_held_fires.sql, body md5 79a9544a3fe576aacd4f3b49a2f6681a
+create function ceaseless._supersede_iteration(p_loop_id uuid, p_now timestamp with time zone)
+    returns boolean
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._supersede_iteration(p_loop_id uuid, p_now timestamp with time zone) is 'Cancel a loop''s live iteration for a cancel_other fire (row SKIP LOCKED; nodes and jobs cancelled, agents stopped); true when it ended.';
+grant execute on function ceaseless._supersede_iteration(p_loop_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/41_fire_admission.sql, body md5 2d1398fee7a2936cd950832c82eb17a7
 create function ceaseless._take_fire_slot()
@@ -2896,6 +3059,15 @@ create function ceaseless._tg_graph_default_agent()
 comment on function ceaseless._tg_graph_default_agent() is 'Before a loop or a topology run is inserted, or its graph updated: write the default agent into nodes that name none.';
 grant execute on function ceaseless._tg_graph_default_agent() to ceaseless_listener, ceaseless_operator;
 
+-- functions/33_held_fires.sql, body md5 9908fe3bb1ae69cd5e4143506a2acdc8
+create function ceaseless._tg_held_fires_inserted()
+    returns trigger
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._tg_held_fires_inserted() is 'After fires are held anew: NOTIFY ceaseless_schedule {table: held_fires, id: routine or loop}, so a listener''s scheduler re-reads the earliest fire_at.';
+grant execute on function ceaseless._tg_held_fires_inserted() to ceaseless_listener, ceaseless_operator;
+
 -- functions/60_notifications.sql, body md5 3d8c1ae765ee5e2e5f0a8c7e1573bf62
 create function ceaseless._tg_job_ended()
     returns trigger
@@ -3024,7 +3196,7 @@ create function ceaseless._tg_loops_graph_validate()
 comment on function ceaseless._tg_loops_graph_validate() is 'Before a loop is inserted or its graph is updated: refuse an invalid graph (CE422).';
 grant execute on function ceaseless._tg_loops_graph_validate() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 78acdd8139f9cc01e3724f83a1bb0f6e
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 67ef2c840f4b270f17c8c8f24fc83922
 create function ceaseless._tg_loops_quiet_checks()
     returns trigger
     language plpgsql
@@ -3044,7 +3216,7 @@ create function ceaseless._tg_loops_schedule()
 comment on function ceaseless._tg_loops_schedule() is 'After a loop is inserted or updated: NOTIFY ceaseless_schedule when it needs a next_fire_at; start the next iteration of an on_completion loop that was re-enabled with none live.';
 grant execute on function ceaseless._tg_loops_schedule() to ceaseless_listener, ceaseless_operator;
 
--- functions/55_loop_validation.sql, body md5 0f649854ca4cf6253b1df6ab952c1fdc
+-- functions/55_loop_validation.sql, body md5 6479528c96164d5a374ce568f6ea407f
 create function ceaseless._tg_loops_validate()
     returns trigger
     language plpgsql
@@ -3082,6 +3254,16 @@ create function ceaseless._tg_routine_runs_deleted()
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._tg_routine_runs_deleted() is 'After routine_runs rows are deleted: take their running ones off the running count.';
 grant execute on function ceaseless._tg_routine_runs_deleted() to ceaseless_listener, ceaseless_operator;
+
+-- functions/33_held_fires.sql, body md5 735994456da84b05f9424b6d36977bd3
+create function ceaseless._tg_routine_runs_held_wake()
+    returns trigger
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._tg_routine_runs_held_wake() is 'After routine runs end: NOTIFY ceaseless_schedule {table: held_fires, id: routine} for each of their routines that has held fires, so a listener calls fire_held.';
+grant execute on function ceaseless._tg_routine_runs_held_wake() to ceaseless_listener, ceaseless_operator;
 
 -- functions/44_routine_outcomes.sql, body md5 de26f6f8c934e650abca16ee0f20208a
 create function ceaseless._tg_routine_runs_insert()
@@ -3134,7 +3316,7 @@ create function ceaseless._tg_routines_changed()
 comment on function ceaseless._tg_routines_changed() is 'After a routine changes: NOTIFY ceaseless_schedule when it needs a next_fire_at; audit operator-visible changes.';
 grant execute on function ceaseless._tg_routines_changed() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 9954c3388b04572f75de733d8ae38243
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 fce9dc6c53a839bfd8b1c93f6d1fb366
 create function ceaseless._tg_routines_quiet_checks()
     returns trigger
     language plpgsql
@@ -3144,7 +3326,7 @@ create function ceaseless._tg_routines_quiet_checks()
 comment on function ceaseless._tg_routines_quiet_checks() is 'Before INSERT/UPDATE on routines: raise NOT NULL and CHECK violations without printing the row, which may hold secrets (generated by _install_quiet_checks).';
 grant execute on function ceaseless._tg_routines_quiet_checks() to ceaseless_listener, ceaseless_operator;
 
--- functions/40_routine_validation.sql, body md5 4cb8270980344651f35e55d721e2a732
+-- functions/40_routine_validation.sql, body md5 018aeed4e592c0eaca5314e7ff88ddf4
 create function ceaseless._tg_routines_validate()
     returns trigger
     language plpgsql
@@ -3202,6 +3384,16 @@ create function ceaseless._tg_topology_runs_changed()
 comment on function ceaseless._tg_topology_runs_changed() is 'After a topology run is inserted or changes status: audit it and NOTIFY ceaseless_run.';
 grant execute on function ceaseless._tg_topology_runs_changed() to ceaseless_listener, ceaseless_operator;
 
+-- functions/33_held_fires.sql, body md5 3f4e984fd22a090a8eaab0a89224709c
+create function ceaseless._tg_topology_runs_held_wake()
+    returns trigger
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._tg_topology_runs_held_wake() is 'After a loop iteration ends: NOTIFY ceaseless_schedule {table: held_fires, id: loop} when the loop has held fires, so a listener calls fire_held.';
+grant execute on function ceaseless._tg_topology_runs_held_wake() to ceaseless_listener, ceaseless_operator;
+
 -- functions/94_metrics.sql, body md5 53a5230c37be14e04656e8dab61e6cc1
 create function ceaseless._tg_topology_runs_insert_metrics()
     returns trigger
@@ -3222,7 +3414,7 @@ create function ceaseless._tg_topology_runs_loop_lock()
 comment on function ceaseless._tg_topology_runs_loop_lock() is 'Before a run of a loop (not a skipped one) is inserted: refuse it unless _fire_loop inserts it (CE422), and hold its loop, so every insert of an iteration follows the loops'' lock order.';
 grant execute on function ceaseless._tg_topology_runs_loop_lock() to ceaseless_listener, ceaseless_operator;
 
--- functions/56_loop_firing.sql, body md5 500984aef5437edd54b3abb2d1351bc6
+-- functions/56_loop_firing.sql, body md5 ae95a2110cde15d1c67d3ffcd1694dab
 create function ceaseless._tg_topology_runs_loop_outcome()
     returns trigger
     language plpgsql
@@ -3745,24 +3937,24 @@ create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time z
 comment on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) is 'Every reason that holds a job (not_due, owner_budget, agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget, behind_older_jobs, behind_other_turns; or claimed, running, finished), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown job.';
 grant execute on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/92_explain.sql, body md5 1321ce38cbff874a8de68486507c3e65
+-- functions/92_explain.sql, body md5 d0210af1e6ad8a277a4b7f77d450f0cb
 create function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
     stable
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) is 'Every reason that holds a loop''s next iteration (stopped, disabled, agent_disabled, live_iteration and what holds it: awaiting_approval, its nodes'' jobs; not_scheduled, not_due), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown loop.';
+comment on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) is 'Every reason that holds a loop''s next iteration (its held fires: buffered, debounced; stopped, disabled, agent_disabled, live_iteration and what holds it: awaiting_approval, its nodes'' jobs; not_scheduled, not_due), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown loop.';
 grant execute on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/92_explain.sql, body md5 d84b522b23051bfa0aa94e93592ec919
+-- functions/92_explain.sql, body md5 dda8ed721126e494888187e357b8552d
 create function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
     stable
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) is 'Every reason that holds a routine''s next fire (disabled, agent_disabled, cooldown, concurrency and the explain_job reasons of each running run''s job, global_cap, not_due, not_scheduled) or its jobs in their lane (lane_paused, lane_full, window_budget, cost_budget, token_budget), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown routine.';
+comment on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) is 'Every reason that holds a routine''s next fire (its held fires: buffered, debounced; disabled, agent_disabled, cooldown, concurrency and the explain_job reasons of each running run''s job, global_cap, not_due, not_scheduled) or its jobs in their lane (lane_paused, lane_full, window_budget, cost_budget, token_budget), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown routine.';
 grant execute on function ceaseless.explain_routine(p_routine_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/92_explain.sql, body md5 eb638e801d07fd19e6347f72aa70dcd6
@@ -3811,7 +4003,7 @@ create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now time
 comment on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Finish a batch of agent runs and move each job by its outcome (_job_state_after: delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job, attempt refunded. A succeeded run gets its verdict first (_forge_verdict: a needs_human block blocks the job, any kind; an implement run without a pull request fails, a plan needs a valid children block); a run that reaches its job''s spend ceiling (max_cost_usd, max_tokens over all its runs) is budget_exhausted. A result for a run that is no longer the reporter''s is kept in late_results, never written onto the closed run (recorded = false).';
 grant execute on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/32_schedules.sql, body md5 17b6ed0d1c96f479e7c9f8e151e6e4e9
+-- functions/32_schedules.sql, body md5 17f0001b0ce5faf5e380e2aef1710dbe
 create function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone DEFAULT now())
     returns TABLE(kind text, id uuid, run_id uuid, status text, skip_reason text, next_fire_at timestamp with time zone)
     language plpgsql
@@ -3819,6 +4011,15 @@ create function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_at
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) is 'Fire a batch of due routines and loops the caller locked (due_schedules), each once however many slots it missed; a routine refused for cooldown is deferred to its end, the rest move to the next slot given. CE422 when the arrays differ in length.';
 grant execute on function ceaseless.fire_cron(p_kinds text[], p_ids uuid[], p_next_fire_ats timestamp with time zone[], p_missed integer[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
+-- functions/33_held_fires.sql, body md5 269d7619c1b483d330a247a7d73e99d5
+create function ceaseless.fire_held(p_now timestamp with time zone DEFAULT now(), p_limit integer DEFAULT 1000, p_targets uuid[] DEFAULT NULL::uuid[])
+    returns TABLE(held_id uuid, kind text, target_id uuid, run_id uuid, status text, skip_reason text)
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.fire_held(p_now timestamp with time zone, p_limit integer, p_targets uuid[]) is 'Start the due held fires (each target''s first, in order: timed ones due, and those waiting for a run''s end of the targets named, or of all when p_targets is NULL) through the one firing path; one refused again stays held. One caller at a time. Listeners call it when a held fire is due or a run ends.';
+grant execute on function ceaseless.fire_held(p_now timestamp with time zone, p_limit integer, p_targets uuid[]) to ceaseless_listener, ceaseless_operator;
 
 -- functions/41_fire_admission.sql, body md5 c56ef8d7f8f9790d2b0b62dd3aa25d50
 create function ceaseless.forget_ended_backends()
@@ -3892,13 +4093,13 @@ create function ceaseless.metrics_snapshot(p_now timestamp with time zone DEFAUL
 comment on function ceaseless.metrics_snapshot(p_now timestamp with time zone) is 'Every database-wide series of GET /metrics, one row a sample: live queue depth, blocked jobs and lane usage from partial indexes, each routine''s last success, counters from metric_totals + metric_deltas (0 for every label set that can exist), histogram buckets in numeric le order. Reads no history.';
 grant execute on function ceaseless.metrics_snapshot(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/32_schedules.sql, body md5 8dc0990ba366173eb81747597590c02b
+-- functions/32_schedules.sql, body md5 5f3390786106fb4b5e154f0bd8075e4a
 create function ceaseless.next_schedule_fire()
     returns timestamp with time zone
     language sql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.next_schedule_fire() is 'The earliest next_fire_at among enabled routines and loops, or NULL.';
+comment on function ceaseless.next_schedule_fire() is 'The earliest next_fire_at among enabled routines and loops, or fire_at among held fires, or NULL.';
 grant execute on function ceaseless.next_schedule_fire() to ceaseless_listener, ceaseless_operator;
 
 -- functions/71_forge_issues.sql, body md5 5a67fa31e5c021d5730b4595e8946242

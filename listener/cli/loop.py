@@ -36,6 +36,7 @@ from listener.cli.common import (
     record,
     why,
 )
+from listener.enums import LoopOverlapPolicy
 from listener.queries import commands
 from listener.queries.commands import loops
 from listener.queries.commands.cron import Backfilled
@@ -171,6 +172,29 @@ def loop_add(
     disabled: Annotated[
         bool, typer.Option("--disabled", help="Create it paused; `loop resume` starts it.")
     ] = False,
+    overlap: Annotated[
+        LoopOverlapPolicy | None,
+        typer.Option(
+            help="What a fire refused because an iteration is live becomes: skip (recorded, the "
+            "default), buffer_one (the newest waits and starts after it), buffer_all (every one "
+            "waits, in order), cancel_other (the live iteration is cancelled). See "
+            "docs/flow-controls.md."
+        ),
+    ] = None,
+    debounce: Annotated[
+        int | None,
+        typer.Option(
+            help="Seconds: event and webhook fires this close together collapse into one, "
+            "started this long after the last of them."
+        ),
+    ] = None,
+    debounce_max: Annotated[
+        int | None,
+        typer.Option(
+            help="With --debounce: a collapsed fire starts at the latest this many seconds "
+            "after the first."
+        ),
+    ] = None,
     job_priority: Annotated[
         int | None,
         typer.Option(
@@ -213,6 +237,9 @@ def loop_add(
         "repeat_policy": json.dumps(policy) if policy is not None else None,
         "workspace_id": _workspace_id(workspace) if workspace is not None else None,
         "enabled": False if disabled else None,
+        "overlap_policy": overlap.value if overlap is not None else None,
+        "debounce_secs": debounce,
+        "debounce_max_secs": debounce_max,
         "job_priority": job_priority,
         "job_fairness_key": job_fairness_key,
     }

@@ -30,6 +30,7 @@ from listener.cli.common import (
     record,
     why,
 )
+from listener.enums import OverlapPolicy
 from listener.queries import commands
 from listener.queries.commands import routines
 from listener.queries.commands.cron import Backfilled
@@ -104,6 +105,29 @@ def routine_add(
     dedup_window: Annotated[
         int | None, typer.Option(help="Seconds in which identical content fires once.")
     ] = None,
+    overlap: Annotated[
+        OverlapPolicy | None,
+        typer.Option(
+            help="What a fire refused by cooldown or max_concurrent becomes: skip (recorded, the "
+            "default), buffer_one (the newest waits and starts when it can), buffer_all (every "
+            "one waits, in order), cancel_other (the running run is cancelled), allow_all (no "
+            "max_concurrent). See docs/flow-controls.md."
+        ),
+    ] = None,
+    debounce: Annotated[
+        int | None,
+        typer.Option(
+            help="Seconds: event and webhook fires this close together collapse into one, "
+            "started this long after the last of them."
+        ),
+    ] = None,
+    debounce_max: Annotated[
+        int | None,
+        typer.Option(
+            help="With --debounce: a collapsed fire starts at the latest this many seconds "
+            "after the first."
+        ),
+    ] = None,
     job_priority: Annotated[
         int | None,
         typer.Option(
@@ -151,6 +175,9 @@ def routine_add(
         "cooldown_secs": cooldown,
         "max_concurrent": max_concurrent,
         "dedup_window_secs": dedup_window,
+        "overlap_policy": overlap.value if overlap is not None else None,
+        "debounce_secs": debounce,
+        "debounce_max_secs": debounce_max,
         "job_priority": job_priority,
         "job_fairness_key": job_fairness_key,
     }

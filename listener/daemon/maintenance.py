@@ -46,6 +46,12 @@ class Maintenance:
         # Routines and loops whose next slot a ceaseless_schedule NOTIFY asked
         # for: one set, as the trigger layer schedules both alike.
         self.to_schedule: set[UUID] = set()
+        # Routines and loops whose run ended while fires of theirs are held
+        # (a ceaseless_schedule NOTIFY naming held_fires), and whether every
+        # one must be tried: at the start, and after a reconnect, when some
+        # NOTIFY may have been missed.
+        self.held_to_try: set[UUID] = set()
+        self.try_every_held = True
 
     async def sweep_leases(self) -> None:
         while True:
@@ -82,8 +88,11 @@ class Maintenance:
                     "cron.schedule",
                     lambda c, ids=ids: scheduler.schedule(c, scheduler.utcnow(), ids),
                 )
+            held: list[UUID] | None = None if self.try_every_held else list(self.held_to_try)
+            self.try_every_held = False
+            self.held_to_try.clear()
             report = await self._db.retry(
-                "cron.fire", lambda c: scheduler.fire_due(c, scheduler.utcnow())
+                "cron.fire", lambda c, held=held: scheduler.fire_due(c, scheduler.utcnow(), held)
             )
             timeout = self._config.poll_interval
             if report.next_due is not None:

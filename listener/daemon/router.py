@@ -60,8 +60,13 @@ class Router:
             if self.on_job_changed is not None:
                 self.on_job_changed(event)
         elif isinstance(event, ScheduleChanged):
-            # A routine's or a loop's: the scheduler computes both alike.
-            self._maintenance.to_schedule.add(event.id)
+            # A routine's or a loop's: the scheduler computes both alike. A
+            # held_fires one names a routine or loop whose run ended: only
+            # the scheduler's fire_held has work then.
+            if event.table == "held_fires":
+                self._maintenance.held_to_try.add(event.id)
+            else:
+                self._maintenance.to_schedule.add(event.id)
             self._maintenance.cron_wake.set()
         elif isinstance(event, NotificationQueued):
             self._maintenance.outbox_wake.set()
@@ -76,6 +81,7 @@ class Router:
         """After every (re)subscription: catch up on what was announced while deaf."""
         self._db.doubt.set()
         self._ledger.wake.set()
+        self._maintenance.try_every_held = True
         self._maintenance.cron_wake.set()
         self._maintenance.outbox_wake.set()
         self._in_background(self._db.retry("reload", self._registry.reload))

@@ -8,7 +8,11 @@ thing here, the trigger layer's, functions/32_schedules.sql):
 - when it fires what is due: it locks a batch (due_schedules, SKIP LOCKED; one
   kind per batch), computes each next slot and how many slots were missed, and
   hands both to fire_cron in the same transaction, a batch per transaction,
-  until nothing is due.
+  until nothing is due; then it starts the held fires that are due (fire_held:
+  a debounce window's end, a cooldown's end, or a run's end, which a
+  ceaseless_schedule NOTIFY naming held_fires announces with the routine or
+  loop: only those are tried, and every one after a start or a reconnect,
+  when a NOTIFY may have been missed).
 
 Guarantees: no slot fires twice, whatever the number of listeners (the row
 locks and the updated next_fire_at decide); a schedule croniter rejects is
@@ -86,8 +90,15 @@ async def _disable(
     log.warning("cron.disabled", kind=kind, id=str(row_id), error=message)
 
 
-async def fire_due(conn: psycopg.AsyncConnection, now: datetime) -> FireReport:
-    """Fire every schedule due at `now`, a batch per transaction, until none is left."""
+async def fire_due(
+    conn: psycopg.AsyncConnection, now: datetime, held_targets: list[UUID] | None = None
+) -> FireReport:
+    """Fire every schedule due at `now`, a batch per transaction, until none is left.
+
+    Then start the held fires due: the timed ones, and those of `held_targets`
+    (routines and loops whose run ended) waiting for a run's end; None tries
+    every routine's and loop's.
+    """
     fired = skipped = 0
     while True:
         batch_fired, batch_skipped, moved = await _fire_batch(conn, now)
@@ -97,6 +108,12 @@ async def fire_due(conn: psycopg.AsyncConnection, now: datetime) -> FireReport:
         # another listener) would come back the same.
         if not moved:
             break
+    async with conn.transaction():
+        held = await queries.fire_held(conn, now, held_targets)
+    if held:
+        started = sum(1 for status in held if status in ("running", "pending"))
+        log.event("held.fired", started=started, tried=len(held))
+        fired += started
     return FireReport(fired, skipped, await queries.next_fire(conn))
 
 

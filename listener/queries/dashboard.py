@@ -128,11 +128,32 @@ ROUTINE_STATUS_SQL: LiteralString = (
 
 
 async def routine(conn: psycopg.AsyncConnection, routine_id: UUID) -> Row | None:
-    """One routine as the routines page shows it, with its trigger and action."""
-    return await _row(
+    """One routine as the routines page shows it, with its trigger and action, and its held
+    fires (`held`)."""
+    row = await _row(
         conn,
         ROUTINE_STATUS_SQL + "where s.id = %s",
         (routine_id,),
+    )
+    if row is not None:
+        row["held"] = await held_fires(conn, routine_id)
+    return row
+
+
+async def held_fires(conn: psycopg.AsyncConnection, target_id: UUID) -> list[Row]:
+    """A routine's or loop's held fires (buffered, debounced), in the order they start."""
+    # held_fires_routine_idx / held_fires_loop_idx: the target's rows only.
+    return await _rows(
+        conn,
+        "select h.id, h.reason, h.blocked_by, h.trigger_type, h.trigger_detail, h.collapsed, "
+        "       h.first_at, h.last_at, h.fire_at "
+        "from ceaseless.held_fires h where h.routine_id = %s "
+        "union all "
+        "select h.id, h.reason, h.blocked_by, h.trigger_type, h.trigger_detail, h.collapsed, "
+        "       h.first_at, h.last_at, h.fire_at "
+        "from ceaseless.held_fires h where h.loop_id = %s "
+        "order by first_at limit %s",
+        (target_id, target_id, PAGE_ROWS),
     )
 
 
@@ -163,7 +184,11 @@ async def loops(conn: psycopg.AsyncConnection) -> list[Row]:
 
 
 async def loop(conn: psycopg.AsyncConnection, loop_id: UUID) -> Row | None:
-    return await _row(conn, "select * from ceaseless.loop_status where id = %s", (loop_id,))
+    """One loop as loop_status shows it, and its held fires (`held`)."""
+    row = await _row(conn, "select * from ceaseless.loop_status where id = %s", (loop_id,))
+    if row is not None:
+        row["held"] = await held_fires(conn, loop_id)
+    return row
 
 
 async def iterations(conn: psycopg.AsyncConnection, loop_id: UUID) -> list[Row]:

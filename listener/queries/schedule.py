@@ -94,5 +94,18 @@ async def fire(
     return [row[0] for row in await cur.fetchall()]
 
 
+async def fire_held(
+    conn: psycopg.AsyncConnection, now: datetime, targets: list[UUID] | None
+) -> list[str]:
+    """Start the held fires due at `now` (functions/33_held_fires.sql); each one's status.
+
+    `targets` names the routines and loops whose run ended; None tries every one.
+    """
+    cur = await conn.execute(
+        "select status from ceaseless.fire_held(%s, p_targets => %s)", (now, targets)
+    )
+    return [row[0] for row in await cur.fetchall()]
+
+
 async def next_fire(conn: psycopg.AsyncConnection) -> datetime | None:
     return await fetch.value(conn, "select ceaseless.next_schedule_fire()")

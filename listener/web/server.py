@@ -22,7 +22,8 @@ The endpoint faces strangers, so it fails closed and is bounded:
   cannot take the connections that extend the listener's leases;
 - a fire refused by a guardrail is committed as a skipped run together with
   the signature's replay record (409), so the same request replayed later is
-  refused as a replay;
+  refused as a replay; a fire the target's overlap policy or debounce holds
+  is accepted (202, `"buffered": true`) and starts later;
 - log lines carry at most a bounded prefix of anything the client sent, and
   what strangers can repeat at will (refusals, malformed HTTP, answered 400
   by aiohttp and logged as a warning) is counted per interval (log.Tally),
@@ -286,6 +287,19 @@ async def _verify_and_fire(
             run=str(received.run_id),
         )
         return _error(status, received.refused_message or "refused")
+    if received.held is not None:
+        # Accepted, not refused: the fire waits (overlap policy or debounce) and
+        # starts when fire_held lets it. A 409 would make a sender retry it.
+        log.event("webhook.held", path=_shown(path), held=str(received.run_id))
+        return web.json_response(
+            {
+                "run_id": None,
+                "held_fire_id": str(received.run_id),
+                "buffered": True,
+                "debounced": received.held == "debounced",
+            },
+            status=202,
+        )
     log.event("webhook.accepted", path=_shown(path), run=str(received.run_id))
     return web.json_response({"run_id": str(received.run_id)}, status=202)
 

@@ -238,3 +238,20 @@ def test_loop_add_event_stores_the_event_trigger(
     alone = _one_line_error(run_cli(db_url, "loop", "add", "--title", "x", "--task", "t",
                                     "--graph", graph_file, "--channel", "ci"))  # fmt: skip
     assert "--channel goes with --event" in alone
+
+
+def test_loop_add_takes_the_overlap_policy_and_debounce(
+    db_url: str, conn: psycopg.Connection, graph_file: str
+) -> None:
+    added = _ok(run_cli(db_url, "loop", "add", "--title", "triage", "--task", "t",
+                        "--graph", graph_file, "--webhook", "--overlap", "buffer_all",
+                        "--debounce", "5"))  # fmt: skip
+    stored = conn.execute(
+        "select overlap_policy, debounce_secs, debounce_max_secs from ceaseless.loops "
+        "where id = %s",
+        (added.strip().splitlines()[0],),
+    ).fetchone()
+    assert stored == ("buffer_all", 5, None)
+    refused = run_cli(db_url, "loop", "add", "--title", "x", "--task", "t",
+                      "--graph", graph_file, "--overlap", "allow_all")  # fmt: skip
+    assert refused.returncode != 0 and "allow_all" in refused.stderr

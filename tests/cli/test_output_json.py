@@ -118,13 +118,14 @@ def test_every_list_and_show_names_its_columns_as_its_table_does(
     ]  # fmt: skip
     assert _keys(_json(db_url, "routine", "list")) == [
         "name", "user", "enabled", "trigger", "schedule", "next_fire_at", "last", "failures",
-        "runs_24h", "skips_24h",
+        "runs_24h", "skips_24h", "held",
     ]  # fmt: skip
     routine = _json(db_url, "routine", "show", "nightly")
     assert isinstance(routine, dict) and list(routine["routine"]) == [
         "name", "user", "enabled", "agent", "trigger", "trigger_config", "action",
-        "action_config", "cooldown_secs", "max_concurrent", "dedup_window_secs", "next_fire_at",
-        "last_run_at", "run_count", "consecutive_failures", "last_error",
+        "action_config", "cooldown_secs", "max_concurrent", "dedup_window_secs", "overlap_policy",
+        "debounce_secs", "debounce_max_secs", "next_fire_at", "last_run_at", "run_count",
+        "consecutive_failures", "last_error",
     ]  # fmt: skip
     assert _keys(routine["runs"]) == [
         "started_at",
@@ -136,14 +137,15 @@ def test_every_list_and_show_names_its_columns_as_its_table_does(
     ]
     assert _keys(_json(db_url, "loop", "list")) == [
         "id", "title", "owner", "enabled", "triggers", "policy", "iteration", "live", "last",
-        "next_fire_at", "stopped", "skipped",
+        "next_fire_at", "stopped", "skipped", "held",
     ]  # fmt: skip
     loop = _json(db_url, "loop", "show", "refine")
     assert isinstance(loop, dict) and list(loop["loop"]) == [
         "id", "title", "owner", "enabled", "cron", "timezone", "on_completion", "webhook",
         "repeat_policy", "policy_from_iteration", "current_iteration", "live_run_id",
         "live_run_status", "last_run_id", "last_run_status", "next_fire_at", "stopped_reason",
-        "stopped_at", "skipped_fires", "last_error",
+        "stopped_at", "skipped_fires", "last_error", "overlap_policy", "debounce_secs",
+        "debounce_max_secs", "held_fires", "held_next_at",
     ]  # fmt: skip
     assert _keys(loop["iterations"]) == [
         "iteration", "run", "status", "trigger", "parent", "started_at", "finished_at", "message"

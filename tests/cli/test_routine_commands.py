@@ -191,6 +191,28 @@ def test_routine_add_takes_the_webhook_scheme(db_url: str, conn: psycopg.Connect
     assert refused.returncode == 1 and "must be one of ceaseless, github" in refused.stderr
 
 
+def test_routine_add_takes_the_overlap_policy_and_debounce(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
+
+    added = run_cli(db_url, "routine", "add", "on-push", "--agent", "noop", "--prompt", "p",
+                    "--webhook", "gh-push", "--secret", "a-long-random-signing-secret",
+                    "--overlap", "buffer_one", "--debounce", "30",
+                    "--debounce-max", "300")  # fmt: skip
+
+    assert added.returncode == 0, added.stderr
+    stored = conn.execute(
+        "select overlap_policy, debounce_secs, debounce_max_secs from ceaseless.routines"
+    ).fetchone()
+    assert stored == ("buffer_one", 30, 300)
+    refused = run_cli(db_url, "routine", "add", "other", "--agent", "noop", "--prompt", "p",
+                      "--debounce", "30", "--debounce-max", "10")  # fmt: skip
+    assert refused.returncode == 1
+    assert "routines.debounce_max_secs: must be at least debounce_secs (30)" in refused.stderr
+    assert "10" in refused.stderr
+
+
 def test_routine_and_loop_backfill_fire_the_slots_that_never_fired(
     db_url: str, conn: psycopg.Connection, tmp_path: Path
 ) -> None:

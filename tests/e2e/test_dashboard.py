@@ -528,6 +528,38 @@ def test_every_page_answers_on_an_empty_database_and_unknown_ids_are_404(
     _no_traceback(listener)
 
 
+def test_routine_and_loop_pages_show_their_held_fires(
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+) -> None:
+    make_agent(conn, "noop", "noop")
+    # The first iteration's job waits, so the loop's second fire stays held.
+    pause_lane(conn, "noop", datetime.now(UTC) + timedelta(hours=1))
+    routine = make_routine(
+        conn,
+        "held-demo",
+        "event",
+        {"pattern": "deploy"},
+        debounce_secs=3600,
+        debounce_max_secs=7200,
+    )
+    loop = make_loop(conn, overlap_policy="buffer_all")
+    conn.execute("insert into ceaseless.events (user_id, content) values ('alice', 'deploy 1')")
+    conn.execute("insert into ceaseless.events (user_id, content) values ('alice', 'deploy 2')")
+    conn.execute("select ceaseless.run_loop(%s)", (loop,))
+    conn.execute("select ceaseless.run_loop(%s)", (loop,))
+    conn.commit()
+    with _served(start_listener) as (base, listener):
+        auth = listener.auth()
+        status, html = _get(base, f"/routines/{routine}", auth)
+        assert status == 200
+        assert "Held fires" in html and "debounced" in html and "debounce 3600 s" in html
+        assert "<td>2</td>" in html  # two events collapsed into the one held fire
+        status, html = _get(base, f"/loops/{loop}", auth)
+        assert status == 200
+        assert "buffer_all" in html and "live_iteration" in html and "when a run ends" in html
+    _no_traceback(listener)
+
+
 def test_the_run_page_shows_a_node_skipped_at_its_approval_s_expiry(
     conn: psycopg.Connection, echo: str, start_listener: Callable[..., ListenerProcess]
 ) -> None:

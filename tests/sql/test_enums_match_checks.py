@@ -33,8 +33,10 @@ from listener.enums import (
     Billing,
     Fairness,
     Forge,
+    HeldReason,
     JobKind,
     JobState,
+    LoopOverlapPolicy,
     LoopSkipReason,
     LoopStoppedReason,
     LoopTrigger,
@@ -42,6 +44,7 @@ from listener.enums import (
     NotificationKind,
     NotificationSource,
     Outcome,
+    OverlapPolicy,
     RepeatPolicyKind,
     RoutineRunStatus,
     RunTriggerType,
@@ -81,6 +84,10 @@ MIRRORED: dict[Key, type[StrEnum]] = {
     ("notifications", "kind"): NotificationKind,
     ("notifications", "source_table"): NotificationSource,
     ("listener_reports", "sandbox"): Sandbox,
+    ("routines", "overlap_policy"): OverlapPolicy,
+    ("loops", "overlap_policy"): LoopOverlapPolicy,
+    ("held_fires", "policy"): OverlapPolicy,
+    ("held_fires", "reason"): HeldReason,
 }
 
 # Lists only SQL reads or writes so far. Give one a StrEnum and move it to

@@ -25,11 +25,13 @@ ROUTINE_COLUMNS = {
     "name", "description", "enabled", "trigger_type", "trigger_config", "action_type",
     "action_config", "agent", "cooldown_secs", "max_concurrent", "dedup_window_secs",
     "notify_channel", "notify_user", "notify_on_success", "notify_on_failure",
-    "notify_on_attention", "max_cost_usd", "max_tokens", "job_priority", "job_fairness_key",
+    "notify_on_attention", "max_cost_usd", "max_tokens", "overlap_policy", "debounce_secs",
+    "debounce_max_secs", "job_priority", "job_fairness_key",
 }  # fmt: skip
 LOOP_COLUMNS = {
     "workspace_id", "title", "description", "graph", "task_template", "triggers",
-    "repeat_policy", "enabled", "job_priority", "job_fairness_key",
+    "repeat_policy", "enabled", "overlap_policy", "debounce_secs", "debounce_max_secs",
+    "job_priority", "job_fairness_key",
 }  # fmt: skip
 REPO_COLUMNS = {
     "forge", "owner", "repo", "clone_url", "api_url", "default_branch", "interval_seconds",

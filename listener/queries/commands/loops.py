@@ -35,7 +35,7 @@ def loops(conn: Connection) -> Listing:
                               case when webhook then 'webhook' end) as triggers,
                repeat_policy ->> 'kind' as policy, current_iteration as iteration,
                coalesce(live_run_status, '') as live, last_run_status as last, next_fire_at,
-               stopped_reason as stopped, skipped_fires as skipped
+               stopped_reason as stopped, skipped_fires as skipped, held_fires as held
           from ceaseless.loop_status
          order by title, id
         """,
@@ -50,7 +50,8 @@ def loop(conn: Connection, loop_id: str) -> Listing:
         select id, title, owner, enabled, cron, timezone, on_completion, webhook, repeat_policy,
                policy_from_iteration, current_iteration, live_run_id, live_run_status,
                last_run_id, last_run_status, next_fire_at, stopped_reason, stopped_at,
-               skipped_fires, last_error
+               skipped_fires, last_error, overlap_policy, debounce_secs, debounce_max_secs,
+               held_fires, held_next_at
           from ceaseless.loop_status
          where id = %s
         """,

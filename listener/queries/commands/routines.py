@@ -25,7 +25,7 @@ def routines(conn: Connection) -> Listing:
         """
         select name, user_id as "user", enabled, trigger_type as trigger,
                coalesce(schedule, '') as schedule, next_fire_at, last_status as last,
-               consecutive_failures as failures, runs_24h, skips_24h
+               consecutive_failures as failures, runs_24h, skips_24h, held_fires as held
           from ceaseless.routine_status
          order by user_id, name
         """,
@@ -40,6 +40,7 @@ def routine(conn: Connection, routine_id: str) -> Listing:
         select name, user_id as "user", enabled, agent, trigger_type as trigger,
                trigger_config - 'secret' as trigger_config, action_type as action,
                action_config, cooldown_secs, max_concurrent, dedup_window_secs,
+               overlap_policy, debounce_secs, debounce_max_secs,
                next_fire_at, last_run_at, run_count, consecutive_failures, last_error
           from ceaseless.routines
          where id = %s
