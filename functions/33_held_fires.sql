@@ -62,7 +62,8 @@ comment on function _remember_held(uuid) is
 -- Hold a fire an overlap rule refused (p_blocked_by: cooldown, concurrency,
 -- live_iteration) under a buffer policy, until p_fire_at (NULL: until a run
 -- of the target ends). A fire fire_held is releasing stays its own row,
--- with the new blocker. buffer_one replaces the target's other buffered
+-- with the new blocker (under buffer_one, unless a newer fire was held
+-- meanwhile: it folds into that one). buffer_one replaces the target's other buffered
 -- fires (those not being released right now), counting them in collapsed.
 -- p_slot is the cron slot a cron or backfill fire stands for, kept for its
 -- run. Returns the held row's id, or NULL when buffer_all already holds
@@ -82,6 +83,33 @@ declare
     v_replaced integer := 0;
 begin
     if v_releasing is not null then
+        -- A fire held while this one was being released could not replace
+        -- it (the row was locked, and waiting for it could deadlock with
+        -- the release) and is newer: buffer_one keeps the newest, so this
+        -- one folds into it, its count with it.
+        if p_policy = 'buffer_one' then
+            with newer as (
+                select n.id from held_fires n
+                where (n.routine_id = p_target or n.loop_id = p_target)
+                  and n.reason = 'buffered' and n.id <> v_releasing
+                order by n.seq desc
+                limit 1
+                for update skip locked
+            ),
+            folded as (
+                delete from held_fires h
+                where h.id = v_releasing and exists (select from newer)
+                returning h.collapsed
+            )
+            update held_fires n
+            set collapsed = n.collapsed + f.collapsed
+            from folded f, newer w
+            where n.id = w.id
+            returning n.id into v_id;
+            if v_id is not null then
+                return v_id;
+            end if;
+        end if;
         update held_fires h
         set blocked_by = p_blocked_by, fire_at = p_fire_at
         where h.id = v_releasing

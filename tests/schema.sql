@@ -2312,7 +2312,7 @@ create function ceaseless._hmac_sha256(p_key bytea, p_message bytea)
 comment on function ceaseless._hmac_sha256(p_key bytea, p_message bytea) is 'HMAC-SHA256 of p_message under p_key (RFC 2104), built on sha256() so no extension is needed.';
 grant execute on function ceaseless._hmac_sha256(p_key bytea, p_message bytea) to ceaseless_listener, ceaseless_operator;
 
--- functions/33_held_fires.sql, body md5 04a15f44b087044b0280806f5ef8844e
+-- functions/33_held_fires.sql, body md5 075e91952f85f87be5393f9ffffd118a
 create function ceaseless._hold_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_blocked_by text, p_trigger text, p_detail text, p_context text, p_fire_at timestamp with time zone, p_now timestamp with time zone, p_slot timestamp with time zone DEFAULT NULL::timestamp with time zone)
     returns uuid
     language plpgsql

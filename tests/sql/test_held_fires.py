@@ -505,6 +505,32 @@ def test_a_fire_during_a_release_opens_a_new_window_and_nothing_deadlocks(
     assert (held["context"], held["collapsed"]) == ("deploy 2", 1)
 
 
+def test_buffer_one_keeps_only_the_newest_when_a_fire_is_held_during_a_release(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    """A fire held while fire_held has the older one in hand cannot replace it (the row is
+    locked); the release, refused again, folds the older into the newer: one held fire, the
+    newest, counting both."""
+    routine = _event_routine(conn, max_concurrent=1, overlap_policy="buffer_one")
+    _event(conn, "deploy 1", T0)
+    _event(conn, "deploy 2", T0 + timedelta(seconds=1))
+    conn.commit()
+    [older] = _held(conn, routine)
+    with psycopg.connect(db_url) as releaser:
+        # A release in hand: the older row locked, as fire_held holds it while it fires.
+        releaser.execute(
+            "select from ceaseless.held_fires where id = %s for update", (older["id"],)
+        )
+        with psycopg.connect(db_url, autocommit=True) as other:
+            _event(other, "deploy 3", T0 + timedelta(seconds=2))
+        releaser.rollback()
+    assert [h["context"] for h in _held(conn, routine)] == ["deploy 2", "deploy 3"]
+    # The run still runs: the release is refused again, and the older fire folds in.
+    assert _fire_held(conn, T0 + timedelta(seconds=3)) == [("buffered", "concurrency")]
+    [held] = _held(conn, routine)
+    assert (held["context"], held["collapsed"]) == ("deploy 3", 2)
+
+
 def _someone_waits(conn: psycopg.Connection) -> bool:
     row = conn.execute(
         "select count(*) from pg_stat_activity "
