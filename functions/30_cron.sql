@@ -701,8 +701,11 @@ begin
             when '@daily' then '0 0 * * *'
             when '@midnight' then '0 0 * * *'
             when '@hourly' then '0 * * * *'
-            else btrim(p_schedule, E' \t\n\r\f\v') end,
-        E'[ \t\n\r\f\v]+');
+            else btrim(p_schedule, E' \t\n\r\f\x0b') end,
+        -- The regex engine reads \v, as the gate's split does (_cron_error); an
+        -- E'' string does not on PostgreSQL 15 (there E'\v' is a plain v,
+        -- and "nov" would split).
+        '[ \t\n\r\f\v]+');
     v_day_of_month := translate(v_fields[3], 'LW', 'lw');
     v_day_of_week := translate(v_fields[5], 'ABCDEFGHIJKLMNOPQRSTUVWXYZ',
                                'abcdefghijklmnopqrstuvwxyz');

@@ -1937,7 +1937,7 @@ create function ceaseless._cron_number(p_digits text)
 comment on function ceaseless._cron_number(p_digits text) is 'A run of ASCII digits as an integer, capped at 1e9 so huge cron numbers compare as too big.';
 grant execute on function ceaseless._cron_number(p_digits text) to ceaseless_listener, ceaseless_operator;
 
--- functions/30_cron.sql, body md5 5be43f1077ef09a1b8a058e0d17751f5
+-- functions/30_cron.sql, body md5 c25517b3f494457ad1913dbb33b18319
 create function ceaseless._cron_reading(p_schedule text, OUT seconds integer[], OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT last_day boolean, OUT nearest_weekday integer, OUT months integer[], OUT weekdays integer[], OUT nth_weekdays integer[], OUT last_weekdays integer[])
     returns record
     language plpgsql

@@ -838,3 +838,23 @@ def test_dst_gaps_fire_nothing_and_repeated_times_fire_once_at_the_first(
     shown = [f"{s:%m-%d %H:%M}" for s in found]
     assert shown[: len(expected)] == expected
     assert found == _listener_slots(expression, zone, begin, end)[0]
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["0 9 1 nov *", "0 9 1 Feb-nov *", "0\v9\t1 NOV *", "0 9 1 oct-nov *"],
+)
+def test_month_names_with_a_v_and_a_vertical_tab_between_fields_are_read_as_the_gate_reads_them(
+    conn: psycopg.Connection, expression: str
+) -> None:
+    """The slot reader splits fields as the gate does: "nov" is a month, not "no" and a
+    separator, and a vertical tab separates fields."""
+    begin = datetime(2026, 10, 15, tzinfo=UTC)
+    end = datetime(2026, 11, 15, tzinfo=UTC)
+    assert [f"{s:%m-%d %H:%M}" for s in sql_slots(conn, expression, "UTC", begin, end)] == [
+        "11-01 09:00"
+    ]
+    assert (
+        sql_slots(conn, expression, "UTC", begin, end)
+        == _listener_slots(expression, "UTC", begin, end)[0]
+    )
