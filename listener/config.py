@@ -118,8 +118,8 @@ class ListenerConfig:
     shutdown_grace: float = field(
         default=30.0,
         metadata=_help(
-            "On SIGTERM, seconds running agents get to finish and results get to reach the "
-            "database; what remains is released and named in the log."
+            "On SIGTERM, seconds running agents and forge polls get to finish and results get to "
+            "reach the database; what remains is released and named in the log."
         ),
     )
     kinds: list[str] | None = field(

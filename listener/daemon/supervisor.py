@@ -303,14 +303,17 @@ class Listener:
         give_up_at = loop.time() + self.config.shutdown_grace
         self.claimer.accepting = False
         tasks["claimer"].cancel()
+        tasks["forge_poll"].cancel()
         log.event(
             "listener.stopping",
             running=len(self.ledger.running),
             grace_secs=self.config.shutdown_grace,
         )
         agents = [h.task for h in self.ledger.running.values() if h.task]
+        polls = asyncio.create_task(self.forge.finish_polls(max(give_up_at - loop.time(), 0)))
         if agents:
             await asyncio.wait(agents, timeout=max(give_up_at - loop.time(), 0))
+        await polls
         await self._release_leftovers()
         tasks["recorder"].cancel()
         unrecorded = await self.recorder.drain(give_up_at)

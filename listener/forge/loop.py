@@ -70,13 +70,29 @@ class ForgeLoops:
             self.children_wake.set()
 
     async def poll(self) -> None:
-        """Hand each due repo to a poll task of its own, every tick."""
-        try:
-            await self._forever("forge.poll", self._poll_round, self.poll_wake)
-        finally:
-            for task in self._polling.values():
-                task.cancel()
-            await asyncio.gather(*self._polling.values(), return_exceptions=True)
+        """Hand each due repo to a poll task of its own, every tick.
+
+        Cancelling this stops new polls only: the ones in flight are the
+        listener's to finish (finish_polls), so a stop does not throw away a
+        listing the forge already sent.
+        """
+        await self._forever("forge.poll", self._poll_round, self.poll_wake)
+
+    async def finish_polls(self, timeout: float) -> None:
+        """Let the polls in flight record what they fetched, for up to `timeout` seconds.
+
+        A poll cut short has made its request but recorded nothing: its
+        issues wait a whole interval and its ETag is lost. What is still
+        running when the time is up is cancelled; due_repos already moved
+        its repo's next poll on.
+        """
+        polling = list(self._polling.values())
+        if not polling:
+            return
+        _, late = await asyncio.wait(polling, timeout=timeout)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*polling, return_exceptions=True)
 
     async def labels(self) -> None:
         await self._forever("forge.labels", self._labels_round, self.labels_wake)

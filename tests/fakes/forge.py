@@ -41,7 +41,8 @@ What a test can rely on:
   ``unlabel_issue`` let a test say who labelled an issue), served as GitHub's
   issue events and as Gitea's timeline (type ``label``, body ``"1"`` added);
 - controls per repository: ``fail`` (500), ``hang`` (no answer until the
-  fake stops or ``release`` is called), ``rate_limit`` (403 or 429 with
+  fake stops or ``release`` is called), ``delay`` (seconds each answer
+  waits, a slow forge), ``rate_limit`` (403 or 429 with
   ``x-ratelimit-remaining: 0``, ``x-ratelimit-reset`` and ``Retry-After``) and
   ``bad_json`` (200 with a body that is not JSON), and ``private`` (a request
   without a token is answered 404, as GitHub hides a private repository).
@@ -122,6 +123,7 @@ class Repo:
     # Controls (see the module docstring).
     fail: bool = False
     hang: bool = False
+    delay: float = 0.0
     bad_json: bool = False
     # Private: an anonymous request is answered 404, as GitHub hides a private repository.
     private: bool = False
@@ -568,6 +570,8 @@ class _Handler(BaseHTTPRequestHandler):
         if repo.hang:
             self.forge._released.wait()
             raise _Reply(504, {"message": "the fake forge was released"})
+        if repo.delay:
+            time.sleep(repo.delay)
         if repo.rate_limit is not None:
             status, reset, retry_after = repo.rate_limit
             headers = {
