@@ -8,8 +8,8 @@
 -- Guarantees: each function is one transaction's worth of work; a job moves
 -- through pending → claimed → running → terminal only here and in
 -- 20_agent_runs.sql (finish_runs), and from blocked back to pending only by
--- a person's reply or raised ceiling (reply_job, raise_job_budget), which
--- audit who sent it; ended_jobs reads only, and names only jobs
+-- a person: a reply or raised ceiling (reply_job, raise_job_budget), which
+-- audit who sent it, or a fresh start (retry_job); ended_jobs reads only, and names only jobs
 -- of this database that can never run again (a workspace root may be shared
 -- with another database's listeners, whose jobs are theirs to judge); a
 -- round_robin lane's turn (lane_turns, owner_turns) is read and written only
@@ -691,15 +691,17 @@ comment on function expire_leases(timestamptz) is
 --
 -- | p_ended_by | the job                                                      |
 -- |------------|--------------------------------------------------------------|
--- | cancel     | cancelled, finished now                                      |
+-- | cancel     | cancelled, finished now (a blocked job too: it waits for a   |
+-- |            | person, who may say no)                                      |
 -- | release    | pending again, unclaimed, due now, its attempt refunded (the |
 -- |            | job did not fail, its listener left), the interrupted        |
 -- |            | session kept for the next attempt                            |
 --
 -- Either way its open agent run is finished as cancelled, with p_ended_by
 -- and the reason, and the listener running the agent stops it when the
--- job's NOTIFY (or its next heartbeat) says the job is no longer held. Jobs
--- that are not live are left as they are. Returns how many jobs it ended.
+-- job's NOTIFY (or its next heartbeat) says the job is no longer held. Other
+-- jobs (finished, or blocked when releasing) are left as they are. Returns
+-- how many jobs it ended.
 --
 -- Locks: the jobs, FOR UPDATE, waiting for them. A caller that
 -- must not wait (topology cancellation, which holds a run while another
@@ -727,7 +729,9 @@ begin
         -- table, a join or `id = any (…)` reads the whole job table.
         cross join lateral (
             select j.id from job j
-            where j.id = u.id and j.state in ('pending', 'claimed', 'running')
+            where j.id = u.id
+              and (j.state in ('pending', 'claimed', 'running')
+                   or (j.state = 'blocked' and not v_release))
             offset 0
             for update
         ) j
@@ -838,7 +842,9 @@ comment on function _job_for(text, uuid) is
 -- Cancel a job. A pending job ends at once; a claimed or running one ends
 -- now in the database, its open run finished as cancelled, and the listener
 -- running it stops the process when the NOTIFY (or its next heartbeat)
--- tells it the job is no longer held.
+-- tells it the job is no longer held. A blocked job (waiting for a person)
+-- can be cancelled too: it is how a person says no to a question, and it
+-- closes the routine run or fails the topology node that waits for it.
 --
 -- Raises: CE404 unknown job (or another owner's, or one naming another
 -- owner's run or parent); CE409 the job already ended.
@@ -854,9 +860,9 @@ declare
     -- would close.
     v_job constant job := _job_for('cancel_job', p_job_id);
 begin
-    if v_job.state not in ('pending', 'claimed', 'running') then
-        raise exception 'cancel_job: job % is already %; only pending, claimed or running jobs can be cancelled',
-            p_job_id, v_job.state
+    if v_job.state not in ('pending', 'claimed', 'running', 'blocked') then
+        raise exception 'cancel_job: job % is already %; only pending, claimed, running or '
+                        'blocked jobs can be cancelled', p_job_id, v_job.state
             using errcode = 'CE409', hint = 'Use retry_job to run a finished job again.';
     end if;
 
@@ -865,8 +871,8 @@ end;
 $$;
 
 comment on function cancel_job(uuid, timestamptz) is
-    'Cancel a pending, claimed or running job; a running agent is stopped by its listener. '
-    'Raises CE404 (unknown) or CE409 (already finished).';
+    'Cancel a pending, claimed, running or blocked job; a running agent is stopped by its '
+    'listener. Raises CE404 (unknown) or CE409 (already finished).';
 
 -- What disabling an agent does to its pending jobs, of every kind: a job that
 -- holds a run ends, and one that holds nothing waits.
@@ -949,7 +955,12 @@ begin
             using errcode = 'CE409', hint = 'Use cancel_job first to stop it.';
     end if;
 
-    select rr.routine_id into v_routine_id from routine_runs rr where rr.id = v_job.routine_run_id;
+    -- A routine's ended job fires its routine again, a new run; a blocked
+    -- one's run is still open, waiting for it (44_routine_outcomes.sql), so
+    -- the job goes on in that run.
+    select rr.routine_id into v_routine_id
+    from routine_runs rr
+    where rr.id = v_job.routine_run_id and rr.status <> 'running';
     if v_routine_id is not null then
         select f.run_id, f.skip_reason into v_run_id, v_skip_reason
         from _fire_routines(array[v_routine_id], 'manual', p_now,
@@ -981,7 +992,7 @@ $$;
 
 comment on function retry_job(uuid, timestamptz) is
     'Return a finished job to pending with its attempts reset; a routine''s job through its '
-    'routine''s guardrails, as a new routine run. Raises CE404 (unknown), CE409 (still live), '
+    'routine''s guardrails, as a new routine run (a blocked one goes on in its open run). Raises CE404 (unknown), CE409 (still live), '
     'CE410/CE412/CE415 (the routine may not run now).';
 
 -- Who is sending a reply or raising a ceiling: the login role, and for a
@@ -1043,9 +1054,10 @@ comment on function _resume_blocked_job(job, text, text, timestamptz) is
     'Return a blocked job to pending, its attempts whole, with p_reply waiting for the run that '
     'resumes its session (the job''s, else its last run''s); audited as p_action with who sent it.';
 
--- Why a blocked job cannot go on, or NULL when it can: a node's job belongs
--- to its topology run, which moved on when the job was blocked; a job whose
--- spend has reached its ceiling would stop again at once.
+-- Why a blocked job cannot go on, or NULL when it can: a job whose spend has
+-- reached its ceiling would stop again at once. A node's job is no
+-- exception: its node waits, blocked, and its run with it, until the job
+-- goes on or ends (51_topology_runs.sql).
 create or replace function _blocked_job_problem(p_verb text, p_job job)
 returns text
 language plpgsql stable
@@ -1057,10 +1069,6 @@ begin
     if p_job.state <> 'blocked' then
         return format('%s: job %s is %s; only a blocked job (waiting for a person) can be '
                       'resumed', p_verb, p_job.id, p_job.state);
-    end if;
-    if p_job.topology_run_id is not null then
-        return format('%s: job %s is a node of topology run %s, which ended with it; run it '
-                      'again with retry_topology_run', p_verb, p_job.id, p_job.topology_run_id);
     end if;
     select * into v_left from _job_budget_left(p_job.id, p_job.max_cost_usd, p_job.max_tokens);
     if v_left.usd <= 0 then
@@ -1078,8 +1086,8 @@ end;
 $$;
 
 comment on function _blocked_job_problem(text, job) is
-    'Why a job cannot be resumed by a reply or a raised ceiling (not blocked, a topology node''s, '
-    'its ceiling spent), or NULL.';
+    'Why a job cannot be resumed by a reply or a raised ceiling (not blocked, its ceiling '
+    'spent), or NULL.';
 
 -- Reply to a blocked job (its agent asked for a human, spent its ceiling, or
 -- could not log in): the job goes back to pending and its next run resumes
@@ -1090,8 +1098,8 @@ comment on function _blocked_job_problem(text, job) is
 -- leave them nothing to do but copy it into a new job.
 --
 -- Locks: the job (_job_for). Raises: CE404 unknown job (or another owner's);
--- CE409 not blocked (naming its state), a topology node's, or its ceiling
--- spent; CE422 a blank or over-long reply.
+-- CE409 not blocked (naming its state) or its ceiling spent; CE422 a blank
+-- or over-long reply.
 create or replace function reply_job(p_job_id uuid, p_text text, p_now timestamptz default now())
 returns void
 language plpgsql
@@ -1122,8 +1130,8 @@ $$;
 comment on function reply_job(uuid, text, timestamptz) is
     'Reply to a blocked job: back to pending, its next run resumes the agent''s session with the '
     'reply as the prompt (with no session, it starts over with the reply after its prompt). '
-    'Raises CE404 (unknown), CE409 (not blocked, a topology node''s, ceiling spent), CE422 '
-    '(blank or over 16000 characters).';
+    'Raises CE404 (unknown), CE409 (not blocked, ceiling spent), CE422 (blank or over 16000 '
+    'characters).';
 
 -- Raise a job's spend ceilings (p_usd: max_cost_usd; p_tokens: max_tokens;
 -- NULL leaves one as it is). A job blocked on its spend then goes back to

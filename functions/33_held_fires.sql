@@ -253,7 +253,7 @@ begin
     end if;
     perform _end_jobs(array(select j.id from job j
                             where j.id = any (v_jobs)
-                              and j.state in ('pending', 'claimed', 'running')
+                              and j.state in ('pending', 'claimed', 'running', 'blocked')
                             order by j.id
                             for update skip locked),
                       'cancel', 'superseded by a newer fire (overlap_policy cancel_other)', p_now);

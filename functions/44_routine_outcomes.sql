@@ -6,7 +6,11 @@
 -- jobs: finish_runs, expire_leases, release_jobs, cancel_job, an agent's
 -- disabling (agents_disabled), or a plain UPDATE.
 -- Guarantees: a run closes exactly once, at its job's finished_at, in the
--- statement that ends its job; the routines of a statement's runs are locked
+-- statement that ends its job; a blocked job (its agent asks for a person,
+-- spent its ceiling, could not log in) does not end its run, which stays
+-- running, holding its place under max_concurrent and the overlap policy,
+-- until a reply, a raised ceiling or retry_job sends the job on in it, or
+-- cancel_job ends it; the routines of a statement's runs are locked
 -- together, in id order, after the statement locked its jobs (the lock order
 -- of 41_fire_admission.sql), so two statements never wait for each other's
 -- routines in opposite orders, and each routine is updated once per
@@ -29,7 +33,8 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 -- routine its state.
 --
 -- p_run_ids: runs whose jobs may have ended; a run not running, or whose
--- job has not finished, is left alone, so a run closes exactly once.
+-- job has not finished or waits blocked for a person, is left alone, so a
+-- run closes exactly once, when its job is done with.
 create or replace function _close_routine_runs(p_run_ids uuid[])
 returns void
 language plpgsql
@@ -69,7 +74,7 @@ begin
         cross join lateral (
             select j.id, j.state, j.last_error, j.payload, j.finished_at
             from job j
-            where j.id = rr.job_id and j.finished_at is not null
+            where j.id = rr.job_id and j.finished_at is not null and j.state <> 'blocked'
             offset 0
         ) j
         left join lateral (
@@ -182,7 +187,7 @@ declare
 begin
     select array_agg(n.routine_run_id order by n.routine_run_id) into v_runs
     from new_rows n
-    where n.routine_run_id is not null and n.finished_at is not null;
+    where n.routine_run_id is not null and n.finished_at is not null and n.state <> 'blocked';
     if v_runs is not null then
         perform _close_routine_runs(v_runs);
     end if;

@@ -18,10 +18,13 @@
 --   prompt carries the task and its upstreams' outputs, bounded, a skipped
 --   upstream said plainly in place of its output);
 -- - a node follows its job: claimed / running → running, back to pending (a
---   retry) → queued, delivered → succeeded with the job's reply as output,
---   failed / abandoned / blocked / cancelled (after the job's own retries) →
+--   retry, a reply) → queued, blocked (its agent asks for a person, spent
+--   its ceiling, could not log in) → blocked, its run live and waiting with
+--   it until reply_job, raise_job_budget or retry_job sends the job on, or
+--   cancel_job ends it; delivered → succeeded with the job's reply as
+--   output, failed / abandoned / cancelled (after the job's own retries) →
 --   failed, which fails the run, cancels its unfinished nodes and its live
---   jobs;
+--   and blocked jobs;
 -- - a run is awaiting_approval while a node awaits approval and none is
 --   queued or running, running otherwise, and succeeded when every node is
 --   done (succeeded or skipped),
@@ -311,11 +314,12 @@ returns integer
 language sql
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
-    -- Probed by run (job_topology_run_idx), each run's few jobs.
+    -- Probed by run (job_topology_run_idx), each run's few jobs; a blocked
+    -- job waits for a person on behalf of its run, and ends with it.
     select _end_jobs(array(select j.id
                            from unnest(p_run_ids) as u(id)
                            join job j on j.topology_run_id = u.id
-                           where j.state in ('pending', 'claimed', 'running')
+                           where j.state in ('pending', 'claimed', 'running', 'blocked')
                            for update of j skip locked),
                      'cancel', p_reason, p_now);
 $$;
@@ -349,7 +353,7 @@ begin
         error = case when state = 'waiting' then null
                      else format('run %s: %s', p_status, left(p_error, 500)) end
     where topology_run_id = p_run_id
-      and state in ('waiting', 'awaiting_approval', 'queued', 'running');
+      and state in ('waiting', 'awaiting_approval', 'queued', 'running', 'blocked');
     perform _cancel_topology_jobs(array[p_run_id], format('topology run %s %s', p_run_id, p_status),
                                   p_now);
 end;
@@ -424,9 +428,27 @@ create or replace trigger topology_runs_start
     for each row when (new.status = 'pending')
     execute function _tg_topology_runs_start();
 
+-- The node state a loop_node job in state p_job_state puts its node in
+-- while the run is live; 'ended' for the job states that end the node
+-- (delivered: succeeded; the others: failed), which no live node is in.
+create or replace function _topology_node_state_of(p_job_state text)
+returns text
+language sql immutable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    select case when p_job_state = 'pending' then 'queued'
+                when p_job_state in ('claimed', 'running') then 'running'
+                when p_job_state = 'blocked' then 'blocked'
+                else 'ended' end;
+$$;
+
+comment on function _topology_node_state_of(text) is
+    'The live node state a loop_node job''s state implies (queued, running, blocked), else '
+    '''ended''.';
+
 -- Move the nodes of these jobs as their jobs moved, and their runs with
 -- them: succeeded nodes pass their outputs downstream and start what they
--- unblock, a failed node fails its run.
+-- unblock, a failed node fails its run, a blocked one waits with its run.
 --
 -- Locks: the runs of the jobs whose nodes must move, in id order, FOR NO KEY
 -- UPDATE (the caller holds the jobs). A terminal run is left alone: its
@@ -449,9 +471,8 @@ begin
         from unnest(p_job_ids) as u(id)
         join topology_nodes n on n.job_id = u.id
         join job j on j.id = u.id
-        where n.state in ('queued', 'running')
-          and (j.state not in ('pending', 'claimed', 'running')
-               or (j.state = 'pending') <> (n.state = 'queued'))
+        where n.state in ('queued', 'running', 'blocked')
+          and n.state <> _topology_node_state_of(j.state)
         order by 1
     loop
         perform from topology_runs r
@@ -470,7 +491,8 @@ begin
             join topology_nodes n on n.job_id = u.id
             join job j on j.id = u.id
             where n.topology_run_id = v_run_id
-              and n.state in ('queued', 'running')
+              and n.state in ('queued', 'running', 'blocked')
+              and n.state <> _topology_node_state_of(j.state)
             order by n.node_id
         loop
             -- A node started here may have ended the run (its agent disabled).
@@ -478,12 +500,15 @@ begin
                                   where r.id = v_run_id
                                     and r.status in ('running', 'awaiting_approval'));
             v_now := coalesce(v_node.finished_at, now());
-            if v_node.state in ('claimed', 'running') and v_node.node_state = 'queued' then
+            if v_node.state in ('claimed', 'running') then
                 update topology_nodes
                 set state = 'running', started_at = coalesce(started_at, v_node.claimed_at, now())
                 where topology_run_id = v_run_id and node_id = v_node.node_id;
-            elsif v_node.state = 'pending' and v_node.node_state = 'running' then
+            elsif v_node.state = 'pending' then
                 update topology_nodes set state = 'queued'
+                where topology_run_id = v_run_id and node_id = v_node.node_id;
+            elsif v_node.state = 'blocked' then
+                update topology_nodes set state = 'blocked'
                 where topology_run_id = v_run_id and node_id = v_node.node_id;
             elsif v_node.state = 'delivered' then
                 select r.final_message into v_output
@@ -496,7 +521,7 @@ begin
                     started_at = coalesce(started_at, v_node.claimed_at, v_now)
                 where topology_run_id = v_run_id and node_id = v_node.node_id;
                 perform _pass_topology_node(v_run_id, v_node.node_id, v_now);
-            elsif v_node.state in ('failed', 'abandoned', 'blocked', 'cancelled') then
+            elsif v_node.state in ('failed', 'abandoned', 'cancelled') then
                 perform _fail_topology_node(
                     v_run_id, v_node.node_id,
                     format('job %s %s: %s', v_node.job_id, v_node.state,
@@ -510,8 +535,8 @@ end;
 $$;
 
 comment on function _topology_jobs_changed(uuid[]) is
-    'Move the nodes of these loop_node jobs as their jobs moved (running, queued, succeeded, '
-    'failed), start the nodes a success unblocks, and settle their runs.';
+    'Move the nodes of these loop_node jobs as their jobs moved (running, queued, blocked, '
+    'succeeded, failed), start the nodes a success unblocks, and settle their runs.';
 
 -- A node of a run is done (succeeded, or skipped): the fan-in counter of each
 -- downstream node loses one, and those reaching zero start now, exactly once

@@ -391,16 +391,15 @@ create or replace trigger notifications_insert
 -- | abandoned      | a plain job: every attempt's lease    | failure   | the error, retry   |
 -- |                | expired                               |           |                    |
 --
--- The retry named is the one that works: retry_job, or for a node of a
--- topology run, retry_topology_run (a node's job does not run on its own).
+-- A blocked job's routine run or topology node waits for it, so its own
+-- reply, raised ceiling or retry_job sends it on, whoever created it.
 -- Routine and loop jobs that fail are announced by their routine (its
 -- notify_on_failure, 44_routine_outcomes.sql) and their loop (its stopped
 -- notification, 56_loop_firing.sql), so a failure is told once; a missing
 -- login, an agent's question or a spent ceiling is told for every job, since
 -- no routine or loop says what a person must do. The advice names the SQL and
--- the command that resume the job's session (reply_job, raise_job_budget); a
--- node's job is retried with its topology run instead. A cancelled job was
--- ended by a person.
+-- the command that resume the job's session (reply_job, raise_job_budget). A
+-- cancelled job was ended by a person.
 --
 -- Statement-level, like the job triggers of 25_notify_audit.sql: a finish
 -- batch that blocks a thousand jobs of a lane whose login expired queues its
@@ -429,7 +428,7 @@ begin
     -- Each job, its agent and its run probed by key, the ended jobs on the
     -- outer side.
     cross join lateral (
-        select j.agent, j.user_id, j.finished_at, j.last_error, j.topology_run_id,
+        select j.agent, j.user_id, j.finished_at, j.last_error,
                j.routine_run_id is null and j.topology_run_id is null as plain
         from job j where j.id = e.id offset 0
     ) j
@@ -451,16 +450,10 @@ begin
         limit 1
     ) r on true
     cross join lateral (
-        select case when j.topology_run_id is not null
-                    then format('select ceaseless.retry_topology_run(%L);', j.topology_run_id)
-                    else format('select ceaseless.retry_job(%L);', e.id) end as retry,
-               case when j.topology_run_id is not null
-                    then format('Run the topology run again: select '
-                                'ceaseless.retry_topology_run(%L);', j.topology_run_id)
-                    else format(E'Reply, and the agent resumes its session with your reply as '
-                                'its prompt:\n  ceaseless job reply %s "your answer"\n  select '
-                                'ceaseless.reply_job(%L, ''your answer'');', e.id, e.id)
-               end as reply
+        select format('select ceaseless.retry_job(%L);', e.id) as retry,
+               format(E'Reply, and the agent resumes its session with your reply as its '
+                      'prompt:\n  ceaseless job reply %s "your answer"\n  select '
+                      'ceaseless.reply_job(%L, ''your answer'');', e.id, e.id) as reply
     ) x
     cross join lateral (
         select case when e.state = 'blocked' then 'attention' else 'failure' end as kind,
@@ -475,22 +468,17 @@ begin
                end as subject,
                case when r.outcome = 'auth_failed'
                         then format(E'%s\n\nLog the agent''s CLI in (or fix its API key in '
-                                    'agents.env), then run the %s again: %s',
-                                    left(coalesce(r.error, 'no detail given'), 2000),
-                                    case when j.topology_run_id is not null
-                                         then 'topology run' else 'job' end, x.retry)
+                                    'agents.env), then run the job again: %s',
+                                    left(coalesce(r.error, 'no detail given'), 2000), x.retry)
                     when r.outcome = 'needs_human'
                         then format(E'%s\n\n%s',
                                     left(coalesce(r.error, 'no reason given'), 2000), x.reply)
                     when r.outcome = 'budget_exhausted'
-                        then format(E'%s\n\n%s', left(coalesce(r.error, 'no detail given'), 2000),
-                                    case when j.topology_run_id is not null then x.reply
-                                         else format(E'Raise its ceiling and it resumes its '
-                                                     'session:\n  ceaseless job raise-budget '
-                                                     '%s USD\n  select '
-                                                     'ceaseless.raise_job_budget(%L, <usd>);'
-                                                     '\n\n%s', e.id, e.id, x.reply)
-                                    end)
+                        then format(E'%s\n\nRaise its ceiling and it resumes its session:\n'
+                                    '  ceaseless job raise-budget %s USD\n  select '
+                                    'ceaseless.raise_job_budget(%L, <usd>);\n\n%s',
+                                    left(coalesce(r.error, 'no detail given'), 2000), e.id, e.id,
+                                    x.reply)
                     when e.state = 'failed'
                         then format(E'%s\n\nIt used up its attempts. Run it again: %s',
                                     left(coalesce(j.last_error, 'no detail given'), 2000),

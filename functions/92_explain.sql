@@ -188,16 +188,18 @@ begin
             format('the job is %s%s; it runs again only by %s', v_job.state,
                    case when v_job.last_error is not null
                         then format(' (last error: %s)', left(v_job.last_error, 200)) else '' end,
-                   -- A node's job runs again only with its run (51_topology_runs.sql).
-                   case when v_job.topology_run_id is not null
-                        then format('retry_topology_run(%L), with its topology run',
-                                    v_job.topology_run_id)
-                        -- A blocked job waits for a person, who resumes its
-                        -- session (10_jobs.sql).
-                        when v_job.state = 'blocked'
+                   -- A blocked job waits for a person, who resumes its
+                   -- session (10_jobs.sql), its routine run or topology
+                   -- node waiting with it.
+                   case when v_job.state = 'blocked'
                         then format('a reply, reply_job(%L, ''…''), or a raised ceiling, '
                                     'raise_job_budget(%L, <usd>), which resume its session; '
                                     'or retry_job', v_job.id, v_job.id)
+                        -- An ended node's job runs again only with its run
+                        -- (51_topology_runs.sql).
+                        when v_job.topology_run_id is not null
+                        then format('retry_topology_run(%L), with its topology run',
+                                    v_job.topology_run_id)
                         else 'retry_job' end),
             null::timestamptz;
         return;

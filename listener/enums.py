@@ -125,6 +125,7 @@ class TopologyNodeState(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     QUEUED = "queued"
     RUNNING = "running"
+    BLOCKED = "blocked"
     SUCCEEDED = "succeeded"
     SKIPPED = "skipped"
     FAILED = "failed"

@@ -975,7 +975,7 @@ create table ceaseless.topology_nodes (
     constraint topology_nodes_gate_check CHECK ((gate = 'approval'::text)),
     constraint topology_nodes_job_id_fkey FOREIGN KEY (job_id) REFERENCES ceaseless.job(id) ON DELETE SET NULL,
     constraint topology_nodes_pkey PRIMARY KEY (topology_run_id, node_id),
-    constraint topology_nodes_state_check CHECK ((state = ANY (ARRAY['waiting'::text, 'awaiting_approval'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'skipped'::text, 'failed'::text, 'cancelled'::text]))),
+    constraint topology_nodes_state_check CHECK ((state = ANY (ARRAY['waiting'::text, 'awaiting_approval'::text, 'queued'::text, 'running'::text, 'blocked'::text, 'succeeded'::text, 'skipped'::text, 'failed'::text, 'cancelled'::text]))),
     constraint topology_nodes_topology_run_id_fkey FOREIGN KEY (topology_run_id) REFERENCES ceaseless.topology_runs(id) ON DELETE CASCADE,
     constraint upstream_left_not_negative CHECK ((upstream_left >= 0))
 );
@@ -990,7 +990,7 @@ create policy own_rows on ceaseless.topology_nodes for all to ceaseless_user
    FROM ceaseless.topology_runs r
   WHERE (r.id = topology_nodes.topology_run_id))));
 comment on table ceaseless.topology_nodes is 'One row per node of a topology run: its state, its job, its output and the count of upstream nodes still to succeed (the fan-in counter).';
-comment on column ceaseless.topology_nodes.state is 'waiting, awaiting_approval, queued, running, then succeeded, skipped (its approval expired under on_expiry skip: done, without an output), failed or cancelled.';
+comment on column ceaseless.topology_nodes.state is 'waiting, awaiting_approval, queued, running, blocked (its job waits for a person: reply_job or raise_job_budget), then succeeded, skipped (its approval expired under on_expiry skip: done, without an output), failed or cancelled.';
 comment on column ceaseless.topology_nodes.on_expiry is 'What an undecided approval of this gated node does at its expiry: fail (the node and run fail), skip (the node is skipped and its downstream nodes run without its output) or approve (it is approved by ceaseless and the node runs).';
 comment on column ceaseless.topology_nodes.remind_before_secs is 'Seconds before an approval of this node expires that its owner is reminded; NULL: no reminder.';
 grant select on table ceaseless.topology_nodes to ceaseless_operator, ceaseless_user;
@@ -1773,16 +1773,16 @@ create function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp wit
 comment on function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) is 'Fire a routine''s or loop''s cron slots in [p_from, p_to) that have not fired (the first p_max, trigger backfill, slot_at the slot), for its owner; one row per slot: fired, refused, already_fired or over_max. Audited. CE404 unknown or someone else''s; CE422 bad bounds.';
 grant execute on function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 9ab3757b2c89ca6cc49314aeb3aa1de0
+-- functions/10_jobs.sql, body md5 6c6afb0a01842a2394801079c15f15c9
 create function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job)
     returns text
     language plpgsql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job) is 'Why a job cannot be resumed by a reply or a raised ceiling (not blocked, a topology node''s, its ceiling spent), or NULL.';
+comment on function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job) is 'Why a job cannot be resumed by a reply or a raised ceiling (not blocked, its ceiling spent), or NULL.';
 grant execute on function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job) to ceaseless_listener, ceaseless_operator;
 
--- functions/33_held_fires.sql, body md5 c7b664e20a806a0a196651745c38e1a7
+-- functions/33_held_fires.sql, body md5 27c8369defeb1b1daf57e14d0693f836
 create function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now timestamp with time zone)
     returns uuid[]
     language plpgsql
@@ -1792,7 +1792,7 @@ create function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now t
 comment on function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now timestamp with time zone) is 'For cancel_other routines at their max_concurrent: cancel the oldest running runs'' jobs (SKIP LOCKED, _end_jobs) to make room for a new fire; returns the routines it cancelled for.';
 grant execute on function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 8e317f27312e5485ba8702f3ab8b7bdc
+-- functions/51_topology_runs.sql, body md5 770c2564f343501cd8f53fa508d37e9a
 create function ceaseless._cancel_topology_jobs(p_run_ids uuid[], p_reason text, p_now timestamp with time zone)
     returns integer
     language sql
@@ -1873,7 +1873,7 @@ create function ceaseless._clone_url_error(p_url text)
 comment on function ceaseless._clone_url_error(p_url text) is 'NULL when p_url is a clone address without a stored secret (URL, scp-style address or absolute local path), else why not; never raises.';
 grant execute on function ceaseless._clone_url_error(p_url text) to ceaseless_listener, ceaseless_operator;
 
--- functions/44_routine_outcomes.sql, body md5 629ab929998d54b8fff189f9bab1bdc8
+-- functions/44_routine_outcomes.sql, body md5 5770e64555aef54be7d4153bedb4bcf2
 create function ceaseless._close_routine_runs(p_run_ids uuid[])
     returns void
     language plpgsql
@@ -2028,7 +2028,7 @@ create function ceaseless._egress_entry_error(p_entry text)
 comment on function ceaseless._egress_entry_error(p_entry text) is 'NULL when p_entry is an agents.egress entry (host[:port], *.domain[:port], an IPv4 address or a bracketed IPv6 address), else why not; never raises.';
 grant execute on function ceaseless._egress_entry_error(p_entry text) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 6857b7afc4c7662fd1c44917b3204b5d
+-- functions/10_jobs.sql, body md5 169af263e26a1f3d2ec9fdad1ab17f8e
 create function ceaseless._end_jobs(p_job_ids uuid[], p_ended_by text, p_reason text, p_now timestamp with time zone)
     returns integer
     language plpgsql
@@ -2037,7 +2037,7 @@ create function ceaseless._end_jobs(p_job_ids uuid[], p_ended_by text, p_reason 
 comment on function ceaseless._end_jobs(p_job_ids uuid[], p_ended_by text, p_reason text, p_now timestamp with time zone) is 'End the current attempt of these live jobs with a reason, their open runs finished as cancelled: ended_by cancel cancels the job, release returns it to pending with its attempt refunded. Returns how many it ended.';
 grant execute on function ceaseless._end_jobs(p_job_ids uuid[], p_ended_by text, p_reason text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 b1bf43a1a2d81d851c990cd710ecee87
+-- functions/51_topology_runs.sql, body md5 3e863bd806db5694dc146c9eff301a64
 create function ceaseless._end_topology_run(p_run_id uuid, p_status text, p_error text, p_now timestamp with time zone)
     returns void
     language plpgsql
@@ -3068,7 +3068,7 @@ create function ceaseless._tg_held_fires_inserted()
 comment on function ceaseless._tg_held_fires_inserted() is 'After fires are held anew: NOTIFY ceaseless_schedule {table: held_fires, id: routine or loop}, so a listener''s scheduler re-reads the earliest fire_at.';
 grant execute on function ceaseless._tg_held_fires_inserted() to ceaseless_listener, ceaseless_operator;
 
--- functions/60_notifications.sql, body md5 3d8c1ae765ee5e2e5f0a8c7e1573bf62
+-- functions/60_notifications.sql, body md5 d5e95a69e9b7a5c15ddf82c7555641ba
 create function ceaseless._tg_job_ended()
     returns trigger
     language plpgsql
@@ -3107,7 +3107,7 @@ create function ceaseless._tg_job_plan_children()
 comment on function ceaseless._tg_job_plan_children() is 'After UPDATE on job: queue the child issues of plan jobs that became delivered (once per repo, plan issue and key).';
 grant execute on function ceaseless._tg_job_plan_children() to ceaseless_listener, ceaseless_operator;
 
--- functions/44_routine_outcomes.sql, body md5 a31d721ffb054853db2057ca23a917a5
+-- functions/44_routine_outcomes.sql, body md5 422d12ee86f051b06027e29b1f4c60ef
 create function ceaseless._tg_job_routine_outcome()
     returns trigger
     language plpgsql
@@ -3491,13 +3491,13 @@ create function ceaseless._topology_graph_order(p_graph jsonb)
 comment on function ceaseless._topology_graph_order(p_graph jsonb) is 'The node ids of a topology graph with their 1-based position in its nodes array.';
 grant execute on function ceaseless._topology_graph_order(p_graph jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 9ea6fb8520dc35e69487b0fd588b01d7
+-- functions/51_topology_runs.sql, body md5 66896ccfb019661a4d26217e25cd421e
 create function ceaseless._topology_jobs_changed(p_job_ids uuid[])
     returns void
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._topology_jobs_changed(p_job_ids uuid[]) is 'Move the nodes of these loop_node jobs as their jobs moved (running, queued, succeeded, failed), start the nodes a success unblocks, and settle their runs.';
+comment on function ceaseless._topology_jobs_changed(p_job_ids uuid[]) is 'Move the nodes of these loop_node jobs as their jobs moved (running, queued, blocked, succeeded, failed), start the nodes a success unblocks, and settle their runs.';
 grant execute on function ceaseless._topology_jobs_changed(p_job_ids uuid[]) to ceaseless_listener, ceaseless_operator;
 
 -- functions/50_topology_graph.sql, body md5 a4aa24c48a75e483db0836806a51d680
@@ -3526,6 +3526,15 @@ create function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) is 'The prompt of a node''s job: its prompt, "## Task" and the run''s task, then "## Output of <node>" and each upstream''s output cut to topology_upstream_chars (a skipped one says so); within the job prompt cap.';
 grant execute on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) to ceaseless_listener, ceaseless_operator;
+
+-- functions/51_topology_runs.sql, body md5 ee234e281e20da5b216301914f5d5038
+create function ceaseless._topology_node_state_of(p_job_state text)
+    returns text
+    language sql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._topology_node_state_of(p_job_state text) is 'The live node state a loop_node job''s state implies (queued, running, blocked), else ''ended''.';
+grant execute on function ceaseless._topology_node_state_of(p_job_state text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 ff1a724394f5df66df25df258fe61872
 create function ceaseless._topology_run_for(p_verb text, p_run_id uuid)
@@ -3786,14 +3795,14 @@ create function ceaseless.backfill_routine(p_routine_id uuid, p_from timestamp w
 comment on function ceaseless.backfill_routine(p_routine_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) is 'Fire a routine''s cron slots in [p_from, p_to) that never fired (trigger backfill, each run''s slot_at its slot), at most p_max (1..setting backfill_max); one row per slot: fired, refused (with the skip reason), already_fired or over_max. CE404, CE422.';
 grant execute on function ceaseless.backfill_routine(p_routine_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/10_jobs.sql, body md5 ea21db40c1dbb49b60ec9a5628d6c278
+-- functions/10_jobs.sql, body md5 9932c9488b40dfe68f8c2ea68b1390db
 create function ceaseless.cancel_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.cancel_job(p_job_id uuid, p_now timestamp with time zone) is 'Cancel a pending, claimed or running job; a running agent is stopped by its listener. Raises CE404 (unknown) or CE409 (already finished).';
+comment on function ceaseless.cancel_job(p_job_id uuid, p_now timestamp with time zone) is 'Cancel a pending, claimed, running or blocked job; a running agent is stopped by its listener. Raises CE404 (unknown) or CE409 (already finished).';
 grant execute on function ceaseless.cancel_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/51_topology_runs.sql, body md5 ce67d3e38a5d2d81e335de1188cafb98
@@ -3927,7 +3936,7 @@ create function ceaseless.expire_leases(p_now timestamp with time zone DEFAULT n
 comment on function ceaseless.expire_leases(p_now timestamp with time zone) is 'Return jobs with passed leases to pending (or abandoned after max attempts) and finish their open runs as lease_expired. Safe to call from every listener at once.';
 grant execute on function ceaseless.expire_leases(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/92_explain.sql, body md5 e597db1bb157607641069447cdbc1f88
+-- functions/92_explain.sql, body md5 d77c95d946dbd9b637ede46b0e37836e
 create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
@@ -4202,7 +4211,7 @@ create function ceaseless.reply_job(p_job_id uuid, p_text text, p_now timestamp 
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.reply_job(p_job_id uuid, p_text text, p_now timestamp with time zone) is 'Reply to a blocked job: back to pending, its next run resumes the agent''s session with the reply as the prompt (with no session, it starts over with the reply after its prompt). Raises CE404 (unknown), CE409 (not blocked, a topology node''s, ceiling spent), CE422 (blank or over 16000 characters).';
+comment on function ceaseless.reply_job(p_job_id uuid, p_text text, p_now timestamp with time zone) is 'Reply to a blocked job: back to pending, its next run resumes the agent''s session with the reply as the prompt (with no session, it starts over with the reply after its prompt). Raises CE404 (unknown), CE409 (not blocked, ceiling spent), CE422 (blank or over 16000 characters).';
 grant execute on function ceaseless.reply_job(p_job_id uuid, p_text text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/12_lanes.sql, body md5 b875a63bf13f8d90f666b4f450522a4a
@@ -4215,14 +4224,14 @@ create function ceaseless.resume_lane(p_agent text, p_now timestamp with time zo
 comment on function ceaseless.resume_lane(p_agent text, p_now timestamp with time zone) is 'Lift a lane''s pause (operators and listeners), whoever set it; audited as entity lane, and NOTIFY ceaseless_config so listeners claim from it at once. CE404 unknown lane, CE409 not paused.';
 grant execute on function ceaseless.resume_lane(p_agent text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 2db1c54ba89004dbae5f2eab55c01cef
+-- functions/10_jobs.sql, body md5 8c3ad2ebd6b1018fafff7282c9cf8991
 create function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) is 'Return a finished job to pending with its attempts reset; a routine''s job through its routine''s guardrails, as a new routine run. Raises CE404 (unknown), CE409 (still live), CE410/CE412/CE415 (the routine may not run now).';
+comment on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) is 'Return a finished job to pending with its attempts reset; a routine''s job through its routine''s guardrails, as a new routine run (a blocked one goes on in its open run). Raises CE404 (unknown), CE409 (still live), CE410/CE412/CE415 (the routine may not run now).';
 grant execute on function ceaseless.retry_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/51_topology_runs.sql, body md5 ae7b5dd28b23677e52afa9aae2b251e0

@@ -163,6 +163,22 @@ class Output(StrEnum):
     JSON = "json"
 
 
+# Routines and loops debounce alike (functions/33_held_fires.sql): one wording for both.
+DebounceOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Seconds: event and webhook fires this close together collapse into one, "
+        "started this long after the last of them."
+    ),
+]
+DebounceMaxOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="With --debounce: a collapsed fire starts at the latest this many seconds "
+        "after the first."
+    ),
+]
+
 OutputOpt = Annotated[
     Output,
     typer.Option(

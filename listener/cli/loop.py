@@ -24,6 +24,8 @@ import typer
 
 from listener.cli import cron as cron_cli
 from listener.cli.common import (
+    DebounceMaxOpt,
+    DebounceOpt,
     Named,
     Output,
     OutputOpt,
@@ -181,20 +183,8 @@ def loop_add(
             "docs/flow-controls.md."
         ),
     ] = None,
-    debounce: Annotated[
-        int | None,
-        typer.Option(
-            help="Seconds: event and webhook fires this close together collapse into one, "
-            "started this long after the last of them."
-        ),
-    ] = None,
-    debounce_max: Annotated[
-        int | None,
-        typer.Option(
-            help="With --debounce: a collapsed fire starts at the latest this many seconds "
-            "after the first."
-        ),
-    ] = None,
+    debounce: DebounceOpt = None,
+    debounce_max: DebounceMaxOpt = None,
     job_priority: Annotated[
         int | None,
         typer.Option(

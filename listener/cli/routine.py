@@ -18,6 +18,8 @@ import typer
 from listener import cron
 from listener.cli import cron as cron_cli
 from listener.cli.common import (
+    DebounceMaxOpt,
+    DebounceOpt,
     Named,
     Output,
     OutputOpt,
@@ -114,20 +116,8 @@ def routine_add(
             "max_concurrent). See docs/flow-controls.md."
         ),
     ] = None,
-    debounce: Annotated[
-        int | None,
-        typer.Option(
-            help="Seconds: event and webhook fires this close together collapse into one, "
-            "started this long after the last of them."
-        ),
-    ] = None,
-    debounce_max: Annotated[
-        int | None,
-        typer.Option(
-            help="With --debounce: a collapsed fire starts at the latest this many seconds "
-            "after the first."
-        ),
-    ] = None,
+    debounce: DebounceOpt = None,
+    debounce_max: DebounceMaxOpt = None,
     job_priority: Annotated[
         int | None,
         typer.Option(

@@ -17,7 +17,9 @@ from uuid import UUID
 import psycopg
 
 from tests.e2e.support import FAKES, ListenerProcess, run_cli, scalar, wait_until
-from tests.factories import make_agent, make_job
+from tests.factories import make_agent, make_job, make_routine
+from tests.sql.loops import live, make_loop
+from tests.sql.topology import graph, job_of, node
 
 
 def _claude(conn: psycopg.Connection, log: Path, mode: str = "success", **env: str) -> None:
@@ -185,3 +187,80 @@ def test_a_reply_committed_while_its_listener_dies_is_not_lost(
         )
         == "second"
     )
+
+
+def test_a_loop_node_asking_for_help_waits_and_its_iteration_goes_on_after_the_reply(
+    conn: psycopg.Connection,
+    db_url: str,
+    start_listener: Callable[..., ListenerProcess],
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "claude.jsonl"
+    _claude(conn, log, "needs_human_unless_resumed")
+    loop = make_loop(
+        conn, g=graph([node("A", "claude")]), policy={"kind": "iters", "spec": {"n": 1}}
+    )
+    conn.commit()
+    start_listener("--poll-interval", "1")
+    conn.execute("select ceaseless.run_loop(%s)", (loop,))
+    conn.commit()
+    run = live(conn, loop)
+    conn.commit()
+    job = job_of(conn, run, "A")
+    conn.commit()
+    _state_becomes(db_url, job, "blocked")
+    # The iteration waits with its node: still the loop's live one.
+    assert (
+        scalar(
+            db_url,
+            "select r.status || ' ' || n.state from ceaseless.topology_runs r "
+            "join ceaseless.topology_nodes n on n.topology_run_id = r.id where r.id = %s",
+            (run,),
+        )
+        == "running blocked"
+    )
+
+    done = run_cli(db_url, "job", "reply", str(job), "Use the staging database.")
+    assert done.returncode == 0, done.stderr
+    wait_until(
+        lambda: (
+            scalar(db_url, "select status from ceaseless.topology_runs where id = %s", (run,))
+            == "succeeded"
+        ),
+        30,
+        "the iteration never succeeded after the reply",
+    )
+    first, resumed = _invocations(log)
+    assert f"--resume={_session_of(first)}" in resumed["argv"]
+    assert resumed["stdin"] == "Use the staging database."
+
+
+def test_a_routine_run_waits_for_the_reply_and_is_counted_once(
+    conn: psycopg.Connection,
+    db_url: str,
+    start_listener: Callable[..., ListenerProcess],
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "claude.jsonl"
+    _claude(conn, log, "needs_human_unless_resumed")
+    routine = make_routine(conn, agent="claude", action_type="full_job")
+    conn.commit()
+    start_listener("--poll-interval", "1")
+    run = scalar(db_url, "select ceaseless.run_routine(%s)", (routine,))
+    job = scalar(db_url, "select job_id from ceaseless.routine_runs where id = %s", (run,))
+    _state_becomes(db_url, job, "blocked")
+    assert scalar(db_url, "select status from ceaseless.routine_runs where id = %s", (run,)) == (
+        "running"
+    )
+
+    done = run_cli(db_url, "job", "reply", str(job), "Use the staging database.")
+    assert done.returncode == 0, done.stderr
+    wait_until(
+        lambda: (
+            scalar(db_url, "select status from ceaseless.routine_runs where id = %s", (run,))
+            == "ok"
+        ),
+        30,
+        "the routine run never closed after the reply",
+    )
+    assert scalar(db_url, "select run_count from ceaseless.routines where id = %s", (routine,)) == 1

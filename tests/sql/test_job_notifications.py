@@ -116,7 +116,9 @@ def test_a_loop_node_job_that_fails_is_told_by_its_run_not_as_a_job(
     assert [n for n in _notifications(conn) if n[0] == "job"] == []
 
 
-def test_a_blocked_loop_node_names_retry_topology_run(conn: psycopg.Connection) -> None:
+def test_a_blocked_loop_node_names_the_retry_that_works_in_its_live_run(
+    conn: psycopg.Connection,
+) -> None:
     make_agent(conn)
     run = start_run(conn, diamond())
     job = job_of(conn, run, "A")
@@ -124,15 +126,21 @@ def test_a_blocked_loop_node_names_retry_topology_run(conn: psycopg.Connection) 
     ((_, source_id, kind, _, subject, body, _),) = _notifications(conn)
     assert (source_id, kind) == (job, "attention")
     assert subject == f"job {job} blocked: agent noop could not authenticate"
-    assert body.endswith(
-        f"then run the topology run again: select ceaseless.retry_topology_run('{run}');"
-    )
-    assert "retry_job" not in body
-    # The advice works: the run runs again, its node's job pending.
-    conn.execute(f"select ceaseless.retry_topology_run('{run}')")
-    assert conn.execute("select state from ceaseless.job where id = %s", (job,)).fetchone() == (
-        "pending",
-    )
+    assert body.endswith(f"then run the job again: select ceaseless.retry_job('{job}');")
+    # The run waits with its node rather than failing ...
+    assert conn.execute(
+        "select r.status, n.state from ceaseless.topology_runs r "
+        "join ceaseless.topology_nodes n on n.topology_run_id = r.id "
+        "where r.id = %s and n.node_id = 'A'",
+        (run,),
+    ).fetchone() == ("running", "blocked")
+    # ... so the advice works: the job is pending again, its node queued.
+    conn.execute(f"select ceaseless.retry_job('{job}')")
+    assert conn.execute(
+        "select j.state, n.state from ceaseless.job j "
+        "join ceaseless.topology_nodes n on n.job_id = j.id where j.id = %s",
+        (job,),
+    ).fetchone() == ("pending", "queued")
 
 
 @pytest.mark.parametrize("channel", ["", None])
