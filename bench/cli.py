@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 
-from bench import claim, forge, loops, ours
+from bench import claim, forge, held_transaction, loops, many_writers, ours
 from bench.report import Row, markdown, write
 from bench.server import Reset, Server, provision
 
@@ -46,6 +46,10 @@ class Sizes:
     claim_jobs: int
     claim_owners: int
     claims: int
+    writers: int  # many writers: connections, and inserts of each
+    writer_inserts: int
+    held: tuple[float, float, float]  # held transaction: seconds before, held, after
+    held_backlog: int
 
 
 QUICK = Sizes(
@@ -66,6 +70,10 @@ QUICK = Sizes(
     claim_jobs=5_000,
     claim_owners=100,
     claims=50,
+    writers=8,
+    writer_inserts=20,
+    held=(2, 3, 3),
+    held_backlog=500,
 )
 FULL = Sizes(
     runs=3,
@@ -85,6 +93,10 @@ FULL = Sizes(
     claim_jobs=100_000,
     claim_owners=1_000,
     claims=500,
+    writers=64,
+    writer_inserts=200,
+    held=(30, 120, 60),
+    held_backlog=20_000,
 )
 
 
@@ -236,7 +248,7 @@ def run(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--reset-setting") from exc
     with provision(database_url, resets) as server, Progress(console=console) as progress:
-        steps = 12 + (6 if peers else 0) + (1 if baseline_ref else 0)
+        steps = 12 + (6 if peers else 0) + (2 if peers else 0) + (1 if baseline_ref else 0)
         overall = progress.add_task("benchmarks", total=steps)
 
         def step(label: str, action: Callable[[], list[Row]]) -> None:
@@ -366,6 +378,77 @@ def run(
                 {"first_ms": "", "not_modified_ms": "", "changed_ms": "", "jobs_created": ""},
             ),
         )
+        if peers:
+
+            def many_writers_rows() -> list[Row]:
+                found: list[Row] = []
+                for count in (1, 8, 32):
+                    measured: dict[str, list[ours.Measurement]] = {
+                        v: [] for v in many_writers.VARIANTS
+                    }
+                    for _ in range(sizes.runs):
+                        results = many_writers.many_writers(
+                            server, count, sizes.writers, sizes.writer_inserts
+                        )
+                        expected = sizes.writers * sizes.writer_inserts
+                        for variant, r in results.items():
+                            measured[variant].append(
+                                ours.Measurement(
+                                    {
+                                        "commits_per_s": r.commits_per_s,
+                                        "commit_p50_ms": r.p50_ms,
+                                        "commit_p99_ms": r.p99_ms,
+                                    },
+                                    lost=expected - r.rows,
+                                )
+                            )
+                    scenario = (
+                        f"many writers ({sizes.writers} × {sizes.writer_inserts} inserts, "
+                        f"{count} idle listeners)"
+                    )
+                    for variant, found_runs in measured.items():
+                        found += _rows(
+                            scenario,
+                            variant,
+                            found_runs,
+                            {"commits_per_s": "", "commit_p50_ms": "", "commit_p99_ms": ""},
+                        )
+                return found
+
+            step("many writers", many_writers_rows)
+
+            def held_rows() -> list[Row]:
+                before, hold, after = sizes.held
+                found: list[Row] = []
+                for system in (held_transaction.ceaseless, held_transaction.pgqueuer):
+                    timeline = system(server, before, hold, after, sizes.held_backlog)
+                    console.print(held_transaction.report(timeline))
+                    recovered = timeline.recovered_after()
+                    found += _rows(
+                        f"held transaction ({hold:g} s, REPEATABLE READ)",
+                        timeline.system,
+                        [
+                            ours.Measurement(
+                                {
+                                    "full_speed_jobs_per_s": timeline.full_speed(),
+                                    "slowest_held_jobs_per_s": timeline.slowest_held(),
+                                    "recovered_after_s": (
+                                        recovered if recovered is not None else float("nan")
+                                    ),
+                                    "dead_tuples": float(sum(timeline.dead_tuples.values())),
+                                }
+                            )
+                        ],
+                        {
+                            "full_speed_jobs_per_s": "",
+                            "slowest_held_jobs_per_s": "",
+                            "recovered_after_s": "≤ 30",
+                            "dead_tuples": "",
+                        },
+                    )
+                return found
+
+            step("held transaction", held_rows)
         if baseline_ref:
 
             def claim_rows() -> list[Row]:
