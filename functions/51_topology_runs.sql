@@ -675,9 +675,12 @@ as $$
 declare
     v_runs uuid[];
 begin
-    -- Live jobs only, through the partial indexes that hold nothing else
-    -- (job_claimable_idx per lane, the claim indexes): one condition on
-    -- state over the whole table reads every finished job a run ever had.
+    -- Live and blocked jobs only, through the partial indexes that hold
+    -- nothing else (job_claimable_idx per lane, the claim indexes,
+    -- job_blocked_idx): one condition on state over the whole table reads
+    -- every finished job a run ever had. A blocked job outlives its run's
+    -- end when a reply held it as the run ended (the reply then fails,
+    -- CE409, naming the run).
     select array_agg(distinct l.topology_run_id) into v_runs
     from agents a
     cross join lateral (
@@ -687,6 +690,9 @@ begin
         select j.topology_run_id from job j
         where j.agent = a.name and j.state in ('claimed', 'running')
           and j.topology_run_id is not null
+        union all
+        select j.topology_run_id from job j
+        where j.agent = a.name and j.state = 'blocked' and j.topology_run_id is not null
     ) l
     join topology_runs r on r.id = l.topology_run_id
     where r.status in ('succeeded', 'failed', 'cancelled');

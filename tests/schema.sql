@@ -3805,7 +3805,7 @@ create function ceaseless.cancel_job(p_job_id uuid, p_now timestamp with time zo
 comment on function ceaseless.cancel_job(p_job_id uuid, p_now timestamp with time zone) is 'Cancel a pending, claimed, running or blocked job; a running agent is stopped by its listener. Raises CE404 (unknown) or CE409 (already finished).';
 grant execute on function ceaseless.cancel_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/51_topology_runs.sql, body md5 ce67d3e38a5d2d81e335de1188cafb98
+-- functions/51_topology_runs.sql, body md5 954dd3d23dd705823007188e8a140a30
 create function ceaseless.cancel_orphaned_topology_jobs(p_now timestamp with time zone DEFAULT now())
     returns integer
     language plpgsql

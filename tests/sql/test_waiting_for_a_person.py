@@ -251,3 +251,24 @@ def test_a_user_replies_to_her_own_loop_node_and_no_one_else_s(
     assert alice.execute(
         "select state from ceaseless.topology_nodes where job_id = %s", (job,)
     ).fetchone() == ("queued",)
+
+
+def test_a_reply_that_loses_to_the_run_s_cancel_is_refused_and_the_sweep_ends_its_job(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    make_agent(conn)
+    run = start_run(conn, diamond())
+    job = _ask(conn, run, "A")
+    conn.commit()
+    with psycopg.connect(db_url) as replier:
+        # The reply has taken the job when the run is cancelled: the cancel
+        # does not wait for it (SKIP LOCKED) and ends the run without it.
+        replier.execute("select from ceaseless.job where id = %s for update", (job,))
+        with psycopg.connect(db_url, autocommit=True) as canceller:
+            canceller.execute("select ceaseless.cancel_topology_run(%s)", (run,))
+        with pytest.raises(psycopg.Error, match="which is cancelled") as refused:
+            replier.execute("select ceaseless.reply_job(%s, 'too late')", (job,))
+        assert refused.value.sqlstate == "CE409"
+    assert _job(conn, job)["state"] == "blocked"
+    assert conn.execute("select ceaseless.cancel_orphaned_topology_jobs()").fetchone() == (1,)
+    assert _job(conn, job)["state"] == "cancelled"
