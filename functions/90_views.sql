@@ -63,7 +63,11 @@ select j.id,
        j.fairness_key
 from job j
 join agents a on a.name = j.agent
-where j.state in ('pending', 'claimed', 'running');
+-- Two arms, not one `state in (…)`: each arm is a partial index's own
+-- predicate (job_claimable_idx / job_fair_claim_idx, job_claim_expiry_idx),
+-- so the planner reads the live jobs through them (a BitmapOr) instead of
+-- the whole table, finished history included.
+where j.state = 'pending' or j.state in ('claimed', 'running');
 
 comment on view job_queue is
     'Live jobs (pending, claimed, running): who holds each and since when, how long its lease '

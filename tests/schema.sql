@@ -1310,7 +1310,7 @@ create view ceaseless.job_queue with (security_invoker=true) as
     j.fairness_key
    FROM ceaseless.job j
      JOIN ceaseless.agents a ON a.name = j.agent
-  WHERE j.state = ANY (ARRAY['pending'::text, 'claimed'::text, 'running'::text]);
+  WHERE j.state = 'pending'::text OR (j.state = ANY (ARRAY['claimed'::text, 'running'::text]));
 comment on view ceaseless.job_queue is 'Live jobs (pending, claimed, running): who holds each and since when, how long its lease has left, whether it is due, its priority and fairness key.';
 grant select on table ceaseless.job_queue to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.job_queue to ceaseless_listener;

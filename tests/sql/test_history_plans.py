@@ -1,0 +1,55 @@
+"""The operator views read live work, not history: plans with a large finished history.
+
+A queue that runs for months holds far more finished jobs than live ones; a view over live work
+must read the live jobs through the partial indexes that hold only them, whatever the history.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+
+from tests.factories import make_agent, make_jobs
+from tests.sql.plans import nodes
+
+HISTORY = 50_000
+
+
+def _history(conn: psycopg.Connection, jobs: int) -> None:
+    """`jobs` delivered jobs, written as history is (their triggers are not what is measured)."""
+    conn.execute(
+        "insert into ceaseless.job (kind, state, agent, prompt, finished_at, attempts) "
+        "select 'task', 'delivered', 'noop', 'done ' || g, now(), 1 "
+        "from generate_series(1, %s) g",
+        (jobs,),
+    )
+
+
+def _plan(conn: psycopg.Connection, query: str) -> dict[str, Any]:
+    row = conn.execute("explain (analyze, buffers, format json) " + query).fetchone()
+    assert row is not None
+    raw = row[0]
+    return (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+
+
+def _buffers(plan: dict[str, Any]) -> int:
+    return int(plan["Shared Hit Blocks"] + plan.get("Shared Read Blocks", 0))
+
+
+def test_job_queue_reads_the_live_jobs_by_their_partial_indexes_not_the_history(
+    conn: psycopg.Connection,
+) -> None:
+    make_agent(conn, max_concurrent=100)
+    _history(conn, HISTORY)
+    make_jobs(conn, 200)
+    conn.execute("select ceaseless.claim_jobs('w1', 20)")
+    conn.execute("vacuum analyze ceaseless.job")
+    plan = _plan(conn, "select * from ceaseless.job_queue")
+    assert plan["Actual Rows"] == 200
+    scans = [n for n in nodes(plan) if n["Node Type"] == "Seq Scan"]
+    assert [n.get("Relation Name") for n in scans if n.get("Relation Name") == "job"] == []
+    # The live jobs' pages and their index pages: a few dozen, where the table holds
+    # HISTORY finished rows (hundreds of pages).
+    assert _buffers(plan) < 100, _buffers(plan)
