@@ -125,7 +125,7 @@ class Maintenance:
             _PRUNE_BATCH,
         )
         if totals is None:
-            log.debug("retention.busy")  # another listener is pruning
+            log.event("retention.busy")  # another listener is pruning: the next interval
         elif any(totals.values()):
             log.event("retention.pruned", **totals)
 
