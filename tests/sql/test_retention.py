@@ -17,6 +17,7 @@ import pytest
 
 from tests.factories import complete_job, make_agent, make_job, make_routine
 from tests.sql import loops
+from tests.sql.plans import explained, nodes, statement
 from tests.sql.topology import run_node
 
 Connect = Callable[..., psycopg.Connection]
@@ -483,3 +484,32 @@ def test_a_second_prune_while_one_runs_returns_nothing(
         assert _one(conn, "select count(*) from ceaseless.job") == 1
         other.rollback()
     assert _prune(conn)["jobs"] == 1
+
+
+def test_a_batch_reads_the_oldest_rows_by_index_not_the_whole_history(
+    conn: psycopg.Connection,
+) -> None:
+    """20,000 recent finished jobs and three past retention: the batch is read through
+    job_finished_idx, and costs buffers for the three, not for the history."""
+    conn.execute(
+        "insert into ceaseless.job (kind, agent, prompt, state, finished_at, attempts) "
+        "select 'task', 'noop', 'recent', 'delivered', now() - interval '2 days', 1 "
+        "from generate_series(1, 20000)"
+    )
+    for _ in range(3):
+        _finished_job(conn)
+    conn.execute("analyze ceaseless.job")
+
+    with explained(conn) as plans:
+        assert _prune(conn, "p_only => 'jobs'") == {"jobs": 3}
+
+    plan = statement(plans, "select j.id")
+    scans = [n for n in nodes(plan) if n.get("Relation Name") == "job" and n.get("Alias") == "j"]
+    assert scans and scans[0]["Node Type"] == "Index Scan", scans
+    assert scans[0]["Index Name"] == "job_finished_idx"
+    # The empty tables beside it may be read whole; the history may not.
+    assert not [
+        n for n in nodes(plan) if n["Node Type"] == "Seq Scan" and n["Relation Name"] == "job"
+    ]
+    buffers = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+    assert buffers < 100, buffers
