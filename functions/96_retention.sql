@@ -198,16 +198,16 @@ declare
 begin
     removed := 0;
     jobs := 0;
-    if p_kind = 'audit_log' then
-        -- Never inside the floor, read against the server's clock as
-        -- _delete_audit_rows reads it, whatever p_now says.
-        v_cutoff := least(_retention_cutoff(p_kind, p_now),
-                          now() - make_interval(secs => _setting_int('audit_log_min_retention_secs')));
-    else
-        v_cutoff := _retention_cutoff(p_kind, p_now);
-    end if;
+    v_cutoff := _retention_cutoff(p_kind, p_now);
     if v_cutoff is null then
         return;
+    end if;
+    if p_kind = 'audit_log' then
+        -- Never inside the floor, read against the server's clock as
+        -- _delete_audit_rows reads it, whatever p_now says. (After the NULL
+        -- test: least() would skip a NULL, "forever", and take the floor.)
+        v_cutoff := least(v_cutoff, now() - make_interval(
+                                        secs => _setting_int('audit_log_min_retention_secs')));
     end if;
     if p_dry_run then
         case p_kind

@@ -406,9 +406,13 @@ def test_zero_keeps_a_kind_forever(conn: psycopg.Connection) -> None:
         "insert into ceaseless.events (user_id, content, created_at) "
         "values ('alice', 'x', now() - interval '10 years')"
     )
-    conn.execute("update ceaseless.settings set value = '0' where key = 'retention_events_secs'")
-    assert _prune(conn)["events"] == 0
+    _old_audit_rows(conn, 1, days=3650)
+    for key in ("retention_events_secs", "retention_audit_log_secs"):
+        conn.execute("update ceaseless.settings set value = '0' where key = %s", (key,))
+    removed = _prune(conn)
+    assert removed["events"] == 0 and removed["audit_log"] == 0
     assert _one(conn, "select count(*) from ceaseless.events") == 1
+    assert _one(conn, "select count(*) from ceaseless.audit_log where entity = 'test'") == 1
 
 
 def test_a_user_role_may_not_prune_and_an_operator_may_not_prune_audit_rows(
