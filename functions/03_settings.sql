@@ -53,6 +53,20 @@ as $$
         when 'audit_log_min_retention_secs' then int8range(86400, 2147483647, '[]')
         -- Slots one backfill call may fire: each is a run and a job.
         when 'backfill_max' then int8range(1, 100000, '[]')
+        -- How long finished rows of each kind are kept (96_retention.sql);
+        -- 0 keeps them forever. Any positive period is safe: live rows and
+        -- the rows a live rule reads are kept whatever their age.
+        when 'retention_jobs_secs' then int8range(0, 2147483647, '[]')
+        when 'retention_routine_runs_secs' then int8range(0, 2147483647, '[]')
+        when 'retention_topology_runs_secs' then int8range(0, 2147483647, '[]')
+        when 'retention_events_secs' then int8range(0, 2147483647, '[]')
+        when 'retention_notifications_secs' then int8range(0, 2147483647, '[]')
+        when 'retention_late_results_secs' then int8range(0, 2147483647, '[]')
+        -- The floor audit_log_min_retention_secs applies on top, at prune time.
+        when 'retention_audit_log_secs' then int8range(0, 2147483647, '[]')
+        -- Between a listener's prunes: at most a week, so a table never grows
+        -- for long past its retention.
+        when 'prune_interval_secs' then int8range(1, 604800, '[]')
     end;
 $$;
 
@@ -60,7 +74,8 @@ comment on function _setting_range(text) is
     'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, '
     'webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, '
     'loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, '
-    'audit_log_min_retention_secs, backfill_max, overlap_buffer_max); NULL for any other key.';
+    'audit_log_min_retention_secs, backfill_max, overlap_buffer_max, retention_*_secs, '
+    'prune_interval_secs); NULL for any other key.';
 
 -- What is wrong with a forge_token_source value, or NULL. The shape:
 -- {"env": {forge: variable}, "label_env": {forge: variable}, "file": path,

@@ -5,8 +5,8 @@
 -- Called by: PostgreSQL, after each INSERT / UPDATE statement on job and
 -- agent_run, each change of an agents or settings row, and each change of a
 -- topology_runs, topology_nodes, approvals or loops row; the row-level
--- triggers of routines (_audit_enabling); every listener's maintenance tick
--- (prune_audit_log).
+-- triggers of routines (_audit_enabling); the retention pass (prune,
+-- 96_retention.sql) and prune_audit_log, through _delete_audit_rows.
 -- Guarantees: the job and agent_run triggers are statement-level with
 -- transition tables, so a bulk insert of 10,000 jobs sends one NOTIFY per
 -- (kind, agent, state) group, not 10,000; payloads carry ids and states,
@@ -14,8 +14,8 @@
 -- audit_log row in the same transaction (who: the login role, and a
 -- listener's worker id beside it), so the log and the state can never
 -- disagree; audit_log is append-only, its actor is the session's login role,
--- and its rows leave only through prune_audit_log, above the retention
--- floor.
+-- and its rows leave only through _delete_audit_rows (prune_audit_log,
+-- prune), above the retention floor.
 --
 -- A run's start and end are audited once, as its job's transitions into and
 -- out of `running` (the detail names the attempt, and agent_run (job_id,
@@ -527,23 +527,21 @@ create or replace trigger audit_log_actor_is_session
               and not pg_catalog.pg_has_role(session_user, 'ceaseless_listener', 'usage')))
     execute function _tg_audit_log_actor();
 
--- Retention for the audit log: delete up to p_limit rows older than p_before,
--- oldest first, say how many, and leave an audit row of the prune (the
--- cutoff, the count, and who: its actor). Bounded so a first prune of a large
--- log does not hold a long transaction; call it again until it returns 0.
+-- Delete up to p_limit audit rows older than p_before, oldest first, and say
+-- how many: the one delete of the append-only log, shared by prune_audit_log
+-- and the retention pass (prune, 96_retention.sql), which audit it each in
+-- their own row. Bounded so a first prune of a large log does not hold a long
+-- transaction.
 --
 -- The cutoff must lie at least audit_log_min_retention_secs before now: a
 -- prune of everything (prune_audit_log(now())) leaves nothing to audit what
 -- happened before it. Read against the server's clock, not a p_now, which
 -- would let the caller move the floor.
 --
--- Security definer, so the listener's maintenance may prune without DELETE on
--- audit_log; operators and users may not call it (99_access.sql).
 -- Raises: CE422 a cutoff inside the retention floor, or p_limit below 1.
-create or replace function prune_audit_log(p_before timestamptz, p_limit integer default 10000)
+create or replace function _delete_audit_rows(p_before timestamptz, p_limit integer)
 returns integer
 language plpgsql
-security definer
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
@@ -567,6 +565,31 @@ begin
     where id in (select id from audit_log where at < p_before order by id limit p_limit);
     get diagnostics v_deleted = row_count;
     perform set_config('ceaseless.pruning_audit_log', 'off', true);
+    return v_deleted;
+end;
+$$;
+
+comment on function _delete_audit_rows(timestamptz, integer) is
+    'Delete up to p_limit audit_log rows older than p_before (oldest first), which must be at '
+    'least audit_log_min_retention_secs ago; returns how many. Unaudited: its callers audit.';
+
+-- Retention for the audit log: delete up to p_limit rows older than p_before
+-- (_delete_audit_rows, with its floor), say how many, and leave an audit row
+-- of the prune (the cutoff, the count, and who: its actor). Call it again
+-- until it returns 0.
+--
+-- Security definer, so the listener's maintenance may prune without DELETE on
+-- audit_log; operators and users may not call it (99_access.sql).
+-- Raises: CE422 a cutoff inside the retention floor, or p_limit below 1.
+create or replace function prune_audit_log(p_before timestamptz, p_limit integer default 10000)
+returns integer
+language plpgsql
+security definer
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+declare
+    v_deleted constant integer := _delete_audit_rows(p_before, p_limit);
+begin
     if v_deleted > 0 then
         insert into audit_log (entity, entity_key, action, detail)
         values ('audit_log', 'retention', 'prune',

@@ -44,6 +44,16 @@ grant execute on all functions in schema ceaseless to ceaseless_operator;
 -- The audit log keeps what operators did too: it is pruned by its owner or a
 -- listener's maintenance, above the retention floor (25_notify_audit.sql).
 revoke execute on function prune_audit_log(timestamptz, integer) from ceaseless_operator;
+-- Retention (96_retention.sql): prune deletes rows operators may not delete
+-- themselves, so it runs as the owner; it refuses user roles itself, and
+-- prunes audit rows only for listeners and the owner. The helpers that
+-- delete are reached only through it and prune_audit_log: called directly
+-- they would skip the lock, the live-row rules or the audit row.
+alter function prune(timestamptz, integer, text, boolean) security definer;
+revoke execute on function
+    _prune_kind(text, timestamptz, integer, boolean),
+    _delete_audit_rows(timestamptz, integer)
+    from ceaseless_listener, ceaseless_operator;
 
 -- Users: their own routines, jobs and events (row-level security narrows
 -- every table below to their rows), and what they need to pick a lane. Reset

@@ -242,6 +242,7 @@ create table ceaseless.events (
     constraint payload_is_object CHECK ((jsonb_typeof(payload) = 'object'::text))
 );
 alter table ceaseless.events enable row level security;
+CREATE INDEX events_created_idx ON ceaseless.events USING btree (created_at);
 CREATE INDEX events_user_created_idx ON ceaseless.events USING btree (user_id, created_at DESC);
 CREATE TRIGGER events_bounded_json BEFORE INSERT OR UPDATE OF payload ON ceaseless.events FOR EACH ROW WHEN (jsonb_path_exists(new.payload, 'strict $.**{65}'::jsonpath)) EXECUTE FUNCTION ceaseless._tg_bounded_json('payload');
 CREATE TRIGGER events_fire BEFORE INSERT ON ceaseless.events FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_events_fire();
@@ -289,6 +290,7 @@ create table ceaseless.forge_child_issue (
 );
 alter table ceaseless.forge_child_issue enable row level security;
 CREATE INDEX forge_child_issue_due_idx ON ceaseless.forge_child_issue USING btree (next_attempt_at) WHERE (number IS NULL);
+CREATE INDEX forge_child_issue_implement_idx ON ceaseless.forge_child_issue USING btree (implement_job_id) WHERE (implement_job_id IS NOT NULL);
 CREATE INDEX forge_child_issue_plan_idx ON ceaseless.forge_child_issue USING btree (plan_job_id);
 create policy all_rows on ceaseless.forge_child_issue for all to ceaseless_listener, ceaseless_operator
     using (true)
@@ -449,6 +451,7 @@ CREATE INDEX job_claim_expiry_idx ON ceaseless.job USING btree (claim_expires_at
 CREATE INDEX job_claimable_idx ON ceaseless.job USING btree (agent, priority DESC, run_after) WHERE (state = 'pending'::text);
 CREATE INDEX job_created_idx ON ceaseless.job USING btree (created_at DESC);
 CREATE INDEX job_fair_claim_idx ON ceaseless.job USING btree (agent, user_id, fairness_key, priority DESC, run_after) WHERE (state = 'pending'::text);
+CREATE INDEX job_finished_idx ON ceaseless.job USING btree (finished_at) WHERE (state = ANY (ARRAY['delivered'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]));
 CREATE INDEX job_issue_history_idx ON ceaseless.job USING btree (forge, owner, repo, number, kind, created_at DESC) WHERE (forge IS NOT NULL);
 CREATE INDEX job_labels_due_idx ON ceaseless.job USING btree (labels_retry_at NULLS FIRST) WHERE ((forge IS NOT NULL) AND (labels_synced_label IS DISTINCT FROM
 CASE state
@@ -615,6 +618,7 @@ create table ceaseless.loops (
 );
 alter table ceaseless.loops enable row level security;
 CREATE INDEX loops_event_idx ON ceaseless.loops USING btree (user_id) WHERE (triggers ? 'event'::text);
+CREATE INDEX loops_last_run_idx ON ceaseless.loops USING btree (last_run_id) WHERE (last_run_id IS NOT NULL);
 CREATE INDEX loops_next_fire_idx ON ceaseless.loops USING btree (next_fire_at) WHERE (enabled AND (next_fire_at IS NOT NULL));
 CREATE INDEX loops_user_idx ON ceaseless.loops USING btree (user_id, created_at DESC);
 CREATE INDEX loops_workspace_idx ON ceaseless.loops USING btree (workspace_id, updated_at DESC);
@@ -697,6 +701,7 @@ create table ceaseless.notifications (
     constraint source_table_known CHECK ((source_table = ANY (ARRAY['routine_runs'::text, 'topology_runs'::text, 'job'::text, 'loops'::text, 'approvals'::text])))
 );
 alter table ceaseless.notifications enable row level security;
+CREATE INDEX notifications_delivered_idx ON ceaseless.notifications USING btree (delivered_at) WHERE (status = 'delivered'::text);
 CREATE INDEX notifications_pending_idx ON ceaseless.notifications USING btree (next_attempt_at) WHERE (status = 'pending'::text);
 CREATE TRIGGER notifications_insert AFTER INSERT ON ceaseless.notifications REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_notifications_insert();
 CREATE TRIGGER notifications_update_metrics AFTER UPDATE ON ceaseless.notifications REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_notifications_update_metrics();
@@ -791,6 +796,8 @@ CREATE INDEX idx_routine_runs_dedup ON ceaseless.routine_runs USING btree (routi
 CREATE INDEX idx_routine_runs_routine ON ceaseless.routine_runs USING btree (routine_id, started_at DESC);
 CREATE INDEX idx_routine_runs_running ON ceaseless.routine_runs USING btree (routine_id) WHERE (status = 'running'::text);
 CREATE INDEX idx_routine_runs_status ON ceaseless.routine_runs USING btree (status) WHERE (status = 'running'::text);
+CREATE INDEX routine_runs_completed_idx ON ceaseless.routine_runs USING btree (completed_at) WHERE (completed_at IS NOT NULL);
+CREATE INDEX routine_runs_job_idx ON ceaseless.routine_runs USING btree (job_id) WHERE (job_id IS NOT NULL);
 CREATE INDEX routine_runs_last_ok_idx ON ceaseless.routine_runs USING btree (routine_id, completed_at DESC) WHERE (status = 'ok'::text);
 CREATE INDEX routine_runs_skipped_idx ON ceaseless.routine_runs USING btree (routine_id, started_at DESC) WHERE (status = 'skipped'::text);
 CREATE INDEX routine_runs_slot_idx ON ceaseless.routine_runs USING btree (routine_id, slot_at) WHERE ((slot_at IS NOT NULL) AND (status <> 'skipped'::text));
@@ -1033,10 +1040,12 @@ END),
     constraint topology_runs_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES ceaseless.workspaces(id) ON DELETE CASCADE
 );
 alter table ceaseless.topology_runs enable row level security;
+CREATE INDEX topology_runs_finished_idx ON ceaseless.topology_runs USING btree (finished_at) WHERE (finished_at IS NOT NULL);
 CREATE INDEX topology_runs_loop_idx ON ceaseless.topology_runs USING btree (loop_id, iteration DESC) WHERE (loop_id IS NOT NULL);
 CREATE UNIQUE INDEX topology_runs_loop_iteration_idx ON ceaseless.topology_runs USING btree (loop_id, iteration) WHERE (loop_id IS NOT NULL);
 CREATE INDEX topology_runs_loop_skipped_idx ON ceaseless.topology_runs USING btree (loop_id, created_at DESC) WHERE (status = 'skipped'::text);
 CREATE UNIQUE INDEX topology_runs_one_live_iteration_idx ON ceaseless.topology_runs USING btree (loop_id) WHERE ((loop_id IS NOT NULL) AND (status = ANY (ARRAY['pending'::text, 'running'::text, 'awaiting_approval'::text])));
+CREATE INDEX topology_runs_parent_idx ON ceaseless.topology_runs USING btree (parent_run_id) WHERE (parent_run_id IS NOT NULL);
 CREATE INDEX topology_runs_slot_idx ON ceaseless.topology_runs USING btree (loop_id, slot_at) WHERE ((slot_at IS NOT NULL) AND (status <> 'skipped'::text));
 CREATE INDEX topology_runs_user_idx ON ceaseless.topology_runs USING btree (user_id, created_at DESC);
 CREATE TRIGGER topology_runs_bounded_json BEFORE INSERT OR UPDATE OF graph ON ceaseless.topology_runs FOR EACH ROW WHEN (jsonb_path_exists(new.graph, 'strict $.**{65}'::jsonpath)) EXECUTE FUNCTION ceaseless._tg_bounded_json('graph');
@@ -2019,6 +2028,14 @@ create function ceaseless._default_workspace()
 comment on function ceaseless._default_workspace() is 'The id of the workspace named default, created on first use: where a loop or topology run that names no workspace lands.';
 grant execute on function ceaseless._default_workspace() to ceaseless_listener, ceaseless_operator;
 
+-- functions/25_notify_audit.sql, body md5 b067a4d4d0c99e10849fdd66526ca7f8
+create function ceaseless._delete_audit_rows(p_before timestamp with time zone, p_limit integer)
+    returns integer
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._delete_audit_rows(p_before timestamp with time zone, p_limit integer) is 'Delete up to p_limit audit_log rows older than p_before (oldest first), which must be at least audit_log_min_retention_secs ago; returns how many. Unaudited: its callers audit.';
+
 -- functions/14_agent_egress.sql, body md5 c2361e46c0228966e0052f086f44bb2b
 create function ceaseless._egress_entry_error(p_entry text)
     returns text
@@ -2632,6 +2649,41 @@ create function ceaseless._plan_children_problem(p_children jsonb)
 comment on function ceaseless._plan_children_problem(p_children jsonb) is 'Why a plan''s children array is invalid (child and rule named), or NULL when it is valid.';
 grant execute on function ceaseless._plan_children_problem(p_children jsonb) to ceaseless_listener, ceaseless_operator;
 
+-- functions/96_retention.sql, body md5 a2aa481bc13a594d38f8cf28f75797ce
+create function ceaseless._prunable_jobs(p_cutoff timestamp with time zone, p_limit integer)
+    returns SETOF uuid
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._prunable_jobs(p_cutoff timestamp with time zone, p_limit integer) is 'Up to p_limit finished jobs finished before p_cutoff, oldest first, of no run, parent of no job, no plan with children still to create, nor the latest forge job of its issue and kind.';
+grant execute on function ceaseless._prunable_jobs(p_cutoff timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
+
+-- functions/96_retention.sql, body md5 a67bcfa8eaa8ac9ed9488b7bb71229ba
+create function ceaseless._prunable_routine_runs(p_cutoff timestamp with time zone, p_now timestamp with time zone, p_limit integer)
+    returns SETOF uuid
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._prunable_routine_runs(p_cutoff timestamp with time zone, p_now timestamp with time zone, p_limit integer) is 'Up to p_limit finished routine runs completed before p_cutoff, oldest first, but not a routine''s latest success, a run inside its routine''s dedup window, or a run with a live job.';
+grant execute on function ceaseless._prunable_routine_runs(p_cutoff timestamp with time zone, p_now timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
+
+-- functions/96_retention.sql, body md5 70a9a02df4dc1663683875c046aef410
+create function ceaseless._prunable_topology_runs(p_cutoff timestamp with time zone, p_limit integer)
+    returns SETOF uuid
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._prunable_topology_runs(p_cutoff timestamp with time zone, p_limit integer) is 'Up to p_limit finished topology runs finished before p_cutoff, oldest first, but not a loop''s latest finished iteration or last run, nor a run with a live job.';
+grant execute on function ceaseless._prunable_topology_runs(p_cutoff timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
+
+-- functions/96_retention.sql, body md5 db535cd1fb9b6872e77d61ae77553b8d
+create function ceaseless._prune_kind(p_kind text, p_now timestamp with time zone, p_limit integer, p_dry_run boolean, OUT removed bigint, OUT jobs bigint)
+    returns record
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._prune_kind(p_kind text, p_now timestamp with time zone, p_limit integer, p_dry_run boolean, OUT removed bigint, OUT jobs bigint) is 'Remove (or with p_dry_run count) up to p_limit rows of one kind past retention; returns how many, and how many jobs went with the runs removed.';
+
 -- functions/36_webhooks.sql, body md5 4b14d3f79327f678f13fb9d2a760bf2c
 create function ceaseless._receive_webhook(p_token text, p_body bytea, p_headers jsonb)
     returns TABLE(run_id uuid, refused_sqlstate text, refused_message text)
@@ -2768,6 +2820,24 @@ create function ceaseless._resume_blocked_job(p_job ceaseless.job, p_reply text,
 comment on function ceaseless._resume_blocked_job(p_job ceaseless.job, p_reply text, p_action text, p_now timestamp with time zone) is 'Return a blocked job to pending, its attempts whole, with p_reply waiting for the run that resumes its session (the job''s, else its last run''s); audited as p_action with who sent it.';
 grant execute on function ceaseless._resume_blocked_job(p_job ceaseless.job, p_reply text, p_action text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
+-- functions/96_retention.sql, body md5 61113edb0edf477ee3bf3c5ec73ed470
+create function ceaseless._retention_cutoff(p_kind text, p_now timestamp with time zone)
+    returns timestamp with time zone
+    language plpgsql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._retention_cutoff(p_kind text, p_now timestamp with time zone) is 'The moment before which a kind''s finished rows are past retention (retention_<kind>_secs; two webhook_window_secs for webhook deliveries); NULL when the setting is 0 (kept forever).';
+grant execute on function ceaseless._retention_cutoff(p_kind text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
+
+-- functions/96_retention.sql, body md5 6ebc4141645a4f44cccf7623cc296f25
+create function ceaseless._retention_kinds()
+    returns text[]
+    language sql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._retention_kinds() is 'The kinds of row prune removes, in its order: routine_runs, topology_runs, jobs, events, notifications, late_results, webhook_deliveries, audit_log.';
+grant execute on function ceaseless._retention_kinds() to ceaseless_listener, ceaseless_operator;
+
 -- functions/00_helpers.sql, body md5 cfe2e8f5220937c4a032f4af4fd7cdd9
 create function ceaseless._retry_delay(p_attempts integer)
     returns interval
@@ -2840,13 +2910,13 @@ create function ceaseless._setting_int(p_key text)
 comment on function ceaseless._setting_int(p_key text) is 'Read an integer from ceaseless.settings; raises CE500 when the row is missing.';
 grant execute on function ceaseless._setting_int(p_key text) to ceaseless_listener, ceaseless_operator;
 
--- functions/03_settings.sql, body md5 9d0b14924a6f70f0fed11ae01f0f52f0
+-- functions/03_settings.sql, body md5 3f454a5f28114f86c1c3b7b6dae6b787
 create function ceaseless._setting_range(p_key text)
     returns int8range
     language sql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._setting_range(p_key text) is 'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, audit_log_min_retention_secs, backfill_max, overlap_buffer_max); NULL for any other key.';
+comment on function ceaseless._setting_range(p_key text) is 'The inclusive range of a numeric setting (lease_secs, retry_*, routine_max_running, webhook_*, notification_max_attempts, rate_limit_max_wait_secs, topology_upstream_chars, loop_prior_context_chars, forge_min_interval_secs, forge_plan_max_children, audit_log_min_retention_secs, backfill_max, overlap_buffer_max, retention_*_secs, prune_interval_secs); NULL for any other key.';
 grant execute on function ceaseless._setting_range(p_key text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 1c0a085e0cf6e545c062d638ee30a7fd
@@ -4139,7 +4209,17 @@ create function ceaseless.pause_lane(p_agent text, p_until timestamp with time z
 comment on function ceaseless.pause_lane(p_agent text, p_until timestamp with time zone, p_reason text, p_now timestamp with time zone) is 'Pause a lane until p_until for p_reason (operators and listeners): claims skip it until then; replaces the pause in force; audited as entity lane. CE404 unknown lane, CE422 a blank reason or a past end.';
 grant execute on function ceaseless.pause_lane(p_agent text, p_until timestamp with time zone, p_reason text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/25_notify_audit.sql, body md5 dfeeefa2db5986d0cda39373ae16e984
+-- functions/96_retention.sql, body md5 60c11b7c142bc028807a29d88ec78baa
+create function ceaseless.prune(p_now timestamp with time zone DEFAULT now(), p_limit integer DEFAULT 10000, p_only text DEFAULT NULL::text, p_dry_run boolean DEFAULT false)
+    returns TABLE(kind text, removed bigint)
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.prune(p_now timestamp with time zone, p_limit integer, p_only text, p_dry_run boolean) is 'Remove what is past retention (settings retention_*_secs): up to p_limit rows of each kind (or p_only), oldest first, never a live row or one a live rule reads; one audit row per pass. Returns (kind, removed); no rows when another prune holds the lock. Operators, listeners and the owner; audit rows only for listeners and the owner.';
+grant execute on function ceaseless.prune(p_now timestamp with time zone, p_limit integer, p_only text, p_dry_run boolean) to ceaseless_listener, ceaseless_operator;
+
+-- functions/25_notify_audit.sql, body md5 9e9bc72873602deedd8311abd396313b
 create function ceaseless.prune_audit_log(p_before timestamp with time zone, p_limit integer DEFAULT 10000)
     returns integer
     language plpgsql

@@ -7,8 +7,8 @@ rule and the value), without a traceback.
 This module assembles the root command from one module per command group:
 `serve` (up, listen, migrate, status at the top level), `db_commands` (db …),
 `agent`, `job`, `routine`, `loop`, `repo`, `run` (run show|cancel, approve, reject), `cron`
-(cron preview) and `docs`; `options` builds the listener's options from
-ListenerConfig, and `common` holds what the groups share. The entry point is
+(cron preview), `prune` (retention, at the top level) and `docs`; `options` builds the
+listener's options from ListenerConfig, and `common` holds what the groups share. The entry point is
 `listener.cli:main` (and `python -m listener`).
 
 Guarantees: every error is one line on stderr starting `error:`; a mistyped command,
@@ -28,7 +28,19 @@ import typer
 # releases that do), and exports Abort and Exit but not this base class.
 from typer._click.exceptions import ClickException
 
-from listener.cli import agent, cron, db_commands, docs, job, loop, repo, routine, run, serve
+from listener.cli import (
+    agent,
+    cron,
+    db_commands,
+    docs,
+    job,
+    loop,
+    prune,
+    repo,
+    routine,
+    run,
+    serve,
+)
 
 app = typer.Typer(
     help=(
@@ -54,6 +66,7 @@ app.add_typer(run.app, name="run")
 app.add_typer(run.approvals)
 app.add_typer(docs.app, name="docs")
 app.add_typer(cron.app, name="cron")
+app.add_typer(prune.app)
 
 
 def main(args: list[str] | None = None) -> None:

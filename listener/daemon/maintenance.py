@@ -8,7 +8,10 @@
   (_metrics_fold);
 - cron keeps time: computes next slots for the schedules (routines and loops) that ask,
   fires what is due, and sleeps until the next slot (listener/daemon/scheduler.py);
-- the outbox delivers due notifications (listener/daemon/outbox.py).
+- the outbox delivers due notifications (listener/daemon/outbox.py);
+- retention removes what is past its kind's retention (prune, functions/96_retention.sql)
+  at the start and every prune_interval_secs: every listener tries, prune's advisory lock
+  lets one at a time through, and a pass that finds it held does nothing.
 
 Guarantees: each loop waits on the database through the shared retry policy
 and deadline (listener/database/pool.py), so a hung or lost connection delays it
@@ -31,9 +34,12 @@ from listener.daemon import scheduler
 from listener.daemon.outbox import deliver_due
 from listener.daemon.producer.ledger import Ledger
 from listener.database.pool import Database
-from listener.queries import jobs, metrics, routine_runs, topology
+from listener.queries import jobs, metrics, retention, routine_runs, topology
 
 _OUTBOX_BATCH = 100
+# Rows of a kind per prune call: each call is one transaction, so a first pass over a
+# large backlog commits every batch rather than holding one long transaction.
+_PRUNE_BATCH = 1000
 
 
 class Maintenance:
@@ -101,6 +107,27 @@ class Maintenance:
                 # otherwise spin this loop until that listener commits.
                 timeout = min(timeout, max(until, 0.05))
             await wait_for(self.cron_wake, timeout)
+
+    async def prune(self) -> None:
+        """Remove what is past retention now, then every prune_interval_secs (read each time,
+        so a changed setting applies from the next pass)."""
+        while True:
+            await self._prune_all()
+            interval = await self._db.retry("retention.interval", retention.interval)
+            await asyncio.sleep(interval)
+
+    async def _prune_all(self) -> None:
+        """Prune until no kind removes a whole batch; log what went."""
+        totals = await retention.prune_all(
+            lambda: self._db.retry(
+                "retention.prune", lambda c: retention.prune(c, limit=_PRUNE_BATCH)
+            ),
+            _PRUNE_BATCH,
+        )
+        if totals is None:
+            log.event("retention.busy")  # another listener is pruning: the next interval
+        elif any(totals.values()):
+            log.event("retention.pruned", **totals)
 
     async def deliver_notifications(self) -> None:
         """Deliver the outbox: when told of new rows, and every poll for retries."""

@@ -2,8 +2,8 @@
 
 Parts: the notifier (one LISTEN connection, its events routed by router.py),
 the producer (claimer, runner, recorder, leases and fence, and the sweep of
-jobs' working directories), maintenance (lease sweep, cron, outbox), the forge
-lane's loops (repo polls, label mirror, child issues: listener/forge/loop.py)
+jobs' working directories), maintenance (lease sweep, cron, outbox, retention),
+the forge lane's loops (repo polls, label mirror, child issues: listener/forge/loop.py)
 and, when asked, the webhook ingress on a pool of its own.
 
 Guarantees on SIGTERM / SIGINT:
@@ -180,6 +180,7 @@ class Listener:
             "lease_sweep": self.maintenance.sweep_leases(),
             "cron": self.maintenance.keep_cron(),
             "outbox": self.maintenance.deliver_notifications(),
+            "retention": self.maintenance.prune(),
             "forge_poll": self.forge.poll(),
             "forge_labels": self.forge.labels(),
             "forge_children": self.forge.children(),

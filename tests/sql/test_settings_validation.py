@@ -79,7 +79,7 @@ def test_every_numeric_setting_seeded_by_the_migrations_is_in_range(
     ranged = conn.execute(
         "select count(*) from ceaseless.settings where ceaseless._setting_range(key) is not null"
     ).fetchone()
-    assert ranged == (15,)
+    assert ranged == (23,)
 
 
 @pytest.mark.parametrize(
