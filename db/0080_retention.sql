@@ -36,29 +36,4 @@ insert into settings (key, value, description) values
      'How often one listener prunes what is past retention (prune()). Default an hour.')
 on conflict (key) do nothing;
 
--- ---------------------------------------------------------------------------
--- Oldest first, by the moment each kind's retention counts from. Partial: the
--- live rows a prune never takes are not in them.
--- ---------------------------------------------------------------------------
-create index job_finished_idx on job (finished_at)
-    where state in ('delivered', 'failed', 'abandoned', 'cancelled');
-create index routine_runs_completed_idx on routine_runs (completed_at)
-    where completed_at is not null;
-create index topology_runs_finished_idx on topology_runs (finished_at)
-    where finished_at is not null;
-create index events_created_idx on events (created_at);
-create index notifications_delivered_idx on notifications (delivered_at)
-    where status = 'delivered';
-
--- ---------------------------------------------------------------------------
--- The referring side of foreign keys with no index: deleting a job checks
--- routine_runs.job_id (no action) and clears forge_child_issue.implement_job_id
--- (set null); deleting a topology run clears topology_runs.parent_run_id and
--- loops.last_run_id. Without these each deleted row reads the whole table.
--- ---------------------------------------------------------------------------
-create index routine_runs_job_idx on routine_runs (job_id) where job_id is not null;
-create index forge_child_issue_implement_idx on forge_child_issue (implement_job_id)
-    where implement_job_id is not null;
-create index topology_runs_parent_idx on topology_runs (parent_run_id)
-    where parent_run_id is not null;
-create index loops_last_run_idx on loops (last_run_id) where last_run_id is not null;
+-- The indexes prune() reads by are built concurrently by 0081_retention_indexes.sql.

@@ -5,13 +5,18 @@ system) and the test fixtures.
 
 Guarantees:
 - each `db/NNNN_name.sql` is applied once, in its own transaction, and recorded
-  in ceaseless.schema_migrations with its checksum;
+  in ceaseless.schema_migrations with its checksum; a migration that builds
+  indexes CONCURRENTLY (and does nothing else) runs each statement on its own,
+  outside a transaction, so a large hot table keeps taking writes while its
+  index is built; an index a killed build left invalid is dropped and built
+  again by the next run;
 - an applied migration whose file has since changed is a hard error naming the
   file: the database would no longer match what the repository says it is;
 - the `functions/*.sql` files are re-applied, in name order, in one
   transaction, only when their checksum (names and contents of all of them, in
   order) differs from the one recorded in ceaseless.schema_functions, or when a
-  db/ migration was applied since they last were; the checksum is recorded in
+  db/ migration (other than indexes built concurrently) was applied since they
+  last were; the checksum is recorded in
   the same transaction, so a failed re-apply is retried by the next run;
 - on an unchanged schema, migrate only reads its two bookkeeping tables: it
   takes no lock stronger than ACCESS SHARE on any table of schema ceaseless,
@@ -35,9 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pglast
+import pglast.ast
 import pglast.parser
 import psycopg
 import psycopg.errors
+from psycopg import sql
 
 import listener
 from listener.database import connections
@@ -55,6 +62,8 @@ _LOCK_KEY = 0x6365_6173_656C
 LOCK_TIMEOUT_SECS = 3.0
 LOCK_ATTEMPTS = 4
 LOCK_BACKOFF_SECS = 1.0
+# How often a runner asks again for the lock another runner holds.
+_LOCK_POLL_SECS = 0.2
 
 
 class MigrationError(RuntimeError):
@@ -82,7 +91,8 @@ class MigrateReport:
 
     `functions` lists the functions/ files re-applied, in order, and is empty
     when they were skipped; `functions_skipped` is True exactly then: the
-    files were unchanged since they were last applied and no migration ran.
+    files were unchanged since they were last applied and no migration ran
+    but indexes built concurrently.
     """
 
     applied: list[Migration]
@@ -209,6 +219,67 @@ def _first_line(statement: str) -> str:
     return next((line for line in lines if line and not line.startswith("--")), "")
 
 
+def _concurrent_indexes(path: Path) -> list[tuple[str, str]] | None:
+    """The (index name, statement) of each CREATE INDEX CONCURRENTLY of a migration that builds
+    indexes concurrently, or None for a migration that runs in a transaction.
+
+    PostgreSQL refuses CONCURRENTLY inside a transaction, so such a migration
+    is applied statement by statement; anything else in it would then be
+    applied half-way on a failure, so it is refused. IF NOT EXISTS makes a
+    statement safe to run again after a run died between two of them.
+    """
+    text = path.read_text()
+    try:
+        parsed = pglast.parse_sql(text)
+    except pglast.parser.ParseError:
+        return None  # _execute_file reports it with its line
+    if not any(getattr(raw.stmt, "concurrent", False) for raw in parsed):
+        return None
+    found = []
+    for raw in parsed:
+        stmt = raw.stmt
+        location = raw.stmt_location or 0
+        statement = text.encode()[location : location + (raw.stmt_len or len(text.encode()))]
+        statement_text = statement.decode()
+        if not (isinstance(stmt, pglast.ast.IndexStmt) and stmt.concurrent and stmt.if_not_exists):
+            raise MigrationError(
+                f"{path.name}: a migration that builds indexes concurrently runs each statement "
+                "on its own, outside a transaction, so it holds only CREATE INDEX CONCURRENTLY IF "
+                f"NOT EXISTS statements; found: {_first_line(statement_text)}"
+            )
+        found.append((str(stmt.idxname), statement_text))
+    return found
+
+
+def _build_indexes(conn: psycopg.Connection, path: Path, indexes: list[tuple[str, str]]) -> None:
+    """Build each index concurrently, in schema ceaseless; first drop one that a killed build
+    left invalid (IF NOT EXISTS would otherwise keep it, unused, for ever).
+
+    No lock_timeout: CONCURRENTLY waits for older transactions to end without
+    blocking any reader or writer of the table meanwhile.
+    """
+    conn.execute("set search_path = ceaseless, pg_catalog, public")
+    try:
+        for name, statement in indexes:
+            invalid = conn.execute(
+                "select not i.indisvalid from pg_index i join pg_class c on c.oid = i.indexrelid "
+                "where c.relname = %s and c.relnamespace = 'ceaseless'::regnamespace",
+                (name,),
+            ).fetchone()
+            try:
+                if invalid is not None and invalid[0]:
+                    conn.execute(
+                        sql.SQL("drop index concurrently if exists ceaseless.{}").format(
+                            sql.Identifier(name)
+                        )
+                    )
+                conn.execute(statement.encode())
+            except psycopg.Error as exc:
+                raise MigrationError(f"{path.name}, index {name}: {exc}") from exc
+    finally:
+        conn.execute("reset search_path")
+
+
 def _execute_file(conn: psycopg.Connection, path: Path) -> None:
     """Run a file statement by statement, so an error names the statement's line."""
     text = path.read_text()
@@ -291,6 +362,11 @@ def pending(conn: psycopg.Connection, root: Path | None = None) -> list[Migratio
     return todo
 
 
+def _try_runner_lock(conn: psycopg.Connection) -> bool:
+    row = conn.execute("select pg_try_advisory_lock(%s)", (_LOCK_KEY,)).fetchone()
+    return bool(row and row[0])
+
+
 def migrate(
     url: str,
     *,
@@ -308,8 +384,12 @@ def migrate(
     bound how long DDL may wait for a table lock, and how often it retries.
     """
     with connections.connect(url, application_name="ceaseless migrate") as conn:
-        # Not under lock_timeout: a second runner should wait for the first.
-        conn.execute("select pg_advisory_lock(%s)", (_LOCK_KEY,))
+        # A second runner waits for the first, asking again and again rather
+        # than waiting inside one statement: a waiting statement is an open
+        # transaction, which an index the first runner builds CONCURRENTLY
+        # would wait for in turn (a deadlock).
+        while not _try_runner_lock(conn):
+            time.sleep(_LOCK_POLL_SECS)
         try:
             # Every file is checked before anything is applied, so a bad
             # functions/ name cannot leave a migrated database without functions.
@@ -331,6 +411,25 @@ def migrate(
             _bootstrap(conn)
             todo = pending(conn, root)
             for migration in todo:
+                indexes = _concurrent_indexes(migration.path)
+                if indexes is not None:
+                    _build_indexes(conn, migration.path, indexes)
+                    # An index changes nothing the functions were written
+                    # against: when they were current, they stay so, and are
+                    # not re-applied (which would lock the hot tables).
+                    with conn.transaction():
+                        current = _functions_current(conn, checksum)
+                        conn.execute(
+                            "insert into ceaseless.schema_migrations (version, name, checksum) "
+                            "values (%s, %s, %s)",
+                            (migration.version, migration.name, migration.checksum),
+                        )
+                        if current:
+                            conn.execute(
+                                "update ceaseless.schema_functions "
+                                "set migration_count = migration_count + 1"
+                            )
+                    continue
 
                 def apply(migration: Migration = migration) -> None:
                     _execute_file(conn, migration.path)
@@ -346,7 +445,7 @@ def migrate(
             # Re-applying is not free even when nothing changed: CREATE OR
             # REPLACE TRIGGER locks its table against writes and CREATE OR
             # REPLACE VIEW locks the view against reads until commit.
-            if not todo and not reapply_functions and _functions_current(conn, checksum):
+            if not reapply_functions and _functions_current(conn, checksum):
                 return MigrateReport(todo, [], functions_skipped=True)
 
             def apply_functions() -> None:

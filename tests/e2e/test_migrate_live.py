@@ -9,16 +9,19 @@ every claim and finish queue behind it.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 import psycopg
 import pytest
 
+from listener.database.migrate import migrate, sql_root
 from tests.e2e.support import ROOT, ListenerProcess, wait_until
 from tests.factories import make_agent
 
@@ -136,4 +139,59 @@ def test_migrate_on_an_unchanged_schema_never_holds_up_a_listener_draining_jobs(
         "select count(*) from ceaseless.job where state = 'delivered'"
     ).fetchone()
     assert delivered == (JOBS,)
+    assert listener.proc.poll() is None
+
+
+@pytest.mark.slow
+def test_an_index_built_by_migrate_during_a_drain_holds_up_no_listener(
+    conn: psycopg.Connection,
+    db_url: str,
+    start_listener: Callable[..., ListenerProcess],
+    tmp_path: Path,
+) -> None:
+    """A migration that adds an index to the job table, applied while a listener drains it:
+    built CONCURRENTLY, so no claim or finish waits on it, and no lock on job beyond SHARE
+    UPDATE EXCLUSIVE (which no reader or writer conflicts with)."""
+    for area in ("db", "functions"):
+        shutil.copytree(sql_root() / area, tmp_path / area)
+    (tmp_path / "db" / "9999_later_index.sql").write_text(
+        "create index concurrently if not exists job_later_idx on job (updated_at, agent);\n"
+    )
+    make_agent(conn, max_concurrent=1000)
+    # History for the build to read: the index is built over many rows.
+    conn.execute(
+        "insert into ceaseless.job (kind, state, agent, prompt, finished_at, attempts) "
+        "select 'task', 'delivered', 'noop', 'old', now(), 1 from generate_series(1, 200000)"
+    )
+    listener = start_listener("--poll-interval", "60", "--concurrency", "100")
+    conn.execute(
+        "insert into ceaseless.job (kind, agent, prompt) "
+        "select 'task', 'noop', 'n' || g from generate_series(1, %s) g",
+        (JOBS,),
+    )
+    wait_until(lambda: _unfinished(conn) <= JOBS - 1000, 60, "the listener never started")
+
+    sampler = Sampler(db_url)
+    sampler.start()
+    try:
+        report = migrate(db_url, root=tmp_path)
+        left = _unfinished(conn)
+    finally:
+        sampler.stop()
+
+    assert [m.name for m in report.applied] == ["later_index"] and report.functions_skipped
+    assert left > 0, "the queue drained before migrate finished: nothing was tested"
+    stalls = {key: wait for key, wait in sampler.waits.items() if wait[0] > LONGEST_LOCK_WAIT_SECS}
+    assert stalls == {}, f"listener backends waited on a lock during migrate ({sampler.samples})"
+    blocking = {
+        lock
+        for lock in sampler.migrate_locks
+        if lock[1] not in ("AccessShareLock", "ShareUpdateExclusiveLock", "RowExclusiveLock")
+    }
+    assert blocking == set(), "migrate locked ceaseless relations against writers"
+    assert ("job", "ShareUpdateExclusiveLock") in sampler.migrate_locks, (
+        "the sampler never saw the build: nothing was tested"
+    )
+
+    wait_until(lambda: _unfinished(conn) == 0, 120, f"not all {JOBS} jobs finished")
     assert listener.proc.poll() is None

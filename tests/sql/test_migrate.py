@@ -837,3 +837,94 @@ def test_a_database_from_before_each_rule_was_written_once_keeps_none_of_the_cop
             != (False,)
         ]
     assert left == []
+
+
+# -- indexes built concurrently ------------------------------------------------
+
+
+def _index_valid(url: str, name: str) -> object:
+    return _scalar(
+        url,
+        "select coalesce((select i.indisvalid from pg_index i "
+        "join pg_class c on c.oid = i.indexrelid "
+        f"where c.relname = '{name}' and c.relnamespace = 'ceaseless'::regnamespace), null)",
+    )
+
+
+def test_an_index_migration_builds_concurrently_while_a_writer_holds_the_table(
+    db_url: str, root: Path
+) -> None:
+    (root / "db" / "9999_later_index.sql").write_text(
+        "-- A later index, built while the table is written.\n"
+        "create index concurrently if not exists job_later_idx on job (updated_at);\n"
+    )
+    with psycopg.connect(db_url) as writer:
+        # An open transaction that has written to job: a plain CREATE INDEX
+        # would wait for it; a concurrent build waits too, but the writer can
+        # go on writing meanwhile, which is the point.
+        make_agent(writer)
+        make_job(writer)
+        done = threading.Event()
+
+        def migrate_later() -> None:
+            migrate(db_url, root=root)
+            done.set()
+
+        thread = threading.Thread(target=migrate_later, daemon=True)
+        thread.start()
+        time.sleep(0.5)
+        # The build is under way, waiting for this transaction: it still writes.
+        make_job(writer)
+        assert not done.is_set()
+        writer.commit()
+        thread.join(30)
+    assert done.is_set()
+    assert _index_valid(db_url, "job_later_idx") is True
+    assert _names(migrate(db_url, root=root)) == []
+
+
+def test_an_index_left_invalid_by_a_killed_build_is_built_again(db_url: str, root: Path) -> None:
+    (root / "db" / "9999_later_index.sql").write_text(
+        "create index concurrently if not exists job_later_idx on job (updated_at);\n"
+    )
+    # What a build killed half-way leaves: the index, marked invalid, and the
+    # migration not recorded.
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("create index job_later_idx on ceaseless.job (updated_at)")
+        conn.execute(
+            "update pg_index set indisvalid = false "
+            "where indexrelid = 'ceaseless.job_later_idx'::regclass"
+        )
+    assert _index_valid(db_url, "job_later_idx") is False
+    assert _names(migrate(db_url, root=root)) == ["9999_later_index.sql"]
+    assert _index_valid(db_url, "job_later_idx") is True
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "create index concurrently if not exists job_later_idx on job (updated_at);\n"
+        "alter table job add column later integer;\n",
+        "create index concurrently job_later_idx on job (updated_at);\n",
+    ],
+    ids=["another statement", "no if not exists"],
+)
+def test_an_index_migration_holding_anything_else_is_refused_before_it_runs(
+    db_url: str, root: Path, text: str
+) -> None:
+    (root / "db" / "9999_later_index.sql").write_text(text)
+    with pytest.raises(MigrationError, match=re.escape("9999_later_index.sql: a migration that")):
+        migrate(db_url, root=root)
+    assert _index_valid(db_url, "job_later_idx") is None
+
+
+def test_an_index_migration_leaves_current_functions_unapplied(db_url: str, root: Path) -> None:
+    (root / "db" / "9998_later_index.sql").write_text(
+        "create index concurrently if not exists job_later_idx on job (updated_at);\n"
+    )
+    report = migrate(db_url, root=root)
+    assert (_names(report), report.functions_skipped) == (["9998_later_index.sql"], True)
+    # A later migration of any other kind re-applies them, as before.
+    (root / "db" / "9999_later.sql").write_text("create table ceaseless.later (id integer);\n")
+    report = migrate(db_url, root=root)
+    assert (_names(report), report.functions_skipped) == (["9999_later.sql"], False)
