@@ -7,11 +7,9 @@
 
 -- ---------------------------------------------------------------------------
 -- Oldest first, by the moment each kind's retention counts from. Partial: the
--- live rows a prune never takes are not in them.
+-- live rows a prune never takes are not in them. Jobs need none: they are
+-- read by job_created_idx (functions/96_retention.sql, _prunable_jobs).
 -- ---------------------------------------------------------------------------
-create index concurrently if not exists job_finished_idx
-    on job (finished_at)
-    where state in ('delivered', 'failed', 'abandoned', 'cancelled');
 create index concurrently if not exists routine_runs_completed_idx
     on routine_runs (completed_at)
     where completed_at is not null;

@@ -149,7 +149,9 @@ comment on function _prunable_topology_runs(timestamptz, integer) is
     'loop''s latest finished iteration or last run, nor a run with a live job.';
 
 -- The finished jobs past retention that belong to no run and that nothing
--- live reads, oldest first (job_finished_idx). A run's jobs go with the run.
+-- live reads, oldest first. Read by job_created_idx: a job finished before
+-- the cutoff was created before it, and the hottest table gets no index of
+-- retention's own to keep up on every finish. A run's jobs go with the run.
 create or replace function _prunable_jobs(p_cutoff timestamptz, p_limit integer)
 returns setof uuid
 language sql stable
@@ -157,7 +159,8 @@ set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select j.id
     from job j
-    where j.state in ('delivered', 'failed', 'abandoned', 'cancelled')
+    where j.created_at < p_cutoff
+      and j.state in ('delivered', 'failed', 'abandoned', 'cancelled')
       and j.finished_at < p_cutoff
       -- A run's record shows its jobs: they stay as long as it does.
       and j.routine_run_id is null
@@ -176,7 +179,7 @@ as $$
                where n.forge = j.forge and n.owner = j.owner and n.repo = j.repo
                  and n.number = j.number and n.kind = j.kind
                  and (n.created_at, n.id) > (j.created_at, j.id)))
-    order by j.finished_at
+    order by j.created_at
     limit p_limit;
 $$;
 

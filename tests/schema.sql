@@ -451,7 +451,6 @@ CREATE INDEX job_claim_expiry_idx ON ceaseless.job USING btree (claim_expires_at
 CREATE INDEX job_claimable_idx ON ceaseless.job USING btree (agent, priority DESC, run_after) WHERE (state = 'pending'::text);
 CREATE INDEX job_created_idx ON ceaseless.job USING btree (created_at DESC);
 CREATE INDEX job_fair_claim_idx ON ceaseless.job USING btree (agent, user_id, fairness_key, priority DESC, run_after) WHERE (state = 'pending'::text);
-CREATE INDEX job_finished_idx ON ceaseless.job USING btree (finished_at) WHERE (state = ANY (ARRAY['delivered'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]));
 CREATE INDEX job_issue_history_idx ON ceaseless.job USING btree (forge, owner, repo, number, kind, created_at DESC) WHERE (forge IS NOT NULL);
 CREATE INDEX job_labels_due_idx ON ceaseless.job USING btree (labels_retry_at NULLS FIRST) WHERE ((forge IS NOT NULL) AND (labels_synced_label IS DISTINCT FROM
 CASE state
@@ -2649,7 +2648,7 @@ create function ceaseless._plan_children_problem(p_children jsonb)
 comment on function ceaseless._plan_children_problem(p_children jsonb) is 'Why a plan''s children array is invalid (child and rule named), or NULL when it is valid.';
 grant execute on function ceaseless._plan_children_problem(p_children jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/96_retention.sql, body md5 a2aa481bc13a594d38f8cf28f75797ce
+-- functions/96_retention.sql, body md5 cc3274f75d8d1fb5e0df6af0ca12994c
 create function ceaseless._prunable_jobs(p_cutoff timestamp with time zone, p_limit integer)
     returns SETOF uuid
     language sql

@@ -34,7 +34,8 @@ def test_prune_removes_what_is_past_retention_in_batches_and_prints_it(
     conn.execute("insert into ceaseless.events (user_id, content) values ('alice', 'today')")
     done = make_job(conn)
     conn.execute(
-        "update ceaseless.job set state = 'delivered', finished_at = now() - interval '40 days' "
+        "update ceaseless.job set state = 'delivered', created_at = now() - interval '40 days', "
+        "finished_at = now() - interval '40 days' "
         "where id = %s",
         (done,),
     )

@@ -39,14 +39,16 @@ def test_a_listeners_maintenance_prunes_backdated_rows_and_nothing_live(
     conn.execute("insert into ceaseless.events (user_id, content) values ('alice', 'today')")
     done = make_job(conn)
     conn.execute(
-        "update ceaseless.job set state = 'delivered', finished_at = now() - interval '40 days' "
+        "update ceaseless.job set state = 'delivered', created_at = now() - interval '40 days', "
+        "finished_at = now() - interval '40 days' "
         "where id = %s",
         (done,),
     )
     # Blocked for as long: it waits for a person, and stays.
     waiting = make_job(conn)
     conn.execute(
-        "update ceaseless.job set state = 'blocked', finished_at = now() - interval '40 days' "
+        "update ceaseless.job set state = 'blocked', created_at = now() - interval '40 days', "
+        "finished_at = now() - interval '40 days' "
         "where id = %s",
         (waiting,),
     )

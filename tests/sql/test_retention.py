@@ -52,7 +52,8 @@ def _finished_job(conn: psycopg.Connection, state: str = "delivered", when: str 
     """A job that ended `when`, with the agent run that ended it."""
     job = make_job(conn)
     conn.execute(
-        f"update ceaseless.job set state = %s, finished_at = {when}, attempts = 1 where id = %s",
+        f"update ceaseless.job set state = %s, created_at = {when}, finished_at = {when}, "
+        "attempts = 1 where id = %s",
         (state, job),
     )
     conn.execute(
@@ -65,7 +66,9 @@ def _finished_job(conn: psycopg.Connection, state: str = "delivered", when: str 
 
 
 def _backdate_job(conn: psycopg.Connection, job: UUID, when: str = OLD) -> None:
-    conn.execute(f"update ceaseless.job set finished_at = {when} where id = %s", (job,))
+    conn.execute(
+        f"update ceaseless.job set created_at = {when}, finished_at = {when} where id = %s", (job,)
+    )
 
 
 def test_only_finished_jobs_past_retention_go_with_their_agent_runs(
@@ -79,7 +82,8 @@ def test_only_finished_jobs_past_retention_go_with_their_agent_runs(
     # Blocked: waiting for a person, however long ago its agent stopped.
     blocked = make_job(conn)
     conn.execute(
-        f"update ceaseless.job set state = 'blocked', finished_at = {OLD} where id = %s",
+        f"update ceaseless.job set state = 'blocked', created_at = {OLD}, finished_at = {OLD} "
+        "where id = %s",
         (blocked,),
     )
 
@@ -494,7 +498,7 @@ def test_a_batch_reads_the_oldest_rows_by_index_not_the_whole_history(
     conn: psycopg.Connection,
 ) -> None:
     """20,000 recent finished jobs and three past retention: the batch is read through
-    job_finished_idx, and costs buffers for the three, not for the history."""
+    job_created_idx, and costs buffers for the three, not for the history."""
     conn.execute(
         "insert into ceaseless.job (kind, agent, prompt, state, finished_at, attempts) "
         "select 'task', 'noop', 'recent', 'delivered', now() - interval '2 days', 1 "
@@ -510,7 +514,7 @@ def test_a_batch_reads_the_oldest_rows_by_index_not_the_whole_history(
     plan = statement(plans, "select j.id")
     scans = [n for n in nodes(plan) if n.get("Relation Name") == "job" and n.get("Alias") == "j"]
     assert scans and scans[0]["Node Type"] == "Index Scan", scans
-    assert scans[0]["Index Name"] == "job_finished_idx"
+    assert scans[0]["Index Name"] == "job_created_idx"
     # The empty tables beside it may be read whole; the history may not.
     assert not [
         n for n in nodes(plan) if n["Node Type"] == "Seq Scan" and n["Relation Name"] == "job"
