@@ -266,6 +266,48 @@ def test_a_cron_fire_inside_the_interval_is_deferred(conn: psycopg.Connection) -
     assert _fire_held(conn, T + 90 * SECOND) == [("running", None)]
 
 
+def test_buffer_all_queues_paced_fires_and_folds_past_its_bound(conn: psycopg.Connection) -> None:
+    conn.execute("update ceaseless.settings set value = '2' where key = 'overlap_buffer_max'")
+    loop = make_loop(
+        conn,
+        triggers={"event": {"pattern": "deploy"}},
+        overlap_policy="buffer_all",
+        min_interval_secs=10,
+    )
+    owner = loop_row(conn, loop)["user_id"]
+    _event(conn, "deploy 1", T, owner)
+    succeed(conn, live(conn, loop))
+    for n in (2, 3, 4):
+        _event(conn, f"deploy {n}", T + n * SECOND, owner)
+    # Two wait in order; the third, past overlap_buffer_max, waits with the newest.
+    held = _held(conn, loop)
+    assert [(h["blocked_by"], h["collapsed"]) for h in held] == [
+        ("min_interval", 1),
+        ("min_interval", 2),
+    ]
+    assert "deploy 2" in held[0]["context"] and "deploy 4" in held[1]["context"]
+    assert _fire_held(conn, T + 10 * SECOND) == [("running", None)]
+    succeed(conn, live(conn, loop))
+    # The next one waits for the interval after the iteration just fired.
+    assert _fire_held(conn, T + 19 * SECOND) == [("buffered", "min_interval")]
+    assert _fire_held(conn, T + 20 * SECOND) == [("running", None)]
+    tasks = [i["task"] for i in iterations(conn, loop)]
+    assert ["deploy 1" in tasks[0], "deploy 2" in tasks[1], "deploy 4" in tasks[2]] == [True] * 3
+    assert _held(conn, loop) == [] and _skipped(conn, loop) == []
+
+
+def test_re_enabling_a_chain_inside_the_interval_defers_its_next_iteration(
+    conn: psycopg.Connection,
+) -> None:
+    loop = _spinning_loop(conn, min_interval_secs=3600, policy={"kind": "iters", "spec": {"n": 1}})
+    succeed(conn, live(conn, loop))
+    assert loop_row(conn, loop)["stopped_reason"] == "completed"
+    conn.execute("update ceaseless.loops set enabled = true where id = %s", (loop,))
+    [held] = _held(conn, loop)
+    assert (held["trigger_detail"], held["fire_at"]) == ("re-enabled", T + 3600 * SECOND)
+    assert len(iterations(conn, loop)) == 1 and _skipped(conn, loop) == []
+
+
 # --- validation and who may set it ---------------------------------------------------------
 
 
