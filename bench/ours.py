@@ -354,13 +354,15 @@ def loop_chain(server: Server, iterations: int) -> Measurement:
     Each iteration starts in the transaction that ends the one before it, so
     this measures the chain's own cost per iteration: a node job claimed,
     run and finished, the run settled, the policy applied and the next
-    iteration inserted and started.
+    iteration inserted and started. The loop is unpaced (min_interval_secs 0):
+    paced, it would measure its interval.
     """
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
         _noop_lane(conn)
         loop = conn.execute(
             "insert into ceaseless.loops (title, description, graph, task_template, triggers, "
-            "repeat_policy) values ('bench', '', %s, 'iterate', '{\"on_completion\": true}', %s) "
+            "repeat_policy, min_interval_secs) "
+            "values ('bench', '', %s, 'iterate', '{\"on_completion\": true}', %s, 0) "
             "returning id",
             (
                 json.dumps({"nodes": [{"id": "a", "agent": "noop", "prompt": "go"}], "edges": []}),

@@ -2,13 +2,14 @@
 -- for routines and loops. A fire refused by an overlap rule (a routine's
 -- cooldown or max_concurrent, a loop's live iteration) under buffer_one or
 -- buffer_all, and every event or webhook fire of a target with debounce_secs,
--- becomes a row of held_fires; fire_held starts the due ones through the one
+-- becomes a row of held_fires, as does a loop's fire that comes sooner than
+-- its min_interval_secs; fire_held starts the due ones through the one
 -- firing path (_fire_schedules), so every guardrail and the global cap judge
 -- them as any fire.
 --
 -- Called by: _fire_routines (42_routine_firing.sql) and _fire_loop
 -- (56_loop_firing.sql) where they judge a fire (_hold_fire, _debounce_fire,
--- _cancel_overlapping_runs, _supersede_iteration); listeners
+-- _fold_into_newest, _cancel_overlapping_runs, _supersede_iteration); listeners
 -- (listener/daemon/scheduler.py: fire_held, and next_schedule_fire, whose
 -- answer includes the earliest fire_at); the triggers below, when a blocker clears.
 -- Guarantees:
@@ -151,6 +152,35 @@ comment on function _hold_fire(text, uuid, text, text, text, text, text, text, t
                                timestamptz, timestamptz) is
     'Hold a fire an overlap rule refused under buffer_one / buffer_all (the newest replacing the '
     'rest / in order up to overlap_buffer_max); returns the held_fires id, NULL when full.';
+
+-- Fold a fire into its target's newest buffered fire that no one is
+-- releasing (SKIP LOCKED): the row takes the fire's trigger, detail and
+-- context and counts it. For a fire that must wait when buffer_all already
+-- holds overlap_buffer_max fires (a loop's min_interval_secs): it waits with
+-- the newest instead of being lost. Returns the row's id, or NULL when there
+-- is none to fold into.
+create or replace function _fold_into_newest(
+    p_target uuid, p_trigger text, p_detail text, p_context text
+)
+returns uuid
+language sql
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    update held_fires h
+    set trigger_type = p_trigger, trigger_detail = left(p_detail, 200), context = p_context,
+        collapsed = h.collapsed + 1
+    where h.id = (select o.id from held_fires o
+                  where (o.routine_id = p_target or o.loop_id = p_target)
+                    and o.reason = 'buffered'
+                  order by o.seq desc
+                  limit 1
+                  for update skip locked)
+    returning h.id;
+$$;
+
+comment on function _fold_into_newest(uuid, text, text, text) is
+    'Fold a fire into its target''s newest buffered fire (SKIP LOCKED): its trigger, detail and '
+    'context, collapsed + 1. Returns the held_fires id, NULL when none.';
 
 -- Collapse an event or webhook fire into its target's open debounce window,
 -- or open one: the row takes the fire's detail and context, counts it, and

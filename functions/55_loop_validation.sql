@@ -7,9 +7,10 @@
 -- Guarantees:
 -- - nothing half-valid is stored: title, description, task_template,
 --   triggers and repeat_policy are checked in full on every INSERT and on
---   every UPDATE that changes one of them; the error (CE422) names the field,
---   the rule and a bounded value; defaults are filled (triggers.timezone
---   'UTC' when cron is set, workspace_id, created_by);
+--   every UPDATE that changes one of them, the flow controls (overlap_policy,
+--   debounce, min_interval_secs 0..86400) on every write; the error (CE422)
+--   names the field, the rule and a bounded value; defaults are filled
+--   (triggers.timezone 'UTC' when cron is set, workspace_id, created_by);
 -- - the webhook credential is the database's: generated (webhook_token
 --   'loop_' + 64 hex, webhook_signing_key 64 hex or for the standard scheme
 --   whsec_ and base64, from gen_random_uuid) when triggers.webhook_enabled
@@ -232,6 +233,13 @@ declare
 begin
     perform _check_flow_controls('loops', new.overlap_policy, new.debounce_secs,
                                  new.debounce_max_secs);
+    -- Checked here, before the column's NOT NULL and CHECK, so the error
+    -- names the field, the rule and the value.
+    if new.min_interval_secs is null or new.min_interval_secs not between 0 and 86400 then
+        perform _invalid_value('loops.min_interval_secs',
+                               'must be a whole number of seconds from 0 (unpaced) to 86400',
+                               to_jsonb(new.min_interval_secs));
+    end if;
     if tg_op = 'UPDATE'
        and new.title = old.title and new.description = old.description
        and new.task_template = old.task_template and new.triggers = old.triggers

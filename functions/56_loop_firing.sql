@@ -17,6 +17,10 @@
 --   the latest iteration, the loop's graph, owner and workspace, and a task
 --   of the template, the webhook body or event (if any) and the parent's final
 --   message (bounded by loop_prior_context_chars, with a marker);
+-- - a loop's iterations are fired at least min_interval_secs apart (0: any
+--   pace), run_loop aside: a fire that would start one sooner waits in
+--   held_fires (blocked_by min_interval) until the interval has passed, and
+--   fire_held starts it then; it is never skipped for it;
 -- - at most one live iteration per loop, and never two iterations N + 1:
 --   the unique indexes topology_runs_one_live_iteration_idx and
 --   topology_runs_loop_iteration_idx are the hard guarantee; the check under
@@ -95,6 +99,32 @@ comment on function _graph_agents_disabled(jsonb) is
     'registered): what refuses a loop''s fire as agent_disabled.';
 
 
+-- Until when a loop's min_interval_secs defers its fires: the latest
+-- iteration's fire (created_at) plus the interval, when that is after p_now;
+-- NULL when a fire may start now (unpaced, no iteration yet, or the interval
+-- has passed). What _fire_loop defers by, and what loop_status and
+-- explain_loop show (90_views.sql, 92_explain.sql).
+create or replace function _loop_paced_until(
+    p_loop_id uuid, p_min_interval_secs integer, p_now timestamptz
+)
+returns timestamptz
+language sql stable
+set search_path = pg_catalog, ceaseless, pg_temp
+as $$
+    -- topology_runs_loop_idx (loop_id, iteration desc): one entry.
+    select l.created_at + make_interval(secs => p_min_interval_secs)
+    from (select r.created_at from topology_runs r
+          where r.loop_id = p_loop_id and r.iteration is not null
+          order by r.iteration desc
+          limit 1) l
+    where p_min_interval_secs > 0
+      and l.created_at + make_interval(secs => p_min_interval_secs) > p_now;
+$$;
+
+comment on function _loop_paced_until(uuid, integer, timestamptz) is
+    'When a loop''s next fire may start under its min_interval_secs (its latest iteration''s '
+    'created_at + the interval), or NULL when a fire at p_now may start at once.';
+
 -- Fire a loop: the one path of every trigger. p_trigger is cron,
 -- on_completion, webhook, event or manual; p_detail what fired it (the
 -- schedule, the iteration that finished, the event's start), at most 200
@@ -102,8 +132,17 @@ comment on function _graph_agents_disabled(jsonb) is
 -- reaches the iteration's task; p_slot the cron slot the fire stands for
 -- (cron and backfill fires; the run's slot_at). Returns the topology_runs id: a
 -- pending iteration, or a skipped run when the fire was refused; the
--- held_fires id when the fire waits (debounce, or a buffer overlap policy:
--- 33_held_fires.sql); NULL when no loop has that id.
+-- held_fires id when the fire waits (debounce, a buffer overlap policy, or
+-- the loop's min_interval_secs: 33_held_fires.sql); NULL when no loop has
+-- that id.
+--
+-- A fire that would start an iteration sooner than min_interval_secs after
+-- the latest one was fired waits for the interval's end instead: held with
+-- that fire_at (blocked_by min_interval), under buffer_one's rule (the
+-- newest fire waits, counting those it replaced) or buffer_all's (every one,
+-- in order). Deferred, never skipped: an on_completion chain of instant
+-- iterations goes on at one iteration per interval. run_loop is not paced
+-- (a person asked for this iteration, as run_routine ignores a cooldown).
 --
 -- Locks: the loop, FOR NO KEY UPDATE, until the caller's transaction ends
 -- (see the header for the order).
@@ -124,6 +163,7 @@ declare
     v_parent_status text;
     v_parent_message text;
     v_held uuid;
+    v_paced_until timestamptz;
 begin
     select * into v_loop from loops where id = p_loop_id for no key update;
     if not found then
@@ -155,6 +195,34 @@ begin
             if v_held is not null then
                 return v_held;
             end if;
+        end if;
+    end if;
+    -- Pacing judges a fire that would start an iteration now: with nothing
+    -- live, or with one a cancel_other fire would cancel. A fire refused for
+    -- a live iteration under the other policies is paced when its hold is
+    -- released (fire_held calls this again), and one skipped never starts.
+    if p_trigger <> 'manual' and v_loop.min_interval_secs > 0
+       and (v_reason is null
+            or (v_reason = 'live_iteration' and v_loop.overlap_policy = 'cancel_other')) then
+        v_paced_until := _loop_paced_until(v_loop.id, v_loop.min_interval_secs, p_now);
+        if v_paced_until is not null then
+            v_held := _hold_fire('loop', v_loop.id, v_loop.user_id,
+                                 case when v_loop.overlap_policy = 'buffer_all' then 'buffer_all'
+                                      else 'buffer_one' end,
+                                 'min_interval', p_trigger, p_detail, p_body, v_paced_until,
+                                 p_now, p_slot);
+            if v_held is not null then
+                return v_held;
+            end if;
+            -- buffer_all holds overlap_buffer_max fires already: this one
+            -- folds into the newest rather than being lost or starting early.
+            v_held := _fold_into_newest(v_loop.id, p_trigger, p_detail, p_body);
+            if v_held is not null then
+                return v_held;
+            end if;
+            -- The newest is being released right now: what follows records
+            -- the fire, as past overlap_buffer_max under buffer_all.
+            v_reason := coalesce(v_reason, 'live_iteration');
         end if;
     end if;
     -- The mark lets topology_runs_loop_lock tell this insert from any other,
@@ -205,8 +273,9 @@ end;
 $$;
 
 comment on function _fire_loop(uuid, text, text, text, timestamptz, timestamptz) is
-    'The one firing path of loops: lock the loop, hold the fire (debounce, buffer policies; '
-    'returns the held_fires id), cancel a live iteration (cancel_other), record a skipped run '
+    'The one firing path of loops: lock the loop, hold the fire (debounce, buffer policies, '
+    'min_interval_secs; returns the held_fires id), cancel a live iteration (cancel_other), '
+    'record a skipped run '
     '(disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to '
     'the last, with the webhook body and the prior iteration''s final message in its task; '
     'returns the run id.';

@@ -457,7 +457,11 @@ select l.id,
        l.debounce_max_secs,
        coalesce(held.n, 0) as held_fires,
        held.collapsed as held_collapsed,
-       held.next_at as held_next_at
+       held.next_at as held_next_at,
+       l.min_interval_secs,
+       -- Until when a fire is deferred by min_interval_secs (its held fire,
+       -- blocked_by min_interval, starts then); NULL: a fire now may start.
+       _loop_paced_until(l.id, l.min_interval_secs, now()) as paced_until
 from loops l
 -- topology_runs_loop_idx (loop_id, iteration desc): one entry each.
 left join lateral (
@@ -490,8 +494,9 @@ comment on view loop_status is
     'One row per loop: title, owner, enabled, triggers (cron, timezone, on_completion, webhook on '
     'or off — never its credential), repeat policy, current iteration, the live run, the last '
     'finished run, next fire, why and when it stopped, skipped fires (count, last reason), the '
-    'last error, its overlap policy and debounce, and its held fires (how many, the fires they '
-    'stand for, the earliest timed release).';
+    'last error, its overlap policy and debounce, its held fires (how many, the fires they '
+    'stand for, the earliest timed release), its min_interval_secs and until when it defers a '
+    'fire.';
 
 create or replace view repo_status with (security_invoker = true) as
 select r.id,

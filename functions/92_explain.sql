@@ -546,8 +546,10 @@ comment on function explain_topology_run(uuid, timestamptz) is
 -- (a loop runs one iteration at a time: a fire now is skipped), followed by
 -- what holds that iteration (explain_topology_run: awaiting_approval, whose
 -- clears_at is when an undecided approval fails it, and the reasons of its
--- nodes' pending jobs), each prefixed with the iteration; and for a cron
--- loop, not_scheduled while no listener has computed its slot, or not_due
+-- nodes' pending jobs), each prefixed with the iteration; min_interval
+-- while a fire that would start an iteration now (none live, or under
+-- cancel_other) would wait for the loop's min_interval_secs (clears_at its
+-- end); and for a cron loop, not_scheduled while no listener has computed its slot, or not_due
 -- until next_fire_at. Nothing: one row, 'ready', naming what fires it.
 --
 -- Raises: CE404 when no loop has the id, or it is someone else's.
@@ -640,6 +642,23 @@ begin
         order by e.n;
     end if;
 
+    -- The pace, judged as _fire_loop judges it: for a fire that would start
+    -- an iteration now (none live, or cancel_other's), which would wait for
+    -- the interval's end (every trigger but run_loop).
+    return query
+    select 'min_interval'::text,
+           format('iteration %s was fired at %s and min_interval_secs is %s: a fire before %s '
+                  'waits until then (held, not skipped; run_loop is not paced)',
+                  r.iteration, r.created_at, v_loop.min_interval_secs, p.ends_at),
+           p.ends_at
+    from _loop_paced_until(v_loop.id, v_loop.min_interval_secs, p_now) p(ends_at)
+    cross join lateral (select r.iteration, r.created_at from topology_runs r
+                        where r.loop_id = v_loop.id and r.iteration is not null
+                        order by r.iteration desc limit 1) r
+    where p.ends_at is not null and v_loop.enabled
+      and (v_live.id is null or v_loop.overlap_policy = 'cancel_other');
+    v_held := v_held or found;
+
     return query select * from _explain_schedule('loop', v_loop.id, p_now);
     v_held := v_held or found;
 
@@ -663,7 +682,7 @@ $$;
 
 comment on function explain_loop(uuid, timestamptz) is
     'Every reason that holds a loop''s next iteration (its held fires: buffered, debounced; '
-    'stopped, disabled, agent_disabled, '
+    'stopped, disabled, agent_disabled, min_interval, '
     'live_iteration and what holds it: awaiting_approval, its nodes'' jobs; not_scheduled, '
     'not_due), one row each with the time it clears when known; ''ready'' when nothing does. '
     'CE404 for an unknown loop.';

@@ -97,11 +97,11 @@ grant select on routine_runs, agent_run, notifications, loops, topology_runs, ap
 grant delete on loops to ceaseless_user;
 grant insert (id, user_id, workspace_id, title, description, graph, task_template, triggers,
               repeat_policy, enabled, overlap_policy, debounce_secs, debounce_max_secs,
-              job_priority, job_fairness_key)
+              job_priority, job_fairness_key, min_interval_secs)
     on loops to ceaseless_user;
 grant update (workspace_id, title, description, graph, task_template, triggers, repeat_policy,
               enabled, overlap_policy, debounce_secs, debounce_max_secs, job_priority,
-              job_fairness_key)
+              job_fairness_key, min_interval_secs)
     on loops to ceaseless_user;
 grant insert (id, user_id, workspace_id, graph, task) on topology_runs to ceaseless_user;
 grant select on topology_nodes to ceaseless_user;
@@ -233,6 +233,8 @@ grant select on schedules to ceaseless_user;
 -- user's (cancel_job ending its run).
 grant select on held_fires to ceaseless_user;
 grant execute on function _held_summary(uuid) to ceaseless_user;
+-- loop_status's paced_until: a read of the caller's own iterations.
+grant execute on function _loop_paced_until(uuid, integer, timestamptz) to ceaseless_user;
 alter function _tg_routine_runs_held_wake() security definer;
 alter function _tg_topology_runs_held_wake() security definer;
 

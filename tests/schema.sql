@@ -369,9 +369,9 @@ create policy own_rows on ceaseless.held_fires for all to ceaseless_user
     using ((user_id = CURRENT_USER));
 comment on table ceaseless.held_fires is 'Fires of routines and loops that wait: buffered (refused by cooldown, max_concurrent or a live iteration under a buffer policy) or debounced (collapsing into one). fire_held starts them through the one firing path; they survive restarts.';
 comment on column ceaseless.held_fires.reason is 'buffered or debounced.';
-comment on column ceaseless.held_fires.blocked_by is 'The skip reason that refused it (cooldown, concurrency, live_iteration); NULL before any.';
+comment on column ceaseless.held_fires.blocked_by is 'The skip reason that refused it (cooldown, concurrency, live_iteration), or min_interval for a loop''s fire that came sooner than its min_interval_secs; NULL before any.';
 comment on column ceaseless.held_fires.slot_at is 'The cron slot a held cron or backfill fire stands for (its run''s slot_at); NULL otherwise.';
-comment on column ceaseless.held_fires.fire_at is 'The earliest moment fire_held tries it (a debounce window''s end, a cooldown''s end); NULL: when a run of its target ends.';
+comment on column ceaseless.held_fires.fire_at is 'The earliest moment fire_held tries it (a debounce window''s end, a cooldown''s end, the end of a loop''s min_interval_secs); NULL: when a run of its target ends.';
 comment on column ceaseless.held_fires.collapsed is 'How many fires this row stands for (debounce).';
 comment on column ceaseless.held_fires.seq is 'Release order within a routine or loop.';
 grant select on table ceaseless.held_fires to ceaseless_operator, ceaseless_user;
@@ -596,6 +596,7 @@ create table ceaseless.loops (
     debounce_max_secs integer,
     job_priority integer default 0 not null,
     job_fairness_key text,
+    min_interval_secs integer default 1 not null,
     constraint job_fairness_key_bounded CHECK (((char_length(job_fairness_key) >= 1) AND (char_length(job_fairness_key) <= 200))),
     constraint job_priority_bounded CHECK (((job_priority >= '-1000'::integer) AND (job_priority <= 1000))),
     constraint loops_created_by_fkey FOREIGN KEY (created_by) REFERENCES ceaseless.users(id) ON DELETE RESTRICT,
@@ -604,6 +605,7 @@ create table ceaseless.loops (
     constraint loops_debounce_max_secs_positive CHECK ((debounce_max_secs > 0)),
     constraint loops_debounce_secs_positive CHECK ((debounce_secs > 0)),
     constraint loops_last_run_id_fkey FOREIGN KEY (last_run_id) REFERENCES ceaseless.topology_runs(id) ON DELETE SET NULL,
+    constraint loops_min_interval_secs_bounded CHECK (((min_interval_secs >= 0) AND (min_interval_secs <= 86400))),
     constraint loops_overlap_policy_known CHECK ((overlap_policy = ANY (ARRAY['skip'::text, 'buffer_one'::text, 'buffer_all'::text, 'cancel_other'::text]))),
     constraint loops_pkey PRIMARY KEY (id),
     constraint loops_webhook_token_key UNIQUE (webhook_token),
@@ -643,11 +645,12 @@ comment on column ceaseless.loops.debounce_secs is 'Event and webhook fires clos
 comment on column ceaseless.loops.debounce_max_secs is 'A debounced fire starts at the latest this many seconds after the first fire it collapses; NULL: no ceiling.';
 comment on column ceaseless.loops.job_priority is 'The priority of the jobs of every node of this loop''s iterations (job.priority).';
 comment on column ceaseless.loops.job_fairness_key is 'The fairness key of the jobs of every node of this loop''s iterations; NULL: the loop''s owner.';
+comment on column ceaseless.loops.min_interval_secs is 'The least seconds between two fires of this loop''s iterations (0: unpaced): a fire sooner after the latest iteration was fired waits in held_fires (blocked_by min_interval) until then. run_loop is not paced.';
 grant select on table ceaseless.loops to ceaseless_operator;
 grant select, delete on table ceaseless.loops to ceaseless_user;
 grant select, insert, update, delete on table ceaseless.loops to ceaseless_listener;
 grant insert (id, user_id) on table ceaseless.loops to ceaseless_user;
-grant insert, update (workspace_id, title, description, graph, task_template, triggers, repeat_policy, enabled, overlap_policy, debounce_secs, debounce_max_secs, job_priority, job_fairness_key) on table ceaseless.loops to ceaseless_user;
+grant insert, update (workspace_id, title, description, graph, task_template, triggers, repeat_policy, enabled, overlap_policy, debounce_secs, debounce_max_secs, job_priority, job_fairness_key, min_interval_secs) on table ceaseless.loops to ceaseless_user;
 
 create table ceaseless.metric_deltas (
     id bigint generated always as identity not null,
@@ -1401,7 +1404,9 @@ create view ceaseless.loop_status with (security_invoker=true) as
     l.debounce_max_secs,
     COALESCE(held.n, 0::bigint) AS held_fires,
     held.collapsed AS held_collapsed,
-    held.next_at AS held_next_at
+    held.next_at AS held_next_at,
+    l.min_interval_secs,
+    ceaseless._loop_paced_until(l.id, l.min_interval_secs, now()) AS paced_until
    FROM ceaseless.loops l
      LEFT JOIN LATERAL ( SELECT r.iteration
            FROM ceaseless.topology_runs r
@@ -1425,7 +1430,7 @@ create view ceaseless.loop_status with (security_invoker=true) as
            FROM ceaseless.topology_runs r
           WHERE r.loop_id = l.id AND r.status = 'skipped'::text) skips ON true
      LEFT JOIN LATERAL ceaseless._held_summary(l.id) held(n, collapsed, next_at) ON true;
-comment on view ceaseless.loop_status is 'One row per loop: title, owner, enabled, triggers (cron, timezone, on_completion, webhook on or off — never its credential), repeat policy, current iteration, the live run, the last finished run, next fire, why and when it stopped, skipped fires (count, last reason), the last error, its overlap policy and debounce, and its held fires (how many, the fires they stand for, the earliest timed release).';
+comment on view ceaseless.loop_status is 'One row per loop: title, owner, enabled, triggers (cron, timezone, on_completion, webhook on or off — never its credential), repeat policy, current iteration, the live run, the last finished run, next fire, why and when it stopped, skipped fires (count, last reason), the last error, its overlap policy and debounce, its held fires (how many, the fires they stand for, the earliest timed release), its min_interval_secs and until when it defers a fire.';
 grant select on table ceaseless.loop_status to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.loop_status to ceaseless_listener;
 
@@ -2145,13 +2150,13 @@ create function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp 
 comment on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) is 'Fire a routine or loop by hand for its owner (or an operator, a listener); its run''s id. CE404 when unknown or someone else''s.';
 grant execute on function ceaseless._fire_by_hand(p_kind text, p_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/56_loop_firing.sql, body md5 7e84f4128378c260684ed7ed4c393f03
+-- functions/56_loop_firing.sql, body md5 13b87ba784b75849001306baf993c07c
 create function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone DEFAULT NULL::timestamp with time zone)
     returns uuid
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) is 'The one firing path of loops: lock the loop, hold the fire (debounce, buffer policies; returns the held_fires id), cancel a live iteration (cancel_other), record a skipped run (disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to the last, with the webhook body and the prior iteration''s final message in its task; returns the run id.';
+comment on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) is 'The one firing path of loops: lock the loop, hold the fire (debounce, buffer policies, min_interval_secs; returns the held_fires id), cancel a live iteration (cancel_other), record a skipped run (disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to the last, with the webhook body and the prior iteration''s final message in its task; returns the run id.';
 grant execute on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
 -- functions/42_routine_firing.sql, body md5 5c34715ee79d1a77960ff3875866409c
@@ -2172,6 +2177,15 @@ create function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger t
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_slots timestamp with time zone[]) is 'Fire routines (_fire_routines) or loops (_fire_loop): the end of every cron, webhook and manual fire; one row per row fired with its run, status and skip reason.';
 grant execute on function ceaseless._fire_schedules(p_kind text, p_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_slots timestamp with time zone[]) to ceaseless_listener, ceaseless_operator;
+
+-- functions/33_held_fires.sql, body md5 f6cb173e3d9ee96a84ac343048ef4a37
+create function ceaseless._fold_into_newest(p_target uuid, p_trigger text, p_detail text, p_context text)
+    returns uuid
+    language sql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._fold_into_newest(p_target uuid, p_trigger text, p_detail text, p_context text) is 'Fold a fire into its target''s newest buffered fire (SKIP LOCKED): its trigger, detail and context, collapsed + 1. Returns the held_fires id, NULL when none.';
+grant execute on function ceaseless._fold_into_newest(p_target uuid, p_trigger text, p_detail text, p_context text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/72_forge_verdict.sql, body md5 c657459ed0a4621683d0be64729f176c
 create function ceaseless._forge_block(p_message text, OUT block jsonb, OUT problem text)
@@ -2491,6 +2505,15 @@ create function ceaseless._loop_creator(p_handle text)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._loop_creator(p_handle text) is 'The users row whose handle is a loop owner''s role name, created on first use (loops.created_by).';
 grant execute on function ceaseless._loop_creator(p_handle text) to ceaseless_listener, ceaseless_operator;
+
+-- functions/56_loop_firing.sql, body md5 0b9f60d4a1da12728ec465d0061f1bf7
+create function ceaseless._loop_paced_until(p_loop_id uuid, p_min_interval_secs integer, p_now timestamp with time zone)
+    returns timestamp with time zone
+    language sql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._loop_paced_until(p_loop_id uuid, p_min_interval_secs integer, p_now timestamp with time zone) is 'When a loop''s next fire may start under its min_interval_secs (its latest iteration''s created_at + the interval), or NULL when a fire at p_now may start at once.';
+grant execute on function ceaseless._loop_paced_until(p_loop_id uuid, p_min_interval_secs integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/56_loop_firing.sql, body md5 4144870469479598cd120332fa2dfecc
 create function ceaseless._loop_prior_context(p_message text, p_status text, p_cap integer)
@@ -3265,7 +3288,7 @@ create function ceaseless._tg_loops_graph_validate()
 comment on function ceaseless._tg_loops_graph_validate() is 'Before a loop is inserted or its graph is updated: refuse an invalid graph (CE422).';
 grant execute on function ceaseless._tg_loops_graph_validate() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 67ef2c840f4b270f17c8c8f24fc83922
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 855aa30741d58f6f8aa9a3ad861422e8
 create function ceaseless._tg_loops_quiet_checks()
     returns trigger
     language plpgsql
@@ -3285,7 +3308,7 @@ create function ceaseless._tg_loops_schedule()
 comment on function ceaseless._tg_loops_schedule() is 'After a loop is inserted or updated: NOTIFY ceaseless_schedule when it needs a next_fire_at; start the next iteration of an on_completion loop that was re-enabled with none live.';
 grant execute on function ceaseless._tg_loops_schedule() to ceaseless_listener, ceaseless_operator;
 
--- functions/55_loop_validation.sql, body md5 6479528c96164d5a374ce568f6ea407f
+-- functions/55_loop_validation.sql, body md5 08d45267023ade013754dbbe74d6d552
 create function ceaseless._tg_loops_validate()
     returns trigger
     language plpgsql
@@ -4015,14 +4038,14 @@ create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time z
 comment on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) is 'Every reason that holds a job (not_due, owner_budget, agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget, behind_older_jobs, behind_other_turns; or claimed, running, finished), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown job.';
 grant execute on function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/92_explain.sql, body md5 d0210af1e6ad8a277a4b7f77d450f0cb
+-- functions/92_explain.sql, body md5 0edb994025724a009249076037ed17e5
 create function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
     stable
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) is 'Every reason that holds a loop''s next iteration (its held fires: buffered, debounced; stopped, disabled, agent_disabled, live_iteration and what holds it: awaiting_approval, its nodes'' jobs; not_scheduled, not_due), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown loop.';
+comment on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) is 'Every reason that holds a loop''s next iteration (its held fires: buffered, debounced; stopped, disabled, agent_disabled, min_interval, live_iteration and what holds it: awaiting_approval, its nodes'' jobs; not_scheduled, not_due), one row each with the time it clears when known; ''ready'' when nothing does. CE404 for an unknown loop.';
 grant execute on function ceaseless.explain_loop(p_loop_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/92_explain.sql, body md5 dda8ed721126e494888187e357b8552d

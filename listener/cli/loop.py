@@ -185,6 +185,13 @@ def loop_add(
     ] = None,
     debounce: DebounceOpt = None,
     debounce_max: DebounceMaxOpt = None,
+    min_interval: Annotated[
+        int | None,
+        typer.Option(
+            help="Seconds: the least time between two iterations' fires; a fire sooner waits "
+            "until then (held, never skipped). 0 is unpaced; default 1. `loop run` is not paced."
+        ),
+    ] = None,
     job_priority: Annotated[
         int | None,
         typer.Option(
@@ -230,6 +237,7 @@ def loop_add(
         "overlap_policy": overlap.value if overlap is not None else None,
         "debounce_secs": debounce,
         "debounce_max_secs": debounce_max,
+        "min_interval_secs": min_interval,
         "job_priority": job_priority,
         "job_fairness_key": job_fairness_key,
     }

@@ -255,3 +255,18 @@ def test_loop_add_takes_the_overlap_policy_and_debounce(
     refused = run_cli(db_url, "loop", "add", "--title", "x", "--task", "t",
                       "--graph", graph_file, "--overlap", "allow_all")  # fmt: skip
     assert refused.returncode != 0 and "allow_all" in refused.stderr
+
+
+def test_loop_add_takes_the_min_interval(
+    db_url: str, conn: psycopg.Connection, graph_file: str
+) -> None:
+    base = ("loop", "add", "--task", "t", "--graph", graph_file, "--on-completion")
+    paced = _ok(run_cli(db_url, *base, "--title", "paced", "--min-interval", "30")).strip()
+    unpaced = _ok(run_cli(db_url, *base, "--title", "unpaced", "--min-interval", "0")).strip()
+    default = _ok(run_cli(db_url, *base, "--title", "default")).strip()
+    stored = dict(
+        conn.execute("select id::text, min_interval_secs from ceaseless.loops").fetchall()
+    )
+    assert (stored[paced], stored[unpaced], stored[default]) == (30, 0, 1)
+    refused = _one_line_error(run_cli(db_url, *base, "--title", "x", "--min-interval", "-1"))
+    assert "loops.min_interval_secs" in refused and "got -1" in refused

@@ -26,8 +26,14 @@ def make_loop(
     g: dict | None = None,
     **columns: Any,
 ) -> UUID:
+    """Insert a loop; unpaced (min_interval_secs 0) unless `min_interval_secs` is given.
+
+    Tests chain iterations in the same instant; the pace between them has tests of its own
+    (test_loop_pacing.py).
+    """
     values: dict[str, Any] = {
         "title": "a loop",
+        "min_interval_secs": 0,
         "description": "",
         "graph": json.dumps(g or one_node()),
         "task_template": task,

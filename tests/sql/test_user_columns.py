@@ -31,7 +31,7 @@ ROUTINE_COLUMNS = {
 LOOP_COLUMNS = {
     "workspace_id", "title", "description", "graph", "task_template", "triggers",
     "repeat_policy", "enabled", "overlap_policy", "debounce_secs", "debounce_max_secs",
-    "job_priority", "job_fairness_key",
+    "job_priority", "job_fairness_key", "min_interval_secs",
 }  # fmt: skip
 REPO_COLUMNS = {
     "forge", "owner", "repo", "clone_url", "api_url", "default_branch", "interval_seconds",
