@@ -458,7 +458,7 @@ comment on function next_schedule_fire() is
 
 -- Fire a routine or loop by hand: a routine's cooldown is ignored, everything
 -- else is judged as for any fire. Returns its run's id (a skipped run when
--- refused).
+-- refused), or the held_fires id of a fire its overlap policy keeps.
 --
 -- Raises: CE404 when no row of the kind has the id, or the caller does not own it.
 create or replace function _fire_by_hand(p_kind text, p_id uuid, p_now timestamptz)
@@ -502,7 +502,8 @@ $$;
 
 comment on function run_routine(uuid, timestamptz) is
     'Fire a routine by hand (ignores cooldown, respects max_concurrent and the global cap); '
-    'returns the routine_runs id, whose status says whether it runs or was skipped and why.';
+    'returns the routine_runs id, whose status says whether it runs or was skipped and why, or '
+    'the held_fires id of a fire its overlap policy keeps.';
 
 -- Manual trigger of a loop.
 create or replace function run_loop(p_loop_id uuid, p_now timestamptz default now())
@@ -515,7 +516,8 @@ $$;
 
 comment on function run_loop(uuid, timestamptz) is
     'Fire a loop by hand; returns the topology_runs id, whose status says whether the iteration '
-    'runs (pending) or was skipped and why. CE404 for an unknown loop or someone else''s.';
+    'runs (pending) or was skipped and why, or the held_fires id of a fire its overlap policy '
+    'keeps. CE404 for an unknown loop or someone else''s.';
 
 -- Fire the cron slots of a routine or loop in [p_from, p_to) that have not
 -- fired: the slots the missed-schedule rule collapsed into one fire (a

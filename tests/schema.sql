@@ -4362,7 +4362,7 @@ create function ceaseless.run_loop(p_loop_id uuid, p_now timestamp with time zon
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.run_loop(p_loop_id uuid, p_now timestamp with time zone) is 'Fire a loop by hand; returns the topology_runs id, whose status says whether the iteration runs (pending) or was skipped and why. CE404 for an unknown loop or someone else''s.';
+comment on function ceaseless.run_loop(p_loop_id uuid, p_now timestamp with time zone) is 'Fire a loop by hand; returns the topology_runs id, whose status says whether the iteration runs (pending) or was skipped and why, or the held_fires id of a fire its overlap policy keeps. CE404 for an unknown loop or someone else''s.';
 grant execute on function ceaseless.run_loop(p_loop_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/32_schedules.sql, body md5 5df74ad5917f6a5e6b1cfb1fe5c6d277
@@ -4372,7 +4372,7 @@ create function ceaseless.run_routine(p_routine_id uuid, p_now timestamp with ti
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.run_routine(p_routine_id uuid, p_now timestamp with time zone) is 'Fire a routine by hand (ignores cooldown, respects max_concurrent and the global cap); returns the routine_runs id, whose status says whether it runs or was skipped and why.';
+comment on function ceaseless.run_routine(p_routine_id uuid, p_now timestamp with time zone) is 'Fire a routine by hand (ignores cooldown, respects max_concurrent and the global cap); returns the routine_runs id, whose status says whether it runs or was skipped and why, or the held_fires id of a fire its overlap policy keeps.';
 grant execute on function ceaseless.run_routine(p_routine_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
 -- functions/91_run_events.sql, body md5 a38eb69a252f7c4a059f2d518f0e6698

@@ -306,9 +306,13 @@ def loop_run(loop: LoopArg) -> None:
     """Fire the loop now (run_loop).
 
     A fire refused (an iteration is live, the loop is paused) is recorded as a skipped run,
-    printed with its reason, and exits with status 1.
+    printed with its reason, and exits with status 1; one the loop's overlap policy keeps
+    (buffer_one, buffer_all) is printed as held, with what it waits for.
     """
     run_id, status, iteration, reason = call(loops.run, LOOPS.id(loop))
+    if status == "held":
+        typer.echo(f"{run_id} held ({reason})")
+        return
     detail = f"iteration {iteration}" if iteration is not None else f"skipped: {reason}"
     typer.echo(f"{run_id} {status} ({detail})")
     if iteration is None:

@@ -219,7 +219,8 @@ def routine_run(routine: RoutineArg, user: UserOpt = None) -> None:
     """Fire a routine now (run_routine): ignores cooldown, respects max_concurrent.
 
     A refused fire is recorded as a skipped run, printed with its reason, and exits with
-    status 1.
+    status 1; one the routine's overlap policy keeps (buffer_one, buffer_all) is printed as
+    held, with what it waits for.
     """
     run_id, status, reason = call(routines.run, ROUTINES.id(routine, user))
     typer.echo(f"{run_id} {status}" + (f" ({reason})" if reason else ""))

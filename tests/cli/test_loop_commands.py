@@ -270,3 +270,18 @@ def test_loop_add_takes_the_min_interval(
     assert (stored[paced], stored[unpaced], stored[default]) == (30, 0, 1)
     refused = _one_line_error(run_cli(db_url, *base, "--title", "x", "--min-interval", "-1"))
     assert "loops.min_interval_secs" in refused and "got -1" in refused
+
+
+def test_a_run_the_overlap_policy_keeps_is_printed_as_held_with_what_it_waits_for(
+    db_url: str, conn: psycopg.Connection, graph_file: str
+) -> None:
+    _ok(run_cli(db_url, "loop", "add", "--title", "refine", "--task", "improve it",
+                "--graph", graph_file, "--overlap", "buffer_one"))  # fmt: skip
+    assert "iteration 1" in _ok(run_cli(db_url, "loop", "run", "refine"))
+
+    held = run_cli(db_url, "loop", "run", "refine")
+
+    assert held.returncode == 0, held.stderr
+    held_id = held.stdout.split()[0]
+    assert held.stdout.strip() == f"{held_id} held (buffered: waits for live_iteration)"
+    assert conn.execute("select count(*) from ceaseless.held_fires").fetchone() == (1,)

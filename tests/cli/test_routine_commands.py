@@ -246,3 +246,20 @@ def test_routine_and_loop_backfill_fire_the_slots_that_never_fired(
     assert looped.returncode == 0, looped.stderr
     assert "4 slots: 1 fired, 3 refused" in looped.stdout
     assert "live_iteration" in looped.stdout
+
+
+def test_a_run_the_overlap_policy_keeps_is_printed_as_held_with_what_it_waits_for(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
+    added = run_cli(db_url, "routine", "add", "nightly", "--agent", "noop", "--prompt", "p",
+                    "--max-concurrent", "1", "--overlap", "buffer_one")  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert run_cli(db_url, "routine", "run", "nightly").returncode == 0
+
+    held = run_cli(db_url, "routine", "run", "nightly")
+
+    assert held.returncode == 0, held.stderr
+    held_id = held.stdout.split()[0]
+    assert held.stdout.strip() == f"{held_id} held (buffered: waits for concurrency)"
+    assert conn.execute("select count(*) from ceaseless.held_fires").fetchone() == (1,)

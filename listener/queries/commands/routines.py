@@ -72,8 +72,14 @@ def run(conn: Connection, routine_id: str) -> tuple[Any, str, str | None]:
     """
     fired = conn.execute("select ceaseless.run_routine(%s)", (routine_id,)).fetchone()
     assert fired is not None, "run_routine returns the run's id or raises"
+    # Or a held fire's id: the routine's overlap policy keeps the fire until
+    # its blocker clears (functions/33_held_fires.sql).
     status = conn.execute(
-        "select status, skip_reason from ceaseless.routine_runs where id = %s", (fired[0],)
+        "select status, skip_reason from ceaseless.routine_runs where id = %(id)s "
+        "union all "
+        "select 'held', h.reason || coalesce(': waits for ' || h.blocked_by, '') "
+        "from ceaseless.held_fires h where h.id = %(id)s",
+        {"id": fired[0]},
     ).fetchone()
     assert status is not None, "the run fired a moment ago"
     return fired[0], status[0], status[1]
