@@ -145,7 +145,7 @@ def test_every_list_and_show_names_its_columns_as_its_table_does(
         "repeat_policy", "policy_from_iteration", "current_iteration", "live_run_id",
         "live_run_status", "last_run_id", "last_run_status", "next_fire_at", "stopped_reason",
         "stopped_at", "skipped_fires", "last_error", "overlap_policy", "debounce_secs",
-        "debounce_max_secs", "held_fires", "held_next_at",
+        "debounce_max_secs", "held_fires", "held_next_at", "min_interval_secs", "paced_until",
     ]  # fmt: skip
     assert _keys(loop["iterations"]) == [
         "iteration", "run", "status", "trigger", "parent", "started_at", "finished_at", "message"

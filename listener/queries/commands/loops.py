@@ -51,7 +51,7 @@ def loop(conn: Connection, loop_id: str) -> Listing:
                policy_from_iteration, current_iteration, live_run_id, live_run_status,
                last_run_id, last_run_status, next_fire_at, stopped_reason, stopped_at,
                skipped_fires, last_error, overlap_policy, debounce_secs, debounce_max_secs,
-               held_fires, held_next_at
+               held_fires, held_next_at, min_interval_secs, paced_until
           from ceaseless.loop_status
          where id = %s
         """,
