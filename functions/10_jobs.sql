@@ -90,10 +90,10 @@ comment on function _check_claim(text, text, integer) is
 -- O(due work): each owner's turn is one probe of job_fair_claim_idx for the
 -- next owner, one of owner_turns for its key turn and one or two for its next
 -- key's best job (two past its last key: the key after the turn, then round
--- to the first), so a claim of N slots reads about 3N index descents,
--- whatever the backlog and however many owners or keys wait; one statement
--- when one round fills the slots (as many owners with due work as free
--- slots), then one per further round.
+-- to the first): three or four index descents a slot, whatever the backlog
+-- and however many owners or keys wait; one statement when one round fills
+-- the slots (as many owners with due work as free slots), then one per
+-- further round.
 --
 -- The due test is written `(run_after <= p_now) is true` so that it is made
 -- on the entries a probe takes, not as an index condition: a B-tree scan
