@@ -210,3 +210,24 @@ def test_a_round_robin_claim_picks_on_the_generic_plan_not_one_planned_per_claim
     assert _picks_on_a_generic_plan(conn)
     with setting_reset(conn, "_round_robin_pick", "plan_cache_mode"):
         assert not _picks_on_a_generic_plan(conn)
+
+
+def test_round_robin_probes_test_the_due_time_on_the_rows_they_take_not_in_the_index(
+    conn: psycopg.Connection,
+) -> None:
+    # As an index condition, run_after was tested on every entry of the leaf page a probe
+    # lands on before the one entry it takes (functions/10_jobs.sql, _round_robin_pick).
+    make_agent(conn, max_concurrent=100, fairness="round_robin")
+    _backlog(conn, 10_000, 100, "owners")
+    conn.execute("vacuum analyze ceaseless.job")
+    plans = _claim_plans(conn)
+    scans = [
+        n
+        for walk in _walks(plans)
+        for n in nodes(walk)
+        if n.get("Index Name") == "job_fair_claim_idx" and float(n["Actual Loops"]) > 0
+    ]
+    assert scans
+    for scan in scans:
+        assert "run_after" not in scan.get("Index Cond", ""), json.dumps(scan)[:2000]
+        assert "run_after" in scan.get("Filter", ""), json.dumps(scan)[:2000]
