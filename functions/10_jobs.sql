@@ -88,12 +88,26 @@ comment on function _check_claim(text, text, integer) is
 -- Owners in p_owners_over (over their spend budget) pass their turn.
 --
 -- O(due work): each owner's turn is one probe of job_fair_claim_idx for the
--- next owner and one for the next key's best job, so a claim of N slots reads
--- about 2N index descents, whatever the backlog and however many owners or
--- keys wait; one statement when one round fills the slots (as many owners
--- with due work as free slots), then one per further round. Jobs delayed
--- into the future sit in the same index: an owner or key whose pending jobs
--- are all delayed costs its entries to pass over.
+-- next owner, one of owner_turns for its key turn and one or two for its next
+-- key's best job (two past its last key: the key after the turn, then round
+-- to the first): three or four index descents a slot, whatever the backlog
+-- and however many owners or keys wait; one statement when one round fills
+-- the slots (as many owners with due work as free slots), then one per
+-- further round.
+--
+-- The due test is written `(run_after <= p_now) is true` so that it is made
+-- on the entries a probe takes, not as an index condition: a B-tree scan
+-- tests its index conditions on every entry it could return from the leaf
+-- page it lands on before it returns the first, and each probe here takes
+-- one entry of a page of a hundred or more. PostgreSQL 18 skips that work for
+-- the leading columns, not for run_after (after two text columns, the
+-- dearest to read): there the first round of a claim of ten costs 15 % less
+-- this way (docs/performance.md, "Fairness and priority"); 15 tests every
+-- condition on every entry anyway and gains nothing. The price falls on
+-- delayed work: jobs delayed into the future sit in the same index, and an
+-- owner or key whose pending jobs are all delayed costs a read of each of
+-- their rows to pass over, where the index condition passed them within the
+-- page.
 --
 -- Called by claim_jobs only, which holds the lane's row lock, so the turn it
 -- reads and writes here is the lane's alone. The turn moves past every job
@@ -112,6 +126,13 @@ returns table (id uuid, turn integer, priority integer, run_after timestamptz,
                created_at timestamptz)
 language plpgsql
 set search_path = pg_catalog, ceaseless, pg_temp
+-- With the due test outside the index conditions the custom plans look
+-- cheaper than the generic one, so PL/pgSQL, left to itself, plans the first
+-- round again on every claim of one slot: 0.7-0.9 ms a call instead of
+-- 0.07-0.09 on PostgreSQL 15 and 18 (test_claim_plan.py). The shape does not
+-- depend on the values, so the one generic plan is the right one
+-- (docs/performance.md, "Planner settings on functions").
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
@@ -142,14 +163,16 @@ begin
     -- the last owner ...
     tail (user_id, n) as (
         select (select j.user_id from job j
-                where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+                where j.agent = p_agent and j.state = 'pending'
+                  and (j.run_after <= p_now) is true
                   and (p_kinds is null or j.kind = any (p_kinds))
                   and j.user_id > start.after
                 order by j.user_id limit 1), 1
         from start
         union all
         select (select j.user_id from job j
-                where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+                where j.agent = p_agent and j.state = 'pending'
+                  and (j.run_after <= p_now) is true
                   and (p_kinds is null or j.kind = any (p_kinds))
                   and j.user_id > t.user_id
                 order by j.user_id limit 1), t.n + 1
@@ -160,7 +183,8 @@ begin
     -- own (served last, so last again).
     head (user_id, n) as (
         select (select j.user_id from job j
-                where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+                where j.agent = p_agent and j.state = 'pending'
+                  and (j.run_after <= p_now) is true
                   and (p_kinds is null or j.kind = any (p_kinds))
                   and j.user_id <= start.after
                 order by j.user_id limit 1),
@@ -170,7 +194,8 @@ begin
           and (select count(t.user_id) from tail t) < p_free + cardinality(p_owners_over)
         union all
         select (select j.user_id from job j
-                where j.agent = p_agent and j.state = 'pending' and j.run_after <= p_now
+                where j.agent = p_agent and j.state = 'pending'
+                  and (j.run_after <= p_now) is true
                   and (p_kinds is null or j.kind = any (p_kinds))
                   and j.user_id > h.user_id and j.user_id <= start.after
                 order by j.user_id limit 1), h.n + 1
@@ -209,7 +234,8 @@ begin
                 select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
                 from job j
                 where j.agent = p_agent and j.state = 'pending' and j.user_id = t.user_id
-                  and j.fairness_key > t.key and j.run_after <= p_now
+                  and j.fairness_key > t.key
+                  and (j.run_after <= p_now) is true
                   and (p_kinds is null or j.kind = any (p_kinds))
                 order by j.fairness_key, j.priority desc, j.run_after
                 limit 1
@@ -220,7 +246,8 @@ begin
                 select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
                 from job j
                 where j.agent = p_agent and j.state = 'pending' and j.user_id = t.user_id
-                  and j.fairness_key <= t.key and j.run_after <= p_now
+                  and j.fairness_key <= t.key
+                  and (j.run_after <= p_now) is true
                   and (p_kinds is null or j.kind = any (p_kinds))
                 order by j.fairness_key, j.priority desc, j.run_after
                 limit 1
@@ -280,7 +307,8 @@ begin
                     select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
                     from job j
                     where j.agent = p_agent and j.state = 'pending' and j.user_id = o.user_id
-                      and j.fairness_key > o.key and j.run_after <= p_now
+                      and j.fairness_key > o.key
+                      and (j.run_after <= p_now) is true
                       and (p_kinds is null or j.kind = any (p_kinds))
                       and j.id <> all (v_ids)
                     order by j.fairness_key, j.priority desc, j.run_after
@@ -292,7 +320,8 @@ begin
                     select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
                     from job j
                     where j.agent = p_agent and j.state = 'pending' and j.user_id = o.user_id
-                      and j.fairness_key <= o.key and j.run_after <= p_now
+                      and j.fairness_key <= o.key
+                      and (j.run_after <= p_now) is true
                       and (p_kinds is null or j.kind = any (p_kinds))
                       and j.id <> all (v_ids)
                     order by j.fairness_key, j.priority desc, j.run_after

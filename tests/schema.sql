@@ -2869,12 +2869,13 @@ create function ceaseless._retry_delay(p_attempts integer)
 comment on function ceaseless._retry_delay(p_attempts integer) is 'Backoff before retry number p_attempts: base * 2^(attempts-1), capped, plus up to 25% jitter.';
 grant execute on function ceaseless._retry_delay(p_attempts integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 2951bbb34295e78d7c70fc52d17a7515
+-- functions/10_jobs.sql, body md5 6a493407ec346593cd52f1c09a0bec27
 create function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[])
     returns TABLE(id uuid, turn integer, priority integer, run_after timestamp with time zone, created_at timestamp with time zone)
     language plpgsql
     volatile
-    set search_path = pg_catalog, ceaseless, pg_temp;
+    set search_path = pg_catalog, ceaseless, pg_temp
+    set plan_cache_mode = force_generic_plan;
 comment on function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[]) is 'A round_robin lane''s next p_free due jobs, one per owner in turn (after the owner served last), and within an owner one per fairness key in turn, each key''s by priority then due time; moves the lane''s turn. Called by claim_jobs under the lane lock.';
 grant execute on function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[]) to ceaseless_listener, ceaseless_operator;
 
