@@ -70,7 +70,8 @@ class Timeline:
     def recovered_after(self) -> float | None:
         """Seconds from the end of the hold to the end of the first bucket back at 90 %."""
         target = 0.9 * self.full_speed()
-        first = self.bucket_of(self.held_to) + 1
+        # The first bucket mostly after the hold.
+        first = round(self.held_to / BUCKET_SECS)
         for index in range(first, len(self.buckets) - 1):  # the last bucket is cut short
             if self.buckets[index] >= target:
                 return (index + 1) * BUCKET_SECS - self.held_to

@@ -70,7 +70,7 @@ create table ceaseless.agent_run (
     constraint reply_complete CHECK ((num_nonnulls(reply, replied_by) = ANY (ARRAY[0, 2]))),
     constraint session_id_plausible CHECK ((session_id ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$'::text)),
     constraint tokens_not_negative CHECK (((COALESCE(tokens_in, (0)::bigint) >= 0) AND (COALESCE(tokens_out, (0)::bigint) >= 0)))
-);
+) with (autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_insert_scale_factor=0.05, autovacuum_analyze_scale_factor=0.02, autovacuum_vacuum_cost_delay=0);
 alter table ceaseless.agent_run enable row level security;
 CREATE INDEX agent_run_job_idx ON ceaseless.agent_run USING btree (job_id, started_at DESC);
 CREATE INDEX agent_run_lane_window_idx ON ceaseless.agent_run USING btree (agent, started_at DESC);
@@ -217,7 +217,7 @@ CASE
 END,
     constraint audit_log_pkey PRIMARY KEY (id),
     constraint entity_named CHECK ((num_nonnulls(entity_id, entity_key) >= 1))
-);
+) with (autovacuum_vacuum_insert_scale_factor=0.05, autovacuum_vacuum_cost_delay=0);
 CREATE INDEX audit_log_entity_idx ON ceaseless.audit_log USING btree (entity, entity_id, id) WHERE (entity_id IS NOT NULL);
 CREATE INDEX audit_log_entity_key_idx ON ceaseless.audit_log USING btree (entity, entity_key, id) WHERE (entity_key IS NOT NULL);
 CREATE INDEX audit_log_run_loop_idx ON ceaseless.audit_log USING btree (((detail ->> 'loop_id'::text)), id) WHERE (entity = 'topology_run'::text);
@@ -444,7 +444,7 @@ create table ceaseless.job (
     constraint reply_bounded CHECK (((reply IS NULL) OR ((char_length(reply) >= 1) AND (char_length(reply) <= 16000)))),
     constraint reply_complete CHECK ((num_nonnulls(reply, replied_by, replied_at) = ANY (ARRAY[0, 3]))),
     constraint resume_session_id_resumable CHECK ((resume_session_id ~ '^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|ses_[0-9A-Za-z]{26})$'::text)) NOT VALID
-);
+) with (autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_insert_scale_factor=0.05, autovacuum_analyze_scale_factor=0.02, autovacuum_vacuum_cost_delay=0);
 alter table ceaseless.job enable row level security;
 CREATE INDEX job_blocked_idx ON ceaseless.job USING btree (agent) WHERE (state = 'blocked'::text);
 CREATE INDEX job_claim_expiry_idx ON ceaseless.job USING btree (claim_expires_at) WHERE (state = ANY (ARRAY['claimed'::text, 'running'::text]));
@@ -521,7 +521,7 @@ create table ceaseless.lane_turns (
     agent text not null,
     user_id text not null,
     constraint lane_turns_pkey PRIMARY KEY (agent)
-);
+) with (fillfactor=50);
 comment on table ceaseless.lane_turns is 'The owner a round_robin lane served last; the next claim starts with the owner after it (written by claim_jobs under the lane lock).';
 grant select on table ceaseless.lane_turns to ceaseless_operator;
 grant select, insert, update, delete on table ceaseless.lane_turns to ceaseless_listener;
@@ -661,7 +661,7 @@ create table ceaseless.metric_deltas (
     constraint metric_deltas_pkey PRIMARY KEY (id),
     constraint metric_name_valid CHECK ((metric ~ '^ceaseless_[a-z_]+$'::text)),
     constraint value_not_negative CHECK ((value >= (0)::double precision))
-);
+) with (autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_cost_delay=0);
 comment on table ceaseless.metric_deltas is 'Counter increments written by triggers (insert-only, so counting never waits on a lock), folded into metric_totals by _metrics_fold() on every lease sweep.';
 grant select on table ceaseless.metric_deltas to ceaseless_operator;
 grant select, insert, update, delete on table ceaseless.metric_deltas to ceaseless_listener;
@@ -674,7 +674,7 @@ create table ceaseless.metric_totals (
     constraint metric_name_valid CHECK ((metric ~ '^ceaseless_[a-z_]+$'::text)),
     constraint metric_totals_pkey PRIMARY KEY (metric, labels),
     constraint value_not_negative CHECK ((value >= (0)::double precision))
-);
+) with (fillfactor=50);
 comment on table ceaseless.metric_totals is 'Prometheus counters folded from metric_deltas: one row per series (metric, labels).';
 grant select on table ceaseless.metric_totals to ceaseless_operator;
 grant select, insert, update, delete on table ceaseless.metric_totals to ceaseless_listener;
@@ -701,7 +701,7 @@ create table ceaseless.notifications (
     constraint notifications_pkey PRIMARY KEY (id),
     constraint notifications_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'delivered'::text, 'failed'::text]))),
     constraint source_table_known CHECK ((source_table = ANY (ARRAY['routine_runs'::text, 'topology_runs'::text, 'job'::text, 'loops'::text, 'approvals'::text])))
-);
+) with (autovacuum_vacuum_scale_factor=0.02, autovacuum_vacuum_cost_delay=0);
 alter table ceaseless.notifications enable row level security;
 CREATE INDEX notifications_delivered_idx ON ceaseless.notifications USING btree (delivered_at) WHERE (status = 'delivered'::text);
 CREATE INDEX notifications_pending_idx ON ceaseless.notifications USING btree (next_attempt_at) WHERE (status = 'pending'::text);
@@ -749,7 +749,7 @@ create table ceaseless.owner_turns (
     user_id text not null,
     fairness_key text not null,
     constraint owner_turns_pkey PRIMARY KEY (agent, user_id)
-);
+) with (fillfactor=50);
 comment on table ceaseless.owner_turns is 'The fairness key a round_robin lane served last for each owner; that owner''s next turn goes to the key after it.';
 grant select on table ceaseless.owner_turns to ceaseless_operator;
 grant select, insert, update, delete on table ceaseless.owner_turns to ceaseless_listener;
@@ -760,7 +760,7 @@ create table ceaseless.routine_run_shards (
     xact xid8,
     constraint routine_run_shards_pkey PRIMARY KEY (shard),
     constraint shard_in_range CHECK (((shard >= 0) AND (shard <= 63)))
-);
+) with (fillfactor=50);
 comment on table ceaseless.routine_run_shards is 'Running routine_runs, counted in 64 shards kept by trigger; the sum is the global cap''s measure. A single shard may be negative: only the sum means anything.';
 comment on column ceaseless.routine_run_shards.xact is 'The transaction that last moved this shard: while it runs, its later moves go to the same shard, so it holds one at most.';
 grant select on table ceaseless.routine_run_shards to ceaseless_operator;
