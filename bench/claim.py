@@ -31,7 +31,7 @@ import typer
 
 from bench.observe import percentile
 from bench.ours import Measurement
-from bench.server import Server, provision
+from bench.server import DatabaseUrlOpt, Server, provision
 from listener.database.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +78,7 @@ def _lane(conn: psycopg.Connection, variant: str, jobs: int, keys: int, batch: i
     conn.execute("vacuum analyze ceaseless.job")
 
 
-def _claim(conn: psycopg.Connection, batch: int) -> float:
+def claim_and_finish(conn: psycopg.Connection, batch: int) -> float:
     """One claim of up to `batch` jobs, as a listener makes it, in ms; its runs are then
     finished (untimed) so the lane has room for the next."""
     started = time.perf_counter()
@@ -134,7 +134,7 @@ def claim_paths(
         timings: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
         for n in range(warm + claims):
             for variant, conn in conns.items():
-                elapsed = _claim(conn, batch)
+                elapsed = claim_and_finish(conn, batch)
                 if n >= warm:
                     timings[variant].append(elapsed)
         return {
@@ -151,10 +151,7 @@ def main(
     keys: Annotated[int, typer.Option(help="Owners the jobs are spread over.")] = 1_000,
     claims: Annotated[int, typer.Option(help="Claims of 10 per run.")] = 500,
     runs: Annotated[int, typer.Option(help="Runs of each variant, interleaved.")] = 3,
-    database_url: Annotated[
-        str | None,
-        typer.Option(help="Measure on this server (default: a fresh embedded PostgreSQL 18)."),
-    ] = None,
+    database_url: DatabaseUrlOpt = None,
 ) -> None:
     """Time claim_jobs at a baseline ref (fifo) and here (fifo, round_robin), side by side."""
     found: dict[str, list[Measurement]] = {variant: [] for variant in VARIANTS}

@@ -21,7 +21,7 @@ from rich.progress import Progress
 
 from bench import claim, forge, held_transaction, loops, many_writers, ours
 from bench.report import Row, markdown, write
-from bench.server import Reset, Server, provision
+from bench.server import DatabaseUrlOpt, Reset, Server, provision
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 console = Console(stderr=True)
@@ -210,10 +210,7 @@ def run(
     quick: Annotated[
         bool, typer.Option(help="Small sizes, one run: a smoke test (< 2 min).")
     ] = False,
-    database_url: Annotated[
-        str | None,
-        typer.Option(help="Measure on this server (default: a fresh embedded PostgreSQL 18)."),
-    ] = None,
+    database_url: DatabaseUrlOpt = None,
     output: Annotated[Path, typer.Option(help="Where results.{md,json,png} go.")] = Path(
         "bench/results"
     ),

@@ -38,7 +38,7 @@ from pgqueuer import PsycopgDriver, Queries
 from bench.observe import Listener
 from bench.peers import drain_in_processes
 from bench.peers.pgqueuer_peer import _consume as pgqueuer_consume
-from bench.server import Server, provision
+from bench.server import DatabaseUrlOpt, Server, provision
 
 BUCKET_SECS = 10.0
 TOP_UP = 1_000
@@ -281,10 +281,7 @@ def main(
     hold: Annotated[float, typer.Option(help="Seconds the transaction stays open.")] = 120,
     after: Annotated[float, typer.Option(help="Seconds of drain after the hold.")] = 60,
     backlog: Annotated[int, typer.Option(help="Pending jobs the producer keeps.")] = 20_000,
-    database_url: Annotated[
-        str | None,
-        typer.Option(help="Measure on this server (default: a fresh embedded PostgreSQL 18)."),
-    ] = None,
+    database_url: DatabaseUrlOpt = None,
 ) -> None:
     """Drain a saturated queue while another connection holds a transaction open."""
     with provision(database_url) as server:

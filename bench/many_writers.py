@@ -37,7 +37,7 @@ from pgqueuer import PsycopgDriver, Queries
 from pgqueuer.domain.settings import DBSettings
 
 from bench.observe import percentile
-from bench.server import Server, provision
+from bench.server import DatabaseUrlOpt, Server, provision
 
 VARIANTS = (
     "ceaseless, NOTIFY on",
@@ -153,10 +153,7 @@ def main(
         list[int], typer.Option(help="Idle LISTEN sessions on another channel (repeatable).")
     ] = [1, 8, 32],  # noqa: B006 - typer reads the default, never mutates it
     runs: Annotated[int, typer.Option(help="Rounds of every variant.")] = 3,
-    database_url: Annotated[
-        str | None,
-        typer.Option(help="Measure on this server (default: a fresh embedded PostgreSQL 18)."),
-    ] = None,
+    database_url: DatabaseUrlOpt = None,
 ) -> None:
     """Insert jobs from many connections with NOTIFY on and off, ceaseless next to pgqueuer."""
     with provision(database_url) as server:

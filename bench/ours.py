@@ -51,33 +51,39 @@ def _check_jobs(conn: psycopg.Connection, expected: int) -> tuple[int, int]:
     return int(row[0]) + (expected - int(total[0])), int(row[1])
 
 
+def drain(url: str, conn: psycopg.Connection, jobs: int, listeners: int, timeout: float) -> float:
+    """Bulk-enqueue `jobs` noop jobs on a noop lane and let `listeners` listeners deliver them:
+    seconds from the insert's commit until the last is delivered (the full path)."""
+    _noop_lane(conn)
+    procs = [
+        Listener(url, "--poll-interval", "60", "--concurrency", "5000", worker_id=f"bench-{i}")
+        for i in range(listeners)
+    ]
+    try:
+        for proc in procs:
+            proc.wait_ready()
+        counter = DeliveredCounter(url)
+        # Like the peers, enqueueing is not timed: the clock starts when the
+        # bulk insert commits, which is also when its NOTIFY wakes the
+        # listeners.
+        conn.execute(
+            "insert into ceaseless.job (kind, agent, prompt) "
+            "select 'task', 'noop', 'bench' from generate_series(1, %s)",
+            (jobs,),
+        )
+        started = time.monotonic()
+        finished = counter.wait_for(jobs, timeout=timeout)
+        counter.close()
+    finally:
+        for proc in procs:
+            proc.stop()
+    return finished - started
+
+
 def throughput(server: Server, jobs: int, listeners: int) -> Measurement:
     """Bulk-enqueue `jobs` noop jobs, then time commit → every job delivered (full path)."""
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
-        _noop_lane(conn)
-        procs = [
-            Listener(url, "--poll-interval", "60", "--concurrency", "5000", worker_id=f"bench-{i}")
-            for i in range(listeners)
-        ]
-        try:
-            for proc in procs:
-                proc.wait_ready()
-            counter = DeliveredCounter(url)
-            # Like the peers, enqueueing is not timed: the clock starts when
-            # the bulk insert commits, which is also when its NOTIFY wakes
-            # the listeners.
-            conn.execute(
-                "insert into ceaseless.job (kind, agent, prompt) "
-                "select 'task', 'noop', 'bench' from generate_series(1, %s)",
-                (jobs,),
-            )
-            started = time.monotonic()
-            finished = counter.wait_for(jobs, timeout=600)
-            counter.close()
-        finally:
-            for proc in procs:
-                proc.stop()
-        seconds = finished - started
+        seconds = drain(url, conn, jobs, listeners, timeout=600)
         lost, duplicated = _check_jobs(conn, jobs)
         return Measurement({"jobs_per_s": jobs / seconds, "seconds": seconds}, lost, duplicated)
 

@@ -16,7 +16,6 @@ is the prune and the claims, not how the history came to be.
 
 from __future__ import annotations
 
-import json
 import statistics
 import threading
 import time
@@ -26,8 +25,9 @@ from typing import Annotated
 import psycopg
 import typer
 
+from bench.claim import claim_and_finish
 from bench.observe import percentile
-from bench.server import Server, provision
+from bench.server import DatabaseUrlOpt, Server, provision
 
 CLAIM = 10
 MIN_CLAIMS = 100
@@ -72,19 +72,6 @@ def _load(conn: psycopg.Connection, history: int, pending: int) -> None:
     conn.execute("vacuum analyze ceaseless.agent_run")
 
 
-def _claim(conn: psycopg.Connection) -> float:
-    started = time.perf_counter()
-    runs = conn.execute(
-        "select id, run_id from ceaseless.claim_jobs('bench', %s, p_start => true)", (CLAIM,)
-    ).fetchall()
-    elapsed = (time.perf_counter() - started) * 1000
-    results = [{"run_id": str(run_id), "outcome": "succeeded"} for _, run_id in runs]
-    conn.execute(
-        "select count(*) from ceaseless.finish_runs('bench', %s::jsonb)", (json.dumps(results),)
-    )
-    return elapsed
-
-
 def _prune(dsn: str, batch: int, counted: list[int], done: threading.Event) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         while True:
@@ -108,7 +95,7 @@ def measure(server: Server, history: int, batch: int, claims: int | None) -> dic
             # Enough pending work for the claims, never exhausted.
             _load(conn, history if variant == "pruning beside" else 0, 200_000)
             for _ in range(10):  # warm the plans
-                _claim(conn)
+                claim_and_finish(conn, CLAIM)
             timings: list[float] = []
             pruned: list[int] = []
             done = threading.Event()
@@ -120,13 +107,13 @@ def measure(server: Server, history: int, batch: int, claims: int | None) -> dic
                 while (not done.is_set() or len(timings) < MIN_CLAIMS) and (
                     claims is None or len(timings) < claims
                 ):
-                    timings.append(_claim(conn))
+                    timings.append(claim_and_finish(conn, CLAIM))
                 pruner.join()
                 timed_claims = len(timings)
             else:
                 assert timed_claims is not None
                 while len(timings) < timed_claims:
-                    timings.append(_claim(conn))
+                    timings.append(claim_and_finish(conn, CLAIM))
             elapsed = time.perf_counter() - began
             found[variant] = Result(
                 claim_p50_ms=statistics.median(timings),
@@ -141,10 +128,7 @@ def measure(server: Server, history: int, batch: int, claims: int | None) -> dic
 def main(
     history: Annotated[int, typer.Option(help="Finished jobs past retention.")] = 1_000_000,
     batch: Annotated[int, typer.Option(help="Rows per prune call.")] = 1_000,
-    database_url: Annotated[
-        str | None,
-        typer.Option(help="Measure on this server (default: a fresh embedded PostgreSQL 18)."),
-    ] = None,
+    database_url: DatabaseUrlOpt = None,
 ) -> None:
     """Prune a large history in batches while claims run; the claims' latency with and without."""
     with provision(database_url) as server:

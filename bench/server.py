@@ -22,13 +22,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import psycopg
+import typer
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from listener.database.embedded import EmbeddedServer
 from listener.database.migrate import migrate
+
+# Every scenario's command measures on a fresh embedded server unless given one.
+DatabaseUrlOpt = Annotated[
+    str | None,
+    typer.Option(help="Measure on this server (default: a fresh embedded PostgreSQL 18)."),
+]
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from typing import Annotated
 import psycopg
 import typer
 
-from bench.observe import DeliveredCounter, Listener
-from bench.server import Server, provision
+from bench import ours
+from bench.server import DatabaseUrlOpt, Server, provision
 
 TABLES = ("job", "agent_run", "audit_log", "metric_deltas", "routine_run_shards", "metric_totals")
 # What db/0091 sets, per table: reset for the defaults variant.
@@ -71,41 +71,16 @@ def drain(server: Server, variant: str, jobs: int) -> tuple[float, dict[str, Hea
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
         if variant == "PostgreSQL defaults":
             _reset(conn)
-        conn.execute(
-            "insert into ceaseless.agents (name, adapter, max_concurrent) "
-            "values ('noop', 'noop', 100000)"
-        )
-        listeners = [
-            Listener(url, "--poll-interval", "60", "--concurrency", "5000", worker_id=f"h-{i}")
-            for i in range(2)
-        ]
-        try:
-            for listener in listeners:
-                listener.wait_ready()
-            counter = DeliveredCounter(url)
-            conn.execute(
-                "insert into ceaseless.job (kind, agent, prompt) "
-                "select 'task', 'noop', 'health' from generate_series(1, %s)",
-                (jobs,),
-            )
-            started = time.monotonic()
-            finished = counter.wait_for(jobs, timeout=3600)
-            counter.close()
-        finally:
-            for listener in listeners:
-                listener.stop()
+        seconds = ours.drain(url, conn, jobs, listeners=2, timeout=3600)
         # Other backends flush their statistics about once a second; autovacuum
         # workers report when they finish.
         time.sleep(3)
-        return finished - started, _health(conn)
+        return seconds, _health(conn)
 
 
 def main(
     jobs: Annotated[int, typer.Option(help="Jobs drained.")] = 1_000_000,
-    database_url: Annotated[
-        str | None,
-        typer.Option(help="Measure on this server (default: a fresh embedded PostgreSQL 18)."),
-    ] = None,
+    database_url: DatabaseUrlOpt = None,
 ) -> None:
     """Drain jobs and report the hot tables' dead rows and sizes, with and without the
     storage parameters ceaseless sets."""
