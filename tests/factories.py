@@ -61,6 +61,18 @@ def make_jobs(
     )
 
 
+def ended_long_ago(conn: psycopg.Connection, state: str = "delivered", days: int = 40) -> UUID:
+    """A job that was created and ended in `state` `days` days ago, as retention sees one."""
+    job = make_job(conn)
+    conn.execute(
+        "update ceaseless.job set state = %s, "
+        "created_at = now() - make_interval(days => %s), "
+        "finished_at = now() - make_interval(days => %s) where id = %s",
+        (state, days, days, job),
+    )
+    return job
+
+
 def job_state(conn: psycopg.Connection, job_id: UUID) -> str:
     row = conn.execute("select state from ceaseless.job where id = %s", (job_id,)).fetchone()
     assert row is not None

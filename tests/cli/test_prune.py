@@ -8,7 +8,7 @@ import json
 import psycopg
 
 from tests.e2e.support import run_cli
-from tests.factories import make_agent, make_job
+from tests.factories import ended_long_ago, make_agent, make_job
 
 
 def _old_events(conn: psycopg.Connection, count: int) -> None:
@@ -32,13 +32,7 @@ def test_prune_removes_what_is_past_retention_in_batches_and_prints_it(
     make_agent(conn)
     _old_events(conn, 5)
     conn.execute("insert into ceaseless.events (user_id, content) values ('alice', 'today')")
-    done = make_job(conn)
-    conn.execute(
-        "update ceaseless.job set state = 'delivered', created_at = now() - interval '40 days', "
-        "finished_at = now() - interval '40 days' "
-        "where id = %s",
-        (done,),
-    )
+    ended_long_ago(conn, "delivered")
     live = make_job(conn)
 
     dry = run_cli(db_url, "prune", "--dry-run")

@@ -189,6 +189,19 @@ def test_a_reply_committed_while_its_listener_dies_is_not_lost(
     )
 
 
+def _reply_and_await(db_url: str, job: UUID, runs: str, run: UUID, status: str) -> None:
+    """Reply to the blocked job from the command line, then wait for the run it belongs to
+    (a row of ceaseless.`runs`) to reach `status`."""
+    done = run_cli(db_url, "job", "reply", str(job), "Use the staging database.")
+    assert done.returncode == 0, done.stderr
+    query = f"select status from ceaseless.{runs} where id = %s"
+    wait_until(
+        lambda: scalar(db_url, query, (run,)) == status,
+        30,
+        lambda: f"the run is {scalar(db_url, query, (run,))} after the reply, not {status}",
+    )
+
+
 def test_a_loop_node_asking_for_help_waits_and_its_iteration_goes_on_after_the_reply(
     conn: psycopg.Connection,
     db_url: str,
@@ -220,16 +233,7 @@ def test_a_loop_node_asking_for_help_waits_and_its_iteration_goes_on_after_the_r
         == "running blocked"
     )
 
-    done = run_cli(db_url, "job", "reply", str(job), "Use the staging database.")
-    assert done.returncode == 0, done.stderr
-    wait_until(
-        lambda: (
-            scalar(db_url, "select status from ceaseless.topology_runs where id = %s", (run,))
-            == "succeeded"
-        ),
-        30,
-        "the iteration never succeeded after the reply",
-    )
+    _reply_and_await(db_url, job, "topology_runs", run, "succeeded")
     first, resumed = _invocations(log)
     assert f"--resume={_session_of(first)}" in resumed["argv"]
     assert resumed["stdin"] == "Use the staging database."
@@ -253,14 +257,5 @@ def test_a_routine_run_waits_for_the_reply_and_is_counted_once(
         "running"
     )
 
-    done = run_cli(db_url, "job", "reply", str(job), "Use the staging database.")
-    assert done.returncode == 0, done.stderr
-    wait_until(
-        lambda: (
-            scalar(db_url, "select status from ceaseless.routine_runs where id = %s", (run,))
-            == "ok"
-        ),
-        30,
-        "the routine run never closed after the reply",
-    )
+    _reply_and_await(db_url, job, "routine_runs", run, "ok")
     assert scalar(db_url, "select run_count from ceaseless.routines where id = %s", (routine,)) == 1

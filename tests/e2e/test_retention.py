@@ -12,7 +12,7 @@ from collections.abc import Callable
 import psycopg
 
 from tests.e2e.support import ListenerProcess, scalar, wait_until
-from tests.factories import make_agent, make_job
+from tests.factories import ended_long_ago, make_agent
 
 Start = Callable[..., ListenerProcess]
 
@@ -37,21 +37,9 @@ def test_a_listeners_maintenance_prunes_backdated_rows_and_nothing_live(
     listener = start_listener()
     _old_event(conn, "old")
     conn.execute("insert into ceaseless.events (user_id, content) values ('alice', 'today')")
-    done = make_job(conn)
-    conn.execute(
-        "update ceaseless.job set state = 'delivered', created_at = now() - interval '40 days', "
-        "finished_at = now() - interval '40 days' "
-        "where id = %s",
-        (done,),
-    )
+    done = ended_long_ago(conn, "delivered")
     # Blocked for as long: it waits for a person, and stays.
-    waiting = make_job(conn)
-    conn.execute(
-        "update ceaseless.job set state = 'blocked', created_at = now() - interval '40 days', "
-        "finished_at = now() - interval '40 days' "
-        "where id = %s",
-        (waiting,),
-    )
+    waiting = ended_long_ago(conn, "blocked")
 
     wait_until(
         lambda: (
