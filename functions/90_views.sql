@@ -355,8 +355,13 @@ comment on view listener_status is
 
 create or replace view notification_status as
 -- One row per (sink, status), because the operator's question is "which sink
--- is in trouble". It reads the whole table: an operator query, not a hot one.
-with grouped as (
+-- is in trouble". The rows still to deliver and those given up on are read
+-- through the partial indexes that hold only them (a BitmapOr of
+-- notifications_pending_idx and notifications_failed_idx); the delivered ones
+-- are counted by their counter (ceaseless_notifications_delivered_total,
+-- functions/94_metrics.sql), which retention does not lower: after months of
+-- deliveries the view reads what it read on the first day.
+with live as (
     select coalesce(n.channel, 'default') as sink,
            n.status,
            count(*) as notifications,
@@ -369,7 +374,32 @@ with grouped as (
            (array_agg(n.last_error order by n.created_at desc)
                 filter (where n.last_error is not null))[1] as last_error
     from notifications n
+    where n.status = 'pending' or n.status = 'failed'
     group by 1, 2
+),
+delivered as (
+    -- Folded totals plus the deltas not folded yet, as metrics_snapshot adds them.
+    select c.labels ->> 'channel' as sink,
+           'delivered'::text as status,
+           sum(c.value)::bigint as notifications,
+           0::bigint as due,
+           0::bigint as attempted,
+           null::interval as oldest_pending_age,
+           null::timestamptz as next_attempt_at,
+           null::integer as max_attempts_used,
+           null::text as last_error
+    from (select t.labels, t.value from metric_totals t
+          where t.metric = 'ceaseless_notifications_delivered_total'
+          union all
+          select d.labels, d.value from metric_deltas d
+          where d.metric = 'ceaseless_notifications_delivered_total') c
+    group by 1
+    having sum(c.value) > 0
+),
+grouped as (
+    select * from live
+    union all
+    select * from delivered
 )
 select g.sink,
        case when jsonb_typeof(c.sinks) = 'object' then c.sinks -> g.sink ->> 'type' end
@@ -388,8 +418,9 @@ cross join (select _notification_sinks() as sinks) c
 order by g.sink, g.status;
 
 comment on view notification_status is
-    'Notifications per sink and status: how many, how many due, the oldest pending age, the next '
-    'attempt, the newest error, and what is wrong with the sink''s configuration, if anything.';
+    'Notifications per sink and status: how many (delivered: all ever delivered, by their '
+    'counter), how many due, the oldest pending age, the next attempt, the newest error, and '
+    'what is wrong with the sink''s configuration, if anything.';
 
 create or replace view topology_node_status with (security_invoker = true) as
 select n.topology_run_id as run_id,

@@ -704,6 +704,7 @@ create table ceaseless.notifications (
 ) with (autovacuum_vacuum_scale_factor=0.02, autovacuum_vacuum_cost_delay=0);
 alter table ceaseless.notifications enable row level security;
 CREATE INDEX notifications_delivered_idx ON ceaseless.notifications USING btree (delivered_at) WHERE (status = 'delivered'::text);
+CREATE INDEX notifications_failed_idx ON ceaseless.notifications USING btree (created_at) WHERE (status = 'failed'::text);
 CREATE INDEX notifications_pending_idx ON ceaseless.notifications USING btree (next_attempt_at) WHERE (status = 'pending'::text);
 CREATE TRIGGER notifications_insert AFTER INSERT ON ceaseless.notifications REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_notifications_insert();
 CREATE TRIGGER notifications_update_metrics AFTER UPDATE ON ceaseless.notifications REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_notifications_update_metrics();
@@ -1435,7 +1436,7 @@ grant select on table ceaseless.loop_status to ceaseless_operator, ceaseless_use
 grant select, insert, update, delete on table ceaseless.loop_status to ceaseless_listener;
 
 create view ceaseless.notification_status as
- WITH grouped AS (
+ WITH live AS (
          SELECT COALESCE(n.channel, 'default'::text) AS sink,
             n.status,
             count(*) AS notifications,
@@ -1446,7 +1447,51 @@ create view ceaseless.notification_status as
             max(n.attempts) AS max_attempts_used,
             (array_agg(n.last_error ORDER BY n.created_at DESC) FILTER (WHERE n.last_error IS NOT NULL))[1] AS last_error
            FROM ceaseless.notifications n
+          WHERE n.status = 'pending'::text OR n.status = 'failed'::text
           GROUP BY (COALESCE(n.channel, 'default'::text)), n.status
+        ), delivered AS (
+         SELECT c_1.labels ->> 'channel'::text AS sink,
+            'delivered'::text AS status,
+            sum(c_1.value)::bigint AS notifications,
+            0::bigint AS due,
+            0::bigint AS attempted,
+            NULL::interval AS oldest_pending_age,
+            NULL::timestamp with time zone AS next_attempt_at,
+            NULL::integer AS max_attempts_used,
+            NULL::text AS last_error
+           FROM ( SELECT t.labels,
+                    t.value
+                   FROM ceaseless.metric_totals t
+                  WHERE t.metric = 'ceaseless_notifications_delivered_total'::text
+                UNION ALL
+                 SELECT d.labels,
+                    d.value
+                   FROM ceaseless.metric_deltas d
+                  WHERE d.metric = 'ceaseless_notifications_delivered_total'::text) c_1
+          GROUP BY (c_1.labels ->> 'channel'::text)
+         HAVING sum(c_1.value) > 0::double precision
+        ), grouped AS (
+         SELECT live.sink,
+            live.status,
+            live.notifications,
+            live.due,
+            live.attempted,
+            live.oldest_pending_age,
+            live.next_attempt_at,
+            live.max_attempts_used,
+            live.last_error
+           FROM live
+        UNION ALL
+         SELECT delivered.sink,
+            delivered.status,
+            delivered.notifications,
+            delivered.due,
+            delivered.attempted,
+            delivered.oldest_pending_age,
+            delivered.next_attempt_at,
+            delivered.max_attempts_used,
+            delivered.last_error
+           FROM delivered
         )
  SELECT g.sink,
         CASE
@@ -1465,7 +1510,7 @@ create view ceaseless.notification_status as
    FROM grouped g
      CROSS JOIN ( SELECT ceaseless._notification_sinks() AS sinks) c
   ORDER BY g.sink, g.status;
-comment on view ceaseless.notification_status is 'Notifications per sink and status: how many, how many due, the oldest pending age, the next attempt, the newest error, and what is wrong with the sink''s configuration, if anything.';
+comment on view ceaseless.notification_status is 'Notifications per sink and status: how many (delivered: all ever delivered, by their counter), how many due, the oldest pending age, the next attempt, the newest error, and what is wrong with the sink''s configuration, if anything.';
 grant select on table ceaseless.notification_status to ceaseless_operator;
 grant select, insert, update, delete on table ceaseless.notification_status to ceaseless_listener;
 

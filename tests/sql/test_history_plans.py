@@ -53,3 +53,33 @@ def test_job_queue_reads_the_live_jobs_by_their_partial_indexes_not_the_history(
     # The live jobs' pages and their index pages: a few dozen, where the table holds
     # HISTORY finished rows (hundreds of pages).
     assert _buffers(plan) < 100, _buffers(plan)
+
+
+def test_notification_status_reads_the_undelivered_not_the_delivered_history(
+    conn: psycopg.Connection,
+) -> None:
+    conn.execute(
+        "insert into ceaseless.notifications (source_table, source_id, kind, subject) "
+        "select 'job', gen_random_uuid(), 'failure', 's' from generate_series(1, 30)"
+    )
+    conn.execute("vacuum analyze ceaseless.notifications")
+    _plan(conn, "select * from ceaseless.notification_status")  # warm
+    without_history = _buffers(_plan(conn, "select * from ceaseless.notification_status"))
+    conn.execute(
+        "insert into ceaseless.notifications (source_table, source_id, kind, subject, status, "
+        "  delivered_at) "
+        "select 'job', gen_random_uuid(), 'failure', 's', 'delivered', now() "
+        "from generate_series(1, %s)",
+        (HISTORY,),
+    )
+    conn.execute("vacuum analyze ceaseless.notifications")
+    plan = _plan(conn, "select * from ceaseless.notification_status")
+    scans = [n for n in nodes(plan) if n.get("Relation Name") == "notifications"]
+    assert scans and all(n["Node Type"] != "Seq Scan" for n in scans), scans
+    # HISTORY delivered rows (hundreds of pages) cost the view nothing.
+    assert _buffers(plan) <= without_history + 10, (_buffers(plan), without_history)
+    rows = conn.execute(
+        "select status, notifications from ceaseless.notification_status"
+    ).fetchall()
+    # The 30 pending; the delivered rows were written here, never counted by a delivery.
+    assert rows == [("pending", 30)]
