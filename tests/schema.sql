@@ -2511,7 +2511,8 @@ create function ceaseless._lane_capacity(p_now timestamp with time zone, p_agent
     stable
     security definer
     rows 10
-    set search_path = pg_catalog, ceaseless, pg_temp;
+    set search_path = pg_catalog, ceaseless, pg_temp
+    set enable_seqscan = off;
 comment on function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[], p_measure_all boolean) is 'Per lane (all, or those in p_agents): its live and claimed jobs, the runs, cost and tokens of its window, the pause in force, what holds it (held_by: agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget) and its free slots (0 while held), read against p_now: the one rule claim_jobs admits by, governor_usage shows and _explain_lane explains. With p_measure_all false (a claim), a closed lane and the window of a lane without a budget are not counted.';
 grant execute on function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[], p_measure_all boolean) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
