@@ -250,7 +250,7 @@ class Isolation:
         private: tuple[str, ...] = (),
     ) -> list[str]:
         assert self.bwrap is not None
-        args = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        args = [self.bwrap, *_BASE_MOUNTS]
         args += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
         workspace = os.path.realpath(cwd or os.getcwd())
         home = identity.home if identity else os.path.expanduser("~")
@@ -291,8 +291,16 @@ class Isolation:
             if os.path.isdir(path) and _hideable(path, kept):
                 args += ["--tmpfs", path]
         args += ["--chdir", workspace]
-        args += ["--unshare-pid", "--unshare-ipc", "--die-with-parent"]
+        args += _NAMESPACES
         return args
+
+
+# What every sandbox starts from, the probes' included: a host whose kernel refuses
+# one of these (a fresh /proc is refused in a user namespace when part of the host's
+# /proc is mounted over, as systemd's ProtectKernelTunables does) has no sandbox,
+# and is told so at start rather than by every run failing.
+_BASE_MOUNTS = ("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc")
+_NAMESPACES = ("--unshare-pid", "--unshare-ipc", "--die-with-parent")
 
 
 def _contains(outer: str, inner: str) -> bool:
@@ -354,7 +362,7 @@ def _bwrap_refusal(bwrap: str, user_group: tuple[int, int] | None) -> str | None
         user = {"user": user_group[0], "group": user_group[1], "extra_groups": []}
     try:
         done = subprocess.run(
-            [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--die-with-parent", "true"],
+            [bwrap, *_BASE_MOUNTS, *_NAMESPACES, "true"],
             capture_output=True,
             text=True,
             timeout=20,
@@ -379,7 +387,7 @@ def _network_refusal(bwrap: str, user_group: tuple[int, int] | None) -> str | No
     keeper += ["--grace", "1"]
     if user_group is not None and user_group[0] != os.geteuid():
         keeper += ["--uid", str(user_group[0]), "--gid", str(user_group[1])]
-    sandbox = [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--die-with-parent", "true"]
+    sandbox = [bwrap, *_BASE_MOUNTS, *_NAMESPACES, "true"]
     try:
         done = subprocess.run(
             [*keeper, "--egress-allow", "probe.invalid", "--spare-child", "--", *sandbox],
