@@ -74,7 +74,9 @@ def _prepare(dsn: str, jobs: int) -> None:
         conn.execute("analyze queue")
 
 
-def _command(dsn: str, jobs: int, workers: int) -> tuple[list[str], dict[str, str]]:
+def _command(
+    dsn: str, transactions: int, workers: int, script: Path
+) -> tuple[list[str], dict[str, str]]:
     """pgbench's argv and environment; the password travels in the environment, not argv."""
     params = conninfo_to_dict(dsn)
     password = params.pop("password", None)
@@ -87,8 +89,8 @@ def _command(dsn: str, jobs: int, workers: int) -> tuple[list[str], dict[str, st
         "--protocol=prepared",
         f"--client={workers}",
         f"--jobs={workers}",
-        f"--transactions={math.ceil(jobs / workers)}",
-        f"--file={SCRIPT}",
+        f"--transactions={transactions}",
+        f"--file={script}",
         # pgbench expands a dbname that is a conninfo string, socket directories included.
         make_conninfo(**params),
     ]
@@ -117,18 +119,33 @@ def _version(pgbench: str) -> str:
 
 def run(dsn: str, jobs: int, *, workers: int = 1, timeout: float = 600.0) -> PeerResult:
     """Fill the queue table with `jobs` rows and time pgbench claiming every one of them."""
+    return drain(NAME, dsn, jobs, SCRIPT, clients=workers, transactions=math.ceil(jobs / workers))
+
+
+def drain(
+    name: str,
+    dsn: str,
+    jobs: int,
+    script: Path,
+    *,
+    clients: int,
+    transactions: int,
+    timeout: float = 600.0,
+) -> PeerResult:
+    """Fill the queue with `jobs` rows; time `clients` pgbench clients running `script`
+    `transactions` times each; count the rows marked done."""
     _prepare(dsn, jobs)
-    argv, env = _command(dsn, jobs, workers)
+    argv, env = _command(dsn, transactions, clients, script)
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         raise PeerError(f"pgbench failed ({result.returncode}):\n{result.stderr}{result.stdout}")
     done = _done(dsn)
     note = (
-        f"{_version(argv[0])}, claim_complete.sql, --protocol=prepared, {workers} client(s) and "
+        f"{_version(argv[0])}, {script.name}, --protocol=prepared, {clients} client(s) and "
         "thread(s); counted done rows"
     )
     return PeerResult(
-        name=NAME,
+        name=name,
         jobs=jobs,
         seconds=_seconds(result.stdout),
         completed=done,

@@ -55,6 +55,20 @@ def test_pgbench_limit_completes_an_odd_count_over_two_clients(empty_db_url: str
     assert (result.completed, result.lost) == (7, 0)
 
 
+@pytest.mark.parametrize("jobs", [JOBS, 7, 1_001])
+def test_the_batched_ceiling_completes_every_row(empty_db_url: str, jobs: int) -> None:
+    from bench.peers import pgbench_batched
+
+    result = pgbench_batched.run(empty_db_url, jobs)
+    assert (result.name, result.jobs, result.completed, result.lost) == (
+        "batched ceiling",
+        jobs,
+        jobs,
+        0,
+    )
+    assert "4 client(s)" in result.note
+
+
 def test_tally_counts_a_double_run_as_duplicated_and_an_unrecorded_one_as_lost() -> None:
     runs = Counter({1: 1, 2: 2, 3: 1})  # job 4 never ran; job 2 ran twice
     finished = Counter({1: 1, 2: 1})  # job 3 ran, but its completion was never recorded
