@@ -5,13 +5,14 @@ a database a superuser owns; it is no superuser, cannot create databases, is
 in no predefined role (pg_read_server_files, pg_signal_backend, …) and may not
 create in schema public. Through it alone, `ceaseless migrate` installs the
 schema, it creates a user's login role, and `ceaseless listen` runs that
-user's job in a real agent process and fires a cron routine (docs/managed.md).
+user's job in a real agent process and fires a cron routine (docs/security.md,
+"Installing on a managed PostgreSQL").
 
 Two clusters: a scram-only server of the test's own, where no ceaseless role
 exists yet (a new managed service: the managed role creates the group roles),
 and the suite's server, where they exist already (a second database of the
-cluster: the role that created them lends their ADMIN option first, as
-docs/managed.md says).
+cluster: on PostgreSQL 16 and later migrate says what is missing until the
+role that created them lends their ADMIN option).
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ def _url(superuser_url: str, database: str, role: str) -> str:
 
 
 @contextmanager
-def _managed_database(superuser_url: str) -> Iterator[tuple[str, str]]:
-    """A database the superuser owns and a managed role for it; the role's URL and the login
-    role name to give a user. Both roles are dropped after, with the database."""
+def _managed_database(superuser_url: str) -> Iterator[tuple[str, str, str]]:
+    """A database the superuser owns and a managed role for it: the role's URL, its name and
+    the name of the login role it gives a user. Both roles are dropped after, with the
+    database."""
     suffix = uuid.uuid4().hex[:10]
     role, user, database = f"managed_{suffix}", f"user_{suffix}", f"ceaseless_managed_{suffix}"
     with psycopg.connect(superuser_url, autocommit=True) as su:
@@ -55,17 +57,8 @@ def _managed_database(superuser_url: str) -> Iterator[tuple[str, str]]:
         )
         su.execute(f"create database {database}")
         su.execute(f"grant create, connect on database {database} to {role}")
-        # PostgreSQL 16 lets a CREATEROLE role comment on, and grant, only roles it holds
-        # ADMIN on: it does on roles it created, and is lent it (and no more) on roles that
-        # exist already.
-        existing = su.execute(
-            "select current_setting('server_version_num')::int >= 160000"
-            " and to_regrole('ceaseless_user') is not null"
-        ).fetchone()
-        if existing and existing[0]:
-            su.execute(f"grant {GROUP_ROLES} to {role} with admin option, inherit false, set false")
     try:
-        yield _url(superuser_url, database, role), user
+        yield _url(superuser_url, database, role), role, user
     finally:
         with psycopg.connect(superuser_url, autocommit=True) as su:
             su.execute(f"drop database if exists {database} with (force)")
@@ -74,8 +67,8 @@ def _managed_database(superuser_url: str) -> Iterator[tuple[str, str]]:
 
 
 def _install_and_run(url: str, user: str) -> str:
-    """Migrate, create the user, run its job and a cron routine through a listener: all as
-    the managed role (and the user), never as a superuser. How the listener's connection
+    """Migrate, create a user, run its job and a cron routine through a listener: all as the
+    managed role (and the user), never as a superuser. How the listener's connection
     authenticated, as it reported it."""
     done = run_cli(url, "migrate")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -171,7 +164,7 @@ def new_cluster() -> Iterator[str]:
 
 
 def test_a_managed_role_installs_and_runs_ceaseless_on_a_new_cluster(new_cluster: str) -> None:
-    with _managed_database(new_cluster) as (url, user):
+    with _managed_database(new_cluster) as (url, _, user):
         # Password authentication, never trust: without the password, no connection.
         params = conninfo_to_dict(url)
         params.pop("password")
@@ -181,5 +174,18 @@ def test_a_managed_role_installs_and_runs_ceaseless_on_a_new_cluster(new_cluster
 
 
 def test_a_managed_role_installs_a_second_database_of_a_cluster(server_url: str) -> None:
-    with _managed_database(server_url) as (url, user):
+    with _managed_database(server_url) as (url, role, user):
+        with psycopg.connect(server_url, autocommit=True) as su:
+            version = su.execute("select current_setting('server_version_num')::int").fetchone()
+            # PostgreSQL 16 lets a CREATEROLE role comment on, and grant, only roles it holds
+            # ADMIN on: it does on the group roles when it created them, and must be lent it
+            # (and no more) when another installation of the cluster did.
+            if version is not None and version[0] >= 160000:
+                done = run_cli(url, "migrate")
+                assert done.returncode == 1
+                assert 'ADMIN option on role "ceaseless_listener"' in done.stderr
+                assert "Installing on a managed PostgreSQL" in done.stderr
+                su.execute(
+                    f"grant {GROUP_ROLES} to {role} with admin option, inherit false, set false"
+                )
         _install_and_run(url, user)
