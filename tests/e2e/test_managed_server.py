@@ -165,6 +165,9 @@ def new_cluster() -> Iterator[str]:
         shutil.rmtree(home, ignore_errors=True)
 
 
+# Slow: its server is its own, whatever server the suite runs on, so the run on the
+# second server (which leaves out the slow tests) would only repeat it.
+@pytest.mark.slow
 def test_a_managed_role_installs_and_runs_ceaseless_on_a_new_cluster(new_cluster: str) -> None:
     with _managed_database(new_cluster) as (url, _, user):
         # Password authentication, never trust: without the password, no connection.
