@@ -141,7 +141,8 @@ def _install_and_run(url: str, user: str) -> str:
                 lambda: f"the cron routine did not run: {listener.lines[-20:]}",
             )
         finally:
-            assert listener.stop() == 0, listener.lines[-20:]
+            status = listener.stop()
+        assert status == 0, listener.lines[-20:]
         run = conn.execute(
             "select outcome, exit_status from ceaseless.agent_run where job_id = %s", job
         ).fetchall()
