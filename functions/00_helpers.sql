@@ -53,20 +53,28 @@ comment on function _actor() is
     'The acting login role (session_user): the audit actor, whatever the session has SET.';
 
 -- Does the session's login role act for every owner: an operator, a listener,
--- or a superuser (the database's owner, which is a member of every role)?
--- session_user, not current_user: inside a security definer function
--- current_user is the function's owner, and session_user cannot be SET.
+-- or the owner of schema ceaseless (the role that migrates, a superuser or, on
+-- a managed server, the role the provider gives; it owns every table, so it
+-- reads and writes every row anyway)? A superuser is a member of every role.
+-- The owner is named because on PostgreSQL 16 and later a CREATEROLE role
+-- that created the group roles holds only ADMIN on them, not their
+-- privileges. session_user, not current_user: inside a security definer
+-- function current_user is the function's owner, and session_user cannot be
+-- SET.
 create or replace function _acts_for_everyone()
 returns boolean
 language sql stable
 set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select pg_catalog.pg_has_role(session_user, 'ceaseless_operator', 'usage')
-        or pg_catalog.pg_has_role(session_user, 'ceaseless_listener', 'usage');
+        or pg_catalog.pg_has_role(session_user, 'ceaseless_listener', 'usage')
+        or pg_catalog.pg_has_role(session_user, (select n.nspowner from pg_catalog.pg_namespace n
+                                                 where n.nspname = 'ceaseless'), 'usage');
 $$;
 
 comment on function _acts_for_everyone() is
-    'True when the session''s login role is an operator, a listener or a superuser.';
+    'True when the session''s login role is an operator, a listener, or the owner of schema '
+    'ceaseless (a superuser, or a managed server''s migrating role).';
 
 -- May the caller act on a row owned by p_owner? Its own rows, or any row for
 -- operators and listeners. For security definer functions, where

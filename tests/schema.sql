@@ -1750,13 +1750,13 @@ create function ceaseless._acts_for(p_owner text)
 comment on function ceaseless._acts_for(p_owner text) is 'True when the session''s role owns p_owner''s rows or is an operator or a listener.';
 grant execute on function ceaseless._acts_for(p_owner text) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/00_helpers.sql, body md5 3faab2d19badb2540e825c7ece7beda0
+-- functions/00_helpers.sql, body md5 f0fa11c607ab7a41dbdca55d1615bb7a
 create function ceaseless._acts_for_everyone()
     returns boolean
     language sql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._acts_for_everyone() is 'True when the session''s login role is an operator, a listener or a superuser.';
+comment on function ceaseless._acts_for_everyone() is 'True when the session''s login role is an operator, a listener, or the owner of schema ceaseless (a superuser, or a managed server''s migrating role).';
 grant execute on function ceaseless._acts_for_everyone() to ceaseless_listener, ceaseless_operator;
 
 -- functions/41_fire_admission.sql, body md5 4bf773298869d8a13c46fbf2509d4274

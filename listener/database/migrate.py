@@ -66,6 +66,16 @@ LOCK_BACKOFF_SECS = 1.0
 _LOCK_POLL_SECS = 0.2
 
 
+# What a role without superuser needs, said beside "permission denied": on a
+# managed server that error is most often the first thing migrate says.
+PRIVILEGES_HINT = (
+    "The migrating role needs CONNECT and CREATE on the database and CREATEROLE; on PostgreSQL "
+    "16 and later also the ADMIN option on ceaseless_listener, ceaseless_operator and "
+    "ceaseless_user when they exist already; and once installed, it must own schema ceaseless. "
+    'See docs/security.md, "Installing on a managed PostgreSQL".'
+)
+
+
 class MigrationError(RuntimeError):
     """A migration could not be applied; the message names the file."""
 
@@ -300,6 +310,8 @@ def _execute_file(conn: psycopg.Connection, path: Path) -> None:
             where = f"{path.name}, statement at line {line}"
             if isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.DeadlockDetected):
                 raise MigrationLockTimeout(f"{where} ({_first_line(statement)}): {exc}") from exc
+            if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+                raise MigrationError(f"{where}: {exc}\n{PRIVILEGES_HINT}") from exc
             raise MigrationError(f"{where}: {exc}") from exc
 
 
