@@ -598,24 +598,45 @@ begin
     ),
     held as (
         select j.id, j.claim_expires_at
-        -- Joined to the ids rather than `j.id = any (p_job_ids)`: with
-        -- thousands of ids and a young table the planner may scan job and
-        -- test each row against the whole array (see finish_runs).
+        -- Each id probed by key, fenced (offset 0). Neither a join nor
+        -- `j.id = any (p_job_ids)`: on a young table, or on the plan kept
+        -- from one-lease heartbeats, the planner sizes the worker's leases
+        -- at one row, and joined it loops over the ids for each of them, or
+        -- scans job against the whole array; quadratic in the heartbeat.
         from asked x
-        join job j on j.id = x.id
-        where j.claimed_by = p_worker
-          and j.state in ('claimed', 'running')
+        cross join lateral (
+            select j.id, j.claim_expires_at
+            from job j
+            where j.id = x.id
+              and j.claimed_by = p_worker
+              and j.state in ('claimed', 'running')
+            offset 0
+        ) j
+    ),
+    -- The leases past half their life, locked by key and rechecked on the
+    -- locked row: a job cancelled or expired since `held` was read is not
+    -- extended. Locked here rather than rechecked by the update: the
+    -- recheck would offer the planner the worker's leases, sized at one row,
+    -- to loop over.
+    due as (
+        select j.id
+        from held h
+        cross join lateral (
+            select j.id
+            from job j
+            where j.id = h.id
+              and j.claimed_by = p_worker
+              and j.state in ('claimed', 'running')
+            offset 0
+            for no key update
+        ) j
+        where h.claim_expires_at < p_now + v_lease / 2
     ),
     extended as (
         update job j
         set claim_expires_at = p_now + v_lease
-        from held h
-        where j.id = h.id
-          and h.claim_expires_at < p_now + v_lease / 2
-          -- Rechecked on the locked row: a job cancelled or expired since
-          -- `held` was read is not extended.
-          and j.claimed_by = p_worker
-          and j.state in ('claimed', 'running')
+        from due d
+        where j.id = d.id
         returning j.id
     )
     -- Set operations, not joins of the CTEs to one another: the planner
@@ -645,7 +666,8 @@ comment on function extend_leases(text, uuid[], timestamptz, integer) is
 -- attempts are used up), finishing its open agent_run as lease_expired.
 --
 -- Locks: the expired jobs, FOR UPDATE SKIP LOCKED, so concurrent sweeps by
--- several listeners split the work instead of queueing on it; then, as every
+-- several listeners split the work instead of queueing on it, and the open
+-- run of each job it locked (FOR NO KEY UPDATE); then, as every
 -- path that ends jobs, their routines in id order (44_routine_outcomes.sql).
 create or replace function expire_leases(p_now timestamptz default now())
 returns integer
@@ -663,22 +685,37 @@ begin
         return 0;
     end if;
     with expired as (
-        -- The open run's session, probed by key (agent_run_one_open_idx): a
-        -- join of the CTEs below would loop over both when planned small.
+        -- Each candidate probed by key, fenced (offset 0), and its open run
+        -- locked with it (agent_run_one_open_idx): on a young table the
+        -- planner sizes the expired jobs and the open runs at a row or two,
+        -- and joined them in a loop over every open run for each job,
+        -- quadratic in the sweep. Driven from the candidates' ids, and with
+        -- both rows locked here, the updates below join by key alone and
+        -- need no recheck that offers the planner another way in.
         -- The job goes where a run ending lease_expired sends it
         -- (_job_state_after): pending while attempts are left, else abandoned.
-        select j.id, j.claimed_by,
-               (select r.session_id from agent_run r
-                where r.job_id = j.id and r.finished_at is null) as session_id,
+        select j.id, j.claimed_by, r.id as run_id, r.session_id,
                _job_state_after('lease_expired', j.attempts,
                                 coalesce(j.max_attempts,
                                          (select a.max_attempts from agents a
                                           where a.name = j.agent))) as state
-        from job j
-        where j.id = any (v_candidates)
-          and j.state in ('claimed', 'running')
-          and j.claim_expires_at < p_now
-        for update of j skip locked
+        from unnest(v_candidates) as c (id)
+        cross join lateral (
+            select j.id, j.claimed_by, j.attempts, j.max_attempts, j.agent
+            from job j
+            where j.id = c.id
+              and j.state in ('claimed', 'running')
+              and j.claim_expires_at < p_now
+            offset 0
+            for update of j skip locked
+        ) j
+        left join lateral (
+            select r.id, r.session_id
+            from agent_run r
+            where r.job_id = j.id and r.finished_at is null
+            offset 0
+            for no key update
+        ) r on true
     ),
     -- The run of a vanished listener must still end with an outcome
     -- (finished_has_outcome), or the governor counts it forever.
@@ -689,7 +726,7 @@ begin
             ended_by = 'lease_expiry',
             error = format('lease expired: listener %s stopped extending it', e.claimed_by)
         from expired e
-        where r.job_id = e.id and r.finished_at is null
+        where r.id = e.run_id
         returning r.id
     ),
     moved as (

@@ -4066,7 +4066,7 @@ create function ceaseless.expire_approvals(p_now timestamp with time zone DEFAUL
 comment on function ceaseless.expire_approvals(p_now timestamp with time zone) is 'Decide undecided approvals past expires_at by their node''s on_expiry (expired, failing the run; expired, skipping the node; or approved, running the node), and send the reminders due; returns how many expired. Maintenance, every listener.';
 grant execute on function ceaseless.expire_approvals(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 1b894a408c886f5862ca1c02de1ed3fb
+-- functions/10_jobs.sql, body md5 894f8c53f7f75ba7d1dfed5e7eeaa7de
 create function ceaseless.expire_leases(p_now timestamp with time zone DEFAULT now())
     returns integer
     language plpgsql
@@ -4115,7 +4115,7 @@ create function ceaseless.explain_topology_run(p_run_id uuid, p_now timestamp wi
 comment on function ceaseless.explain_topology_run(p_run_id uuid, p_now timestamp with time zone) is 'Every reason that holds a topology run: nodes awaiting approval (clears_at: the approval''s expiry) and the reasons of its nodes'' pending jobs (explain_job), one row each; ''ready'' when nothing does. CE404 for an unknown run.';
 grant execute on function ceaseless.explain_topology_run(p_run_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/10_jobs.sql, body md5 af190083c31bf03dd02598192b31f8c1
+-- functions/10_jobs.sql, body md5 cf6a96ff8a0f326610189fcda4063470
 create function ceaseless.extend_leases(p_worker text, p_job_ids uuid[], p_now timestamp with time zone DEFAULT now(), p_lease_secs integer DEFAULT NULL::integer)
     returns TABLE(job_id uuid, held boolean, renewed boolean)
     language plpgsql
