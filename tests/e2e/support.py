@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -25,7 +25,15 @@ FAKES = ROOT / "tests" / "fakes"
 class ListenerProcess:
     """`python -m listener listen` in a subprocess, with its JSON log lines collected."""
 
-    def __init__(self, db_url: str, *args: str, worker_id: str = "listener-1") -> None:
+    def __init__(
+        self,
+        db_url: str,
+        *args: str,
+        worker_id: str = "listener-1",
+        wrapper: Sequence[str] = (),
+    ) -> None:
+        """`wrapper` is a command that execs the listener, e.g. `ip netns exec NAME`: the
+        process started is still the listener (`proc.pid`), in whatever the wrapper set up."""
         env = {**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)}
         # Where the listener keeps its HTTP token file: a directory of its own,
         # unless the test chose a CEASELESS_HOME.
@@ -38,6 +46,7 @@ class ListenerProcess:
         self.lines: list[dict[str, Any]] = []
         self.proc = subprocess.Popen(
             [
+                *wrapper,
                 sys.executable,
                 "-m",
                 "listener",
