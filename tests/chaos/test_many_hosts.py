@@ -25,7 +25,7 @@ import pytest
 
 from listener.database.migrate import migrate
 from tests.chaos.agents import AgentWatch
-from tests.chaos.hosts import BridgeServer, Hosts, require_root
+from tests.chaos.hosts import DELAY_MS, BridgeServer, Hosts, require_root
 from tests.e2e.support import FAKES, ListenerProcess, wait_until
 from tests.factories import make_agent, make_job
 
@@ -45,6 +45,9 @@ Start = Callable[..., list[ListenerProcess]]
 def hosts() -> Iterator[Hosts]:
     require_root()
     with Hosts(HOSTS) as built:
+        # Said, not skipped: the figures printed below were measured without the delay.
+        delay = f"{DELAY_MS} ms netem delay" if built.netem is None else f"no netem: {built.netem}"
+        print(f"hosts: {HOSTS} namespaces on {built.subnet}; {delay}")
         yield built
 
 
@@ -201,7 +204,6 @@ def test_eight_listeners_on_four_hosts_fire_a_thousand_due_routines_once_each(
 
 def test_a_host_cut_off_stops_its_agents_before_the_other_hosts_take_its_jobs(
     conn: psycopg.Connection,
-    url: str,
     hosts: Hosts,
     start_listeners: Start,
     agent_watch: AgentWatch,
@@ -218,7 +220,8 @@ def test_a_host_cut_off_stops_its_agents_before_the_other_hosts_take_its_jobs(
     )
     # Each listener holds as many jobs as it may run, so every host holds some.
     listeners = start_listeners(*LEASE, "--poll-interval", "1", "--concurrency", str(per_listener))
-    jobs = [make_job(conn, agent="sleeper") for _ in range(jobs_count)]
+    for _ in range(jobs_count):
+        make_job(conn, agent="sleeper")
     wait_until(
         lambda: len(agent_watch.agents()) >= jobs_count,
         30,
@@ -267,19 +270,22 @@ def test_a_host_cut_off_stops_its_agents_before_the_other_hosts_take_its_jobs(
     assert all(record.exited for record in first_runs.values())
     assert min(margins) > 0, margins
     assert sum(len(listener.events("lease.fenced")) for listener in cut_off) == len(lease_ends)
-    rescuers = {
-        pids[record.spawner]
+    rescues = [
+        record
         for record in agent_watch.agents()
         if UUID(record.job_id) in lease_ends and record.spawner not in cut_pids
-    }
-    assert rescuers and not any(worker.startswith(f"h{cut_host}-") for worker in rescuers)
+    ]
+    # Every job of the cut host ran again on another host.
+    assert {UUID(record.job_id) for record in rescues} == set(lease_ends)
+    rescuers = sorted({pids[record.spawner] for record in rescues})
     closed = conn.execute(
         "select distinct outcome, ended_by from ceaseless.agent_run where worker = any(%s)",
         ([listener.worker_id for listener in cut_off],),
     ).fetchall()
     assert closed == [("lease_expired", "lease_expiry")]
-    assert set(jobs) >= set(lease_ends)
+    taken_over = min(record.first_seen for record in rescues) - cut_at
     print(
         f"cut: fenced {min(margins):.2f}-{max(margins):.2f} s before the lease ended; "
-        f"all rescued {rescued_at - cut_at:.1f} s after the cut by {sorted(rescuers)}"
+        f"first rescue {taken_over:.1f} s, all delivered {rescued_at - cut_at:.1f} s after the "
+        f"cut, by {rescuers}"
     )
