@@ -32,9 +32,17 @@ def workspace_root(workdir: str | None) -> Path:
     Refuses `/`: context_paths are relative to the root, so with `/` a routine
     naming `etc/shadow` would have the listener paste that file into a prompt. The
     default is the current directory, which is `/` under systemd: the listener then
-    refuses to start rather than serve the whole filesystem.
+    refuses to start rather than serve the whole filesystem. Refuses a root that is
+    not a directory too: the listener would claim jobs only to fail every one of
+    them, unable to make its directory.
     """
     root = Path(workdir if workdir is not None else os.getcwd()).resolve()
+    if not root.is_dir():
+        raise ConfigError(
+            f"the workspace root {root} is not a directory: every job would fail, its "
+            f"working directory unmakeable; create it (mkdir -p {root}) or pass --workdir "
+            "with an existing directory"
+        )
     if root == Path(root.anchor):
         given = "--workdir " + repr(workdir) if workdir is not None else "the current directory"
         raise ConfigError(

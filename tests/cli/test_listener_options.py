@@ -103,7 +103,12 @@ def _sample(field: dataclasses.Field[Any]) -> tuple[list[str], object]:
     return [flag, text], value
 
 
-def test_every_listener_option_reaches_the_config() -> None:
+def test_every_listener_option_reaches_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The workspace root must exist; the relative paths are read from here.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "some" / "dir").mkdir(parents=True)
     args: list[str] = []
     expected: dict[str, object] = {}
     for field in _option_fields():

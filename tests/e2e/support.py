@@ -32,7 +32,8 @@ class ListenerProcess:
         worker_id: str = "listener-1",
         wrapper: Sequence[str] = (),
     ) -> None:
-        """`wrapper` is a command line the listener's own is appended to (unshare, setpriv, …)."""
+        """`wrapper` is a command that execs the listener, e.g. `ip netns exec NAME`: the
+        process started is still the listener (`proc.pid`), in whatever the wrapper set up."""
         env = {**os.environ, "DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)}
         # Where the listener keeps its HTTP token file: a directory of its own,
         # unless the test chose a CEASELESS_HOME.

@@ -32,6 +32,7 @@ def test_the_default_forge_root_is_outside_the_workspace_root_and_ceaseless_home
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CEASELESS_HOME", str(tmp_path / "home"))
+    (tmp_path / "workspace").mkdir()
 
     root = forge_root(None, tmp_path / "workspace")
 
@@ -55,6 +56,7 @@ def test_a_forge_root_inside_ceaseless_home_or_at_slash_is_refused(
 ) -> None:
     monkeypatch.setenv("CEASELESS_HOME", str(tmp_path / "home"))
     workspace = str(tmp_path / "workspace")
+    Path(workspace).mkdir()
 
     with pytest.raises(ConfigError, match="inside CEASELESS_HOME"):
         ListenerConfig(url=URL, workdir=workspace, forge_root=str(tmp_path / "home" / "forge"))

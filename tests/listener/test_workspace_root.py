@@ -55,6 +55,22 @@ def test_the_default_root_is_refused_when_the_listener_runs_in_slash(
         ListenerConfig(url=URL)
 
 
+def test_a_workspace_root_that_is_not_a_directory_is_refused_before_connecting(
+    tmp_path: Path,
+) -> None:
+    # A listener that started would claim jobs and fail every one, unable to
+    # make their working directories under it.
+    missing = tmp_path / "not-made-yet"
+    result = CliRunner().invoke(
+        app, ["listen", "--workdir", str(missing)], env={"DATABASE_URL": URL}
+    )
+    assert result.exit_code != 0
+    assert f"mkdir -p {missing}" in result.output
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        ListenerConfig(url=URL, workdir=str(tmp_path / "a-file"))
+
+
 def test_a_directory_of_its_own_is_the_root(workspace: Path) -> None:
     assert workspace_root(str(workspace / "etc" / "..")) == workspace
     assert ListenerConfig(url=URL, workdir=str(workspace)).workdir == str(workspace)
