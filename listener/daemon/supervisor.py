@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from typing import TypeVar
 
 import psycopg
@@ -74,6 +74,8 @@ EXIT_RESULTS_UNRECORDED = 3
 _CHANNELS = [JOB_CHANNEL, CONFIG_CHANNEL, SCHEDULE_CHANNEL, NOTIFICATION_CHANNEL]
 # How long a released agent gets between SIGTERM and SIGKILL at shutdown.
 _RELEASE_GRACE_SECS = 5.0
+# How long a cancelled part has to end before it is cancelled again (_cancel).
+_RECANCEL_SECS = 1.0
 
 T = TypeVar("T")
 
@@ -318,9 +320,7 @@ class Listener:
         await self._release_leftovers()
         tasks["recorder"].cancel()
         unrecorded = await self.recorder.drain(give_up_at)
-        for task in tasks.values():
-            task.cancel()
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        await _cancel(tasks.values())
         await self.router.close()
         await self._withdraw()
         await self.db.close()
@@ -369,6 +369,21 @@ class Listener:
                     error=str(exc).strip(),
                     note="these jobs run again once their leases pass",
                 )
+
+
+async def _cancel(tasks: Iterable[asyncio.Task[None]]) -> None:
+    """Cancel `tasks` and wait for them to end, cancelling again any that carry on.
+
+    A cancellation can be lost on its way in: psycopg_pool waits for a free
+    connection with asyncio.wait_for, which on Python 3.11 swallows a
+    cancellation that arrives as a connection is handed over, and the part
+    then goes on to its next round as if never told to stop.
+    """
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=_RECANCEL_SECS)
 
 
 def _announce_isolation(workdir: str | None) -> Isolation:
