@@ -1,7 +1,8 @@
 """A real PgBouncer in transaction mode in front of the test server, one per test.
 
 Each starts from an ini of its own on a free loopback port, in the foreground, logging to a
-file in its directory; as root it runs as `postgres` (PgBouncer refuses to run as root).
+file in its directory; as root it runs as the server's own OS user (PgBouncer refuses to run
+as root, and the embedded server's socket is reachable by its user only).
 Clients log in to it with a password from its auth file (plain text, which PgBouncer also
 uses to log in to the server when the server asks for one).
 """
@@ -53,6 +54,14 @@ def _server_password(server: dict[str, str]) -> str | None:
     return None
 
 
+def _service_user(host: str) -> pwd.struct_passwd:
+    """Whom PgBouncer runs as under root: the owner of the server's socket directory (the only
+    user besides root who may reach it), else `postgres`."""
+    if host.startswith("/"):
+        return pwd.getpwuid(Path(host).stat().st_uid)
+    return pwd.getpwnam("postgres")
+
+
 class PgBouncer:
     """PgBouncer in transaction mode with `pool_size` server connections per database and user."""
 
@@ -89,10 +98,10 @@ class PgBouncer:
         self.log.touch()
         as_root = os.geteuid() == 0
         if as_root:
-            postgres = pwd.getpwnam("postgres")
-            os.chown(self.log, postgres.pw_uid, postgres.pw_gid)
+            user = _service_user(str(server.get("host") or ""))
+            os.chown(self.log, user.pw_uid, user.pw_gid)
         self.proc = subprocess.Popen(
-            [found, *(["-u", "postgres"] if as_root else []), str(self.dir / "pgbouncer.ini")],
+            [found, *(["-u", user.pw_name] if as_root else []), str(self.dir / "pgbouncer.ini")],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
