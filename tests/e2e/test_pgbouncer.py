@@ -7,9 +7,14 @@ cannot work through the pooler is refused at startup, in one line naming what to
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -18,7 +23,7 @@ from psycopg.conninfo import make_conninfo
 from bench.ours import drain
 from tests.conftest import database_name
 from tests.e2e.pgbouncer import PgBouncer, binary
-from tests.e2e.support import FAKES, ListenerProcess, run_cli, wait_until
+from tests.e2e.support import FAKES, ROOT, ListenerProcess, run_cli, wait_until
 from tests.factories import make_agent, make_job, make_jobs, make_routine
 
 POOL_SIZE = 2
@@ -190,6 +195,41 @@ def test_migrate_refuses_pgbouncer_and_runs_on_the_server_itself(
     direct = run_cli(db_url, "migrate")
     assert direct.returncode == 0, direct.stderr
     assert "no migrations to apply" in direct.stdout
+
+
+def test_up_behind_pgbouncer_migrates_through_the_listen_url_and_serves(
+    db_url: str, pgbouncer: PgBouncer, tmp_path: Path
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "listener", "up", "--log-format", "json", "--listen-url", db_url],
+        env={
+            **os.environ,
+            "DATABASE_URL": pgbouncer.url(database_name(db_url)),
+            "PYTHONPATH": str(ROOT),
+            "CEASELESS_HOME": str(tmp_path),
+        },
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stderr is not None
+    events: list[str] = []
+    try:
+        for line in proc.stderr:
+            try:
+                events.append(json.loads(line)["event"])
+            except ValueError:
+                events.append(line.strip())  # an error printed before logging began
+            if events[-1] in ("listener.ready", "listener.stopped"):
+                break
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert "migrate.done" in events, events
+    assert "db.pooled" in events
+    assert events[-1] == "listener.ready"
 
 
 @pytest.mark.slow
