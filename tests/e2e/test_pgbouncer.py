@@ -7,6 +7,7 @@ cannot work through the pooler is refused at startup, in one line naming what to
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -21,6 +22,8 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from bench.ours import drain
+from listener.database.pool import Database
+from listener.queries import fetch
 from tests.conftest import database_name
 from tests.e2e.pgbouncer import PgBouncer, binary
 from tests.e2e.support import FAKES, ROOT, ListenerProcess, run_cli, wait_until
@@ -160,6 +163,39 @@ def test_two_listeners_behind_a_small_pgbouncer_pool_run_jobs_routines_and_long_
     assert outcome == ("succeeded",)
     workers = conn.execute("select count(distinct worker) from ceaseless.agent_run").fetchone()
     assert workers == (2,)
+
+
+def test_the_listeners_pool_behind_pgbouncer_runs_a_repeated_statement_on_any_server_connection(
+    db_url: str, pgbouncer: PgBouncer
+) -> None:
+    """psycopg prepares a statement run five times; through the pooler the next transaction
+    may get another server connection, where that prepared statement does not exist."""
+
+    async def pids(database: Database, times: int) -> list[int]:
+        statement = "select pg_backend_pid() + %s * 0"
+        return [
+            await database.once("pid", lambda c, i=i: fetch.value(c, statement, (i,)))
+            for i in range(times)
+        ]
+
+    async def scenario() -> tuple[list[int], int, list[int]]:
+        database = Database(pgbouncer.url(database_name(db_url)), "ceaseless test", deadline=15)
+        await database.open(pooled=True)
+        try:
+            # Enough for each of the pool's connections (it takes them in turn) to prepare it.
+            before = await pids(database, 16)
+            # PgBouncer lends the server connection used last first: this one.
+            with psycopg.connect(pgbouncer.url(database_name(db_url))) as holder:
+                held = holder.execute("select pg_backend_pid()").fetchone()
+                assert held is not None
+                after = await pids(database, 3)
+            return before, held[0], after
+        finally:
+            await database.close()
+
+    before, held, after = asyncio.run(scenario())
+    assert before[-1] == held
+    assert held not in after
 
 
 def test_a_listener_behind_pgbouncer_refuses_to_start_without_a_direct_listen_url(
