@@ -204,8 +204,11 @@ def test_a_listener_behind_pgbouncer_refuses_to_start_without_a_direct_listen_ur
     pooled = pgbouncer.url(database_name(db_url))
     for extra in ((), ("--listen-url", pooled)):
         listener = ListenerProcess(pooled, *extra, worker_id="refused")
-        assert listener.proc.wait(30) == 1
-        listener.stop()
+        try:
+            status = listener.proc.wait(30)
+        finally:
+            listener.stop()
+        assert status == 1
         [failed] = listener.events("listener.start_failed")
         assert "connection pooler" in failed["error"]
         assert "--listen-url" in failed["error"]
