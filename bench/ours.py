@@ -34,7 +34,7 @@ class Measurement:
 def _noop_lane(conn: psycopg.Connection) -> None:
     conn.execute(
         "insert into ceaseless.agents (name, adapter, max_concurrent) "
-        "values ('noop', 'noop', 100000)"
+        "values ('noop', 'noop', 100000) on conflict (name) do nothing"
     )
 
 
@@ -51,18 +51,31 @@ def _check_jobs(conn: psycopg.Connection, expected: int) -> tuple[int, int]:
     return int(row[0]) + (expected - int(total[0])), int(row[1])
 
 
-def drain(url: str, conn: psycopg.Connection, jobs: int, listeners: int, timeout: float) -> float:
+def drain(
+    url: str,
+    conn: psycopg.Connection,
+    jobs: int,
+    listeners: int,
+    timeout: float,
+    *,
+    listen_url: str | None = None,
+) -> float:
     """Bulk-enqueue `jobs` noop jobs on a noop lane and let `listeners` listeners deliver them:
-    seconds from the insert's commit until the last is delivered (the full path)."""
+    seconds from the insert's commit until the last is delivered (the full path).
+
+    `listen_url`: where LISTEN goes when `url` is a connection pooler's (--listen-url)."""
     _noop_lane(conn)
+    direct = ("--listen-url", listen_url) if listen_url else ()
     procs = [
-        Listener(url, "--poll-interval", "60", "--concurrency", "5000", worker_id=f"bench-{i}")
+        Listener(
+            url, "--poll-interval", "60", "--concurrency", "5000", *direct, worker_id=f"bench-{i}"
+        )
         for i in range(listeners)
     ]
     try:
         for proc in procs:
             proc.wait_ready()
-        counter = DeliveredCounter(url)
+        counter = DeliveredCounter(listen_url or url)
         # Like the peers, enqueueing is not timed: the clock starts when the
         # bulk insert commits, which is also when its NOTIFY wakes the
         # listeners.

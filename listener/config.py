@@ -228,6 +228,16 @@ class ListenerConfig:
             "is dropped (its connection closed) rather than buffered."
         ),
     )
+    listen_url: str | None = field(
+        default=None,
+        repr=False,
+        metadata=_help(
+            "Where LISTEN connects when DATABASE_URL goes through a connection pooler "
+            "(PgBouncer in transaction mode): a URL to the same database, the pooler left out. "
+            "LISTEN needs a session of its own; everything else may share the pooler's.",
+            envvar="CEASELESS_LISTEN_URL",
+        ),
+    )
     db_deadline: float = field(
         default=15.0,
         metadata=_help(

@@ -1,9 +1,11 @@
 """The main job: `up`, `listen`, `migrate`, `status` and `dashboard`, the top-level commands.
 
-`up` is `migrate` then `listen`. Both serve through `listener.daemon.supervisor.run`
+`up` is `migrate` then `listen`; both serve through `listener.daemon.supervisor.run`
 until Ctrl-C / SIGTERM, with the options `listener_options` builds from
 ListenerConfig, and exit with the status it returns (non-zero when the listener
-could not record every result).
+could not record every result). Migrations never run through a connection
+pooler, which cannot keep the session lock they hold: `up` migrates through
+--listen-url when given, and `migrate` refuses a DATABASE_URL that goes through one.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from listener.cli.common import (
 )
 from listener.cli.options import ListenerOptions, listener_options
 from listener.config import ListenerConfig
-from listener.database import connections
-from listener.database.migrate import MigrationError, migrate
+from listener.database import connections, pooler
+from listener.database.migrate import MigrateReport, MigrationError, migrate
 from listener.queries.commands.status import status as read_status
 
 app = typer.Typer()
@@ -50,10 +52,10 @@ def up(options: ListenerOptions) -> None:
     """Start the database, apply migrations, and run the listener until Ctrl-C / SIGTERM."""
     log.configure(options.log_format)
     database = url()
-    try:
-        report = migrate(database)
-    except MigrationError as exc:
-        raise fail(str(exc)) from None
+    config = options.config(database)
+    # Migrations need a session of their own: through the listen URL when the
+    # listener's own goes through a pooler.
+    report = _migrate(config.listen_url or database)
     log.event(
         "migrate.done",
         applied=[m.path.name for m in report.applied],
@@ -61,7 +63,7 @@ def up(options: ListenerOptions) -> None:
     )
     if connections.uses_embedded():
         log.event("db.embedded", url=database, psql="ceaseless db psql")
-    _serve(options.config(database))
+    _serve(config)
 
 
 @app.command()
@@ -77,10 +79,7 @@ def migrate_command(
     dry_run: Annotated[bool, typer.Option(help="List what would run; change nothing.")] = False,
 ) -> None:
     """Apply new db/ migrations, then re-apply functions/ if they changed."""
-    try:
-        report = migrate(url(), dry_run=dry_run)
-    except MigrationError as exc:
-        raise fail(str(exc)) from None
+    report = _migrate(url(), dry_run=dry_run)
     verb = "would apply" if dry_run else "applied"
     if report.applied:
         for migration in report.applied:
@@ -94,6 +93,15 @@ def migrate_command(
             f"{'would re-apply' if dry_run else 're-applied'} {len(report.functions)} "
             f"function files: {', '.join(p.name for p in report.functions)}"
         )
+
+
+def _migrate(database: str, *, dry_run: bool = False) -> MigrateReport:
+    """migrate(), refused through a connection pooler; exits with the reason when it fails."""
+    try:
+        pooler.refuse_for_migrations(database)
+        return migrate(database, dry_run=dry_run)
+    except (MigrationError, pooler.PoolerRefused) as exc:
+        raise fail(str(exc)) from None
 
 
 @app.command()

@@ -28,6 +28,10 @@ Guarantees at start:
   connection authenticated (listener_reports, read by listener_status and
   `ceaseless status`), and warns at start (`db.no_password`) when that
   connection used no password; the row is removed at a clean stop;
+- a DATABASE_URL that goes through a connection pooler is used for everything
+  but LISTEN, which takes --listen-url; without one, or with one that goes through
+  a pooler too, the listener logs why in one line and exits 1
+  (listener/database/pooler.py);
 - `listener.stopped` is logged once, with the exit status the process exits with.
 """
 
@@ -36,13 +40,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from typing import TypeVar
 
 import psycopg
 
 from listener import log
 from listener.agents.sandbox import Isolation
+from listener.backoff import Backoff
 from listener.config import ListenerConfig, workspace_root
 from listener.daemon.maintenance import Maintenance
 from listener.daemon.notifier import Notifier
@@ -54,6 +59,7 @@ from listener.daemon.producer.workdirs import JobDirectories
 from listener.daemon.registry import Registry
 from listener.daemon.router import Router
 from listener.database.pool import Database
+from listener.database.pooler import PoolerRefused, Route, find_route
 from listener.enums import Sandbox
 from listener.events import (
     CONFIG_CHANNEL,
@@ -74,6 +80,8 @@ EXIT_RESULTS_UNRECORDED = 3
 _CHANNELS = [JOB_CHANNEL, CONFIG_CHANNEL, SCHEDULE_CHANNEL, NOTIFICATION_CHANNEL]
 # How long a released agent gets between SIGTERM and SIGKILL at shutdown.
 _RELEASE_GRACE_SECS = 5.0
+# How long a cancelled part has to end before it is cancelled again (_cancel).
+_RECANCEL_SECS = 1.0
 
 T = TypeVar("T")
 
@@ -99,6 +107,7 @@ class Listener:
     def __init__(self, config: ListenerConfig) -> None:
         self.config = config
         self._reported = False
+        self._pooled = False
         name = f"ceaseless listener {config.worker_id}"
         self.db = Database(config.url, name, deadline=config.db_deadline)
         self.registry = Registry(config.lease_secs)
@@ -119,7 +128,8 @@ class Listener:
         self.router = Router(self.db, self.registry, self.ledger, self.maintenance)
         self.router.on_job_changed = self.forge.job_changed
         self.notifier = Notifier(
-            config.url,
+            # A session of its own, never a pooler's (listener/database/pooler.py).
+            config.listen_url or config.url,
             f"ceaseless listen {config.worker_id}",
             # The run observer follows runs on the same connection: one LISTEN
             # per process, however many clients follow.
@@ -154,9 +164,11 @@ class Listener:
 
     async def _serve(self, stop: asyncio.Event, bound: Bound | None) -> int:
         isolation = _announce_isolation(self.config.workdir)
-        await self.db.open()
         stopped = asyncio.create_task(stop.wait())
         try:
+            route = await self._until_stopped(stopped, self._find_route())
+            self._pooled = route.pooled
+            await self.db.open(pooled=route.pooled)
             await self._until_stopped(stopped, self.db.retry("load", self.registry.reload))
             await self._report(stopped, isolation)
             http = await self._start_http(stopped, bound)
@@ -164,6 +176,10 @@ class Listener:
             await self._withdraw()
             await self.db.close()
             return self._stopped(0)
+        except PoolerRefused as exc:
+            log.event("listener.start_failed", logging.ERROR, error=str(exc))
+            stopped.cancel()
+            return self._stopped(EXIT_START_FAILED)
         except Exception as exc:
             log.event("listener.start_failed", logging.ERROR, error=repr(exc))
             stopped.cancel()
@@ -205,6 +221,33 @@ class Listener:
             await http.close()
         status = await self._shutdown(tasks)
         return self._stopped(status or (EXIT_PART_CRASHED if crashed else 0))
+
+    async def _find_route(self) -> Route:
+        """Whether the pool goes through a pooler, refusing a LISTEN that would; retried while
+        the database cannot be reached."""
+        backoff = Backoff()
+        while True:
+            try:
+                route = await find_route(
+                    self.config.url, self.config.listen_url, self.config.db_deadline
+                )
+                break
+            except psycopg.OperationalError as exc:
+                log.warning(
+                    "db.unavailable", call="route", error=str(exc).strip(), retry_in=backoff.delay
+                )
+                await backoff.sleep()
+        if route.pooled:
+            log.event("db.pooled", listen="direct", **route.deadlines)
+        if route.missing:
+            log.warning(
+                "db.no_server_deadline",
+                problem="through a connection pooler the listener cannot ask for server-side "
+                "deadlines, and its login role sets none: a backend whose listener was cut off "
+                "keeps its locks until the pooler notices; set them with: "
+                + "; ".join(route.missing),
+            )
+        return route
 
     def _stopped(self, status: int) -> int:
         log.event("listener.stopped", worker=self.config.worker_id, exit_status=status)
@@ -290,6 +333,7 @@ class Listener:
             ),
             http_token_given=self.config.http_token,
             dashboard_user=self.config.dashboard_user,
+            pooled=self._pooled,
         )
         self.router.on_run_changed = ingress.hub.changed
         self.router.on_caught_up = ingress.hub.caught_up
@@ -318,9 +362,7 @@ class Listener:
         await self._release_leftovers()
         tasks["recorder"].cancel()
         unrecorded = await self.recorder.drain(give_up_at)
-        for task in tasks.values():
-            task.cancel()
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        await _cancel(tasks.values())
         await self.router.close()
         await self._withdraw()
         await self.db.close()
@@ -369,6 +411,21 @@ class Listener:
                     error=str(exc).strip(),
                     note="these jobs run again once their leases pass",
                 )
+
+
+async def _cancel(tasks: Iterable[asyncio.Task[None]]) -> None:
+    """Cancel `tasks` and wait for them to end, cancelling again any that carry on.
+
+    A cancellation can be lost on its way in: psycopg_pool waits for a free
+    connection with asyncio.wait_for, which on Python 3.11 swallows a
+    cancellation that arrives as a connection is handed over, and the part
+    then goes on to its next round as if never told to stop.
+    """
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=_RECANCEL_SECS)
 
 
 def _announce_isolation(workdir: str | None) -> Isolation:

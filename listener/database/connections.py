@@ -13,7 +13,8 @@ Guarantees:
   kernel instead of never;
 - the listener's connections also carry server-side deadlines
   (statement_timeout, idle_in_transaction_session_timeout), so a backend whose
-  client was cut off stops working and lets go of its locks by itself;
+  client was cut off stops working and lets go of its locks by itself; through
+  a pooler they are the login role's, which the listener checks at startup;
 - decoding a JSON or jsonb value never raises: a document nested deeper than
   Python's decoder can recurse arrives as an `UndecodableJSON` in its place,
   so one bad row fails alone instead of stopping the part that read it;
@@ -119,13 +120,23 @@ def database_url(*, start: bool = True) -> str:
 
 
 def connection_kwargs(
-    application_name: str, *, server_deadline: float | None = None, url: str = ""
+    application_name: str,
+    *,
+    server_deadline: float | None = None,
+    url: str = "",
+    pooled: bool = False,
 ) -> dict[str, Any]:
     """libpq parameters for one of our connections.
 
     `server_deadline` (seconds) also asks the server to end any statement, and
     any transaction left idle, that outlives it: the listener's calls are all
     short, and a backend whose client is gone must not hold locks forever.
+
+    `pooled`: the connection goes through a pooler in transaction mode
+    (listener/database/pooler.py), which refuses startup options, so the
+    deadlines must come from the login role instead; and which lends each
+    transaction any server connection, where a statement psycopg prepared on
+    another does not exist, so nothing is prepared.
     """
     kwargs: dict[str, Any] = {
         "autocommit": True,
@@ -133,7 +144,9 @@ def connection_kwargs(
         "connect_timeout": CONNECT_TIMEOUT_SECS,
         **_TCP_DEADLINES,
     }
-    if server_deadline is not None:
+    if pooled:
+        kwargs["prepare_threshold"] = None
+    elif server_deadline is not None:
         millis = int(server_deadline * 1000)
         ours = f"-c statement_timeout={millis} -c idle_in_transaction_session_timeout={millis}"
         # Keep the operator's own options (a search_path, a role); ours come
@@ -215,8 +228,11 @@ async def _settle(task: asyncio.Future[Any]) -> None:
         task.exception()  # retrieved, so asyncio does not log it as never retrieved
 
 
-def pool(url: str, *, application_name: str, size: int, deadline: float) -> AsyncConnectionPool:
-    """The listener's pool: bounded connects, bounded checks, server-side deadlines."""
+def pool(
+    url: str, *, application_name: str, size: int, deadline: float, pooled: bool = False
+) -> AsyncConnectionPool:
+    """The listener's pool: bounded connects, bounded checks, server-side deadlines (the login
+    role's when `pooled`: through a pooler, see connection_kwargs)."""
 
     async def check(conn: psycopg.AsyncConnection) -> None:
         # A killed backend fails this at once; a frozen one would hang it
@@ -232,7 +248,9 @@ def pool(url: str, *, application_name: str, size: int, deadline: float) -> Asyn
         url,
         min_size=1,
         max_size=size,
-        kwargs=connection_kwargs(application_name, server_deadline=deadline, url=url),
+        kwargs=connection_kwargs(
+            application_name, server_deadline=deadline, url=url, pooled=pooled
+        ),
         configure=configure,
         check=check,
         reconnect_timeout=0,

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 
 from listener import log
 from listener.backoff import Backoff
@@ -33,14 +34,33 @@ class Database:
 
     def __init__(self, url: str, name: str, *, deadline: float, size: int = 4) -> None:
         self.deadline = deadline
-        self.pool = connections.pool(url, application_name=name, size=size, deadline=deadline)
         self.doubt = asyncio.Event()
+        self._url = url
+        self._name = name
+        self._size = size
+        self._pool: AsyncConnectionPool | None = None
 
-    async def open(self) -> None:
-        await self.pool.open(wait=False)
+    @property
+    def pool(self) -> AsyncConnectionPool:
+        if self._pool is None:
+            raise RuntimeError("the database is used before it was opened")
+        return self._pool
+
+    async def open(self, *, pooled: bool = False) -> None:
+        """Make the pool, which connects in the background; `pooled`: through a pooler, known
+        only once a first connection told (listener/database/pooler.py)."""
+        self._pool = connections.pool(
+            self._url,
+            application_name=self._name,
+            size=self._size,
+            deadline=self.deadline,
+            pooled=pooled,
+        )
+        await self._pool.open(wait=False)
 
     async def close(self) -> None:
-        await self.pool.close(timeout=5)
+        if self._pool is not None:
+            await self._pool.close(timeout=5)
 
     async def once(self, what: str, call: Call[T], *, deadline: float | None = None) -> T:
         """One attempt; raises OperationalError (DeadlineExceeded included) when it fails."""

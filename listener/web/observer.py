@@ -415,8 +415,14 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return web.json_response({"error": message}, status=status, headers=headers)
 
 
-def pool(url: str, *, worker_id: str, deadline: float) -> psycopg_pool.AsyncConnectionPool:
+def pool(
+    url: str, *, worker_id: str, deadline: float, pooled: bool
+) -> psycopg_pool.AsyncConnectionPool:
     """The observer's own small pool: followers never take the ingress's or the job loop's."""
     return connections.pool(
-        url, application_name=f"ceaseless observer {worker_id}", size=4, deadline=deadline
+        url,
+        application_name=f"ceaseless observer {worker_id}",
+        size=4,
+        deadline=deadline,
+        pooled=pooled,
     )

@@ -414,6 +414,7 @@ async def serve(
     header_names: frozenset[str],
     http_token_given: str | None = None,
     dashboard_user: str | None = None,
+    pooled: bool = False,
 ) -> Ingress:
     """Serve POST /hooks/{path}, the observer, /metrics and the dashboard on `bound` until closed.
 
@@ -422,13 +423,15 @@ async def serve(
     `token_pattern` is SQL's _webhook_token_pattern() and `header_names` its
     _webhook_header_names(), read once by the caller. Everything but the
     ingress and /healthz needs the token: `http_token_given`, else one made
-    now (listener/web/token.py), written to its 0600 file.
+    now (listener/web/token.py), written to its 0600 file. `pooled`: `url` goes through a
+    pooler (listener/database/pooler.py).
     """
     token, made = http_token.make(http_token_given)
     gate = access.Gate(token, loopback=access.is_loopback(bound.host), port=bound.port)
     observer_limits = dataclasses.replace(observer_limits, db_deadline=limits.db_deadline)
     hub = observer.Hub(
-        observer.pool(url, worker_id=worker_id, deadline=limits.db_deadline), observer_limits
+        observer.pool(url, worker_id=worker_id, deadline=limits.db_deadline, pooled=pooled),
+        observer_limits,
     )
     await hub.pool.open(wait=False)
     pool = connections.pool(
@@ -436,6 +439,7 @@ async def serve(
         application_name=f"ceaseless ingress {worker_id}",
         size=4,
         deadline=limits.db_deadline,
+        pooled=pooled,
     )
     await pool.open(wait=False)
     # keepalive_timeout also bounds the wait for a request's headers: aiohttp
