@@ -15,9 +15,10 @@ Guarantees:
   `postgres` OS user, which owns the node directories;
 - `url()` is the multi-host conninfo a listener uses, with
   target_session_attrs=read-write, so libpq finds whichever node is primary;
-- `stop()` ends every process it started (SIGKILL after a grace period)
-  and removes the directory; a node's postmaster that outlived its Patroni
-  is killed by the pid in its data directory.
+- `stop()` kills every process it started (the data is thrown away, so
+  nothing is shut down cleanly) and removes the directory; a node's
+  postmaster that outlived its Patroni is killed by the pid in its data
+  directory.
 """
 
 from __future__ import annotations

@@ -2,14 +2,18 @@
 
 One etcd and two PostgreSQL 15 nodes managed by Patroni (tests/chaos/patroni.py)
 serve the module; two real listeners reach them through the multi-host URL
-with target_session_attrs=read-write. Each case drains 10,000 jobs of a
-command agent that appends its job and run id to a file as it starts, while a
-routine fires every second, and moves the primary mid-drain:
+with target_session_attrs=read-write. Each case drains 10,000 jobs of the
+noop lane and 400 of a command agent that appends its job and run id to a
+file as it starts (an agent process costs the listener a keeper process, so
+10,000 of them would not drain within the test's budget), while a routine
+fires every second, and moves the primary mid-drain:
 
 - a planned switchover (Patroni's REST API) with synchronous replication;
 - a hard failover (SIGKILL of the primary's postmaster) with synchronous
   replication;
-- the same hard failover with asynchronous replication.
+- the same hard failover with asynchronous replication, the replica held a
+  second behind (its WAL receiver stopped) so that the old primary surely
+  takes commits with it.
 
 What a user would notice is asserted, and printed as figures: the time from
 the event to the first claim on the new primary; jobs lost (not delivered in
