@@ -12,8 +12,8 @@ fires every second, and moves the primary mid-drain:
 - a hard failover (SIGKILL of the primary's postmaster) with synchronous
   replication;
 - the same hard failover with asynchronous replication, the replica held a
-  second behind (its WAL receiver stopped) so that the old primary surely
-  takes commits with it.
+  second behind (its WAL receiver stopped, then killed) so that the old
+  primary surely takes commits with it.
 
 What a user would notice is asserted, and printed as figures: the time from
 the event to the first claim on the new primary; jobs lost (not delivered in
@@ -219,14 +219,15 @@ def _drain_through(
         old = cluster.primary()
         assert old is not None
         new = cluster.replica()
+        held_back = _hold_back(cluster, new) if move == "kill behind" else None
         event_at = _server_now(old.url())
         moved = time.monotonic()
         if move == "switchover":
             cluster.switchover(new)
-        elif move == "kill":
-            cluster.kill_postmaster(old)
         else:
-            _kill_while_behind(cluster, old, new)
+            cluster.kill_postmaster(old)
+            if held_back is not None:
+                os.kill(held_back, signal.SIGKILL)
         promoted_at = _wait_writable(cluster, new)
         detected_secs = time.monotonic() - moved
         for lane, count in (("noop", JOBS), ("agent", AGENT_JOBS)):
@@ -359,20 +360,19 @@ def _drain_through(
     return figures
 
 
-def _kill_while_behind(cluster: PatroniCluster, old: Node, new: Node) -> None:
-    """Kill the primary's postmaster while the replica has received none of its last second.
+def _hold_back(cluster: PatroniCluster, replica: Node) -> int:
+    """Stop `replica`'s WAL receiver for LAG_SECS; its pid, for `_kill_held_back` to kill.
 
-    Loopback replication is too quick to lose anything reliably by chance: the
-    replica's WAL receiver is stopped for a second first, so the primary's
-    last commits are surely ones the new primary never sees.
+    Loopback replication is too quick to lose anything reliably by chance: with
+    the receiver stopped, and then killed with the primary, what the kernel
+    still held for it in the socket is lost too (the replica restarts its
+    recovery from the WAL on its disk), and the primary's last second of
+    commits is surely one the new primary never sees.
     """
-    receiver = cluster.wal_receiver_pid(new)
+    receiver = cluster.wal_receiver_pid(replica)
     os.kill(receiver, signal.SIGSTOP)
-    try:
-        time.sleep(LAG_SECS)
-        cluster.kill_postmaster(old)
-    finally:
-        os.kill(receiver, signal.SIGCONT)
+    time.sleep(LAG_SECS)
+    return receiver
 
 
 def _wait_writable(cluster: PatroniCluster, node: Node) -> datetime:
