@@ -61,7 +61,6 @@ def missing_tools() -> list[str]:
     """What this harness needs and the machine lacks; empty when it can run."""
     needed = {
         "patroni": shutil.which("patroni"),
-        "patronictl": shutil.which("patronictl"),
         "etcd": shutil.which("etcd"),
         str(PG_BIN / "postgres"): (PG_BIN / "postgres").exists() or None,
     }
