@@ -13,13 +13,13 @@ on both databases. A probe whose buffers grow with the history reads the history
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 import psycopg
 import typer
 
+from bench.plans import explained, shared_buffers
 from bench.server import DatabaseUrlOpt, Server, provision
 
 FIRST_ROUTINE = "select id from ceaseless.routines where name = 'r1'"
@@ -99,35 +99,15 @@ def _load(conn: psycopg.Connection, jobs: int) -> None:
 
 def _buffers(conn: psycopg.Connection, query: str) -> int:
     """The top statement's shared buffers (hit and read), its nested statements included."""
-    plans: list[dict[str, Any]] = []
-
-    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
-        text = diag.message_primary or ""
-        if "Query Text" in text:
-            plans.append(json.loads(text[text.index("{") :]))
-
-    conn.add_notice_handler(on_notice)
-    try:
+    with explained(conn) as plans:
         conn.execute(query).fetchall()
-    finally:
-        conn.remove_notice_handler(on_notice)
-    top = plans[-1]["Plan"]  # auto_explain logs the outermost statement last
-    return int(top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0))
+    return shared_buffers(plans[-1]["Plan"])
 
 
 def probe(server: Server, jobs: int) -> dict[str, int]:
     """Each probe's buffers on a database with `jobs` finished jobs of history."""
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
         _load(conn, jobs)
-        conn.execute("load 'auto_explain'")
-        settings = {
-            "auto_explain.log_min_duration": "0", "auto_explain.log_analyze": "on",
-            "auto_explain.log_buffers": "on", "auto_explain.log_nested_statements": "on",
-            "auto_explain.log_format": "json", "auto_explain.log_level": "notice",
-            "client_min_messages": "notice",
-        }  # fmt: skip
-        for setting, value in settings.items():
-            conn.execute(f"set {setting} = {value}")
         found: dict[str, int] = {}
         for name, query in PROBES.items():
             run: Callable[[], int] = lambda q=query: _buffers(conn, q)  # noqa: E731

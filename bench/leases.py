@@ -19,7 +19,6 @@ at most one per lease) and the most times one CTE was read (linear: once).
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -31,15 +30,12 @@ import psycopg
 import typer
 
 from bench.claim import baseline_tree
+from bench.plans import explained, nodes, shared_buffers
 from bench.server import DatabaseUrlOpt, Server, provision
 from listener.database.migrate import migrate
 
 SIZES = (2_000, 20_000)
 ONE_LEASE_HEARTBEATS = 10
-
-
-def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    return [plan, *(node for child in plan.get("Plans", []) for node in _nodes(child))]
 
 
 def _young(conn: psycopg.Connection, jobs: int) -> None:
@@ -98,33 +94,16 @@ def measure(server: Server, baseline: Path | None, scenario: str, leases: int) -
             migrate(url, root=baseline)
         with psycopg.connect(url, autocommit=True) as conn:
             call = SCENARIOS[scenario](conn, leases)
-            plans: list[dict[str, Any]] = []
-
-            def on_notice(diag: psycopg.errors.Diagnostic) -> None:
-                text = diag.message_primary or ""
-                if "Query Text" in text:
-                    plans.append(json.loads(text[text.index("{") :]))
-
-            conn.add_notice_handler(on_notice)
-            conn.execute("load 'auto_explain'")
-            settings = {
-                "auto_explain.log_min_duration": "0", "auto_explain.log_analyze": "on",
-                "auto_explain.log_timing": "off", "auto_explain.log_buffers": "on",
-                "auto_explain.log_nested_statements": "on",
-                "auto_explain.log_format": "json", "auto_explain.log_level": "notice",
-                "client_min_messages": "notice",
-            }  # fmt: skip
-            for setting, value in settings.items():
-                conn.execute(f"set {setting} = {value}")
-            started = time.perf_counter()
-            touched = call()
-            elapsed = (time.perf_counter() - started) * 1000
+            with explained(conn) as plans:
+                started = time.perf_counter()
+                touched = call()
+                elapsed = (time.perf_counter() - started) * 1000
     assert touched == leases, (scenario, touched, leases)
     top = plans[-1]["Plan"]  # auto_explain logs the outermost statement last
-    every = [node for plan in plans for node in _nodes(plan["Plan"])]
+    every = [node for plan in plans for node in nodes(plan["Plan"])]
     return {
         "ms": elapsed,
-        "buffers": int(top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)),
+        "buffers": shared_buffers(top),
         # Linear: no join discards more rows than there are leases, no CTE is read twice.
         "discarded": max(node.get("Rows Removed by Join Filter", 0) for node in every),
         "rescans": max(

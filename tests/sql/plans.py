@@ -1,8 +1,7 @@
 """Read the plans of the statements a PL/pgSQL function runs.
 
-The queue functions run their statements inside PL/pgSQL, so their plans are
-read with auto_explain (nested statements, sent to the client as a NOTICE) —
-the real statements as the listener runs them, not hand-copied twins.
+`explained` and `nodes` are the benches' own (bench/plans.py), so a plan test and
+a bench read a plan the same way.
 
 A planner setting on a function is kept only with evidence
 (docs/performance.md, "Planner settings on functions"); `setting_reset` lets a
@@ -11,7 +10,6 @@ plan test show that evidence: the shape the setting prevents appears without it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,42 +17,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench.plans import explained, nodes
 
-def nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every node of a plan tree, the root first."""
-    found = [plan]
-    for child in plan.get("Plans", []):
-        found.extend(nodes(child))
-    return found
-
-
-@contextmanager
-def explained(conn: psycopg.Connection) -> Iterator[list[dict[str, Any]]]:
-    """Collect the EXPLAIN (ANALYZE, BUFFERS) of every statement run inside the block."""
-    plans: list[dict[str, Any]] = []
-
-    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
-        text = diag.message_primary or ""
-        if "Query Text" in text:
-            plans.append(json.loads(text[text.index("{") :]))
-
-    conn.add_notice_handler(on_notice)
-    conn.execute("load 'auto_explain'")
-    for setting, value in {
-        "auto_explain.log_min_duration": "0",
-        "auto_explain.log_analyze": "on",
-        "auto_explain.log_buffers": "on",
-        "auto_explain.log_nested_statements": "on",
-        "auto_explain.log_format": "json",
-        "auto_explain.log_level": "notice",
-        "client_min_messages": "notice",
-    }.items():
-        conn.execute(f"set {setting} = {value}")
-    try:
-        yield plans
-    finally:
-        conn.execute("set auto_explain.log_min_duration = -1")
-        conn.remove_notice_handler(on_notice)
+__all__ = ["explained", "nodes", "setting_reset", "statement"]
 
 
 def statement(plans: list[dict[str, Any]], starts_with: str) -> dict[str, Any]:
