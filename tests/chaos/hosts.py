@@ -27,13 +27,13 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
 from listener.database.embedded import SERVICE_USER, EmbeddedServer
+from tests.chaos.closing import Closing
 
 BENCHMARK_RANGE = ipaddress.ip_network("198.18.0.0/15")
 # Delay each packet takes on a host's veth, both ways, when the kernel has netem.
@@ -56,7 +56,7 @@ def _ip(*args: str) -> None:
 
 
 @dataclass
-class Hosts:
+class Hosts(Closing):
     """`count` namespaces on one bridge; use as a context manager."""
 
     count: int
@@ -84,23 +84,7 @@ class Hosts:
     def bridge(self) -> str:
         return f"{self.tag}br"
 
-    def __enter__(self) -> Hosts:
-        try:
-            self._build()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def _build(self) -> None:
+    def _open(self) -> None:
         prefix = self.subnet.prefixlen
         _ip("link", "add", self.bridge, "type", "bridge")
         self.made.append(("link", self.bridge))
@@ -151,7 +135,7 @@ class Hosts:
         self.made.clear()
 
 
-class BridgeServer:
+class BridgeServer(Closing):
     """A PostgreSQL 18 of its own that listens on `address` (and its socket) only.
 
     The embedded server's own start makes the data directory, the superuser's
@@ -166,23 +150,7 @@ class BridgeServer:
         self.home.chmod(0o755)  # as root, the server's own OS user must reach it
         self.embedded = EmbeddedServer(self.home)
 
-    def __enter__(self) -> BridgeServer:
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def _start(self) -> None:
+    def _open(self) -> None:
         self.embedded.start()
         self.embedded.stop()
         hba = self.embedded.data_dir / "pg_hba.conf"

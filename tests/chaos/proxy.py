@@ -46,10 +46,11 @@ import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, TypeVar
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from tests.chaos.closing import Closing
 
 _T = TypeVar("_T")
 
@@ -146,7 +147,7 @@ class _Pipe:
         return events
 
 
-class FreezingProxy:
+class FreezingProxy(Closing):
     """A TCP proxy on 127.0.0.1 in front of `upstream` whose connections can be frozen.
 
     Starts serving on construction; use as a context manager or call `close()`.
@@ -287,17 +288,6 @@ class FreezingProxy:
         if self._error is not None:
             error, self._error = self._error, None
             raise RuntimeError("the proxy thread failed") from error
-
-    def __enter__(self) -> FreezingProxy:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"FreezingProxy({self.host}:{self.port} -> {self.upstream.address})"
