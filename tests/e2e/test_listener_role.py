@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from listener.daemon.supervisor import EXIT_PART_CRASHED
 from tests.e2e.support import ListenerProcess, wait_until
 from tests.factories import make_agent, make_job, make_routine
 
@@ -58,3 +59,28 @@ def test_a_listener_without_superuser_runs_jobs_and_routines(
         (job,),
     ).fetchall()
     assert (conninfo_to_dict(listener_url)["user"], "unprivileged-1") in actors
+
+
+def test_a_listener_whose_part_crashes_stops_and_says_which(
+    conn: psycopg.Connection, listener_url: str
+) -> None:
+    # Its retention pass is refused: no EXECUTE on prune for listeners.
+    conn.execute(
+        "revoke execute on function ceaseless.prune(timestamptz, integer, text, boolean) "
+        "from ceaseless_listener"
+    )
+    conn.commit()
+    listener = ListenerProcess(listener_url, "--poll-interval", "1")
+    try:
+        wait_until(
+            lambda: listener.proc.poll() is not None,
+            45,
+            lambda: f"the listener is still running after its part crashed: {listener.lines[-10:]}",
+        )
+    finally:
+        if listener.proc.poll() is None:
+            listener.proc.kill()
+    assert listener.proc.returncode == EXIT_PART_CRASHED
+    (crash,) = listener.events("listener.part_crashed")
+    assert crash["part"] == "retention"
+    assert "prune" in crash["error"]
