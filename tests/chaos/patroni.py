@@ -293,14 +293,7 @@ class PatroniCluster:
 
     def set_synchronous(self, synchronous: bool, timeout: float = 60) -> None:
         """Switch synchronous_mode through the REST API (PATCH /config), then wait for it."""
-        request = urllib.request.Request(
-            f"{self.nodes[0].api}/config",
-            data=json.dumps({"synchronous_mode": synchronous}).encode(),
-            method="PATCH",
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            response.read()
+        _send("PATCH", f"{self.nodes[0].api}/config", {"synchronous_mode": synchronous}, 10)
         self.synchronous = synchronous
         self.wait_healthy(timeout)
 
@@ -308,14 +301,8 @@ class PatroniCluster:
         """A planned switchover to `candidate` through the REST API (POST /switchover)."""
         primary = self.primary()
         assert primary is not None, "no primary to switch over from"
-        request = urllib.request.Request(
-            f"{primary.api}/switchover",
-            data=json.dumps({"leader": primary.name, "candidate": candidate.name}).encode(),
-            method="POST",
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=60) as response:
-            response.read()
+        body = {"leader": primary.name, "candidate": candidate.name}
+        _send("POST", f"{primary.api}/switchover", body, 60)
 
     def wal_receiver_pid(self, node: Node) -> int:
         """The pid of `node`'s WAL receiver: stopping it makes the replica fall behind."""
@@ -331,14 +318,7 @@ class PatroniCluster:
 
     def reinitialize(self, node: Node, timeout: float = 90) -> None:
         """Make `node` a fresh replica of the primary (POST /reinitialize)."""
-        request = urllib.request.Request(
-            f"{node.api}/reinitialize",
-            data=json.dumps({"force": True}).encode(),
-            method="POST",
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            response.read()
+        _send("POST", f"{node.api}/reinitialize", {"force": True}, 30)
         self.wait_healthy(timeout)
 
     def logs(self) -> str:
@@ -378,3 +358,15 @@ def _end(process: subprocess.Popen[bytes] | None, grace: float = 20) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(10)
+
+
+def _send(method: str, url: str, body: dict[str, Any], timeout: float) -> None:
+    """One call of Patroni's REST API with a JSON body; an HTTP error raises."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        response.read()
