@@ -32,7 +32,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from types import TracebackType
+
+from tests.chaos.closing import Closing
 
 JOB_VAR = "CEASELESS_JOB_ID"
 RUN_VAR = "CEASELESS_RUN_ID"
@@ -135,7 +136,7 @@ class _Known:
     next_check: float = 0.0
 
 
-class AgentWatch:
+class AgentWatch(Closing):
     """Records every process with CEASELESS_JOB_ID (and `match`) from start to stop.
 
     `record` names the environment variables kept in `AgentRecord.env`.
@@ -178,15 +179,10 @@ class AgentWatch:
             self._thread.join(10)
         self._raise_error()
 
-    def __enter__(self) -> AgentWatch:
-        return self.start()
+    def _open(self) -> None:
+        self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
         self.stop()
 
     def records(self, job_id: str | None = None, *, roots_only: bool = False) -> list[AgentRecord]:
