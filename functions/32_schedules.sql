@@ -22,8 +22,11 @@
 --   only while it is enabled with a schedule, it is cleared whenever the
 --   answer may have changed (schedule, timezone, re-enabled), and then
 --   NOTIFY ceaseless_schedule {"table": "routines" | "loops", "id"} asks for
---   a new one; set_next_fires stores an answer only where the schedule and
---   timezone it was computed from are still the row's;
+--   a new one; set_next_fires stores an answer only where the row still waits
+--   for one and the schedule and timezone it was computed from are still the
+--   row's: every listener answers every NOTIFY, and a slower one's answer,
+--   computed before a faster one stored the slot and fired it, would bring
+--   that slot back and fire it twice;
 -- - due_schedules locks what it returns (FOR NO KEY UPDATE SKIP LOCKED) until
 --   the caller's transaction ends, so the caller fires them (fire_cron) in
 --   that transaction and two listeners never fire one slot. A batch is of one
@@ -163,7 +166,7 @@ as $$
         update routines r
         set next_fire_at = c.next_fire_at
         from computed c
-        where c.kind = 'routine' and r.id = c.id
+        where c.kind = 'routine' and r.id = c.id and r.next_fire_at is null
           and r.enabled and r.trigger_type = 'cron'
           and r.trigger_config ->> 'schedule' = c.schedule
           and r.trigger_config ->> 'timezone' = c.timezone
@@ -173,7 +176,7 @@ as $$
         update loops l
         set next_fire_at = c.next_fire_at
         from computed c
-        where c.kind = 'loop' and l.id = c.id
+        where c.kind = 'loop' and l.id = c.id and l.next_fire_at is null
           and l.enabled
           and l.triggers ->> 'cron' = c.schedule
           and l.triggers ->> 'timezone' = c.timezone
@@ -183,8 +186,8 @@ as $$
 $$;
 
 comment on function set_next_fires(text[], uuid[], text[], text[], timestamptz[]) is
-    'Store listener-computed next_fire_at values where the routine or loop still has that '
-    'schedule and timezone; returns how many were stored.';
+    'Store listener-computed next_fire_at values where the routine or loop still waits for one '
+    'and still has that schedule and timezone; returns how many were stored.';
 
 -- The schedules due at p_now, oldest slot first, locked for the caller's
 -- transaction: up to p_limit routines, or when none is due, up to p_limit

@@ -4431,13 +4431,13 @@ create function ceaseless.run_snapshot(p_run_id uuid)
 comment on function ceaseless.run_snapshot(p_run_id uuid) is 'A topology run as it stands (the run, every node, the open approvals, whether it is final) and last_event_id, the audit id it is current to: what a new follower of GET /runs/{id}/events receives first. NULL when there is no such run.';
 grant execute on function ceaseless.run_snapshot(p_run_id uuid) to ceaseless_listener, ceaseless_operator;
 
--- functions/32_schedules.sql, body md5 c77262ef27d1ded9401d305d08efc6c7
+-- functions/32_schedules.sql, body md5 6f9231ebd28a78ab3eb14dcf67a201e4
 create function ceaseless.set_next_fires(p_kinds text[], p_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[])
     returns integer
     language sql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless.set_next_fires(p_kinds text[], p_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[]) is 'Store listener-computed next_fire_at values where the routine or loop still has that schedule and timezone; returns how many were stored.';
+comment on function ceaseless.set_next_fires(p_kinds text[], p_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[]) is 'Store listener-computed next_fire_at values where the routine or loop still waits for one and still has that schedule and timezone; returns how many were stored.';
 grant execute on function ceaseless.set_next_fires(p_kinds text[], p_ids uuid[], p_schedules text[], p_timezones text[], p_next_fire_ats timestamp with time zone[]) to ceaseless_listener, ceaseless_operator;
 
 -- functions/32_schedules.sql, body md5 890ffb0bd10978a1481ccb9603a7f8d8

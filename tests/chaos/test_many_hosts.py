@@ -24,7 +24,7 @@ import psycopg
 import pytest
 
 from listener.database.migrate import migrate
-from tests.chaos.agents import AgentWatch
+from tests.chaos.agents import AgentRecord, AgentWatch
 from tests.chaos.hosts import DELAY_MS, BridgeServer, Hosts, require_root
 from tests.e2e.support import FAKES, ListenerProcess, wait_until
 from tests.factories import make_agent, make_job
@@ -259,8 +259,16 @@ def test_a_host_cut_off_stops_its_agents_before_the_other_hosts_take_its_jobs(
     agent_watch.sync()
     pids = {listener.proc.pid: listener.worker_id for listener in listeners}
     cut_pids = {listener.proc.pid for listener in cut_off}
+    # Each agent by the listener that started it: its spawner, or the keeper the listener
+    # started for it (`reaper.py --parent <listener pid>`) when the agent outlived the record
+    # of the keeper's own start.
+    spawned_by = {record.key: _listener_of(record, set(pids)) for record in agent_watch.agents()}
+    unknown = [record for record in agent_watch.agents() if spawned_by[record.key] is None]
+    assert unknown == [], [(r.spawner, r.spawner_cmdline) for r in unknown]
     first_runs = {
-        UUID(record.job_id): record for record in agent_watch.agents() if record.spawner in cut_pids
+        UUID(record.job_id): record
+        for record in agent_watch.agents()
+        if spawned_by[record.key] in cut_pids
     }
     assert set(first_runs) == set(lease_ends)
     # 0 jobs on two hosts at once, and every agent of the cut host gone before
@@ -273,11 +281,11 @@ def test_a_host_cut_off_stops_its_agents_before_the_other_hosts_take_its_jobs(
     rescues = [
         record
         for record in agent_watch.agents()
-        if UUID(record.job_id) in lease_ends and record.spawner not in cut_pids
+        if UUID(record.job_id) in lease_ends and spawned_by[record.key] not in cut_pids
     ]
     # Every job of the cut host ran again on another host.
     assert {UUID(record.job_id) for record in rescues} == set(lease_ends)
-    rescuers = sorted({pids[record.spawner] for record in rescues})
+    rescuers = sorted({pids[spawned_by[record.key]] for record in rescues})  # type: ignore[index]
     closed = conn.execute(
         "select distinct outcome, ended_by from ceaseless.agent_run where worker = any(%s)",
         ([listener.worker_id for listener in cut_off],),
@@ -289,3 +297,14 @@ def test_a_host_cut_off_stops_its_agents_before_the_other_hosts_take_its_jobs(
         f"first rescue {taken_over:.1f} s, all delivered {rescued_at - cut_at:.1f} s after the "
         f"cut, by {rescuers}"
     )
+
+
+def _listener_of(record: AgentRecord, listeners: set[int]) -> int | None:
+    """The pid of the listener that started `record`'s agent, or None."""
+    if record.spawner in listeners:
+        return record.spawner
+    argv = record.spawner_cmdline
+    if "--parent" in argv[:-1]:
+        parent = int(argv[argv.index("--parent") + 1])
+        return parent if parent in listeners else None
+    return None

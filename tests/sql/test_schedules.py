@@ -129,6 +129,26 @@ def test_set_next_fires_stores_an_answer_only_while_its_schedule_holds(
     ).fetchone() == (0,)
 
 
+def test_a_late_answer_never_brings_back_a_slot_already_stored_or_fired(
+    conn: psycopg.Connection,
+) -> None:
+    # Every listener computes every routine's next slot; the slowest answers last.
+    routine = _cron_routine(conn)
+    answer = (["routine"], [routine], ["0 * * * *"], ["UTC"], [DUE])
+    first = conn.execute("select ceaseless.set_next_fires(%s, %s, %s, %s, %s)", answer)
+    assert first.fetchone() == (1,)
+    later = DUE + timedelta(hours=1)
+    conn.execute("update ceaseless.routines set next_fire_at = %s where id = %s", (later, routine))
+
+    late = conn.execute("select ceaseless.set_next_fires(%s, %s, %s, %s, %s)", answer)
+
+    assert late.fetchone() == (0,)
+    stored = conn.execute(
+        "select next_fire_at from ceaseless.routines where id = %s", (routine,)
+    ).fetchone()
+    assert stored == (later,)
+
+
 def test_due_schedules_gives_one_kind_a_batch_routines_first(conn: psycopg.Connection) -> None:
     routine = _cron_routine(conn)
     loop = _cron_loop(conn)
