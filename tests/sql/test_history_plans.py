@@ -28,10 +28,17 @@ def _history(conn: psycopg.Connection, jobs: int) -> None:
 
 
 def _plan(conn: psycopg.Connection, query: str) -> dict[str, Any]:
-    row = conn.execute("explain (analyze, buffers, format json) " + query).fetchone()
-    assert row is not None
-    raw = row[0]
-    return (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    """The plan of `query` as a warm session runs it: the run reading the fewest buffers of
+    three. A first run after VACUUM, or after a cache reset that other databases' DDL can
+    cause on a busy server, plans the view's functions again, and their catalog reads count
+    in the view's buffers."""
+    plans = []
+    for _ in range(3):
+        row = conn.execute("explain (analyze, buffers, format json) " + query).fetchone()
+        assert row is not None
+        raw = row[0]
+        plans.append((json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"])
+    return min(plans, key=_buffers)
 
 
 def _buffers(plan: dict[str, Any]) -> int:
@@ -63,7 +70,6 @@ def test_notification_status_reads_the_undelivered_not_the_delivered_history(
         "select 'job', gen_random_uuid(), 'failure', 's' from generate_series(1, 30)"
     )
     conn.execute("vacuum analyze ceaseless.notifications")
-    _plan(conn, "select * from ceaseless.notification_status")  # warm
     without_history = _buffers(_plan(conn, "select * from ceaseless.notification_status"))
     conn.execute(
         "insert into ceaseless.notifications (source_table, source_id, kind, subject, status, "
