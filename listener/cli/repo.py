@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 from uuid import UUID
 
 import psycopg
@@ -40,9 +40,11 @@ from listener.cli.common import (
 )
 from listener.database.pool import Database
 from listener.enums import Forge
-from listener.forge.poller import PollReport, poll_repo
 from listener.queries import commands, forge_loops
 from listener.queries.commands import repos
+
+if TYPE_CHECKING:
+    from listener.forge.poller import PollReport
 
 app = typer.Typer(
     help=(
@@ -282,6 +284,10 @@ def repo_poll(
 
 
 async def _poll_now(repo: UUID, timeout: float) -> PollReport:
+    # Imported here: the forge client's HTTP library (aiohttp) is only paid for by the
+    # command that polls, not by every command's start.
+    from listener.forge.poller import poll_repo
+
     database = Database(url(), APPLICATION_NAME, deadline=15.0, size=1)
     await database.open()
     try:

@@ -10,7 +10,7 @@ pooler, which cannot keep the session lock they hold: `up` migrates through
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -30,8 +30,10 @@ from listener.cli.common import (
 from listener.cli.options import ListenerOptions, listener_options
 from listener.config import ListenerConfig
 from listener.database import connections, pooler
-from listener.database.migrate import MigrateReport, MigrationError, migrate
 from listener.queries.commands.status import status as read_status
+
+if TYPE_CHECKING:
+    from listener.database.migrate import MigrateReport
 
 app = typer.Typer()
 
@@ -97,6 +99,10 @@ def migrate_command(
 
 def _migrate(database: str, *, dry_run: bool = False) -> MigrateReport:
     """migrate(), refused through a connection pooler; exits with the reason when it fails."""
+    # Imported here: the SQL parser that migrations use (pglast) is only paid for by the
+    # commands that migrate, not by every command's start.
+    from listener.database.migrate import MigrationError, migrate
+
     try:
         pooler.refuse_for_migrations(database)
         return migrate(database, dry_run=dry_run)

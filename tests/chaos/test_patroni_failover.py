@@ -219,7 +219,7 @@ def _drain_through(
         old = cluster.primary()
         assert old is not None
         new = cluster.replica()
-        held_back = _hold_back(cluster, new) if move == "kill behind" else None
+        held_back = _hold_back(cluster, new, starts) if move == "kill behind" else None
         event_at = _server_now(old.url())
         moved = time.monotonic()
         if move == "switchover":
@@ -360,18 +360,26 @@ def _drain_through(
     return figures
 
 
-def _hold_back(cluster: PatroniCluster, replica: Node) -> int:
-    """Stop `replica`'s WAL receiver for LAG_SECS; its pid, for `_kill_held_back` to kill.
+def _hold_back(cluster: PatroniCluster, replica: Node, starts: Path) -> int:
+    """Stop `replica`'s WAL receiver until the old primary has surely taken work with it; the
+    receiver's pid, for the caller to kill with the primary.
 
     Loopback replication is too quick to lose anything reliably by chance: with
     the receiver stopped, and then killed with the primary, what the kernel
     still held for it in the socket is lost too (the replica restarts its
-    recovery from the WAL on its disk), and the primary's last second of
-    commits is surely one the new primary never sees.
+    recovery from the WAL on its disk). The hold lasts LAG_SECS and until an
+    agent has started since the stop: its claim, or its run's end, is then a
+    commit the new primary never sees, however slowly a loaded machine drains.
     """
     receiver = cluster.wal_receiver_pid(replica)
+    started_before = len(starts.read_text().splitlines())
     os.kill(receiver, signal.SIGSTOP)
     time.sleep(LAG_SECS)
+    wait_until(
+        lambda: len(starts.read_text().splitlines()) > started_before,
+        30,
+        "no agent started while the replica was held back: nothing could be lost",
+    )
     return receiver
 
 
