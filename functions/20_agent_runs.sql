@@ -244,12 +244,16 @@ begin
         ) r on true
         -- Any kind's reply may ask for a human; only a forge run is judged on
         -- more, so another kind's is read only when it holds the block.
+        -- OFFSET 0 keeps this subquery whole: pulled up into the join, its
+        -- WHERE would filter the function's rows after calling it for every
+        -- run; kept whole, the WHERE gates the call (a one-time filter).
         left join lateral (
             select v.outcome, v.error
             from _forge_verdict(r.run_job_id, r.job_kind, x.final_message, x.pr_number) v
             where x.outcome = 'succeeded'
               and (r.job_kind in ('discover', 'plan', 'implement')
                    or strpos(x.final_message, '```ceaseless') > 0)
+            offset 0
         ) v on true
         -- What was left of the job's ceilings before this run (its own
         -- cost is not on the open run yet), and whether this run's report
@@ -264,6 +268,7 @@ begin
             from _job_budget_left(r.run_job_id, r.max_cost_usd, r.max_tokens) l
             where x.outcome in ('succeeded', 'failed', 'timed_out')
               and (r.max_cost_usd is not null or r.max_tokens is not null)
+            offset 0  -- the WHERE gates the call, as above
         ) b on true
     ),
     -- The result onto its run, only where the fence holds: what a run
@@ -277,7 +282,8 @@ begin
             final_message = t.final_message,
             error = coalesce(t.verdict_error,
                              case when t.empty_reply then 'the agent''s reply was empty' end),
-            session_id = case when _session_id_ok(t.session_id) then t.session_id
+            session_id = case when t.session_id is not null and _session_id_ok(t.session_id)
+                              then t.session_id
                               else r.session_id end,
             billing = case when r.billing = 'unknown' then coalesce(t.billing, r.billing)
                            else r.billing end,

@@ -4142,7 +4142,7 @@ create function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with 
 comment on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) is 'Record a poll''s end (last_polled_at, last_etag on success, last_error on failure) and set next_poll_at to one clamped interval later, or to p_next_poll_at when later (rate limits).';
 grant execute on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/20_agent_runs.sql, body md5 bca8eba98de9c3e857404a7296bb0782
+-- functions/20_agent_runs.sql, body md5 19762ce76bbb2bc3f269ea6f83b25fd2
 create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone DEFAULT now())
     returns TABLE(run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
     language plpgsql

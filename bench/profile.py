@@ -1,0 +1,257 @@
+"""Where a job's cost goes on the throughput path: a profile per job, so a change to that path
+says which line it moved (docs/performance.md, "Profile of the throughput path").
+
+Two measurements, each on a fresh database of one server:
+
+- a drain: `jobs` noop jobs inserted in one statement and delivered by one real listener,
+  with `track_functions = all` on the database. Per job: each function's own time (triggers
+  included, nested calls excluded) and its calls, rows written to each table (inserts,
+  updates and how many of those were HOT, deletes), WAL bytes, and the CPU time of the
+  listener process and of the database's backends;
+- a batch, called directly as a listener calls it: `batch` jobs claimed and started
+  (claim_jobs), heartbeaten (extend_leases, every lease past half its life) and finished
+  (finish_runs), each call read through auto_explain: its shared buffers per job, nested
+  statements (triggers) included.
+
+The listener is stopped before the statistics are read: a backend reports what it counted
+when it ends, so nothing is left unflushed. WAL bytes are the server's whole WAL over the
+drain: measure on a server with nothing else to do (the default, a dedicated embedded one).
+
+`python -m bench.profile` runs it alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+import psycopg
+import typer
+
+from bench.observe import DeliveredCounter, Listener
+from bench.plans import explained, shared_buffers
+from bench.server import DatabaseUrlOpt, Server, provision
+
+_NS_PER_TICK = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class FunctionCost:
+    name: str
+    calls_per_job: float
+    self_us_per_job: float
+    total_us_per_job: float
+
+
+@dataclass
+class TableWrites:
+    table: str
+    inserted: float
+    updated: float
+    hot_updated: float
+    deleted: float
+
+
+@dataclass
+class Profile:
+    jobs: int
+    drain_secs: float
+    wal_bytes_per_job: float
+    listener_cpu_us_per_job: float
+    database_cpu_us_per_job: float
+    functions: list[FunctionCost] = field(default_factory=list)
+    writes: list[TableWrites] = field(default_factory=list)
+    buffers_per_job: dict[str, float] = field(default_factory=dict)
+
+
+def _cpu_ns(pid: int) -> int:
+    """Nanoseconds of CPU (user and system) process `pid` has used, in clock ticks of
+    /proc/PID/stat (10 ms each here: measure thousands of jobs), 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    return (int(fields[11]) + int(fields[12])) * _NS_PER_TICK
+
+
+def _backends(conn: psycopg.Connection) -> list[int]:
+    """The pids of the other backends connected to this database."""
+    return [
+        pid
+        for (pid,) in conn.execute(
+            "select pid from pg_stat_activity "
+            "where datname = current_database() and pid <> pg_backend_pid()"
+        )
+    ]
+
+
+def _wal_lsn(conn: psycopg.Connection) -> int:
+    row = conn.execute("select pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _noop_lane(conn: psycopg.Connection, jobs: int) -> None:
+    conn.execute(
+        "insert into ceaseless.agents (name, adapter, max_concurrent) values ('noop', 'noop', %s)",
+        (10 * jobs,),
+    )
+
+
+def _insert_jobs(conn: psycopg.Connection, jobs: int) -> None:
+    conn.execute(
+        "insert into ceaseless.job (kind, agent, prompt) "
+        "select 'task', 'noop', 'job ' || g from generate_series(1, %s) g",
+        (jobs,),
+    )
+
+
+def drain(server: Server, jobs: int, timeout: float = 300) -> Profile:
+    """One listener delivers `jobs` noop jobs; the per-job costs of the whole path."""
+    with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
+        database = conn.info.dbname
+        conn.execute(f"alter database \"{database}\" set track_functions = 'all'")
+        _noop_lane(conn, jobs)
+        listener = Listener(
+            url, "--poll-interval", "60", "--concurrency", "5000", worker_id="profile"
+        ).wait_ready()
+        counter = DeliveredCounter(url)
+        try:
+            # Counted from here: enqueue, claim, start, finish and every trigger of them.
+            conn.execute("select pg_stat_reset()")
+            backends = {pid: _cpu_ns(pid) for pid in _backends(conn)}
+            listener_before = _cpu_ns(listener.proc.pid)
+            wal_before = _wal_lsn(conn)
+            began = time.monotonic()
+            # On a connection of its own, closed at once: a backend reports what it counted
+            # when it ends, and this one's counts would otherwise wait for its next report.
+            with psycopg.connect(url, autocommit=True) as producer:
+                _insert_jobs(producer, jobs)
+            ended = counter.wait_for(jobs, timeout)
+            listener_ns = _cpu_ns(listener.proc.pid) - listener_before
+            backends.update({pid: backends.get(pid, 0) for pid in _backends(conn)})
+            database_ns = sum(_cpu_ns(pid) - before for pid, before in backends.items())
+            wal = _wal_lsn(conn) - wal_before
+        finally:
+            counter.close()
+            listener.stop()
+        conn.execute("select pg_stat_clear_snapshot()")
+        functions = conn.execute(
+            "select funcname, calls, self_time, total_time from pg_stat_user_functions "
+            "where schemaname = 'ceaseless' order by self_time desc"
+        ).fetchall()
+        writes = conn.execute(
+            "select relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del "
+            "from pg_stat_user_tables where schemaname = 'ceaseless' "
+            "  and n_tup_ins + n_tup_upd + n_tup_del > 0 "
+            "order by n_tup_ins + n_tup_upd + n_tup_del desc, relname"
+        ).fetchall()
+    return Profile(
+        jobs=jobs,
+        drain_secs=ended - began,
+        wal_bytes_per_job=wal / jobs,
+        listener_cpu_us_per_job=listener_ns / 1000 / jobs,
+        database_cpu_us_per_job=database_ns / 1000 / jobs,
+        functions=[
+            FunctionCost(name, calls / jobs, 1000 * self_ms / jobs, 1000 * total_ms / jobs)
+            for name, calls, self_ms, total_ms in functions
+        ],
+        writes=[
+            TableWrites(name, ins / jobs, upd / jobs, hot / jobs, dels / jobs)
+            for name, ins, upd, hot, dels in writes
+        ],
+    )
+
+
+def batch_buffers(server: Server, batch: int) -> dict[str, float]:
+    """Shared buffers per job of each call of the listener's batch path, triggers included."""
+    with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
+        _noop_lane(conn, batch)
+        _insert_jobs(conn, batch)
+        found: dict[str, float] = {}
+        with explained(conn) as plans:
+            held = [
+                job
+                for (job, _) in conn.execute(
+                    "select id, run_id from ceaseless.claim_jobs('profile', %s, p_start => true)",
+                    (batch,),
+                )
+            ]
+        found["claim_jobs (claim and start)"] = shared_buffers(plans[-1]["Plan"]) / batch
+        with explained(conn) as plans:
+            conn.execute(
+                "select ceaseless.extend_leases('profile', %s, now() + interval '50 seconds', 60)",
+                (held,),
+            )
+        found["extend_leases (heartbeat)"] = shared_buffers(plans[-1]["Plan"]) / batch
+        runs = conn.execute(
+            "select id from ceaseless.agent_run where worker = 'profile' and finished_at is null"
+        ).fetchall()
+        payload = json.dumps([{"run_id": str(run), "outcome": "succeeded"} for (run,) in runs])
+        with explained(conn) as plans:
+            conn.execute("select ceaseless.finish_runs('profile', %s::jsonb)", (payload,))
+        found["finish_runs (finish)"] = shared_buffers(plans[-1]["Plan"]) / batch
+        return found
+
+
+def measure(server: Server, jobs: int, batch: int) -> Profile:
+    profile = drain(server, jobs)
+    profile.buffers_per_job = batch_buffers(server, batch)
+    return profile
+
+
+def markdown(profile: Profile, server_version: str) -> str:
+    """The profile as the tables of docs/performance.md."""
+    lines = [
+        f"PostgreSQL {server_version}; {profile.jobs:,} noop jobs, one listener, drained in "
+        f"{profile.drain_secs:.2f} s ({profile.jobs / profile.drain_secs:,.0f} jobs/s).",
+        "",
+        "| per job | |",
+        "|---|---:|",
+        f"| listener process CPU | {profile.listener_cpu_us_per_job:,.0f} µs |",
+        f"| database backends CPU | {profile.database_cpu_us_per_job:,.0f} µs |",
+        f"| WAL | {profile.wal_bytes_per_job:,.0f} bytes |",
+        *(
+            f"| shared buffers, {call} | {value:.1f} |"
+            for call, value in profile.buffers_per_job.items()
+        ),
+        "",
+        "| function (own time: nested calls excluded) | calls per job | own µs per job "
+        "| total µs per job |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| `{f.name}` | {f.calls_per_job:.3f} | {f.self_us_per_job:.1f} "
+            f"| {f.total_us_per_job:.1f} |"
+            for f in profile.functions
+            if f.self_us_per_job >= 0.25
+        ),
+        "",
+        "| table | rows inserted per job | updated | of those HOT | deleted |",
+        "|---|---:|---:|---:|---:|",
+        *(
+            f"| `{w.table}` | {w.inserted:.2f} | {w.updated:.2f} | {w.hot_updated:.2f} "
+            f"| {w.deleted:.2f} |"
+            for w in profile.writes
+            if w.inserted + w.updated + w.deleted >= 0.01
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def main(
+    database_url: DatabaseUrlOpt = None,
+    jobs: Annotated[int, typer.Option(help="Noop jobs the listener drains.")] = 20_000,
+    batch: Annotated[int, typer.Option(help="Jobs per direct call, for the buffers.")] = 1_000,
+) -> None:
+    """Profile the throughput path per job and print it as markdown."""
+    with provision(database_url) as server:
+        profile = measure(server, jobs, batch)
+        typer.echo(markdown(profile, server.settings()["server_version"]))
+
+
+if __name__ == "__main__":
+    typer.run(main)
