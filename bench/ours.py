@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -254,29 +254,47 @@ def scheduler_scale(server: Server, routines: int) -> Measurement:
         return Measurement({"buffers": float(buffers)}, extra={"uses_index": uses_index})
 
 
+def event_routines(conn: psycopg.Connection, routines: int) -> None:
+    """`routines` event routines of the user 'bench' on a noop lane, the global cap lifted:
+    distinct patterns, so each of `fanin_events` fires exactly one."""
+    _noop_lane(conn)
+    conn.execute(
+        "update ceaseless.settings set value = '100000000' where key = 'routine_max_running'"
+    )
+    conn.execute(
+        "insert into ceaseless.routines (name, user_id, agent, trigger_type, trigger_config, "
+        "action_type, action_config, cooldown_secs, max_concurrent) "
+        "select 'e' || g, 'bench', 'noop', 'event', "
+        "jsonb_build_object('pattern', 'alert-' || g || ' '), 'lightweight', "
+        '\'{"prompt": "p"}\', 0, 1000000 from generate_series(1, %s) g',
+        (routines,),
+    )
+
+
+def fanin_events(routines: int, events: int) -> Iterator[str]:
+    """The contents of `events` events that each fire one of `event_routines`' routines."""
+    return (f"alert-{i % routines + 1} on host {i}" for i in range(events))
+
+
+def insert_events(conn: psycopg.Connection, contents: Iterable[str]) -> float:
+    """Insert one event per content, each in its own transaction; the seconds it took."""
+    started = time.monotonic()
+    for content in contents:
+        conn.execute(
+            "insert into ceaseless.events (user_id, content) values ('bench', %s)", (content,)
+        )
+    return time.monotonic() - started
+
+
 def event_fanin(server: Server, routines: int, events: int) -> Measurement:
     """Event inserts per second with `routines` event routines for the inserting user."""
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
-        _noop_lane(conn)
-        conn.execute(
-            "update ceaseless.settings set value = '100000000' where key = 'routine_max_running'"
-        )
-        # Distinct patterns, about one routine matching each event.
-        conn.execute(
-            "insert into ceaseless.routines (name, user_id, agent, trigger_type, trigger_config, "
-            "action_type, action_config, cooldown_secs, max_concurrent) "
-            "select 'e' || g, 'bench', 'noop', 'event', "
-            "jsonb_build_object('pattern', 'alert-' || g || ' '), 'lightweight', "
-            '\'{"prompt": "p"}\', 0, 1000000 from generate_series(1, %s) g',
-            (routines,),
-        )
-        seconds = _insert_events(
-            conn, (f"alert-{i % routines + 1} on host {i}" for i in range(events))
-        )
+        event_routines(conn, routines)
+        seconds = insert_events(conn, fanin_events(routines, events))
         fired = _count(conn, "select count(*) from ceaseless.routine_runs")
         # The same number of events that match no routine: what matching
         # alone costs, next to matching and firing.
-        quiet = _insert_events(conn, (f"heartbeat {i} from host {i % 7}" for i in range(events)))
+        quiet = insert_events(conn, (f"heartbeat {i} from host {i % 7}" for i in range(events)))
         misfired = _count(conn, "select count(*) from ceaseless.routine_runs") - fired
         return Measurement(
             {
@@ -314,16 +332,6 @@ def event_load(server: Server, events: int, routines: int = 6) -> Measurement:
         duplicated=found.extra,
         extra={"errors": dict(produced.errors), "skipped": dict(found.skipped)},
     )
-
-
-def _insert_events(conn: psycopg.Connection, contents: Iterable[str]) -> float:
-    """Insert one event per content, each in its own transaction; the seconds it took."""
-    started = time.monotonic()
-    for content in contents:
-        conn.execute(
-            "insert into ceaseless.events (user_id, content) values ('bench', %s)", (content,)
-        )
-    return time.monotonic() - started
 
 
 def _count(conn: psycopg.Connection, query: str) -> int:

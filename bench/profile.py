@@ -1,7 +1,7 @@
 """Where a job's cost goes on the throughput path: a profile per job, so a change to that path
 says which line it moved (docs/performance.md, "Profile of the throughput path").
 
-Two measurements, each on a fresh database of one server:
+Two measurements of the job path, each on a fresh database of one server:
 
 - a drain: `jobs` noop jobs inserted in one statement and delivered by one real listener,
   with `track_functions = all` on the database. Per job: each function's own time (triggers
@@ -12,6 +12,10 @@ Two measurements, each on a fresh database of one server:
   (claim_jobs), heartbeaten (extend_leases, every lease past half its life) and finished
   (finish_runs), each call read through auto_explain: its shared buffers per job, nested
   statements (triggers) included.
+
+And the event fan-in of bin/bench, per event: each function's calls and time and the rows
+written, so the matching (_event_candidates) and the admission (_admit_fires) of one fire
+read apart from the rest.
 
 The listener is stopped before the statistics are read: a backend reports what it counted
 when it ends, so nothing is left unflushed. WAL bytes are the server's whole WAL over the
@@ -32,6 +36,7 @@ from typing import Annotated
 import psycopg
 import typer
 
+from bench import ours
 from bench.observe import DeliveredCounter, Listener
 from bench.plans import explained, shared_buffers
 from bench.server import DatabaseUrlOpt, Server, provision
@@ -110,6 +115,32 @@ def _insert_jobs(conn: psycopg.Connection, jobs: int) -> None:
     )
 
 
+def _function_costs(conn: psycopg.Connection, per: int) -> list[FunctionCost]:
+    """What each function counted since the reset, per `per` jobs or events, costliest first."""
+    conn.execute("select pg_stat_clear_snapshot()")
+    return [
+        FunctionCost(name, calls / per, 1000 * self_ms / per, 1000 * total_ms / per)
+        for name, calls, self_ms, total_ms in conn.execute(
+            "select funcname, calls, self_time, total_time from pg_stat_user_functions "
+            "where schemaname = 'ceaseless' order by self_time desc"
+        )
+    ]
+
+
+def _table_writes(conn: psycopg.Connection, per: int) -> list[TableWrites]:
+    """The rows written to each table since the reset, per `per` jobs or events."""
+    conn.execute("select pg_stat_clear_snapshot()")
+    return [
+        TableWrites(name, ins / per, upd / per, hot / per, dels / per)
+        for name, ins, upd, hot, dels in conn.execute(
+            "select relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del "
+            "from pg_stat_user_tables where schemaname = 'ceaseless' "
+            "  and n_tup_ins + n_tup_upd + n_tup_del > 0 "
+            "order by n_tup_ins + n_tup_upd + n_tup_del desc, relname"
+        )
+    ]
+
+
 def drain(server: Server, jobs: int, timeout: float = 300) -> Profile:
     """One listener delivers `jobs` noop jobs; the per-job costs of the whole path."""
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
@@ -139,31 +170,16 @@ def drain(server: Server, jobs: int, timeout: float = 300) -> Profile:
         finally:
             counter.close()
             listener.stop()
-        conn.execute("select pg_stat_clear_snapshot()")
-        functions = conn.execute(
-            "select funcname, calls, self_time, total_time from pg_stat_user_functions "
-            "where schemaname = 'ceaseless' order by self_time desc"
-        ).fetchall()
-        writes = conn.execute(
-            "select relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del "
-            "from pg_stat_user_tables where schemaname = 'ceaseless' "
-            "  and n_tup_ins + n_tup_upd + n_tup_del > 0 "
-            "order by n_tup_ins + n_tup_upd + n_tup_del desc, relname"
-        ).fetchall()
+        functions = _function_costs(conn, jobs)
+        writes = _table_writes(conn, jobs)
     return Profile(
         jobs=jobs,
         drain_secs=ended - began,
         wal_bytes_per_job=wal / jobs,
         listener_cpu_us_per_job=listener_ns / 1000 / jobs,
         database_cpu_us_per_job=database_ns / 1000 / jobs,
-        functions=[
-            FunctionCost(name, calls / jobs, 1000 * self_ms / jobs, 1000 * total_ms / jobs)
-            for name, calls, self_ms, total_ms in functions
-        ],
-        writes=[
-            TableWrites(name, ins / jobs, upd / jobs, hot / jobs, dels / jobs)
-            for name, ins, upd, hot, dels in writes
-        ],
+        functions=functions,
+        writes=writes,
     )
 
 
@@ -198,14 +214,69 @@ def batch_buffers(server: Server, batch: int) -> dict[str, float]:
         return found
 
 
+@dataclass
+class FanIn:
+    routines: int
+    events: int
+    inserts_per_s: float
+    functions: list[FunctionCost]
+    writes: list[TableWrites]
+
+
+def fan_in(server: Server, routines: int, events: int) -> FanIn:
+    """`events` events inserted one per transaction, each firing one of `routines` event
+    routines of its user (bin/bench's event fan-in): each function's cost per event, so the
+    matching (_event_candidates) and the admission (_admit_fires) are read apart from the rest."""
+    with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"alter database \"{conn.info.dbname}\" set track_functions = 'all'")
+        # Set up on a connection of its own, closed before the reset: its counts would
+        # otherwise be reported after it, as if the events had written them.
+        with psycopg.connect(url, autocommit=True) as setup:
+            ours.event_routines(setup, routines)
+        conn.execute("select pg_stat_reset()")
+        # On a connection of its own, closed before the statistics are read (see drain).
+        with psycopg.connect(url, autocommit=True) as producer:
+            seconds = ours.insert_events(producer, ours.fanin_events(routines, events))
+        return FanIn(
+            routines,
+            events,
+            events / seconds,
+            _function_costs(conn, events),
+            _table_writes(conn, events),
+        )
+
+
 def measure(server: Server, jobs: int, batch: int) -> Profile:
     profile = drain(server, jobs)
     profile.buffers_per_job = batch_buffers(server, batch)
     return profile
 
 
+def _tables(functions: list[FunctionCost], writes: list[TableWrites], unit: str) -> list[str]:
+    return [
+        f"| function (own time: nested calls excluded) | calls per {unit} | own µs per {unit} "
+        f"| total µs per {unit} |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| `{f.name}` | {f.calls_per_job:.3f} | {f.self_us_per_job:.1f} "
+            f"| {f.total_us_per_job:.1f} |"
+            for f in functions
+            if f.self_us_per_job >= 0.25
+        ),
+        "",
+        f"| table | rows inserted per {unit} | updated | of those HOT | deleted |",
+        "|---|---:|---:|---:|---:|",
+        *(
+            f"| `{w.table}` | {w.inserted:.2f} | {w.updated:.2f} | {w.hot_updated:.2f} "
+            f"| {w.deleted:.2f} |"
+            for w in writes
+            if w.inserted + w.updated + w.deleted >= 0.01
+        ),
+    ]
+
+
 def markdown(profile: Profile, server_version: str) -> str:
-    """The profile as the tables of docs/performance.md."""
+    """The throughput profile as the tables of docs/performance.md."""
     lines = [
         f"PostgreSQL {server_version}; {profile.jobs:,} noop jobs, one listener, drained in "
         f"{profile.drain_secs:.2f} s ({profile.jobs / profile.drain_secs:,.0f} jobs/s).",
@@ -220,37 +291,36 @@ def markdown(profile: Profile, server_version: str) -> str:
             for call, value in profile.buffers_per_job.items()
         ),
         "",
-        "| function (own time: nested calls excluded) | calls per job | own µs per job "
-        "| total µs per job |",
-        "|---|---:|---:|---:|",
-        *(
-            f"| `{f.name}` | {f.calls_per_job:.3f} | {f.self_us_per_job:.1f} "
-            f"| {f.total_us_per_job:.1f} |"
-            for f in profile.functions
-            if f.self_us_per_job >= 0.25
-        ),
-        "",
-        "| table | rows inserted per job | updated | of those HOT | deleted |",
-        "|---|---:|---:|---:|---:|",
-        *(
-            f"| `{w.table}` | {w.inserted:.2f} | {w.updated:.2f} | {w.hot_updated:.2f} "
-            f"| {w.deleted:.2f} |"
-            for w in profile.writes
-            if w.inserted + w.updated + w.deleted >= 0.01
-        ),
+        *_tables(profile.functions, profile.writes, "job"),
     ]
     return "\n".join(lines)
+
+
+def fan_in_markdown(found: FanIn) -> str:
+    """The fan-in profile as docs/performance.md shows it."""
+    return "\n".join(
+        [
+            f"{found.events:,} events, each firing one of {found.routines:,} event routines: "
+            f"{found.inserts_per_s:,.0f} inserts/s.",
+            "",
+            *_tables(found.functions, found.writes, "event"),
+        ]
+    )
 
 
 def main(
     database_url: DatabaseUrlOpt = None,
     jobs: Annotated[int, typer.Option(help="Noop jobs the listener drains.")] = 20_000,
     batch: Annotated[int, typer.Option(help="Jobs per direct call, for the buffers.")] = 1_000,
+    routines: Annotated[int, typer.Option(help="Event routines of the fan-in.")] = 1_000,
+    events: Annotated[int, typer.Option(help="Events of the fan-in.")] = 1_000,
 ) -> None:
-    """Profile the throughput path per job and print it as markdown."""
+    """Profile the throughput path per job and the event fan-in per event; print markdown."""
     with provision(database_url) as server:
         profile = measure(server, jobs, batch)
         typer.echo(markdown(profile, server.settings()["server_version"]))
+        typer.echo("")
+        typer.echo(fan_in_markdown(fan_in(server, routines, events)))
 
 
 if __name__ == "__main__":

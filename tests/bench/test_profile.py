@@ -38,3 +38,21 @@ def test_the_profile_accounts_for_every_job_and_every_call(server_url: str) -> N
     table = profile.markdown(found, "test")
     for line in ("`claim_jobs`", "`finish_runs`", "| `job` |", "| WAL |"):
         assert line in table, table
+
+
+def test_the_fan_in_profile_reads_matching_and_admission_apart(server_url: str) -> None:
+    server = Server(server_url)
+    try:
+        found = profile.fan_in(server, 50, 100)
+    finally:
+        server.close()
+    functions = {f.name: f for f in found.functions}
+    # Every event matched once and fired once: one match, one admission, one run, one job.
+    for name in ("_event_candidates", "_admit_fires", "_fire_routines"):
+        assert functions[name].calls_per_job == 1.0, functions[name]
+    writes = {w.table: w for w in found.writes}
+    assert (writes["events"].inserted, writes["routine_runs"].inserted) == (1.0, 1.0)
+    assert writes["job"].inserted == 1.0
+    # The routines were written before the count began.
+    assert "routines" not in writes
+    assert "`_event_candidates`" in profile.fan_in_markdown(found)
