@@ -15,7 +15,10 @@ Guarantees:
   keeper is reaped.
 - If the listener dies, even by SIGKILL, the kernel tells the keeper
   (PR_SET_PDEATHSIG, Linux), which kills every descendant. The signal follows the
-  *thread* that spawned the keeper, i.e. the thread running the event loop.
+  *thread* that spawned the keeper, i.e. the thread running the event loop. The
+  keeper arms it itself, first thing, and exits if the listener is already gone;
+  so the listener runs no code in the child between fork and exec, and Python
+  starts the keeper with vfork instead of copying the listener's memory.
 - Memory is bounded whatever the agent prints: one stdout line of at most
   `line_limit` bytes (a longer line keeps its first and last halves around a
   marker of what was cut, so that a result line with a long answer in it still
@@ -38,14 +41,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import functools
 import logging
 import os
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterable
 
 from listener import pids
@@ -67,17 +67,12 @@ from listener.enums import Outcome
 
 log = logging.getLogger(__name__)
 
-# A child whose parent died between fork and prctl exits with this instead of running.
-ORPHANED_EXIT_STATUS = 111
-
 _CHUNK = 64 << 10
 _POLL_SECS = 0.05
 # After the group is gone, the pipes reach EOF at once; only a process that escaped
 # the group (setsid) can hold them open, and we stop reading after this long.
 _DRAIN_SECS = 2.0
 _REAP_SECS = 2.0
-_PR_SET_PDEATHSIG = 1
-_SIGKILL = int(signal.SIGKILL)
 
 
 class StopRequest(asyncio.Event):
@@ -207,7 +202,6 @@ async def _spawn(
         env=env,
         cwd=cwd,
         start_new_session=True,
-        preexec_fn=_die_with_parent(os.getpid()),
         limit=_CHUNK,
     )
 
@@ -222,35 +216,6 @@ def _spawn_error(exc: BaseException, executable: str, agent: AgentConfig, task: 
     else:
         problem = "could not be started"
     return f"agent {agent.name!r}: executable {executable!r} {problem} ({exc})"
-
-
-@functools.cache
-def _prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
-    prctl.restype = ctypes.c_int
-    return prctl
-
-
-def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
-    """A preexec_fn asking the kernel to SIGKILL the child when its parent dies."""
-    prctl = _prctl()
-    if prctl is None:
-        return None
-
-    def preexec() -> None:
-        # Runs in the forked child before exec: only plain syscalls, no locks, no imports.
-        prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
-        # If the parent died before prctl took effect, the signal will never come.
-        if os.getppid() != parent_pid:
-            os._exit(ORPHANED_EXIT_STATUS)
-
-    return preexec
 
 
 async def _write_prompt(proc: asyncio.subprocess.Process, prompt: str) -> None:

@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 
-from listener.agents.process import ORPHANED_EXIT_STATUS, _die_with_parent
+from listener.agents.reaper import CANNOT_EXECUTE
+from listener.agents.sandbox import REAPER
 
 from .support import FAKE_AGENT, REPO, alive, kill_quietly, read_pids, wait_until
 
@@ -56,15 +57,39 @@ def test_agent_dies_when_the_listener_is_killed(tmp_path):
         kill_quietly(agent_pids)
 
 
-def test_a_child_whose_parent_is_already_gone_does_not_run():
-    # The child's parent is this process; telling it to expect another one
-    # reproduces the race where the parent died before prctl took effect.
+def _keeper(parent: int, *argv: str) -> subprocess.CompletedProcess[bytes]:
+    """The keeper as the listener starts it, told its listener is `parent`."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(REAPER),
+            "--parent",
+            str(parent),
+            "--grace",
+            "1",
+            "--",
+            *argv,
+        ],
+        timeout=30,
+    )
+
+
+def test_a_keeper_whose_listener_is_already_gone_runs_nothing(tmp_path):
+    # The keeper's parent is this process; telling it to expect another one
+    # reproduces the race where the listener died before the keeper armed its
+    # death signal: the agent must never start.
     started = time.monotonic()
-    done = subprocess.run(["sleep", "30"], preexec_fn=_die_with_parent(os.getpid() + 1_000_000))
-    assert done.returncode == ORPHANED_EXIT_STATUS
+    ran = tmp_path / "ran"
+    done = _keeper(os.getpid() + 1_000_000, "/bin/sh", "-c", f"touch {ran}; sleep 30")
+    assert done.returncode == CANNOT_EXECUTE
+    assert not ran.exists()
     assert time.monotonic() - started < 10
 
 
-def test_a_child_with_its_parent_runs_normally():
-    done = subprocess.run(["true"], preexec_fn=_die_with_parent(os.getpid()))
+def test_a_keeper_with_its_listener_runs_the_agent(tmp_path):
+    ran = tmp_path / "ran"
+    done = _keeper(os.getpid(), "/bin/sh", "-c", f"touch {ran}")
     assert done.returncode == 0
+    assert ran.exists()

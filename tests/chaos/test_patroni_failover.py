@@ -384,15 +384,20 @@ def _hold_back(cluster: PatroniCluster, replica: Node, starts: Path) -> int:
     receiver = cluster.wal_receiver_pid(replica)
     started_before = len(starts.read_text().splitlines())
     os.kill(receiver, signal.SIGSTOP)
-    time.sleep(LAG_SECS)
-    wait_until(
-        lambda: len(starts.read_text().splitlines()) > started_before,
-        30,
-        lambda: (
-            "no agent started while the replica was held back: nothing could be lost "
-            f"({len(starts.read_text().splitlines())} started in all, {started_before} before)"
-        ),
-    )
+    try:
+        time.sleep(LAG_SECS)
+        wait_until(
+            lambda: len(starts.read_text().splitlines()) > started_before,
+            30,
+            lambda: (
+                "no agent started while the replica was held back: nothing could be lost "
+                f"({len(starts.read_text().splitlines())} started in all, {started_before} before)"
+            ),
+        )
+    except BaseException:
+        # A stopped process outlives the cluster's stop, which only asks it to end.
+        os.kill(receiver, signal.SIGKILL)
+        raise
     return receiver
 
 
