@@ -3,11 +3,12 @@ says which line it moved (docs/performance.md, "Profile of the throughput path")
 
 Two measurements of the job path, each on a fresh database of one server:
 
-- a drain: `jobs` noop jobs inserted in one statement and delivered by one real listener,
-  with `track_functions = all` on the database. Per job: each function's own time (triggers
-  included, nested calls excluded) and its calls, rows written to each table (inserts,
-  updates and how many of those were HOT, deletes), WAL bytes, and the CPU time of the
-  listener process and of the database's backends;
+- a drain: `jobs` noop jobs inserted in one statement and delivered by real listeners (one
+  unless told), with `track_functions = all` on the database. Per job: each function's own
+  time (triggers included, nested calls excluded) and its calls, rows written to each table
+  (inserts, updates and how many of those were HOT, deletes), WAL bytes, and the CPU time of
+  the listener processes and of the database's backends; over the drain, how busy the
+  machine was and what the active backends waited for (pg_stat_activity, sampled every 5 ms);
 - a batch, called directly as a listener calls it: `batch` jobs claimed and started
   (claim_jobs), heartbeaten (extend_leases, every lease past half its life) and finished
   (finish_runs), each call read through auto_explain: its shared buffers per job, nested
@@ -28,7 +29,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -64,13 +67,19 @@ class TableWrites:
 @dataclass
 class Profile:
     jobs: int
+    listeners: int
     drain_secs: float
+    machine_busy: float
+    """The share of the machine's CPU time in use over the drain, all cores."""
     wal_bytes_per_job: float
     listener_cpu_us_per_job: float
     database_cpu_us_per_job: float
     functions: list[FunctionCost] = field(default_factory=list)
     writes: list[TableWrites] = field(default_factory=list)
     buffers_per_job: dict[str, float] = field(default_factory=dict)
+    waits: dict[str, float] = field(default_factory=dict)
+    """What the database's active backends were doing, by share of samples: a wait event
+    (type: event), or CPU when none."""
 
 
 def _cpu_ns(pid: int) -> int:
@@ -141,40 +150,94 @@ def _table_writes(conn: psycopg.Connection, per: int) -> list[TableWrites]:
     ]
 
 
-def drain(server: Server, jobs: int, timeout: float = 300) -> Profile:
-    """One listener delivers `jobs` noop jobs; the per-job costs of the whole path."""
+def _machine_cpu() -> tuple[int, int]:
+    """All CPU time of the machine so far and its idle part, in ticks (/proc/stat)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(values), values[3] + values[4]  # idle and iowait
+
+
+class _WaitSampler:
+    """Samples what this database's active backends wait for, from pg_stat_activity, on a
+    connection of its own in a thread, until stopped."""
+
+    def __init__(self, url: str, interval: float = 0.005) -> None:
+        self.samples: Counter[str] = Counter()
+        self._url = url
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _WaitSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        with psycopg.connect(self._url, autocommit=True) as conn:
+            while not self._stop.is_set():
+                for wait_type, wait in conn.execute(
+                    "select wait_event_type, wait_event from pg_stat_activity "
+                    "where datname = current_database() and state = 'active' "
+                    "  and pid <> pg_backend_pid()"
+                ):
+                    self.samples["CPU" if wait is None else f"{wait_type}: {wait}"] += 1
+                self._stop.wait(self._interval)
+
+    def shares(self) -> dict[str, float]:
+        total = sum(self.samples.values()) or 1
+        return {name: count / total for name, count in self.samples.most_common()}
+
+
+def drain(server: Server, jobs: int, listeners: int = 1, timeout: float = 300) -> Profile:
+    """`listeners` listeners deliver `jobs` noop jobs; the per-job costs of the whole path."""
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
         database = conn.info.dbname
         conn.execute(f"alter database \"{database}\" set track_functions = 'all'")
         _noop_lane(conn, jobs)
-        listener = Listener(
-            url, "--poll-interval", "60", "--concurrency", "5000", worker_id="profile"
-        ).wait_ready()
+        procs = [
+            Listener(url, "--poll-interval", "60", "--concurrency", "5000", worker_id=f"p{n}")
+            for n in range(listeners)
+        ]
         counter = DeliveredCounter(url)
         try:
+            for proc in procs:
+                proc.wait_ready()
             # Counted from here: enqueue, claim, start, finish and every trigger of them.
             conn.execute("select pg_stat_reset()")
             backends = {pid: _cpu_ns(pid) for pid in _backends(conn)}
-            listener_before = _cpu_ns(listener.proc.pid)
+            listener_before = sum(_cpu_ns(proc.proc.pid) for proc in procs)
             wal_before = _wal_lsn(conn)
-            began = time.monotonic()
-            # On a connection of its own, closed at once: a backend reports what it counted
-            # when it ends, and this one's counts would otherwise wait for its next report.
-            with psycopg.connect(url, autocommit=True) as producer:
-                _insert_jobs(producer, jobs)
-            ended = counter.wait_for(jobs, timeout)
-            listener_ns = _cpu_ns(listener.proc.pid) - listener_before
+            machine_before = _machine_cpu()
+            with _WaitSampler(url) as waits:
+                began = time.monotonic()
+                # On a connection of its own, closed at once: a backend reports what it
+                # counted when it ends, and this one's counts would otherwise wait for its
+                # next report.
+                with psycopg.connect(url, autocommit=True) as producer:
+                    _insert_jobs(producer, jobs)
+                ended = counter.wait_for(jobs, timeout)
+            machine_after = _machine_cpu()
+            listener_ns = sum(_cpu_ns(proc.proc.pid) for proc in procs) - listener_before
             backends.update({pid: backends.get(pid, 0) for pid in _backends(conn)})
             database_ns = sum(_cpu_ns(pid) - before for pid, before in backends.items())
             wal = _wal_lsn(conn) - wal_before
         finally:
             counter.close()
-            listener.stop()
+            for proc in procs:
+                proc.stop()
         functions = _function_costs(conn, jobs)
         writes = _table_writes(conn, jobs)
+    total = machine_after[0] - machine_before[0]
+    idle = machine_after[1] - machine_before[1]
     return Profile(
         jobs=jobs,
+        listeners=listeners,
         drain_secs=ended - began,
+        machine_busy=1 - idle / total if total else 0.0,
+        waits=waits.shares(),
         wal_bytes_per_job=wal / jobs,
         listener_cpu_us_per_job=listener_ns / 1000 / jobs,
         database_cpu_us_per_job=database_ns / 1000 / jobs,
@@ -246,8 +309,8 @@ def fan_in(server: Server, routines: int, events: int) -> FanIn:
         )
 
 
-def measure(server: Server, jobs: int, batch: int) -> Profile:
-    profile = drain(server, jobs)
+def measure(server: Server, jobs: int, batch: int, listeners: int = 1) -> Profile:
+    profile = drain(server, jobs, listeners)
     profile.buffers_per_job = batch_buffers(server, batch)
     return profile
 
@@ -278,8 +341,10 @@ def _tables(functions: list[FunctionCost], writes: list[TableWrites], unit: str)
 def markdown(profile: Profile, server_version: str) -> str:
     """The throughput profile as the tables of docs/performance.md."""
     lines = [
-        f"PostgreSQL {server_version}; {profile.jobs:,} noop jobs, one listener, drained in "
-        f"{profile.drain_secs:.2f} s ({profile.jobs / profile.drain_secs:,.0f} jobs/s).",
+        f"PostgreSQL {server_version}; {profile.jobs:,} noop jobs, {profile.listeners} "
+        f"listener{'s' if profile.listeners > 1 else ''}, drained in {profile.drain_secs:.2f} s "
+        f"({profile.jobs / profile.drain_secs:,.0f} jobs/s), the machine "
+        f"{profile.machine_busy:.0%} busy.",
         "",
         "| per job | |",
         "|---|---:|",
@@ -290,6 +355,10 @@ def markdown(profile: Profile, server_version: str) -> str:
             f"| shared buffers, {call} | {value:.1f} |"
             for call, value in profile.buffers_per_job.items()
         ),
+        "",
+        "| the database's active backends, by share of samples | |",
+        "|---|---:|",
+        *(f"| {name} | {share:.1%} |" for name, share in profile.waits.items() if share >= 0.005),
         "",
         *_tables(profile.functions, profile.writes, "job"),
     ]
@@ -314,10 +383,11 @@ def main(
     batch: Annotated[int, typer.Option(help="Jobs per direct call, for the buffers.")] = 1_000,
     routines: Annotated[int, typer.Option(help="Event routines of the fan-in.")] = 1_000,
     events: Annotated[int, typer.Option(help="Events of the fan-in.")] = 1_000,
+    listeners: Annotated[int, typer.Option(help="Listeners of the drain.")] = 1,
 ) -> None:
     """Profile the throughput path per job and the event fan-in per event; print markdown."""
     with provision(database_url) as server:
-        profile = measure(server, jobs, batch)
+        profile = measure(server, jobs, batch, listeners)
         typer.echo(markdown(profile, server.settings()["server_version"]))
         typer.echo("")
         typer.echo(fan_in_markdown(fan_in(server, routines, events)))

@@ -13,7 +13,7 @@ JOBS = 3_000
 def test_the_profile_accounts_for_every_job_and_every_call(server_url: str) -> None:
     server = Server(server_url)
     try:
-        found = profile.measure(server, JOBS, 100)
+        found = profile.measure(server, JOBS, 100, listeners=2)
     finally:
         server.close()
     functions = {f.name: f for f in found.functions}
@@ -29,6 +29,9 @@ def test_the_profile_accounts_for_every_job_and_every_call(server_url: str) -> N
     assert found.wal_bytes_per_job > 0
     assert found.listener_cpu_us_per_job > 0
     assert found.database_cpu_us_per_job > 0
+    assert 0 < found.machine_busy <= 1
+    # The backends were seen at work, and every sample was counted once.
+    assert found.waits and abs(sum(found.waits.values()) - 1) < 1e-9, found.waits
     assert set(found.buffers_per_job) == {
         "claim_jobs (claim and start)",
         "extend_leases (heartbeat)",
@@ -36,7 +39,7 @@ def test_the_profile_accounts_for_every_job_and_every_call(server_url: str) -> N
     }
     assert all(value > 0 for value in found.buffers_per_job.values()), found.buffers_per_job
     table = profile.markdown(found, "test")
-    for line in ("`claim_jobs`", "`finish_runs`", "| `job` |", "| WAL |"):
+    for line in ("`claim_jobs`", "`finish_runs`", "| `job` |", "| WAL |", "2 listeners"):
         assert line in table, table
 
 
