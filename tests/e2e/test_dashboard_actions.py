@@ -65,6 +65,9 @@ def _job_state(conn: psycopg.Connection, job: UUID) -> str:
 def _click(page: Page, scope: str, button: str) -> None:
     page.evaluate("window.__notReloaded = true")
     page.locator(scope).locator(f"button.{button}").click()
+    # The page is busy until the action's answer is shown and the page re-rendered in place
+    # (dashboard.js): what is typed next goes into the fresh form, as a person's would.
+    expect(page.locator("body")).not_to_have_attribute("aria-busy", "true", timeout=30_000)
 
 
 def _not_reloaded(page: Page) -> None:
