@@ -31,7 +31,8 @@ class Measurement:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _noop_lane(conn: psycopg.Connection) -> None:
+def noop_lane(conn: psycopg.Connection) -> None:
+    """The noop lane (jobs delivered at once, no process), room for 100,000 at a time."""
     conn.execute(
         "insert into ceaseless.agents (name, adapter, max_concurrent) "
         "values ('noop', 'noop', 100000) on conflict (name) do nothing"
@@ -64,7 +65,7 @@ def drain(
     seconds from the insert's commit until the last is delivered (the full path).
 
     `listen_url`: where LISTEN goes when `url` is a connection pooler's (--listen-url)."""
-    _noop_lane(conn)
+    noop_lane(conn)
     direct = ("--listen-url", listen_url) if listen_url else ()
     procs = [
         Listener(
@@ -104,7 +105,7 @@ def throughput(server: Server, jobs: int, listeners: int) -> Measurement:
 def latency(server: Server, jobs: int, rate: float) -> Measurement:
     """Insert jobs one at a time at `rate` per second; insert → agent start percentiles (ms)."""
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
-        _noop_lane(conn)
+        noop_lane(conn)
         proc = Listener(url, "--poll-interval", "60", worker_id="bench-latency").wait_ready()
         try:
             counter = DeliveredCounter(url)
@@ -140,7 +141,7 @@ def latency(server: Server, jobs: int, rate: float) -> Measurement:
 def cron_fanout(server: Server, routines: int, listeners: int = 2) -> Measurement:
     """`routines` cron routines due at one instant, two listeners: time until every run exists."""
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
-        _noop_lane(conn)
+        noop_lane(conn)
         conn.execute(
             "update ceaseless.settings set value = %s where key = 'routine_max_running'",
             (json.dumps(routines * 2),),
@@ -228,7 +229,7 @@ _DUE_QUERY = (
 def scheduler_scale(server: Server, routines: int) -> Measurement:
     """Buffers of the scheduler's due query (a batch of 100) with `routines` rows, 1 % due."""
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
-        _noop_lane(conn)
+        noop_lane(conn)
         # Setup only: the rows are written past the validation trigger, which
         # is not what is measured and would take minutes for a million rows.
         conn.execute("alter table ceaseless.routines disable trigger routines_validate")
@@ -257,7 +258,7 @@ def scheduler_scale(server: Server, routines: int) -> Measurement:
 def event_routines(conn: psycopg.Connection, routines: int) -> None:
     """`routines` event routines of the user 'bench' on a noop lane, the global cap lifted:
     distinct patterns, so each of `fanin_events` fires exactly one."""
-    _noop_lane(conn)
+    noop_lane(conn)
     conn.execute(
         "update ceaseless.settings set value = '100000000' where key = 'routine_max_running'"
     )
@@ -385,7 +386,7 @@ def loop_chain(server: Server, iterations: int) -> Measurement:
     paced, it would measure its interval.
     """
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
-        _noop_lane(conn)
+        noop_lane(conn)
         loop = conn.execute(
             "insert into ceaseless.loops (title, description, graph, task_template, triggers, "
             "repeat_policy, min_interval_secs) "

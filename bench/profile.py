@@ -18,9 +18,11 @@ And the event fan-in of bin/bench, per event: each function's calls and time and
 written, so the matching (_event_candidates) and the admission (_admit_fires) of one fire
 read apart from the rest.
 
-The listener is stopped before the statistics are read: a backend reports what it counted
-when it ends, so nothing is left unflushed. WAL bytes are the server's whole WAL over the
-drain: measure on a server with nothing else to do (the default, a dedicated embedded one).
+Every other client of the database has ended, and its backend has left pg_stat_activity,
+before the counters are reset and before they are read: a backend reports what it counted as
+it ends, so nothing is counted on the wrong side of the reset or left unreported. WAL bytes
+are the server's whole WAL over the drain: measure on a server with nothing else to do (the
+default, a dedicated embedded one).
 
 `python -m bench.profile` runs it alone.
 """
@@ -109,19 +111,26 @@ def _wal_lsn(conn: psycopg.Connection) -> int:
     return int(row[0])
 
 
-def _noop_lane(conn: psycopg.Connection, jobs: int) -> None:
-    conn.execute(
-        "insert into ceaseless.agents (name, adapter, max_concurrent) values ('noop', 'noop', %s)",
-        (10 * jobs,),
-    )
-
-
 def _insert_jobs(conn: psycopg.Connection, jobs: int) -> None:
     conn.execute(
         "insert into ceaseless.job (kind, agent, prompt) "
         "select 'task', 'noop', 'job ' || g from generate_series(1, %s) g",
         (jobs,),
     )
+
+
+def _reported(conn: psycopg.Connection, timeout: float = 30) -> None:
+    """Until every other client of this database has ended, and so has reported its counts: a
+    backend reports them as it ends, after its client has already closed the connection, and
+    leaves pg_stat_activity only once it has."""
+    deadline = time.monotonic() + timeout
+    while conn.execute(
+        "select exists (select from pg_stat_activity where datname = current_database() "
+        "  and pid <> pg_backend_pid() and backend_type = 'client backend')"
+    ).fetchone() != (False,):
+        if time.monotonic() > deadline:
+            raise TimeoutError("other clients of the profiled database did not end")
+        time.sleep(0.01)
 
 
 def _function_costs(conn: psycopg.Connection, per: int) -> list[FunctionCost]:
@@ -196,7 +205,7 @@ def drain(server: Server, jobs: int, listeners: int = 1, timeout: float = 300) -
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
         database = conn.info.dbname
         conn.execute(f"alter database \"{database}\" set track_functions = 'all'")
-        _noop_lane(conn, jobs)
+        ours.noop_lane(conn)
         procs = [
             Listener(url, "--poll-interval", "60", "--concurrency", "5000", worker_id=f"p{n}")
             for n in range(listeners)
@@ -228,6 +237,7 @@ def drain(server: Server, jobs: int, listeners: int = 1, timeout: float = 300) -
             counter.close()
             for proc in procs:
                 proc.stop()
+        _reported(conn)
         functions = _function_costs(conn, jobs)
         writes = _table_writes(conn, jobs)
     total = machine_after[0] - machine_before[0]
@@ -249,7 +259,7 @@ def drain(server: Server, jobs: int, listeners: int = 1, timeout: float = 300) -
 def batch_buffers(server: Server, batch: int) -> dict[str, float]:
     """Shared buffers per job of each call of the listener's batch path, triggers included."""
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
-        _noop_lane(conn, batch)
+        ours.noop_lane(conn)
         _insert_jobs(conn, batch)
         found: dict[str, float] = {}
         with explained(conn) as plans:
@@ -292,14 +302,16 @@ def fan_in(server: Server, routines: int, events: int) -> FanIn:
     matching (_event_candidates) and the admission (_admit_fires) are read apart from the rest."""
     with server.database(migrated=True) as url, psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"alter database \"{conn.info.dbname}\" set track_functions = 'all'")
-        # Set up on a connection of its own, closed before the reset: its counts would
+        # Set up on a connection of its own, ended before the reset: its counts would
         # otherwise be reported after it, as if the events had written them.
         with psycopg.connect(url, autocommit=True) as setup:
             ours.event_routines(setup, routines)
+        _reported(conn)
         conn.execute("select pg_stat_reset()")
-        # On a connection of its own, closed before the statistics are read (see drain).
+        # On a connection of its own, ended before the statistics are read (see drain).
         with psycopg.connect(url, autocommit=True) as producer:
             seconds = ours.insert_events(producer, ours.fanin_events(routines, events))
+        _reported(conn)
         return FanIn(
             routines,
             events,
