@@ -9,6 +9,11 @@ from uuid import UUID
 
 import psycopg
 
+# The timeout of an agent that a test lets time out after it has started
+# something (a child, a session line): long enough for a loaded machine to start
+# the keeper and the fake and let it write, which took more than 1 s under CI.
+STARTED_AGENT_TIMEOUT_SECS = 5
+
 
 def make_agent(
     conn: psycopg.Connection,

@@ -15,6 +15,7 @@ import pytest
 from listener.agents import adapter_for, run_agent
 from listener.agents.base import FINAL_MESSAGE_LIMIT, AgentConfig, RunResult
 from listener.enums import Adapter, Billing, Outcome
+from tests.factories import STARTED_AGENT_TIMEOUT_SECS
 
 from .support import (
     FAKE_AGENT,
@@ -98,30 +99,31 @@ def test_model_falls_back_to_the_configured_one():
 
 def test_timeout_kills_the_whole_group(tmp_path):
     started = time.monotonic()
-    # 2 s, not 1: under load the fake must still get to write its pids before the kill.
-    r = run(fake_agent("spawn_child_and_sleep", tmp_path, timeout_secs=2))
+    timeout = STARTED_AGENT_TIMEOUT_SECS
+    r = run(fake_agent("spawn_child_and_sleep", tmp_path, timeout_secs=timeout))
     elapsed = time.monotonic() - started
     pids = read_pids(tmp_path / "pids")
     try:
         assert r.outcome == Outcome.TIMED_OUT
-        assert "timed out after 2s" in (r.error or "")
+        assert f"timed out after {timeout}s" in (r.error or "")
         assert len(pids) == 2
         assert not os.path.exists(f"/proc/{pids[0]}"), "the agent was not reaped"
         assert wait_until(lambda: not any(map(alive, pids)), 2.0), "a group member survived"
-        assert elapsed < 8  # the timeout, not the 30 s default nor the sleep
+        assert elapsed < timeout + 6  # the timeout, not the 30 s default nor the sleep
     finally:
         kill_quietly(pids)
 
 
 def test_sigterm_ignorer_is_killed_after_the_grace_period(tmp_path):
     started = time.monotonic()
-    r = run(fake_agent("ignore_sigterm", tmp_path, timeout_secs=2))
+    timeout = STARTED_AGENT_TIMEOUT_SECS
+    r = run(fake_agent("ignore_sigterm", tmp_path, timeout_secs=timeout))
     elapsed = time.monotonic() - started
     pids = read_pids(tmp_path / "pids")
     try:
         assert r.outcome == Outcome.TIMED_OUT
         assert r.exit_status == -9
-        assert elapsed >= 2.9  # 2 s timeout + 1 s grace
+        assert elapsed >= timeout + 0.9  # the timeout + 1 s grace
         assert not any(map(alive, pids))
     finally:
         kill_quietly(pids)
@@ -354,7 +356,7 @@ CLAUDE_MODES = {
 @pytest.mark.parametrize(("mode", "expected"), CLAUDE_MODES.items())
 def test_fake_claude_modes_end_to_end(mode, expected):
     env = {"FAKE_CLAUDE_MODE": mode, "FAKE_CLAUDE_API_KEY_SOURCE": "ANTHROPIC_API_KEY"}
-    timeout = 1 if mode == "hang" else 30
+    timeout = STARTED_AGENT_TIMEOUT_SECS if mode == "hang" else 30
     config = agent(Adapter.CLAUDE_CODE, [FAKE_CLAUDE], env=env, timeout_secs=timeout)
     r = run(config, task("the prompt", resume_session_id=CLAUDE_SESSION, max_turns=9))
     assert r.outcome == expected
@@ -391,7 +393,7 @@ OPENCODE_MODES = {
 
 @pytest.mark.parametrize(("mode", "expected"), OPENCODE_MODES.items())
 def test_fake_opencode_modes_end_to_end(mode, expected):
-    timeout = 1 if mode == "hang" else 30
+    timeout = STARTED_AGENT_TIMEOUT_SECS if mode == "hang" else 30
     config = agent(
         Adapter.OPENCODE, [FAKE_OPENCODE], env={"FAKE_OPENCODE_MODE": mode}, timeout_secs=timeout
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 
 from tests.e2e.support import FAKES, ListenerProcess, pid_alive, wait_until
-from tests.factories import make_agent, make_job
+from tests.factories import STARTED_AGENT_TIMEOUT_SECS, make_agent, make_job
 
 
 def test_killed_listener_takes_its_agent_down_and_the_job_runs_again_elsewhere(
@@ -96,7 +96,7 @@ def test_timeout_kills_the_whole_process_group_and_records_timed_out(
         "slow",
         "command",
         [str(FAKES / "fake_agent")],
-        timeout_secs=1,
+        timeout_secs=STARTED_AGENT_TIMEOUT_SECS,
         kill_grace_secs=1,
         max_attempts=1,
         env={"FAKE_AGENT_MODE": "spawn_child_and_sleep", "FAKE_AGENT_PID_FILE": str(pid_file)},
