@@ -16,7 +16,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _setting_int(p_key text)
 returns integer
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_value jsonb;
@@ -44,7 +43,6 @@ comment on function _setting_int(text) is
 create or replace function _actor()
 returns text
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select session_user::text;
 $$;
@@ -64,7 +62,6 @@ comment on function _actor() is
 create or replace function _acts_for_everyone()
 returns boolean
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select pg_catalog.pg_has_role(session_user, 'ceaseless_operator', 'usage')
         or pg_catalog.pg_has_role(session_user, 'ceaseless_listener', 'usage')
@@ -82,7 +79,6 @@ comment on function _acts_for_everyone() is
 create or replace function _acts_for(p_owner text)
 returns boolean
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select p_owner = session_user::text or _acts_for_everyone();
 $$;
@@ -99,7 +95,6 @@ comment on function _acts_for(text) is
 create or replace function _retry_delay(p_attempts integer)
 returns interval
 language plpgsql volatile
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return make_interval(secs =>
@@ -120,7 +115,6 @@ comment on function _retry_delay(integer) is
 create or replace function _is_blank(p_value text)
 returns boolean
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(p_value !~ '[^\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]', true);
 $$;
@@ -133,7 +127,6 @@ comment on function _is_blank(text) is
 create or replace function _trim_blank(p_value text)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select regexp_replace(p_value,
         '^[\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]+|[\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]+$',
@@ -158,7 +151,6 @@ comment on function _trim_blank(text) is
 create or replace function _input_cap(p_name text)
 returns integer
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case p_name
         -- trigger_config.pattern of an event routine, in characters.
@@ -212,7 +204,6 @@ comment on function _input_cap(text) is
 create or replace function _refuse_long(p_where text, p_value text, p_cap text)
 returns void
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_cap constant integer := _input_cap(p_cap);
@@ -244,7 +235,6 @@ comment on function _refuse_long(text, text, text) is
 create or replace function _invalid_value(p_where text, p_rule text, p_value jsonb)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_shown text := coalesce(p_value::text, 'nothing');
@@ -267,7 +257,6 @@ comment on function _invalid_value(text, text, jsonb) is
 create or replace function _is_text(p_value jsonb)
 returns boolean
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- coalesce: an absent key is NULL, and "not NULL" would let it through.
     select coalesce(jsonb_typeof(p_value) = 'string' and not _is_blank(p_value #>> '{}'), false);
@@ -286,7 +275,6 @@ comment on function _is_text(jsonb) is 'True for a JSON string that is not blank
 create or replace function _check_not_blank(p_where text, p_value text)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if _is_blank(p_value) then
@@ -303,7 +291,6 @@ comment on function _check_not_blank(text, text) is
 create or replace function _check_text(p_where text, p_value jsonb, p_rule text)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if not _is_text(p_value) then
@@ -325,7 +312,6 @@ create or replace function _check_positive_int(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if coalesce(jsonb_typeof(p_value), 'null') = 'null' then
@@ -352,7 +338,6 @@ comment on function _check_positive_int(text, jsonb, text, boolean) is
 create or replace function _unknown_key(p_object jsonb, p_known text[])
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return (select k from jsonb_object_keys(p_object) k where k <> all (p_known)

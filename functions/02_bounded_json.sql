@@ -25,7 +25,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _json_too_deep_path()
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select 'strict $.**{' || (ceaseless._input_cap('json_depth') + 1) || '}';
 $$;
@@ -36,7 +35,6 @@ comment on function _json_too_deep_path() is
 create or replace function _json_too_deep(p_value jsonb)
 returns boolean
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(pg_catalog.jsonb_path_exists(
         p_value, ceaseless._json_too_deep_path()::pg_catalog.jsonpath), false);
@@ -48,7 +46,6 @@ comment on function _json_too_deep(jsonb) is
 create or replace function _tg_bounded_json()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_row constant jsonb := to_jsonb(new);
@@ -81,7 +78,6 @@ comment on function _tg_bounded_json() is
 create or replace function _install_bounded_json(p_table regclass, p_columns text[])
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_name constant text := (select relname from pg_class where oid = p_table);

@@ -22,7 +22,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _setting_range(p_key text)
 returns int8range
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case p_key
         -- A lease under 2 s cannot be renewed in time (a quarter of it is
@@ -85,7 +84,6 @@ comment on function _setting_range(text) is
 create or replace function _forge_token_source_problem(p_value jsonb)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(
         case when jsonb_typeof(p_value) <> 'object' then ': must be a JSON object' end,
@@ -146,7 +144,6 @@ comment on function _forge_token_source_problem(jsonb) is
 create or replace function _tg_settings_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_range constant int8range := _setting_range(new.key);

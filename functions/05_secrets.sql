@@ -51,7 +51,6 @@ comment on function _hidden_values(jsonb) is
 create or replace function _sinks_without_secrets(p_sinks jsonb)
 returns jsonb
 language sql immutable parallel safe
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when jsonb_typeof(p_sinks) <> 'object' then _hidden_values(p_sinks)
            else coalesce((
@@ -77,7 +76,6 @@ comment on function _sinks_without_secrets(jsonb) is
 create or replace function _without_secrets(p_table text, p_row jsonb)
 returns jsonb
 language sql immutable parallel safe
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_row is null then null
@@ -109,7 +107,6 @@ create or replace function _install_quiet_checks(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $install$
 declare
     v_name constant text := (select relname from pg_class where oid = p_table);

@@ -59,7 +59,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _check_claim(p_function text, p_worker text, p_limit integer)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if p_worker is null or p_worker = '' then
@@ -125,7 +124,6 @@ create or replace function _round_robin_pick(
 returns table (id uuid, turn integer, priority integer, run_after timestamptz,
                created_at timestamptz)
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 -- With the due test outside the index conditions the custom plans look
 -- cheaper than the generic one, so PL/pgSQL, left to itself, plans the first
 -- round again on every claim of one slot: 0.7-0.9 ms a call instead of
@@ -419,7 +417,6 @@ returns table (
     reply text, budget_usd numeric, budget_tokens bigint
 )
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 -- On PostgreSQL 15, a claim of 1,000 after one-job claims on a young table
 -- scans job against the claimed ids (18 probes the key on its own):
 -- tests/sql/test_batch_plans.py, test_without_enable_seqscan_a_claim_….
@@ -587,7 +584,6 @@ create or replace function extend_leases(
 )
 returns table (job_id uuid, held boolean, renewed boolean)
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_lease interval := make_interval(secs => coalesce(p_lease_secs, _setting_int('lease_secs')));
@@ -672,7 +668,6 @@ comment on function extend_leases(text, uuid[], timestamptz, integer) is
 create or replace function expire_leases(p_now timestamptz default now())
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_count integer;
@@ -782,7 +777,6 @@ create or replace function _end_jobs(p_job_ids uuid[], p_ended_by text, p_reason
                                      p_now timestamptz)
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_release constant boolean := p_ended_by = 'release';
@@ -851,7 +845,6 @@ create or replace function release_jobs(
 )
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     perform set_config('ceaseless.actor', p_worker, true);
@@ -883,7 +876,6 @@ comment on function release_jobs(text, uuid[], timestamptz) is
 create or replace function _job_for(p_verb text, p_job_id uuid)
 returns job
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_job job;
@@ -922,7 +914,6 @@ comment on function _job_for(text, uuid) is
 create or replace function cancel_job(p_job_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     -- Security definer (99_access.sql), so the owner check is here: a user
@@ -968,7 +959,6 @@ comment on function cancel_job(uuid, timestamptz) is
 create or replace function _tg_agents_disabled()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     perform _end_jobs(array(select j.id from job j
@@ -1011,7 +1001,6 @@ create or replace trigger agents_disabled
 create or replace function retry_job(p_job_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     -- The owner checks, as in cancel_job: the job, and the routine it would
@@ -1073,7 +1062,6 @@ comment on function retry_job(uuid, timestamptz) is
 create or replace function _replier()
 returns text
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select concat_ws(' ', _actor(),
                      case when pg_has_role(session_user, 'ceaseless_listener', 'usage')
@@ -1096,7 +1084,6 @@ create or replace function _resume_blocked_job(p_job job, p_reply text, p_action
                                                p_now timestamptz)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_who constant text := _replier();
@@ -1132,7 +1119,6 @@ comment on function _resume_blocked_job(job, text, text, timestamptz) is
 create or replace function _blocked_job_problem(p_verb text, p_job job)
 returns text
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_left record;
@@ -1174,7 +1160,6 @@ comment on function _blocked_job_problem(text, job) is
 create or replace function reply_job(p_job_id uuid, p_text text, p_now timestamptz default now())
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     -- Security definer (99_access.sql): the owner check of cancel_job.
@@ -1221,7 +1206,6 @@ create or replace function raise_job_budget(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_job job := _job_for('raise_job_budget', p_job_id);
@@ -1296,7 +1280,6 @@ create or replace function ended_jobs(p_ids uuid[])
 returns setof uuid
 language sql
 stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- A probe by key per asked id (the batch is the outer side).
     select j.id

@@ -26,7 +26,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _is_workspace_path(p_value jsonb)
 returns boolean
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(jsonb_typeof(p_value) = 'string'
                     and not ceaseless._is_blank(p_value #>> '{}')
@@ -40,7 +39,6 @@ comment on function _is_workspace_path(jsonb) is
 create or replace function _tg_job_input()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_path jsonb;
@@ -112,7 +110,6 @@ $$;
 create or replace function _tg_job_user_due()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if pg_has_role(current_user, 'ceaseless_user', 'usage')
@@ -140,7 +137,6 @@ create or replace trigger job_user_due
 create or replace function _session_id_ok(p_session_id text)
 returns boolean
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select p_session_id ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$';
 $$;
@@ -161,7 +157,6 @@ comment on function _session_id_ok(text) is
 create or replace function _resumable(p_session_id text)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when p_session_id ~ '^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|ses_[0-9A-Za-z]{26})$'
                 then p_session_id end;
@@ -177,7 +172,6 @@ comment on function _resumable(text) is
 create or replace function _tg_job_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if _resumable(new.resume_session_id) is null then
@@ -214,7 +208,6 @@ create or replace trigger job_validate
 create or replace function _tg_job_spend_ceiling()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_node jsonb;
@@ -255,7 +248,6 @@ create or replace function _job_budget_left(p_job_id uuid, p_max_cost_usd numeri
                                             p_max_tokens bigint,
                                             out usd numeric, out tokens bigint)
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if p_max_cost_usd is null and p_max_tokens is null then

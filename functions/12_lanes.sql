@@ -67,7 +67,6 @@ returns table (
 )
 language plpgsql stable
 rows 10
-set search_path = pg_catalog, ceaseless, pg_temp
 -- Its statement runs on the generic plan, where the window's start is a
 -- parameter: the planner guesses a third of the lane's runs are in the window
 -- and, on a large agent_run, reads it whole instead of the index range
@@ -137,7 +136,6 @@ comment on function _lane_capacity(timestamptz, text[], boolean) is
 create or replace function _owner_spend(p_budget owner_budgets, p_now timestamptz)
 returns table (cost numeric, tokens numeric)
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(sum(r.cost_usd), 0),
            coalesce(sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)), 0)
@@ -168,7 +166,6 @@ create or replace function _spend_clears(
 )
 returns timestamptz
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select o.started_at + make_interval(secs => p_window_secs)
     from (select r.started_at,
@@ -202,7 +199,6 @@ comment on function _spend_clears(text[], text, timestamptz, integer, boolean, n
 create or replace function _owner_budget_clears(p_budget owner_budgets, p_now timestamptz)
 returns timestamptz
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select greatest(
         case when s.cost >= p_budget.window_cost_usd
@@ -226,7 +222,6 @@ comment on function _owner_budget_clears(owner_budgets, timestamptz) is
 create or replace function _owners_over_budget(p_now timestamptz)
 returns text[]
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(array_agg(b.user_id), '{}')
     from owner_budgets b
@@ -248,7 +243,6 @@ comment on function _owners_over_budget(timestamptz) is
 create or replace function _lane_for_operator(p_verb text, p_agent text)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if not _acts_for_everyone() then
@@ -283,7 +277,6 @@ create or replace function pause_lane(
 )
 returns timestamptz
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_old lane_pauses;
@@ -327,7 +320,6 @@ comment on function pause_lane(text, timestamptz, text, timestamptz) is
 create or replace function resume_lane(p_agent text, p_now timestamptz default now())
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_old lane_pauses;

@@ -25,7 +25,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _default_agent(p_where text)
 returns text
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_value jsonb;
@@ -54,7 +53,6 @@ comment on function _default_agent(text) is
 create or replace function _tg_default_agent()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     new.agent := _default_agent(tg_table_name || '.agent');
@@ -84,7 +82,6 @@ create or replace trigger job_default_agent
 create or replace function _graph_with_default_agent(p_where text, p_graph jsonb)
 returns jsonb
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_agent text;
@@ -115,7 +112,6 @@ comment on function _graph_with_default_agent(text, jsonb) is
 create or replace function _tg_graph_default_agent()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     new.graph := _graph_with_default_agent(tg_table_name || '.graph', new.graph);
@@ -143,7 +139,6 @@ create or replace trigger topology_runs_default_agent
 create or replace function _tg_settings_default_agent()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if jsonb_typeof(new.value) = 'null' then

@@ -15,7 +15,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _egress_entry_error(p_entry text)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_host text;
@@ -75,7 +74,6 @@ comment on function _egress_entry_error(text) is
 create or replace function _tg_agents_validate_egress()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_entry text;

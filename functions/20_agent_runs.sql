@@ -31,7 +31,6 @@ create or replace function note_sessions(
 )
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_count integer;
@@ -89,7 +88,6 @@ create or replace function _job_state_after(
 )
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return case
@@ -155,7 +153,6 @@ create or replace function finish_runs(
 )
 returns table (run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 begin

@@ -40,7 +40,6 @@ create or replace function _notify_group(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if coalesce(cardinality(p_ids), 0) = 0 then
@@ -70,7 +69,6 @@ create or replace function _audit_change(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
@@ -95,7 +93,6 @@ create or replace function _audit_enabling(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     perform _audit_change(
@@ -115,7 +112,6 @@ comment on function _audit_enabling(text, text, uuid, boolean, boolean, jsonb) i
 create or replace function _tg_job_insert()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into audit_log (entity, entity_id, action, new_state)
@@ -146,7 +142,6 @@ comment on function _tg_job_insert() is
 create or replace function _tg_job_update()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 set enable_nestloop = off
 as $$
 begin
@@ -179,7 +174,6 @@ comment on function _tg_job_update() is
 create or replace function _tg_agent_run_insert()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     -- One NOTIFY for the whole statement. HAVING, because an aggregate
@@ -200,7 +194,6 @@ comment on function _tg_agent_run_insert() is
 create or replace function _tg_agent_run_update()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 set enable_nestloop = off
 as $$
 begin
@@ -223,7 +216,6 @@ comment on function _tg_agent_run_update() is
 create or replace function _tg_config_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_key text;
@@ -295,7 +287,6 @@ create or replace trigger settings_changed
 create or replace function _tg_topology_runs_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'UPDATE' and new.status is not distinct from old.status then
@@ -328,7 +319,6 @@ create or replace trigger topology_runs_changed
 create or replace function _tg_topology_nodes_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if new.state is not distinct from old.state then
@@ -357,7 +347,6 @@ create or replace trigger topology_nodes_changed
 create or replace function _tg_approvals_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'UPDATE' and new.decision is not distinct from old.decision then
@@ -393,7 +382,6 @@ create or replace trigger approvals_changed
 create or replace function _loop_audit_detail(p_old loops, p_new loops)
 returns jsonb
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select jsonb_strip_nulls(jsonb_build_object(
         'title', case when p_old is null or p_new.title is distinct from p_old.title
@@ -427,7 +415,6 @@ comment on function _loop_audit_detail(loops, loops) is
 create or replace function _tg_loops_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_detail jsonb;
@@ -471,7 +458,6 @@ create or replace trigger loops_changed
 create or replace function _tg_audit_log_append_only()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'DELETE' and current_setting('ceaseless.pruning_audit_log', true) = 'on' then
@@ -501,7 +487,6 @@ create or replace trigger audit_log_no_truncate
 create or replace function _tg_audit_log_actor()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if new.actor is distinct from session_user::text then
@@ -542,7 +527,6 @@ create or replace trigger audit_log_actor_is_session
 create or replace function _delete_audit_rows(p_before timestamptz, p_limit integer)
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_keep constant integer := _setting_int('audit_log_min_retention_secs');
@@ -585,7 +569,6 @@ create or replace function prune_audit_log(p_before timestamptz, p_limit integer
 returns integer
 language plpgsql
 security definer
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_deleted constant integer := _delete_audit_rows(p_before, p_limit);

@@ -38,7 +38,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _cron_number(p_digits text)
 returns integer
 language sql immutable strict
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when ltrim(p_digits, '0') = '' then 0
@@ -57,7 +56,6 @@ comment on function _cron_number(text) is
 create or replace function _cron_value(p_token text, p_position integer)
 returns integer
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_token ~ '^[0-9]+$' then _cron_number(p_token)
@@ -79,7 +77,6 @@ comment on function _cron_value(text, integer) is
 create or replace function _cron_token(p_value integer, p_position integer, p_like text)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_like ~ '^[a-z]+$' then n.name
@@ -120,7 +117,6 @@ create or replace function _cron_field(
     p_field text, p_position integer, out error text, out field_values integer[]
 )
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_name constant text := (array['minute', 'hour', 'day-of-month', 'month', 'day-of-week',
@@ -405,7 +401,6 @@ create or replace function _cron_days_error(
 )
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_day_of_month constant text := translate(p_day_of_month, 'LW', 'lw');
@@ -492,7 +487,6 @@ comment on function _cron_days_error(text, text, text, integer[], integer[], int
 create or replace function _cron_error(p_expression text)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_fields text[];
@@ -617,7 +611,6 @@ comment on function _cron_error(text) is
 create or replace function _timezone_error(p_timezone text)
 returns text
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_timezone is null then 'time zone is missing'
@@ -647,7 +640,6 @@ comment on function _timezone_error(text) is
 create or replace function check_schedule(p_schedule text, p_timezone text default 'UTC')
 returns void
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_error text := _cron_error(p_schedule);
@@ -680,7 +672,6 @@ create or replace function _cron_reading(
     out weekdays integer[], out nth_weekdays integer[], out last_weekdays integer[]
 )
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_fields text[];
@@ -757,7 +748,6 @@ comment on function _cron_reading(text) is
 create or replace function _cron_sorted(p_values integer[])
 returns integer[]
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when p_values is not null
                 then array(select distinct v from unnest(p_values) v order by v) end;
@@ -776,7 +766,6 @@ create or replace function _cron_day_matches(
 )
 returns boolean
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select (p_months is null or extract(month from p_day)::integer = any (p_months))
            and case
@@ -842,7 +831,6 @@ create or replace function _cron_slots(
 )
 returns setof timestamptz
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_reading record := _cron_reading(p_schedule);

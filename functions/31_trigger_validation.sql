@@ -29,7 +29,6 @@ create or replace function _validated_trigger(
 )
 returns jsonb
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_field constant text := p_object || '.' || p_schedule_key;
@@ -87,7 +86,6 @@ comment on function _validated_trigger(text, jsonb, text, boolean, text) is
 create or replace function _regex_backreference(p_pattern text)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when left(p_pattern, 4) <> '***=' then
         (regexp_match(p_pattern, '(?:^|[^\\])(?:\\\\)*(\\[1-9][0-9]*)'))[1]
@@ -108,7 +106,6 @@ comment on function _regex_backreference(text) is
 create or replace function _check_pattern(p_field text, p_pattern jsonb)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_backreference text;
@@ -142,7 +139,6 @@ comment on function _check_pattern(text, jsonb) is
 create or replace function _validated_event(p_object text, p_config jsonb)
 returns jsonb
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     perform _check_pattern(p_object || '.pattern', p_config -> 'pattern');
@@ -172,7 +168,6 @@ create or replace function _check_flow_controls(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_policies constant text[] := case when p_table = 'loops'

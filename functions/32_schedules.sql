@@ -87,7 +87,6 @@ create or replace function _schedule_changed(
 )
 returns boolean
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select p_enabled and p_schedule is not null
            and (p_schedule is distinct from p_old_schedule
@@ -107,7 +106,6 @@ create or replace function _ask_for_next_fire(
 )
 returns void
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select pg_notify('ceaseless_schedule', jsonb_build_object('table', p_table, 'id', p_id)::text)
     where p_enabled and p_schedule is not null and p_next_fire_at is null;
@@ -123,7 +121,6 @@ comment on function _ask_for_next_fire(text, uuid, text, boolean, timestamptz) i
 create or replace function unscheduled_schedules(p_ids uuid[] default null)
 returns table (kind text, id uuid, schedule text, timezone text)
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- Two branches rather than `p_ids is null or id = any (p_ids)`, which no
     -- index serves: named rows are probed by key, and the branch not asked
@@ -156,7 +153,6 @@ create or replace function set_next_fires(
 )
 returns integer
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     with computed as (
         select * from unnest(p_kinds, p_ids, p_schedules, p_timezones, p_next_fire_ats)
@@ -203,7 +199,6 @@ comment on function set_next_fires(text[], uuid[], text[], text[], timestamptz[]
 create or replace function due_schedules(p_now timestamptz, p_limit integer)
 returns table (kind text, id uuid, schedule text, timezone text, next_fire_at timestamptz)
 language plpgsql volatile
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     -- idx_routines_next_fire and loops_next_fire_idx: partial on enabled rows
@@ -264,7 +259,6 @@ create or replace function _fire_schedules(
 )
 returns table (ord bigint, id uuid, run_id uuid, status text, skip_reason text)
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -330,7 +324,6 @@ create or replace function fire_cron(
 returns table (kind text, id uuid, run_id uuid, status text, skip_reason text,
                next_fire_at timestamptz)
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -422,7 +415,6 @@ comment on function fire_cron(text[], uuid[], timestamptz[], integer[], timestam
 create or replace function disable_schedule(p_kind text, p_id uuid, p_error text)
 returns void
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     update routines set enabled = false, last_error = left(p_error, 2000)
     where p_kind = 'routine' and id = p_id;
@@ -439,7 +431,6 @@ comment on function disable_schedule(text, uuid, text) is
 create or replace function next_schedule_fire()
 returns timestamptz
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- Ordered and limited rather than min(): the two partial indexes on
     -- next_fire_at are merged, and only their first entries are read.
@@ -467,7 +458,6 @@ comment on function next_schedule_fire() is
 create or replace function _fire_by_hand(p_kind text, p_id uuid, p_now timestamptz)
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_run_id uuid;
@@ -498,7 +488,6 @@ create or replace function run_routine(p_routine_id uuid, p_now timestamptz defa
 returns uuid
 language sql
 security definer
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select _fire_by_hand('routine', p_routine_id, p_now);
 $$;
@@ -512,7 +501,6 @@ comment on function run_routine(uuid, timestamptz) is
 create or replace function run_loop(p_loop_id uuid, p_now timestamptz default now())
 returns uuid
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select _fire_by_hand('loop', p_loop_id, p_now);
 $$;
@@ -550,7 +538,6 @@ create or replace function _backfill(
 )
 returns table (slot_at timestamptz, outcome text, run_id uuid, status text, skip_reason text)
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -694,7 +681,6 @@ create or replace function backfill_routine(
 )
 returns table (slot_at timestamptz, outcome text, run_id uuid, status text, skip_reason text)
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select * from _backfill('routine', p_routine_id, p_from, p_to, p_max, p_now);
 $$;
@@ -713,7 +699,6 @@ create or replace function backfill_loop(
 )
 returns table (slot_at timestamptz, outcome text, run_id uuid, status text, skip_reason text)
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select * from _backfill('loop', p_loop_id, p_from, p_to, p_max, p_now);
 $$;

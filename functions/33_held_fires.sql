@@ -45,7 +45,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _remember_held(p_held_id uuid)
 returns void
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     insert into transaction_state as s (backend_pid, xact, held_fire)
     values (pg_backend_pid(), pg_current_xact_id(), p_held_id)
@@ -76,7 +75,6 @@ create or replace function _hold_fire(
 )
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_releasing constant uuid := (_transaction_state()).held_fire;
@@ -164,7 +162,6 @@ create or replace function _fold_into_newest(
 )
 returns uuid
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     update held_fires h
     set trigger_type = p_trigger, trigger_detail = left(p_detail, 200), context = p_context,
@@ -193,7 +190,6 @@ create or replace function _debounce_fire(
 )
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_id uuid;
@@ -245,7 +241,6 @@ comment on function _debounce_fire(text, uuid, text, text, integer, integer, tex
 create or replace function _cancel_overlapping_runs(p_routine_ids uuid[], p_now timestamptz)
 returns uuid[]
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 -- Every fire calls it, and almost none has a cancel_other routine: the one
 -- generic plan of each statement, never planned again per fire.
 set plan_cache_mode = force_generic_plan
@@ -307,7 +302,6 @@ comment on function _cancel_overlapping_runs(uuid[], timestamptz) is
 create or replace function _supersede_iteration(p_loop_id uuid, p_now timestamptz)
 returns boolean
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_run uuid;
@@ -358,7 +352,6 @@ create or replace function fire_held(p_now timestamptz default now(),
 returns table (held_id uuid, kind text, target_id uuid, run_id uuid, status text,
                skip_reason text)
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -438,7 +431,6 @@ comment on function fire_held(timestamptz, integer, uuid[]) is
 create or replace function _tg_routine_runs_held_wake()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     -- Most statements find no held fire at all: one probe, and done.
@@ -471,7 +463,6 @@ create or replace trigger routine_runs_held_wake
 create or replace function _tg_topology_runs_held_wake()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if exists (select from held_fires h where h.loop_id = new.loop_id) then
@@ -500,7 +491,6 @@ create or replace trigger topology_runs_held_wake
 create or replace function _tg_held_fires_inserted()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     perform pg_notify('ceaseless_schedule',

@@ -22,7 +22,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _hmac_sha256(p_key bytea, p_message bytea)
 returns bytea
 language plpgsql immutable strict
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_block integer := 64;
@@ -49,7 +48,6 @@ comment on function _hmac_sha256(bytea, bytea) is
 create or replace function _equal_constant_time(p_a bytea, p_b bytea)
 returns boolean
 language plpgsql immutable strict
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_diff integer := 0;
@@ -104,7 +102,6 @@ comment on function _webhook_header_names() is
 create or replace function _webhook_scheme_error(p_scheme jsonb)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_scheme is null or jsonb_typeof(p_scheme) = 'null' then null
@@ -127,7 +124,6 @@ comment on function _webhook_scheme_error(jsonb) is
 create or replace function _webhook_secret_error(p_scheme text, p_secret text)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_key bytea;
@@ -163,7 +159,6 @@ comment on function _webhook_secret_error(text, text) is
 create or replace function _webhook_new_key(p_scheme text)
 returns text
 language sql volatile
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case coalesce(p_scheme, 'ceaseless')
                when 'standard' then 'whsec_' || encode(r.bytes, 'base64')
@@ -215,7 +210,6 @@ create or replace function _webhook_check_time(
 )
 returns timestamptz
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_sent_at timestamptz := _webhook_unix_time(p_value);
@@ -242,7 +236,6 @@ comment on function _webhook_check_time(text, text, timestamptz, interval) is
 create or replace function _webhook_matching(p_expected bytea, p_candidates bytea[])
 returns integer
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_match integer;
@@ -295,7 +288,6 @@ create or replace function _webhook_verify(
 )
 returns table (replay_keys text[], sent_at timestamptz)
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_h constant jsonb := _webhook_headers(p_headers);
@@ -418,7 +410,6 @@ create or replace function _webhook_remember(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_inserted integer;

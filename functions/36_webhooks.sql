@@ -34,7 +34,6 @@ comment on function _webhook_token_pattern() is
 create or replace function _webhook_body_text(p_body bytea)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return convert_from(p_body, 'UTF8');
@@ -80,7 +79,6 @@ create or replace function _receive_webhook(
 )
 returns table (run_id uuid, refused_sqlstate text, refused_message text)
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_now constant timestamptz := now();
@@ -162,7 +160,6 @@ create or replace function _receive_webhook(
 )
 returns table (run_id uuid, refused_sqlstate text, refused_message text)
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select * from _receive_webhook(p_token, p_body, _webhook_ceaseless_headers(p_signature, p_sent_at));
 $$;
@@ -190,7 +187,6 @@ create or replace function receive_webhook(
 )
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_received record;
@@ -218,7 +214,6 @@ create or replace function receive_webhook(
 )
 returns uuid
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select receive_webhook(p_token, p_body, _webhook_ceaseless_headers(p_signature, p_sent_at));
 $$;

@@ -20,7 +20,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _validated_routine(p_row routines)
 returns routines
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_trigger jsonb := p_row.trigger_config;
@@ -127,7 +126,6 @@ comment on function _validated_routine(routines) is
 create or replace function _regex_required_literal(p_pattern text)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_chars constant text[] := string_to_array(p_pattern, null);
@@ -266,7 +264,6 @@ comment on function _regex_required_literal(text) is
 create or replace function _tg_routines_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     perform _check_flow_controls('routines', new.overlap_policy, new.debounce_secs,
@@ -316,7 +313,6 @@ comment on function _tg_routines_validate() is
 create or replace function _tg_routines_changed()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'DELETE' then

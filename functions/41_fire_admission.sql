@@ -53,7 +53,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _transaction_state()
 returns transaction_state
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_state transaction_state;
@@ -79,7 +78,6 @@ create or replace function _remember_fire(p_mode text, p_room bigint,
                                           p_loop_run uuid default null)
 returns void
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     insert into transaction_state as s (backend_pid, xact, fire_mode, fire_room, loop_fire)
     values (pg_backend_pid(), pg_current_xact_id(), p_mode, p_room, p_loop_run)
@@ -109,7 +107,6 @@ comment on function _remember_fire(text, bigint, uuid) is
 create or replace function forget_ended_backends()
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_count integer;
@@ -163,7 +160,6 @@ create or replace function _admit_fires(
     out o_free bigint
 )
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_cap bigint := _setting_int('routine_max_running');
@@ -262,7 +258,6 @@ comment on function _admit_fires(uuid[]) is
 create or replace function _admit_exactly()
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_all boolean := true;
@@ -296,7 +291,6 @@ comment on function _admit_exactly() is
 create or replace function _take_fire_slot()
 returns boolean
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     for i in 0..15 loop
@@ -323,7 +317,6 @@ create or replace function _lock_routines_for_fire(
 )
 returns boolean
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_key integer;
@@ -359,7 +352,6 @@ comment on function _lock_routines_for_fire(uuid[], bigint, boolean) is
 create or replace function _count_running(p_delta integer)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_xact xid8;
@@ -423,7 +415,6 @@ comment on function _count_running(integer) is
 create or replace function recount_routine_run_shards(p_now timestamptz default now())
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_sum bigint;

@@ -27,7 +27,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _routine_ok_instruction()
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select 'If nothing needs attention, answer exactly ROUTINE_OK and nothing else. '
            'Otherwise, answer with what needs attention.';
@@ -52,7 +51,6 @@ create or replace function _routine_job_spec(p_routine routines, p_context text)
 returns table (prompt text, payload jsonb, expects_reply boolean, max_attempts integer,
                max_turns integer)
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return query
@@ -124,7 +122,6 @@ create or replace function _fire_routines(
 returns table (ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text,
                skip_reason text)
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 -- The guard compares max_concurrent with the running count (v_running), so
 -- PL/pgSQL judges every custom plan of the big statement cheaper than the
 -- generic one and, left to itself, plans it on every fire: 1.5 ms of a

@@ -30,7 +30,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _event_candidates(p_user_id text, p_content text)
 returns setof uuid
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 -- The probe's generic plan guesses a thousand windows and looks dearer than
 -- the plan for this event's actual few, so PL/pgSQL would plan it afresh on
 -- every event; its shape is fixed by the LATERAL fence anyway, so the one
@@ -99,7 +98,6 @@ comment on function _event_candidates(text, text) is
 create or replace function _tg_events_fire()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_ids uuid[];

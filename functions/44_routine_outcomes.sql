@@ -38,7 +38,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _close_routine_runs(p_run_ids uuid[])
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     -- Every read here probes by key, the runs on the outer side (LATERAL
@@ -180,7 +179,6 @@ comment on function _close_routine_runs(uuid[]) is
 create or replace function _tg_job_routine_outcome()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_runs uuid[];
@@ -209,7 +207,6 @@ create or replace trigger job_routine_outcome
 create or replace function _tg_routine_runs_insert()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     perform _count_running((select count(*) from new_rows where status = 'running')::integer);
@@ -238,7 +235,6 @@ comment on function _tg_routine_runs_insert() is
 create or replace function _tg_routine_runs_update()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 set enable_nestloop = off
 as $$
 begin
@@ -282,7 +278,6 @@ create or replace trigger routine_runs_update
 create or replace function _tg_routine_runs_deleted()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     perform _count_running(-(select count(*) from old_rows where status = 'running')::integer);

@@ -28,7 +28,6 @@ create or replace function _default_workspace()
 returns uuid
 language plpgsql
 security definer
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_id uuid;
@@ -56,7 +55,6 @@ comment on function _default_workspace() is
 create or replace function _topology_node_id_ok(p_id jsonb)
 returns boolean
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(pg_catalog.jsonb_typeof(p_id) = 'string'
                     and (p_id #>> '{}') ~ '^[A-Za-z0-9_.-]{1,64}$', false);
@@ -76,7 +74,6 @@ comment on function _topology_node_id_ok(jsonb) is
 create or replace function _validate_topology_graph(p_where text, p_graph jsonb)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_nodes jsonb;
@@ -357,7 +354,6 @@ comment on function _validate_topology_graph(text, jsonb) is
 create or replace function _tg_loops_graph_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     perform _validate_topology_graph('loops.graph', new.graph);
@@ -383,7 +379,6 @@ create or replace trigger loops_graph_validate
 create or replace function _tg_topology_runs_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'UPDATE' then

@@ -65,7 +65,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _topology_cut(p_text text, p_chars integer)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when pg_catalog.char_length(p_text) <= p_chars then p_text
                 else pg_catalog.left(p_text, p_chars)
@@ -81,7 +80,6 @@ comment on function _topology_cut(text, integer) is
 create or replace function _topology_graph_order(p_graph jsonb)
 returns table (node_id text, at bigint)
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select n.value ->> 'id', n.at
     from pg_catalog.jsonb_array_elements(p_graph -> 'nodes') with ordinality as n(value, at);
@@ -98,7 +96,6 @@ comment on function _topology_graph_order(jsonb) is
 create or replace function _topology_node_prompt(p_run_id uuid, p_node_id text)
 returns text
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_chars constant integer := _setting_int('topology_upstream_chars');
@@ -136,7 +133,6 @@ comment on function _topology_node_prompt(uuid, text) is
 create or replace function _topology_node_output(p_state text, p_output text, p_chars integer)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when p_state = 'skipped' then '(skipped: its approval expired)'
                 when p_chars is null then coalesce(p_output, '')
@@ -156,7 +152,6 @@ comment on function _topology_node_output(text, text, integer) is
 create or replace function _enqueue_topology_node(p_run_id uuid, p_node_id text)
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_job_id uuid;
@@ -206,7 +201,6 @@ create or replace function _start_topology_nodes(p_run_id uuid, p_node_ids text[
                                                  p_now timestamptz)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_node record;
@@ -247,7 +241,6 @@ comment on function _start_topology_nodes(uuid, text[], timestamptz) is
 create or replace function _settle_topology_run(p_run_id uuid, p_now timestamptz)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_run topology_runs;
@@ -312,7 +305,6 @@ create or replace function _cancel_topology_jobs(p_run_ids uuid[], p_reason text
                                                  p_now timestamptz)
 returns integer
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- Probed by run (job_topology_run_idx), each run's few jobs; a blocked
     -- job waits for a person on behalf of its run, and ends with it.
@@ -337,7 +329,6 @@ create or replace function _end_topology_run(p_run_id uuid, p_status text, p_err
                                              p_now timestamptz)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     update topology_runs
@@ -369,7 +360,6 @@ create or replace function _fail_topology_node(p_run_id uuid, p_node_id text, p_
                                                p_now timestamptz)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     update topology_nodes
@@ -390,7 +380,6 @@ comment on function _fail_topology_node(uuid, text, text, timestamptz) is
 create or replace function _tg_topology_runs_start()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into topology_nodes (topology_run_id, node_id, agent, prompt, gate,
@@ -434,7 +423,6 @@ create or replace trigger topology_runs_start
 create or replace function _topology_node_state_of(p_job_state text)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when p_job_state = 'pending' then 'queued'
                 when p_job_state in ('claimed', 'running') then 'running'
@@ -456,7 +444,6 @@ comment on function _topology_node_state_of(text) is
 create or replace function _topology_jobs_changed(p_job_ids uuid[])
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_run_id uuid;
@@ -545,7 +532,6 @@ create or replace function _pass_topology_node(p_run_id uuid, p_node_id text,
                                                p_now timestamptz)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_ready text[];
@@ -581,7 +567,6 @@ create or replace function _skip_topology_node(p_run_id uuid, p_node_id text,
                                                p_now timestamptz)
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     update topology_nodes
@@ -612,7 +597,6 @@ comment on function _skip_topology_node(uuid, text, timestamptz) is
 create or replace function _tg_job_topology_outcome()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_jobs uuid[];
@@ -670,7 +654,6 @@ create or replace trigger job_topology_outcome
 create or replace function cancel_orphaned_topology_jobs(p_now timestamptz default now())
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_runs uuid[];
@@ -715,7 +698,6 @@ comment on function cancel_orphaned_topology_jobs(timestamptz) is
 create or replace function _topology_run_for(p_verb text, p_run_id uuid)
 returns topology_runs
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_run topology_runs;
@@ -744,7 +726,6 @@ comment on function _topology_run_for(text, uuid) is
 create or replace function cancel_topology_run(p_run_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_status text := (_topology_run_for('cancel_topology_run', p_run_id)).status;
@@ -794,7 +775,6 @@ comment on function cancel_topology_run(uuid, timestamptz) is
 create or replace function retry_topology_run(p_run_id uuid, p_now timestamptz default now())
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_run topology_runs;

@@ -38,7 +38,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _request_approval(p_run_id uuid, p_node_id text, p_now timestamptz)
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_id uuid;
@@ -86,7 +85,6 @@ $$;
 create or replace function _approval_expiry_text(p_on_expiry text, p_expires timestamptz)
 returns text
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when p_expires is null then ''
                 when p_on_expiry = 'approve'
@@ -111,7 +109,6 @@ create or replace function _approval_message(
 )
 returns text
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_http text := (select l.http from listener_reports l where l.http is not null
@@ -157,7 +154,6 @@ create or replace function decide_approval(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_approval approvals;
@@ -228,7 +224,6 @@ comment on function decide_approval(uuid, boolean, text, text, timestamptz) is
 create or replace function expire_approvals(p_now timestamptz default now())
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_due record;

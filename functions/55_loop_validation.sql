@@ -43,7 +43,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _loop_until_event(p_event jsonb)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case p_event #>> '{}'
                when 'succeeded' then 'succeeded'
@@ -62,7 +61,6 @@ comment on function _loop_until_event(jsonb) is
 create or replace function _validated_loop(p_row loops)
 returns loops
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_triggers jsonb := p_row.triggers;
@@ -200,7 +198,6 @@ comment on function _validated_loop(loops) is
 create or replace function _loop_creator(p_handle text)
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_id uuid;
@@ -225,7 +222,6 @@ comment on function _loop_creator(text) is
 create or replace function _tg_loops_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_webhook boolean := coalesce((new.triggers ->> 'webhook_enabled')::boolean, false);
@@ -340,7 +336,6 @@ create or replace trigger loops_validate
 create or replace function _tg_loops_schedule()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     perform _ask_for_next_fire('loops', new.id, new.triggers ->> 'cron', new.enabled,
@@ -373,7 +368,6 @@ create or replace trigger loops_schedule
 create or replace function _tg_loops_delete()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_live uuid;

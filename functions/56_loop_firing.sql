@@ -66,7 +66,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _loop_prior_context(p_message text, p_status text, p_cap integer)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_message is null then format('(no final message: the iteration %s)', p_status)
@@ -86,7 +85,6 @@ comment on function _loop_prior_context(text, text, integer) is
 create or replace function _graph_agents_disabled(p_graph jsonb)
 returns table (node_id text, agent text, registered boolean)
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select n ->> 'id', n ->> 'agent', a.name is not null
     from jsonb_array_elements(p_graph -> 'nodes') n
@@ -109,7 +107,6 @@ create or replace function _loop_paced_until(
 )
 returns timestamptz
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- topology_runs_loop_idx (loop_id, iteration desc): one entry.
     select l.created_at + make_interval(secs => p_min_interval_secs)
@@ -152,7 +149,6 @@ create or replace function _fire_loop(
 )
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_loop loops;
@@ -294,7 +290,6 @@ comment on function _fire_loop(uuid, text, text, text, timestamptz, timestamptz)
 create or replace function _tg_topology_runs_loop_lock()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if (_transaction_state()).loop_fire is distinct from new.id then
@@ -329,7 +324,6 @@ create or replace function _loop_stop_reason(
 )
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_status = 'failed'
@@ -360,7 +354,6 @@ comment on function _loop_stop_reason(jsonb, integer, text, text) is
 create or replace function _tg_topology_runs_loop_outcome()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_loop loops;
@@ -438,7 +431,6 @@ create or replace trigger topology_runs_loop_outcome
 create or replace function _tg_agents_enabled()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_agents text[];

@@ -40,7 +40,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _notification_sinks()
 returns jsonb
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return coalesce((select s.value from settings s where s.key = 'notification_sinks'),
@@ -60,7 +59,6 @@ comment on function _notification_sinks() is
 create or replace function _notification_sink_problem(p_name text, p_sinks jsonb)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     c_headers constant text := 'notification sink %L (type webhook): "headers" must be an object '
@@ -176,7 +174,6 @@ returns table (
     source_table text, source_id uuid, created_at timestamptz, last_error text
 )
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -294,7 +291,6 @@ returns table (
     id uuid, status text, attempts integer, next_attempt_at timestamptz, last_error text
 )
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -353,7 +349,6 @@ comment on function finish_notifications(text, jsonb, timestamptz) is
 create or replace function _tg_notifications_insert()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_count bigint;
@@ -409,7 +404,6 @@ create or replace trigger notifications_insert
 create or replace function _tg_job_ended()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     -- Most statements end nothing for good: read the new rows once and stop.

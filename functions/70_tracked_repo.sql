@@ -36,7 +36,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _git_branch_error(p_ref text)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_ref is null or p_ref = '' then 'must not be empty'
@@ -64,7 +63,6 @@ comment on function _git_branch_error(text) is
 create or replace function _clone_url_error(p_url text)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case
         when p_url is null or p_url = '' then 'must not be empty'
@@ -97,7 +95,6 @@ comment on function _clone_url_error(text) is
 create or replace function _validated_repo(p_row tracked_repo)
 returns tracked_repo
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_error text;
@@ -260,7 +257,6 @@ comment on function _validated_repo(tracked_repo) is
 create or replace function _repo_bookkeeping()
 returns text[]
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select array['next_poll_at', 'last_polled_at', 'last_etag', 'last_error', 'last_error_at'];
 $$;
@@ -272,7 +268,6 @@ comment on function _repo_bookkeeping() is
 create or replace function _tg_tracked_repo_validate()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     if tg_op = 'UPDATE'
@@ -324,7 +319,6 @@ comment on trigger tracked_repo_validate on tracked_repo is
 create or replace function _repo_quiet_at(p_repo tracked_repo, p_now timestamptz default now())
 returns boolean
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return (select case
@@ -350,7 +344,6 @@ comment on function _repo_quiet_at(tracked_repo, timestamptz) is
 create or replace function _repo_interval(p_repo tracked_repo)
 returns interval
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return (select make_interval(secs => greatest(p_repo.interval_seconds,
@@ -372,7 +365,6 @@ comment on function _repo_interval(tracked_repo) is
 create or replace function due_repos(p_now timestamptz default now(), p_limit integer default 10)
 returns setof tracked_repo
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- due: walks tracked_repo_due_idx in due order and stops after p_limit
     -- handed-out rows; a quiet repo is read and left (it is due, only not
@@ -406,7 +398,6 @@ comment on function due_repos(timestamptz, integer) is
 create or replace function _forge_lock_repo(p_repo_id uuid)
 returns tracked_repo
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_repo tracked_repo;
@@ -439,7 +430,6 @@ create or replace function finish_repo_poll(
 )
 returns timestamptz
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_repo constant tracked_repo := _forge_lock_repo(p_repo_id);

@@ -27,7 +27,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _forge_lane(p_kind text, p_has_parent boolean)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return (select case when p_kind = 'implement' and p_has_parent then 'opencode'
@@ -49,7 +48,6 @@ create or replace function _forge_job_prompt(
 )
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select format(
         case p_kind
@@ -83,7 +81,6 @@ create or replace function _forge_job_payload(
 )
 returns jsonb
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select jsonb_build_object('forge', jsonb_build_object(
         'repo_id', p_repo.id,
@@ -110,7 +107,6 @@ create or replace function _enqueue_forge_job(
 )
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_job constant uuid := gen_random_uuid();
@@ -139,7 +135,6 @@ comment on function _enqueue_forge_job(tracked_repo, bigint, text, text, text, t
 create or replace function _forge_kind_label(p_repo tracked_repo, p_kind text)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return (select case p_kind when 'discover' then p_repo.discover_label
@@ -159,7 +154,6 @@ create or replace function _forge_decide(
 )
 returns table (number bigint, kind text, label text, decision text, job_id uuid)
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -283,7 +277,6 @@ comment on function _forge_decide(tracked_repo, bigint[], timestamptz) is
 create or replace function _forge_listed_issue(p_item jsonb, p_position integer)
 returns forge_issue
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_where constant text := format('ingest_issues.p_issues[%s]', p_position);
@@ -340,7 +333,6 @@ create or replace function ingest_issues(
 )
 returns table (number bigint, kind text, label text, decision text, job_id uuid)
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -403,7 +395,6 @@ create or replace function note_labellers(
 )
 returns table (number bigint, kind text, label text, decision text, job_id uuid)
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare

@@ -35,7 +35,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 -- first fence to the last.
 create or replace function _forge_block(p_message text, out block jsonb, out problem text)
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_text text;
@@ -77,7 +76,6 @@ comment on function _forge_block(text) is
 create or replace function _plan_children_problem(p_children jsonb)
 returns text
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_max constant integer := _setting_int('forge_plan_max_children');
@@ -130,7 +128,6 @@ comment on function _plan_children_problem(jsonb) is
 create or replace function _plan_child_key(p_child jsonb)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select coalesce(p_child ->> 'key',
                     't-' || left(md5(lower(btrim(coalesce(p_child ->> 'title', '')))), 16));
@@ -151,7 +148,6 @@ create or replace function _forge_verdict(
     out error text
 )
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_block jsonb;

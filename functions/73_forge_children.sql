@@ -22,7 +22,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _child_marker(p_parent_number bigint, p_key text)
 returns text
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select format('<!-- ceaseless: child %s of #%s -->', p_key, p_parent_number);
 $$;
@@ -35,7 +34,6 @@ comment on function _child_marker(bigint, text) is
 create or replace function _tg_job_plan_children()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 set enable_nestloop = off
 as $$
 begin
@@ -82,7 +80,6 @@ create or replace function child_issues_due(
 )
 returns setof forge_child_issue
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     with due as (
         select c.id
@@ -117,7 +114,6 @@ create or replace function record_child_issue(
 )
 returns uuid
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_child forge_child_issue;
@@ -177,7 +173,6 @@ create or replace function child_issue_failed(
 )
 returns timestamptz
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_next timestamptz;

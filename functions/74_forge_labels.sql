@@ -23,7 +23,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _forge_state_label(p_state text)
 returns text
 language plpgsql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     return (select case p_state
@@ -52,7 +51,6 @@ returns table (job_id uuid, forge text, api_url text, owner text, repo text, num
                add_label text, remove_label text, job_updated_at timestamptz,
                tokens_allowed boolean)
 language sql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- due: job_labels_due_idx, whose predicate this WHERE repeats word for
     -- word (so the planner can use it), in retry order, stopping at p_limit.
@@ -106,7 +104,6 @@ create or replace function labels_synced(
 )
 returns void
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     update job j
@@ -136,7 +133,6 @@ create or replace function labels_sync_failed(
 )
 returns timestamptz
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_next timestamptz;

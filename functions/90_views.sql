@@ -165,7 +165,6 @@ comment on view owner_budget_usage is
 create or replace function _held_summary(p_target uuid)
 returns table (n bigint, collapsed bigint, next_at timestamptz)
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     -- held_fires_routine_idx / held_fires_loop_idx: the target's rows only.
     select count(*), sum(h.collapsed), min(h.fire_at)
@@ -265,7 +264,6 @@ create or replace function _db_auth_warning(p_db_auth text)
 returns text
 language sql
 immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case p_db_auth
         when 'trust' then

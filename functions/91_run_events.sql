@@ -24,7 +24,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _run_status_final(p_status text)
 returns boolean
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select p_status in ('succeeded', 'failed', 'cancelled', 'skipped');
 $$;
@@ -37,7 +36,6 @@ comment on function _run_status_final(text) is
 create or replace function _observer_event(p_row audit_log)
 returns table (event text, data jsonb)
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case p_row.entity
                when 'topology_run' then 'run'
@@ -97,7 +95,6 @@ create or replace function run_events(p_run_id uuid, p_after bigint default 0,
                                       p_limit integer default 500)
 returns table (id bigint, event text, data jsonb, last boolean)
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     with rows as (
         -- The run's rows and its nodes': audit_log_entity_idx, one range each.
@@ -132,7 +129,6 @@ comment on function run_events(uuid, bigint, integer) is
 create or replace function run_snapshot(p_run_id uuid)
 returns jsonb
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select jsonb_build_object(
         'run', jsonb_strip_nulls(jsonb_build_object(
@@ -184,7 +180,6 @@ create or replace function loop_events(p_loop_id uuid, p_after bigint default 0,
                                        p_limit integer default 500)
 returns table (id bigint, event text, data jsonb, last boolean)
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     with run_rows as (
         -- The loop's run rows since p_after: audit_log_run_loop_idx.
@@ -239,7 +234,6 @@ comment on function loop_events(uuid, bigint, integer) is
 create or replace function loop_snapshot(p_loop_id uuid)
 returns jsonb
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     with latest as (
         select run_snapshot(t.id) as snap

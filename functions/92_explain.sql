@@ -34,7 +34,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _explain_lane(p_agent text, p_now timestamptz)
 returns table (reason text, detail text, clears_at timestamptz, free bigint)
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -123,7 +122,6 @@ comment on function _explain_lane(text, timestamptz) is
 create or replace function _explain_schedule(p_kind text, p_id uuid, p_now timestamptz)
 returns table (reason text, detail text, clears_at timestamptz)
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select case when s.next_fire_at is null then 'not_scheduled' else 'not_due' end,
            case when s.next_fire_at is null
@@ -157,7 +155,6 @@ comment on function _explain_schedule(text, uuid, timestamptz) is
 create or replace function explain_job(p_job_id uuid, p_now timestamptz default now())
 returns table (reason text, detail text, clears_at timestamptz)
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -322,7 +319,6 @@ comment on function explain_job(uuid, timestamptz) is
 create or replace function _explain_held(p_target uuid, p_policy text)
 returns table (reason text, detail text, clears_at timestamptz)
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select h.reason,
            case h.reason
@@ -364,7 +360,6 @@ comment on function _explain_held(uuid, text) is
 create or replace function explain_routine(p_routine_id uuid, p_now timestamptz default now())
 returns table (reason text, detail text, clears_at timestamptz)
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -485,7 +480,6 @@ create or replace function explain_topology_run(
 )
 returns table (reason text, detail text, clears_at timestamptz)
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -556,7 +550,6 @@ comment on function explain_topology_run(uuid, timestamptz) is
 create or replace function explain_loop(p_loop_id uuid, p_now timestamptz default now())
 returns table (reason text, detail text, clears_at timestamptz)
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 #variable_conflict use_column
 declare

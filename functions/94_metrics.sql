@@ -26,7 +26,6 @@ returns double precision[]
 language sql
 immutable
 parallel safe
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select array[0.05, 0.25, 1, 5, 15, 60, 300, 900, 1800, 3600, 10800,
                  'Infinity']::double precision[]
@@ -47,7 +46,6 @@ comment on function _metrics_duration_bounds() is
 create or replace function _tg_agent_run_metrics()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 set enable_nestloop = off
 as $$
 declare
@@ -104,7 +102,6 @@ returns jsonb
 language sql
 immutable
 parallel safe
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select jsonb_build_object('routine', p_routine, 'routine_id', p_routine_id::text,
                               'trigger', p_trigger, 'reason', p_reason)
@@ -118,7 +115,6 @@ comment on function _metrics_skip_labels(uuid, text, text, text) is
 create or replace function _tg_routine_runs_insert_metrics()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
@@ -145,7 +141,6 @@ comment on function _tg_routine_runs_insert_metrics() is
 create or replace function _tg_routine_runs_update_metrics()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
@@ -174,7 +169,6 @@ returns jsonb
 language sql
 immutable
 parallel safe
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select jsonb_build_object('loop', p_loop, 'loop_id', p_loop_id::text,
                               'trigger', coalesce(p_trigger, ''), 'reason', p_reason)
@@ -188,7 +182,6 @@ comment on function _metrics_loop_skip_labels(uuid, text, text, text) is
 create or replace function _tg_topology_runs_insert_metrics()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
@@ -214,7 +207,6 @@ comment on function _tg_topology_runs_insert_metrics() is
 create or replace function _tg_topology_runs_update_metrics()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
@@ -235,7 +227,6 @@ comment on function _tg_topology_runs_update_metrics() is
 create or replace function _tg_notifications_update_metrics()
 returns trigger
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 begin
     insert into metric_deltas (metric, labels, value)
@@ -295,7 +286,6 @@ create or replace trigger notifications_update_metrics
 create or replace function _metrics_fold(p_limit integer default 50000)
 returns integer
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_folded integer;
@@ -359,7 +349,6 @@ returns table (
 )
 language sql
 stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 with families (family, kind, help) as (
     values

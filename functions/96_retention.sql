@@ -39,7 +39,6 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _retention_kinds()
 returns text[]
 language sql immutable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select array['routine_runs', 'topology_runs', 'jobs', 'events', 'notifications',
                  'late_results', 'webhook_deliveries', 'audit_log'];
@@ -55,7 +54,6 @@ comment on function _retention_kinds() is
 create or replace function _retention_cutoff(p_kind text, p_now timestamptz)
 returns timestamptz
 language plpgsql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_secs integer;
@@ -82,7 +80,6 @@ create or replace function _prunable_routine_runs(
 )
 returns setof uuid
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select rr.id
     from routine_runs rr
@@ -118,7 +115,6 @@ comment on function _prunable_routine_runs(timestamptz, timestamptz, integer) is
 create or replace function _prunable_topology_runs(p_cutoff timestamptz, p_limit integer)
 returns setof uuid
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select r.id
     from topology_runs r
@@ -155,7 +151,6 @@ comment on function _prunable_topology_runs(timestamptz, integer) is
 create or replace function _prunable_jobs(p_cutoff timestamptz, p_limit integer)
 returns setof uuid
 language sql stable
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
     select j.id
     from job j
@@ -194,7 +189,6 @@ create or replace function _prune_kind(
     out removed bigint, out jobs bigint
 )
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_cutoff timestamptz;
@@ -354,7 +348,6 @@ create or replace function prune(
 )
 returns table (kind text, removed bigint)
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_audit constant boolean :=

@@ -1,6 +1,6 @@
 -- Who may do what: the privileges of the three roles of
--- db/0016_roles_and_owners.sql, and which functions run with their owner's
--- rights.
+-- db/0016_roles_and_owners.sql, which functions run with their owner's
+-- rights, and the search_path every function runs with.
 --
 -- Called by: migrate, which applies this file last, with every change of
 -- functions/, so a table or function added later is covered at once:
@@ -353,7 +353,6 @@ grant execute on function _owner_spend(owner_budgets, timestamptz) to ceaseless_
 create or replace function _restrict_temporary()
 returns boolean
 language plpgsql
-set search_path = pg_catalog, ceaseless, pg_temp
 as $$
 declare
     v_database constant text := current_database();
@@ -397,3 +396,31 @@ comment on function _restrict_temporary() is
 
 revoke execute on function _restrict_temporary() from ceaseless_listener, ceaseless_operator;
 select _restrict_temporary();
+
+-- Every function of the schema runs with search_path pg_catalog, ceaseless,
+-- pg_temp, set here once for all of them (a function that reads nothing of
+-- the schema may name a shorter path in a SET clause of its own, which is
+-- kept, as the webhook-scheme and secret-hiding helpers do):
+-- built-ins come first, so no object of the schema can stand in for one; and
+-- pg_temp last, so a caller's temporary table shadows no table inside a
+-- function (PostgreSQL searches the temporary schema first unless the path
+-- names it). CREATE OR REPLACE resets a function's settings, so this runs
+-- last, after every file has been applied, in the same transaction: no session
+-- ever sees a function without it (tests/sql/test_search_path.py checks the
+-- catalog). ALTER ROUTINE, so a procedure is covered as a function is.
+do $$
+declare
+    v_routine regprocedure;
+begin
+    for v_routine in
+        select p.oid::regprocedure
+        from pg_proc p
+        where p.pronamespace = 'ceaseless'::regnamespace
+          and p.prokind in ('f', 'p')
+          and not exists (select from unnest(p.proconfig) c where c like 'search_path=%')
+    loop
+        execute format('alter routine %s set search_path = pg_catalog, ceaseless, pg_temp',
+                       v_routine);
+    end loop;
+end;
+$$;

@@ -1845,8 +1845,8 @@ create function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now t
     returns uuid[]
     language plpgsql
     volatile
-    set search_path = pg_catalog, ceaseless, pg_temp
-    set plan_cache_mode = force_generic_plan;
+    set plan_cache_mode = force_generic_plan
+    set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now timestamp with time zone) is 'For cancel_other routines at their max_concurrent: cancel the oldest running runs'' jobs (SKIP LOCKED, _end_jobs) to make room for a new fire; returns the routines it cancelled for.';
 grant execute on function ceaseless._cancel_overlapping_runs(p_routine_ids uuid[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
@@ -2145,8 +2145,8 @@ create function ceaseless._event_candidates(p_user_id text, p_content text)
     returns SETOF uuid
     language plpgsql
     stable
-    set search_path = pg_catalog, ceaseless, pg_temp
-    set plan_cache_mode = force_generic_plan;
+    set plan_cache_mode = force_generic_plan
+    set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._event_candidates(p_user_id text, p_content text) is 'The enabled event routines of a user whose literal occurs in the content, found by reading them all or by probing routines_event_key_idx, whichever is cheaper for this event.';
 grant execute on function ceaseless._event_candidates(p_user_id text, p_content text) to ceaseless_listener, ceaseless_operator;
 
@@ -2209,8 +2209,8 @@ create function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p
     returns TABLE(ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text, skip_reason text)
     language plpgsql
     volatile
-    set search_path = pg_catalog, ceaseless, pg_temp
-    set plan_cache_mode = force_generic_plan;
+    set plan_cache_mode = force_generic_plan
+    set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[], p_slots timestamp with time zone[]) is 'The one firing path: judge each routine against its guardrails (disabled, agent disabled, cooldown, max_concurrent, dedup, global cap), write a running or skipped routine_runs row per routine and a job per running run.';
 grant execute on function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[], p_contexts text[], p_missed integer[], p_manual boolean, p_job_ids uuid[], p_slots timestamp with time zone[]) to ceaseless_listener, ceaseless_operator;
 
@@ -2511,8 +2511,8 @@ create function ceaseless._lane_capacity(p_now timestamp with time zone, p_agent
     stable
     security definer
     rows 10
-    set search_path = pg_catalog, ceaseless, pg_temp
-    set enable_seqscan = off;
+    set enable_seqscan = off
+    set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[], p_measure_all boolean) is 'Per lane (all, or those in p_agents): its live and claimed jobs, the runs, cost and tokens of its window, the pause in force, what holds it (held_by: agent_disabled, lane_paused, lane_full, window_budget, cost_budget, token_budget) and its free slots (0 while held), read against p_now: the one rule claim_jobs admits by, governor_usage shows and _explain_lane explains. With p_measure_all false (a claim), a closed lane and the window of a lane without a budget are not counted.';
 grant execute on function ceaseless._lane_capacity(p_now timestamp with time zone, p_agents text[], p_measure_all boolean) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
@@ -2920,8 +2920,8 @@ create function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now 
     returns TABLE(id uuid, turn integer, priority integer, run_after timestamp with time zone, created_at timestamp with time zone)
     language plpgsql
     volatile
-    set search_path = pg_catalog, ceaseless, pg_temp
-    set plan_cache_mode = force_generic_plan;
+    set plan_cache_mode = force_generic_plan
+    set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[]) is 'A round_robin lane''s next p_free due jobs, one per owner in turn (after the owner served last), and within an owner one per fairness key in turn, each key''s by priority then due time; moves the lane''s turn. Called by claim_jobs under the lane lock.';
 grant execute on function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[]) to ceaseless_listener, ceaseless_operator;
 
@@ -3067,8 +3067,8 @@ create function ceaseless._tg_agent_run_metrics()
     language plpgsql
     volatile
     security definer
-    set search_path = pg_catalog, ceaseless, pg_temp
-    set enable_nestloop = off;
+    set enable_nestloop = off
+    set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._tg_agent_run_metrics() is 'After UPDATE on agent_run: count the runs that just finished by lane and outcome, and their durations, into metric_deltas.';
 grant execute on function ceaseless._tg_agent_run_metrics() to ceaseless_listener, ceaseless_operator;
 
@@ -3077,8 +3077,8 @@ create function ceaseless._tg_agent_run_update()
     returns trigger
     language plpgsql
     volatile
-    set search_path = pg_catalog, ceaseless, pg_temp
-    set enable_nestloop = off;
+    set enable_nestloop = off
+    set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._tg_agent_run_update() is 'After UPDATE on agent_run: NOTIFY ceaseless_run for runs that just finished (audited on the job).';
 grant execute on function ceaseless._tg_agent_run_update() to ceaseless_listener, ceaseless_operator;
 
@@ -3241,8 +3241,8 @@ create function ceaseless._tg_job_plan_children()
     returns trigger
     language plpgsql
     volatile
-    set search_path = pg_catalog, ceaseless, pg_temp
-    set enable_nestloop = off;
+    set enable_nestloop = off
+    set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._tg_job_plan_children() is 'After UPDATE on job: queue the child issues of plan jobs that became delivered (once per repo, plan issue and key).';
 grant execute on function ceaseless._tg_job_plan_children() to ceaseless_listener, ceaseless_operator;
 
@@ -3281,8 +3281,8 @@ create function ceaseless._tg_job_update()
     language plpgsql
     volatile
     security definer
-    set search_path = pg_catalog, ceaseless, pg_temp
-    set enable_nestloop = off;
+    set enable_nestloop = off
+    set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._tg_job_update() is 'After UPDATE on job: audit and NOTIFY ceaseless_job for rows whose state changed, once per group.';
 grant execute on function ceaseless._tg_job_update() to ceaseless_listener, ceaseless_operator;
 
@@ -3430,8 +3430,8 @@ create function ceaseless._tg_routine_runs_update()
     language plpgsql
     volatile
     security definer
-    set search_path = pg_catalog, ceaseless, pg_temp
-    set enable_nestloop = off;
+    set enable_nestloop = off
+    set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._tg_routine_runs_update() is 'After UPDATE on routine_runs: move the running count, audit status changes, NOTIFY ceaseless_run once per new status.';
 grant execute on function ceaseless._tg_routine_runs_update() to ceaseless_listener, ceaseless_operator;
 
@@ -3996,9 +3996,9 @@ create function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds tex
     returns TABLE(id uuid, kind text, agent text, prompt text, payload jsonb, max_turns integer, resume_session_id text, attempts integer, claim_expires_at timestamp with time zone, run_id uuid, reply text, budget_usd numeric, budget_tokens bigint)
     language plpgsql
     volatile
-    set search_path = pg_catalog, ceaseless, pg_temp
     set enable_seqscan = off
-    set jit = off;
+    set jit = off
+    set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[], p_agents text[], p_now timestamp with time zone, p_lease_secs integer, p_start boolean) is 'Claim up to p_limit due pending jobs for listener p_worker in each lane''s order (fifo: highest priority, then due first; round_robin: owners and their fairness keys in turn), admitting each through its lane''s governor (max_concurrent, window_budget, window_cost_usd, window_tokens, lane_pauses) and its owner''s spend budget (owner_budgets) atomically; with p_start, open their agent runs too and return run_id.';
 grant execute on function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[], p_agents text[], p_now timestamp with time zone, p_lease_secs integer, p_start boolean) to ceaseless_listener, ceaseless_operator;
 

@@ -25,23 +25,46 @@ def _search_path(setting: str) -> list[str]:
     return [part.strip() for part in setting.removeprefix("search_path=").split(",")]
 
 
-def test_every_function_searches_pg_catalog_first_and_pg_temp_last(
-    conn: psycopg.Connection,
-) -> None:
+def _paths(conn: psycopg.Connection) -> dict[str, str | None]:
+    """Each function of the schema with its search_path setting (None: it has none)."""
     rows = conn.execute(
         "select p.oid::regprocedure::text, "
         "       (select c from unnest(p.proconfig) c where c like 'search_path=%') "
         "from pg_proc p where p.pronamespace = 'ceaseless'::regnamespace"
     ).fetchall()
-    assert len(rows) > 100
-    wrong = [
+    return dict(rows)
+
+
+def _without_pg_temp_last(paths: dict[str, str | None]) -> list[tuple[str, str | None]]:
+    return [
         (function, setting)
-        for function, setting in rows
+        for function, setting in paths.items()
         if setting is None
         or _search_path(setting)[0] != "pg_catalog"
         or _search_path(setting)[-1] != "pg_temp"
     ]
-    assert wrong == []
+
+
+def test_every_function_searches_pg_catalog_first_and_pg_temp_last(
+    conn: psycopg.Connection,
+) -> None:
+    paths = _paths(conn)
+    assert len(paths) > 100
+    assert _without_pg_temp_last(paths) == []
+
+
+def test_functions_applied_again_keep_their_search_paths(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    # The function files set no search_path; 99_access.sql sets it for the schema after
+    # every CREATE OR REPLACE (which clears it), in the same transaction.
+    before = _paths(conn)
+    migrate(db_url, reapply_functions=True)
+    after = _paths(conn)
+    assert after == before
+    assert _without_pg_temp_last(after) == []
+    # A function that sets a shorter path of its own keeps it.
+    assert after["ceaseless._webhook_schemes()"] == "search_path=pg_catalog, pg_temp"
 
 
 def test_every_trigger_of_the_schema_runs_a_function_of_the_schema(
