@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from listener.cli.common import Output, OutputOpt, call, emitting, fail, listed, note, record
+from listener.cli.common import Output, OutputOpt, call, emitting, fail, found, listed, note, record
 from listener.enums import Adapter, Fairness
 from listener.queries.commands import agents
 
@@ -101,13 +101,21 @@ def agent_list(output: OutputOpt = Output.TABLE) -> None:
 AgentArg = Annotated[str, typer.Argument(help="The lane's name (ceaseless agent list).")]
 
 
+def _missing(agent: str) -> str:
+    return f"no agent named {agent!r} (ceaseless agent list shows them)"
+
+
+def _set_enabled(agent: str, enabled: bool) -> None:
+    if not call(agents.set_enabled, agent, enabled):
+        raise fail(_missing(agent))
+    typer.echo(f"agent {agent} {'enabled' if enabled else 'disabled'}")
+
+
 @app.command("show")
 def agent_show(agent: AgentArg, output: OutputOpt = Output.TABLE) -> None:
     """A lane's configuration (its environment's variable names, never their values) and its
     governor now: live runs, the window's starts and spend, free slots, what holds it."""
-    shown = call(agents.agent, agent).first()
-    if shown is None:
-        raise fail(f"no agent named {agent!r} (ceaseless agent list shows them)")
+    shown = found(call(agents.agent, agent), _missing(agent))
     with emitting(output):
         record(shown, name="agent", width=17)
         note("")
@@ -119,24 +127,19 @@ def agent_show(agent: AgentArg, output: OutputOpt = Output.TABLE) -> None:
 def agent_disable(agent: AgentArg) -> None:
     """Disable a lane: nothing new is claimed for it, and its pending jobs, routine runs and
     loop nodes follow one rule (docs/agents.md, "Disabling an agent")."""
-    if not call(agents.set_enabled, agent, False):
-        raise fail(f"no agent named {agent!r} (ceaseless agent list shows them)")
-    typer.echo(f"agent {agent} disabled")
+    _set_enabled(agent, False)
 
 
 @app.command("enable")
 def agent_enable(agent: AgentArg) -> None:
     """Enable a lane again: its jobs are claimed, and loops it stalled resume."""
-    if not call(agents.set_enabled, agent, True):
-        raise fail(f"no agent named {agent!r} (ceaseless agent list shows them)")
-    typer.echo(f"agent {agent} enabled")
+    _set_enabled(agent, True)
 
 
 @app.command("delete")
 def agent_delete(agent: AgentArg) -> None:
     """Delete a lane that no job or routine names; one with a history can only be disabled."""
-    if call(agents.agent, agent).first() is None:
-        raise fail(f"no agent named {agent!r} (ceaseless agent list shows them)")
+    found(call(agents.agent, agent), _missing(agent))  # exits when there is none
     used = call(agents.delete, agent)
     if used.jobs or used.routines:
         raise fail(

@@ -3,7 +3,7 @@
 The statements are listener/queries/commands/, a module per group; a command runs
 them through `call` (or `call_async`, for one the listener runs too). Rows that a
 group names by id or by name (routines, loops, tracked repos) are found, enabled,
-disabled and deleted through one `Named`. List and show commands print through
+disabled, deleted and read through one `Named`. List and show commands print through
 `table`, `listed`, `record` and `note` inside `emitting(output)`, so `--output json`
 turns the same calls into one JSON document for scripts.
 
@@ -33,6 +33,7 @@ import typer
 
 from listener.database import connections
 from listener.database.embedded import EmbeddedError
+from listener.database.pool import Database
 from listener.queries import commands
 from listener.queries.commands import Listing
 
@@ -85,6 +86,18 @@ def _said(exc: psycopg.Error) -> str:
     return f"{diag.message_primary or exc}{notes}" + (f"\n{detail}" if detail else "")
 
 
+def connect() -> psycopg.Connection[Any]:
+    """An autocommit connection named as `call`'s are, for a command that says in its own
+    words what the database's errors mean (`call` reports them as the database said them)."""
+    return connections.connect(url(), application_name=APPLICATION_NAME)
+
+
+def database(*, deadline: float) -> Database:
+    """The listener's own handle on the database, one connection named as `call`'s are, for a
+    command that runs the listener's async code (`repo poll`)."""
+    return Database(url(), APPLICATION_NAME, deadline=deadline, size=1)
+
+
 def call(
     fn: Callable[Concatenate[psycopg.Connection[Any], P], T], *args: P.args, **kwargs: P.kwargs
 ) -> T:
@@ -114,6 +127,15 @@ def call_async(
         return asyncio.run(run())
 
 
+def found(listing: Listing, missing: str) -> list[tuple[str, Any]]:
+    """The first row of `listing`, as (column, value) pairs; exits saying `missing` when it has
+    none."""
+    row = listing.first()
+    if row is None:
+        raise fail(missing)
+    return row
+
+
 def given(values: Mapping[str, object | None]) -> dict[str, object]:
     """The keys of a JSON document the user set: None means "not given", so the default applies."""
     return {key: value for key, value in values.items() if value is not None}
@@ -141,6 +163,18 @@ class Named:
         if len(ids) > 1:
             raise fail(self.ambiguous.format(count=len(ids), ref=ref))
         return ids[0]
+
+    def read(
+        self,
+        query: Callable[[psycopg.Connection[Any], str], Listing],
+        ref: str,
+        user: str | None = None,
+    ) -> tuple[str, list[tuple[str, Any]]]:
+        """The id of the row `ref` names and its record as `query` reads it; exits when there
+        is none."""
+        row_id = self.id(ref, user)
+        # Another session may delete the row between the two statements.
+        return row_id, found(call(query, row_id), f"{self.noun} {ref} was deleted meanwhile")
 
     def set_enabled(self, ref: str, enabled: bool, user: str | None = None) -> None:
         """Enable or disable the row, and say so."""

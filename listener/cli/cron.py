@@ -24,19 +24,17 @@ import typer
 
 from listener import cron
 from listener.cli.common import (
-    APPLICATION_NAME,
     Output,
     OutputOpt,
     call,
     collecting,
+    connect,
     emitting,
     fail,
     listed,
     note,
     table,
-    url,
 )
-from listener.database import connections
 from listener.queries.commands.cron import Backfilled, check_schedule
 from listener.queries.commands.cron import backfill as backfill_slots
 
@@ -58,7 +56,7 @@ def upcoming(schedule: str, timezone: str, count: int, after: datetime) -> list[
 def check(schedule: str, timezone: str) -> None:
     """Return when the database would store `schedule` read in `timezone`; else fail, saying why."""
     try:
-        conn = connections.connect(url(), application_name=APPLICATION_NAME)
+        conn = connect()
     except psycopg.OperationalError as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise fail(

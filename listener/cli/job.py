@@ -15,7 +15,18 @@ from uuid import UUID
 
 import typer
 
-from listener.cli.common import Output, OutputOpt, call, emitting, fail, listed, note, record, why
+from listener.cli.common import (
+    Output,
+    OutputOpt,
+    call,
+    emitting,
+    fail,
+    found,
+    listed,
+    note,
+    record,
+    why,
+)
 from listener.enums import JobKind, JobState
 from listener.queries import commands
 from listener.queries.commands import jobs
@@ -126,9 +137,7 @@ def job_show(job: JobArg, output: OutputOpt = Output.TABLE) -> None:
     """A job: what it was asked and where it came from, every attempt with its outcome and
     what the agent said, and, while it waits, why (explain_job)."""
     job_id = _job_id(job)
-    shown = call(jobs.job, job_id).first()
-    if shown is None:
-        raise fail(f"no job with id {job!r}")
+    shown = found(call(jobs.job, job_id), f"no job with id {job!r}")
     with emitting(output):
         record(shown, name="job", width=16)
         note("")

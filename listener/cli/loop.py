@@ -275,10 +275,7 @@ def loop_show(
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """A loop: its triggers, policy and state, its latest iterations and skipped fires."""
-    ref = LOOPS.id(loop)
-    shown = call(loops.loop, ref).first()
-    if shown is None:
-        raise fail(f"loop {loop} was deleted meanwhile")
+    ref, shown = LOOPS.read(loops.loop, loop)
     chain = call(loops.iterations, ref, iterations)
     skipped = call(loops.skipped_fires, ref)
     with emitting(output):

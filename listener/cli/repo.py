@@ -24,21 +24,19 @@ import psycopg
 import typer
 
 from listener.cli.common import (
-    APPLICATION_NAME,
     Named,
     Output,
     OutputOpt,
     call,
     collecting,
+    database,
     emitting,
     fail,
     listed,
     note,
     record,
     table,
-    url,
 )
-from listener.database.pool import Database
 from listener.enums import Forge
 from listener.queries import commands, forge_loops
 from listener.queries.commands import repos
@@ -186,9 +184,7 @@ def repo_list(output: OutputOpt = Output.TABLE) -> None:
 @app.command("show")
 def repo_show(repo: RepoArg, output: OutputOpt = Output.TABLE) -> None:
     """A tracked repo: where it is, what it listens for, its schedule and its last error."""
-    shown = call(repos.repo, REPOS.id(repo)).first()
-    if shown is None:
-        raise fail(f"repo {repo} was deleted meanwhile")
+    _, shown = REPOS.read(repos.repo, repo)
     with emitting(output):
         record(shown, name="repo", width=20)
 
@@ -288,13 +284,13 @@ async def _poll_now(repo: UUID, timeout: float) -> PollReport:
     # command that polls, not by every command's start.
     from listener.forge.poller import poll_repo
 
-    database = Database(url(), APPLICATION_NAME, deadline=15.0, size=1)
-    await database.open()
+    db = database(deadline=15.0)
+    await db.open()
     try:
-        found = await database.once("tracked_repo", lambda c: forge_loops.tracked_repo(c, repo))
+        found = await db.once("tracked_repo", lambda c: forge_loops.tracked_repo(c, repo))
         if found is None:
             raise fail(f"no tracked repo with the id {repo}")
-        source = await database.once("forge_token_source", forge_loops.token_source)
-        return await poll_repo(database, found, source, timeout=timeout)
+        source = await db.once("forge_token_source", forge_loops.token_source)
+        return await poll_repo(db, found, source, timeout=timeout)
     finally:
-        await database.close()
+        await db.close()

@@ -188,10 +188,7 @@ def routine_show(
     routine: RoutineArg, user: UserOpt = None, output: OutputOpt = Output.TABLE
 ) -> None:
     """A routine's configuration, state, its last 10 runs and its next cron slots."""
-    routine_id = ROUTINES.id(routine, user)
-    shown = call(routines.routine, routine_id).first()
-    if shown is None:
-        raise fail(f"routine {routine} was deleted meanwhile")
+    routine_id, shown = ROUTINES.read(routines.routine, routine, user)
     runs = call(routines.runs, routine_id)
     with emitting(output):
         record(shown, name="routine")

@@ -8,7 +8,8 @@ the views. Each group's statements are in the module named for it (agents, jobs,
 routines, loops, repos, runs, status, cron); what the groups share is here: the
 INSERT of exactly the columns given, a listing that carries its column names, and
 the rows a command names by id or by name (routines, loops, tracked repos), which
-it finds, enables, disables and deletes alike, and asks why they wait.
+it finds, enables, disables and deletes alike, and asks why they wait; and the
+firing of a routine or a loop by hand, which either may hold.
 
 Statements are written as SQL text, a clause a line, so they read as they run in
 psql; a listing's columns are named in the statement as the command shows them
@@ -79,6 +80,41 @@ def insert(
         raise
     assert row is not None, "an INSERT … RETURNING of one row returns one row or raises"
     return row
+
+
+def fire(
+    conn: Connection, function: LiteralString, runs: LiteralString, columns: list[str], ref: str
+) -> tuple[Any, ...]:
+    """Fire `ref` now by ceaseless.<function> (run_routine, run_loop): the id it returns, then
+    `columns` of the run it made in ceaseless.<runs>, status first and skip_reason last.
+
+    A fire the overlap policy keeps until its blocker clears is a held fire
+    (functions/33_held_fires.sql): its id, then 'held', nulls, and why it waits.
+    Two statements: a statement does not see a row its own function call inserted.
+    """
+    fired = conn.execute(
+        sql.SQL("select {}(%s)").format(sql.Identifier("ceaseless", function)), (ref,)
+    ).fetchone()
+    assert fired is not None, f"{function} returns the run's id or raises"
+    held: list[LiteralString] = [
+        "'held'",
+        *["null"] * (len(columns) - 2),
+        "h.reason || coalesce(': waits for ' || h.blocked_by, '')",
+    ]
+    outcome = conn.execute(
+        sql.SQL(
+            "select {columns} from {runs} where id = %(id)s "
+            "union all "
+            "select {held} from ceaseless.held_fires h where h.id = %(id)s"
+        ).format(
+            columns=sql.SQL(", ").join(map(sql.Identifier, columns)),
+            runs=sql.Identifier("ceaseless", runs),
+            held=sql.SQL(", ").join(map(sql.SQL, held)),
+        ),
+        {"id": fired[0]},
+    ).fetchone()
+    assert outcome is not None, "the run fired a moment ago"
+    return fired[0], *outcome
 
 
 class Named(StrEnum):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from listener.queries.commands import Connection, Listing, insert, listing
+from listener.queries.commands import Connection, Listing, fire, insert, listing
 
 
 def add(conn: Connection, values: Mapping[str, object]) -> str:
@@ -93,20 +93,8 @@ def skipped_fires(conn: Connection, loop_id: str) -> Listing:
 
 def run(conn: Connection, loop_id: str) -> tuple[Any, str, int | None, str | None]:
     """Fire a loop now: the run's id, status, iteration and skip reason (or a held fire's id,
-    'held' and why it waits).
-
-    Two statements: a statement does not see a row its own function call inserted.
-    """
-    fired = conn.execute("select ceaseless.run_loop(%s)", (loop_id,)).fetchone()
-    assert fired is not None, "run_loop returns the run's id or raises"
-    # Or a held fire's id: the loop's overlap policy keeps the fire until its
-    # live iteration ends (functions/33_held_fires.sql).
-    run_row = conn.execute(
-        "select status, iteration, skip_reason from ceaseless.topology_runs where id = %(id)s "
-        "union all "
-        "select 'held', null, h.reason || coalesce(': waits for ' || h.blocked_by, '') "
-        "from ceaseless.held_fires h where h.id = %(id)s",
-        {"id": fired[0]},
-    ).fetchone()
-    assert run_row is not None, "the run fired a moment ago"
-    return fired[0], *run_row
+    'held' and why it waits)."""
+    run_id, status, iteration, reason = fire(
+        conn, "run_loop", "topology_runs", ["status", "iteration", "skip_reason"], loop_id
+    )
+    return run_id, status, iteration, reason

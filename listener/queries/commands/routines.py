@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from listener.queries.commands import Connection, Listing, insert, listing
+from listener.queries.commands import Connection, Listing, fire, insert, listing
 
 
 def add(conn: Connection, values: Mapping[str, object]) -> str:
@@ -66,20 +66,9 @@ def runs(conn: Connection, routine_id: str) -> Listing:
 
 
 def run(conn: Connection, routine_id: str) -> tuple[Any, str, str | None]:
-    """Fire a routine now: the run's id, status and skip reason.
-
-    Two statements: a statement does not see a row its own function call inserted.
-    """
-    fired = conn.execute("select ceaseless.run_routine(%s)", (routine_id,)).fetchone()
-    assert fired is not None, "run_routine returns the run's id or raises"
-    # Or a held fire's id: the routine's overlap policy keeps the fire until
-    # its blocker clears (functions/33_held_fires.sql).
-    status = conn.execute(
-        "select status, skip_reason from ceaseless.routine_runs where id = %(id)s "
-        "union all "
-        "select 'held', h.reason || coalesce(': waits for ' || h.blocked_by, '') "
-        "from ceaseless.held_fires h where h.id = %(id)s",
-        {"id": fired[0]},
-    ).fetchone()
-    assert status is not None, "the run fired a moment ago"
-    return fired[0], status[0], status[1]
+    """Fire a routine now: the run's id, status and skip reason (or a held fire's id, 'held'
+    and why it waits)."""
+    run_id, status, reason = fire(
+        conn, "run_routine", "routine_runs", ["status", "skip_reason"], routine_id
+    )
+    return run_id, status, reason
