@@ -526,14 +526,6 @@ begin
         join lane on lane.name = c.agent
         where p_start
         returning agent_run.job_id, agent_run.id
-    ),
-    -- Only the jobs that have a ceiling: a call of _job_budget_left for every
-    -- claimed job, even one that returns at once, cost 5 % of a fifo claim.
-    budgets as (
-        select c.id, l.usd, l.tokens
-        from claimed c
-        cross join lateral _job_budget_left(c.id, c.max_cost_usd, c.max_tokens) l
-        where c.max_cost_usd is not null or c.max_tokens is not null
     )
     -- A reply is the whole prompt of a run that resumes the agent's session
     -- (the session holds the task); with no session to resume, the run starts
@@ -551,7 +543,16 @@ begin
            b.usd, b.tokens
     from claimed c
     left join opened o on o.job_id = c.id
-    left join budgets b on b.id = c.id;
+    -- Only a job that has a ceiling calls _job_budget_left (a call for every
+    -- claimed job, even one that returns at once, cost 5 % of a fifo claim):
+    -- the condition names the claimed row alone, so it gates the call before
+    -- it is made. Here rather than in a CTE of its own, whose third scan of
+    -- `claimed` and hash join cost 2 % of a fifo claim of ten.
+    left join lateral (
+        select l.usd, l.tokens
+        from _job_budget_left(c.id, c.max_cost_usd, c.max_tokens) l
+        where c.max_cost_usd is not null or c.max_tokens is not null
+    ) b on true;
 end;
 $$;
 
