@@ -101,14 +101,23 @@ comment on function _schedule_changed(text, text, boolean, text, text, boolean) 
 -- Ask the listeners for a row's next slot when it is enabled with a schedule
 -- and has none (created, changed or re-enabled): NOTIFY ceaseless_schedule,
 -- naming the table as listener/notify_schemas.json says.
+--
+-- PL/pgSQL: the row triggers of routines and loops call this on every update
+-- (a fire's next_fire_at, a finish batch's counters), nearly always to do
+-- nothing; a SQL function with a SET clause is planned again on every call
+-- (8.5 µs a call, 7 % of a cron fire), an IF on the arguments is not.
 create or replace function _ask_for_next_fire(
     p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamptz
 )
 returns void
-language sql
+language plpgsql
 as $$
-    select pg_notify('ceaseless_schedule', jsonb_build_object('table', p_table, 'id', p_id)::text)
-    where p_enabled and p_schedule is not null and p_next_fire_at is null;
+begin
+    if p_enabled and p_schedule is not null and p_next_fire_at is null then
+        perform pg_notify('ceaseless_schedule',
+                          jsonb_build_object('table', p_table, 'id', p_id)::text);
+    end if;
+end;
 $$;
 
 comment on function _ask_for_next_fire(text, uuid, text, boolean, timestamptz) is

@@ -1795,10 +1795,10 @@ create function ceaseless._approval_message(p_approval_id uuid, p_run_id uuid, p
 comment on function ceaseless._approval_message(p_approval_id uuid, p_run_id uuid, p_node_id text, p_loop text, p_expires timestamp with time zone, p_on_expiry text) is 'The body of an approval''s notification and reminder: node, run, expiry and what it does, the decide_approval calls, and the run''s dashboard link when a listener serves HTTP.';
 grant execute on function ceaseless._approval_message(p_approval_id uuid, p_run_id uuid, p_node_id text, p_loop text, p_expires timestamp with time zone, p_on_expiry text) to ceaseless_listener, ceaseless_operator;
 
--- functions/32_schedules.sql, body md5 4078c06d4f9ec886faff1bbcd0c19032
+-- functions/32_schedules.sql, body md5 a4633f59235d5192cd735aa7899f992d
 create function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamp with time zone)
     returns void
-    language sql
+    language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamp with time zone) is 'NOTIFY ceaseless_schedule {table, id} for an enabled row with a schedule and no next_fire_at.';
