@@ -544,14 +544,16 @@ begin
     from claimed c
     left join opened o on o.job_id = c.id
     -- Only a job that has a ceiling calls _job_budget_left (a call for every
-    -- claimed job, even one that returns at once, cost 5 % of a fifo claim):
-    -- the condition names the claimed row alone, so it gates the call before
-    -- it is made. Here rather than in a CTE of its own, whose third scan of
-    -- `claimed` and hash join cost 2 % of a fifo claim of ten.
+    -- claimed job, even one that returns at once, cost 5 % of a fifo claim).
+    -- Kept whole (OFFSET 0), the WHERE names the claimed row alone and gates
+    -- the call; pulled up into the join, it would filter after the call.
+    -- Here rather than in a CTE of its own, whose third scan of `claimed`
+    -- and hash join cost 2 % of a fifo claim of ten.
     left join lateral (
         select l.usd, l.tokens
         from _job_budget_left(c.id, c.max_cost_usd, c.max_tokens) l
         where c.max_cost_usd is not null or c.max_tokens is not null
+        offset 0
     ) b on true;
 end;
 $$;

@@ -1,6 +1,7 @@
 """finish_runs calls the judges a run may need, and only those: a plain run's finish calls
 neither the forge verdict nor the spend-ceiling sum (a twelfth of the whole path's database
-time per job when it did, bench/profile.py); a run that needs one is still judged.
+time per job when it did, bench/profile.py); a run that needs one is still judged. The claim
+likewise reads what is left of a job's ceilings only for a job that has one.
 
 Counted by PostgreSQL itself (track_functions, read in the same transaction): calls, not time.
 """
@@ -73,3 +74,33 @@ def test_a_run_that_needs_a_judge_still_gets_it(conn: psycopg.Connection) -> Non
     # The block's verdict was applied: every job waits for a person.
     blocked = conn.execute("select count(*) from ceaseless.job where state = 'blocked'").fetchone()
     assert blocked == (RUNS,)
+
+
+def _claim_counting(conn: psycopg.Connection) -> tuple[int, int]:
+    """claim_jobs('w1', RUNS, p_start): the jobs it returned with a budget, and its calls of
+    _job_budget_left."""
+    with conn.transaction():
+        conn.execute("set local track_functions = 'all'")
+        claimed = conn.execute(
+            "select count(budget_usd) from ceaseless.claim_jobs('w1', %s, p_start => true)",
+            (RUNS,),
+        ).fetchone()
+        calls = conn.execute(
+            "select coalesce(sum(calls), 0) from pg_stat_xact_user_functions "
+            "where schemaname = 'ceaseless' and funcname = '_job_budget_left'"
+        ).fetchone()
+    assert claimed is not None and calls is not None
+    return int(claimed[0]), int(calls[0])
+
+
+def test_a_claim_reads_no_budget_for_jobs_without_a_ceiling(conn: psycopg.Connection) -> None:
+    make_agent(conn, max_concurrent=RUNS)
+    make_jobs(conn, RUNS)
+    assert _claim_counting(conn) == (0, 0)
+
+
+def test_a_claim_reads_the_budget_of_jobs_with_a_ceiling(conn: psycopg.Connection) -> None:
+    make_agent(conn, max_concurrent=RUNS)
+    make_jobs(conn, RUNS)
+    conn.execute("update ceaseless.job set max_cost_usd = 5")
+    assert _claim_counting(conn) == (RUNS, RUNS)
