@@ -114,9 +114,11 @@ comment on function _retry_delay(integer) is
 -- check built on it and reach an agent as an empty task.
 create or replace function _is_blank(p_value text)
 returns boolean
-language sql immutable
+language plpgsql immutable
 as $$
-    select coalesce(p_value !~ '[^\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]', true);
+begin
+    return coalesce(p_value !~ '[^\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]', true);
+end;
 $$;
 
 comment on function _is_blank(text) is
@@ -126,11 +128,13 @@ comment on function _is_blank(text) is
 -- _is_blank, so that "ROUTINE_OK\n" is the reply ROUTINE_OK.
 create or replace function _trim_blank(p_value text)
 returns text
-language sql immutable
+language plpgsql immutable
 as $$
-    select regexp_replace(p_value,
+begin
+    return regexp_replace(p_value,
         '^[\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]+|[\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]+$',
         '', 'g');
+end;
 $$;
 
 comment on function _trim_blank(text) is
@@ -150,9 +154,10 @@ comment on function _trim_blank(text) is
 -- evaluated once, when the expression is planned.
 create or replace function _input_cap(p_name text)
 returns integer
-language sql immutable
+language plpgsql immutable
 as $$
-    select case p_name
+begin
+    return case p_name
         -- trigger_config.pattern of an event routine, in characters.
         when 'pattern' then 2000
         -- trigger_config.schedule of a cron routine, in characters.
@@ -188,6 +193,7 @@ as $$
         -- Real configurations and payloads nest a dozen levels at most.
         when 'json_depth' then 64
     end;
+end;
 $$;
 
 comment on function _input_cap(text) is
@@ -347,3 +353,24 @@ $$;
 
 comment on function _unknown_key(jsonb, text[]) is
     'The first key (in key order) of the JSON object p_object that p_known does not list, or NULL.';
+
+-- The columns of p_table other than p_bookkeeping, quoted and comma-separated:
+-- the UPDATE OF list of a row trigger that judges or announces configuration,
+-- so an UPDATE of runtime bookkeeping alone (a fire's next_fire_at, a finish's
+-- counters), written at every fire and finish, pays no trigger call. Read
+-- from the catalog when the trigger is created (migrate creates it again
+-- after every migration), so a new column is judged unless it is named here.
+create or replace function _update_of_all_but(p_table regclass, p_bookkeeping text[])
+returns text
+language plpgsql stable
+as $$
+begin
+    return (select string_agg(quote_ident(a.attname), ', ' order by a.attnum)
+            from pg_attribute a
+            where a.attrelid = p_table and a.attnum > 0 and not a.attisdropped
+              and a.attname <> all (p_bookkeeping));
+end;
+$$;
+
+comment on function _update_of_all_but(regclass, text[]) is
+    'The columns of p_table not in p_bookkeeping, quoted and comma-separated: an UPDATE OF list.';

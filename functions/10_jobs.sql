@@ -124,13 +124,7 @@ create or replace function _round_robin_pick(
 returns table (id uuid, turn integer, priority integer, run_after timestamptz,
                created_at timestamptz)
 language plpgsql
--- With the due test outside the index conditions the custom plans look
--- cheaper than the generic one, so PL/pgSQL, left to itself, plans the first
--- round again on every claim of one slot: 0.7-0.9 ms a call instead of
--- 0.07-0.09 on PostgreSQL 15 and 18 (test_claim_plan.py). The shape does not
--- depend on the values, so the one generic plan is the right one
--- (docs/performance.md, "Planner settings on functions").
-set plan_cache_mode = force_generic_plan
+-- Planned once, generically: claim_jobs' plan_cache_mode holds here too.
 as $$
 #variable_conflict use_column
 declare
@@ -425,6 +419,16 @@ set enable_seqscan = off
 -- (136,000 at 300,000 pending jobs): on PostgreSQL 15 compiling took 135-220
 -- ms of each claim, which takes 8-30 ms without (test_claim_plan.py).
 set jit = off
+-- The generic plans look dearer than custom ones (the limit and the lanes'
+-- free slots unknown to them; in _round_robin_pick, the due test made on the
+-- rows taken rather than in the index), so PL/pgSQL, left to itself, planned
+-- both statements again on every claim: the main one 0.33 ms of a 1.0 ms
+-- claim of one job (PostgreSQL 18), the round-robin pick 0.7-0.9 ms instead
+-- of 0.07-0.09 (15 and 18). Their shapes do not depend on the values (the
+-- plan tests hold them), so one generic plan each is the right one
+-- (docs/performance.md, "Planner settings on functions"). A SET clause holds
+-- for the functions a function calls, so _round_robin_pick needs none.
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare

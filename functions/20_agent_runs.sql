@@ -311,9 +311,7 @@ begin
     -- instead of the primary key.
     decided as (
         select f.id as run_id, f.job_id, f.outcome, f.error, f.rate_limit_reset_at,
-               f.session_id,
-               _job_state_after(f.outcome, j.attempts, coalesce(j.max_attempts, a.max_attempts),
-                                f.rate_limit_reset_at) as state
+               f.session_id, s.state
         from finished f
         cross join lateral (
             select j.attempts, j.max_attempts, j.agent
@@ -322,6 +320,15 @@ begin
             offset 0
         ) j
         join agents a on a.name = j.agent
+        -- Called once per run (OFFSET 0 keeps the call here): `moved` reads
+        -- the state eight times, and each read of an expression pulled up
+        -- into it would call the function again.
+        cross join lateral (
+            select _job_state_after(f.outcome, j.attempts,
+                                    coalesce(j.max_attempts, a.max_attempts),
+                                    f.rate_limit_reset_at) as state
+            offset 0
+        ) s
     ),
     -- The job follows its run. Back to pending (another attempt, or the wait
     -- for a rate limit's reset) it is unclaimed and unfinished, as the queue's

@@ -381,9 +381,10 @@ create or replace trigger approvals_changed
 -- signing key appear only as "set", "rotated" or "cleared".
 create or replace function _loop_audit_detail(p_old loops, p_new loops)
 returns jsonb
-language sql immutable
+language plpgsql immutable
 as $$
-    select jsonb_strip_nulls(jsonb_build_object(
+begin
+    return jsonb_strip_nulls(jsonb_build_object(
         'title', case when p_old is null or p_new.title is distinct from p_old.title
                       then p_new.title end,
         'triggers', case when p_old is null or p_new.triggers is distinct from p_old.triggers
@@ -404,6 +405,7 @@ as $$
                                then p_new.stopped_reason end,
         'last_error', case when p_new.last_error is distinct from p_old.last_error
                            then left(p_new.last_error, 500) end));
+end;
 $$;
 
 comment on function _loop_audit_detail(loops, loops) is
@@ -445,9 +447,16 @@ comment on function _tg_loops_changed() is
     'After a loop is created, changed or deleted: audit it (credentials hidden) and, when it '
     'is enabled, disabled or stopped, NOTIFY ceaseless_run.';
 
-create or replace trigger loops_changed
-    after insert or update or delete on loops
-    for each row execute function _tg_loops_changed();
+-- Not for an UPDATE of bookkeeping alone (a fire's last_run_id, a cron
+-- slot's next_fire_at), which it never audits (_update_of_all_but).
+do $$
+begin
+    execute format('create or replace trigger loops_changed '
+                   'after insert or update of %s or delete on ceaseless.loops '
+                   'for each row execute function ceaseless._tg_loops_changed()',
+                   _update_of_all_but('ceaseless.loops', array['next_fire_at', 'last_run_id']));
+end;
+$$;
 
 -- audit_log is append-only: a row, once written, is never changed, and is
 -- removed only by prune_audit_log's retention. Privileges already keep every

@@ -339,12 +339,26 @@ comment on function _tg_routines_changed() is
     'After a routine changes: NOTIFY ceaseless_schedule when it needs a next_fire_at; audit '
     'operator-visible changes.';
 
+-- Runtime bookkeeping (a cron fire's next_fire_at; a finish batch's
+-- last_run_at, run_count, consecutive_failures and state) changes nothing
+-- these two triggers judge or announce: they fire for an INSERT, a DELETE,
+-- and an UPDATE of any other column (_update_of_all_but), so a fire and a
+-- finish pay no trigger call (about 12 µs of a cron fire on PostgreSQL 15).
 -- CREATE OR REPLACE, never drop and create: DROP TRIGGER takes ACCESS
 -- EXCLUSIVE on the table, stalling even its readers until migrate commits.
-create or replace trigger routines_validate
-    before insert or update on routines
-    for each row execute function _tg_routines_validate();
-
-create or replace trigger routines_changed
-    after insert or update or delete on routines
-    for each row execute function _tg_routines_changed();
+do $$
+declare
+    v_columns constant text := _update_of_all_but(
+        'ceaseless.routines',
+        array['next_fire_at', 'last_run_at', 'run_count', 'consecutive_failures', 'state']);
+begin
+    execute format('create or replace trigger routines_validate '
+                   'before insert or update of %s on ceaseless.routines '
+                   'for each row execute function ceaseless._tg_routines_validate()',
+                   v_columns);
+    execute format('create or replace trigger routines_changed '
+                   'after insert or update of %s or delete on ceaseless.routines '
+                   'for each row execute function ceaseless._tg_routines_changed()',
+                   v_columns);
+end;
+$$;

@@ -30,14 +30,14 @@
 --       and never for fire admission;
 --     * a fire is admitted — retry_job after its job row, the cron batch
 --       after its routines (SKIP LOCKED, so it never waits for them): the
---       fire lock (shared or exclusive), then a slot without waiting, then
+--       fire lock (shared or exclusive), then its slots without waiting, then
 --       per-routine advisory locks in key order — and then waits for
 --       nothing: it reads its routines without locking them (its runs'
 --       foreign keys take KEY SHARE, which no finish, fire or cron batch
 --       blocks), and counts its runs in a shard nobody holds; a second fire
 --       in a transaction admitted shared waits for nothing at all (40001
 --       instead), except the one such transaction at a time that needs more
---       room than its slot (_admit_exactly), which waits for the other
+--       room than its slots (_admit_exactly), which waits for the other
 --       shared holders, none of which waits for it;
 --   so an admitted fire is never in a cycle, every wait for routine rows or
 --   routine fire locks is in id or key order, and a finishing statement
@@ -77,8 +77,9 @@ comment on function _transaction_state() is
 create or replace function _remember_fire(p_mode text, p_room bigint,
                                           p_loop_run uuid default null)
 returns void
-language sql
+language plpgsql
 as $$
+begin
     insert into transaction_state as s (backend_pid, xact, fire_mode, fire_room, loop_fire)
     values (pg_backend_pid(), pg_current_xact_id(), p_mode, p_room, p_loop_run)
     on conflict (backend_pid) do update
@@ -90,6 +91,7 @@ as $$
                          when s.xact = excluded.xact then s.loop_fire end,
         held_fire = case when s.xact = excluded.xact then s.held_fire end,
         xact = excluded.xact;
+end;
 $$;
 
 comment on function _remember_fire(text, bigint, uuid) is
@@ -128,26 +130,30 @@ comment on function forget_ended_backends() is
 -- fire never waits for one to commit.
 --
 -- Two ways in, chosen per transaction at its first fire:
--- - shared, while the cap is far: the fire lock in shared mode, one of 16
---   slot locks (taken without waiting), and an advisory lock per routine
---   whose own guardrails could bind (dedup, or max_concurrent within reach),
---   in key order. A slot stands for cap / 32 runs: with every slot in use
---   the runs in flight are at most half the cap, so a fire that sees the
---   running count at or below the other half needs nobody else's count.
---   Fires of different routines then run side by side.
+-- - shared, while the cap is far: the fire lock in shared mode, as many of
+--   16 slot locks as the fire needs (taken without waiting), and an advisory
+--   lock per routine whose own guardrails could bind (dedup, or
+--   max_concurrent within reach), in key order. A slot stands for cap / 32
+--   runs: with every slot in use the runs in flight are at most half the
+--   cap, so a fire that sees the running count at or below the other half
+--   needs nobody else's count. Fires of different routines then run side by
+--   side: two listeners' cron batches of a fan-out, each taking the slots
+--   its batch needs (listener/daemon/scheduler.py sizes its batches so that
+--   the routine locks of both stay far below the server's lock table).
 -- - exclusive: the fire lock alone, in exclusive mode, which waits for every
 --   shared holder to commit and keeps new ones out; the count it then reads
---   is exact. Taken when the cap is near, all slots are busy, the fire is
---   larger than a slot, or the transaction is not read committed.
+--   is exact. Taken when the cap is near, the slots the fire needs are busy,
+--   the fire is larger than half the cap, or the transaction is not read
+--   committed.
 -- The locks are the transaction's until it ends. A transaction that fired
--- shared and fires again within its slot's room takes the routine locks it
+-- shared and fires again within its slots' room takes the routine locks it
 -- needs without waiting (taking them in order could deadlock with another
 -- such transaction) and fails with 40001 (retry) when another fire holds
--- one. One that needs more room than its slot has (a statement of many
+-- one. One that needs more room than its slots have (a statement of many
 -- events, one fire per row) is judged exactly from then on (_admit_exactly),
 -- so a statement's fires are admitted whatever its size, and the fires past
 -- the cap are skipped (global_cap) as in exclusive mode. How it was admitted,
--- and the room its slot has left, is in transaction_state, which only the
+-- and the room its slots have left, is in transaction_state, which only the
 -- engine writes: kept in a setting, any session could pass a first fire off
 -- as a later one with room to spare, and fire past the cap.
 --
@@ -169,13 +175,15 @@ declare
     v_mode text := v_state.fire_mode;
     v_room bigint := coalesce(v_state.fire_room, 0);
     v_count integer := coalesce(cardinality(p_routine_ids), 0);
+    -- The slots whose room the fire needs (one at least).
+    v_slots integer := greatest(ceil(v_count::numeric / nullif(v_slot_size, 0)), 1);
 begin
-    if v_mode is null and v_count <= v_slot_size
+    if v_mode is null and v_slot_size > 0 and v_slots <= 16
        and current_setting('transaction_isolation') = 'read committed' then
         begin
             perform pg_advisory_xact_lock_shared(hashtext('ceaseless'), hashtext('routine fires'));
-            if not _take_fire_slot() then
-                raise exception 'every fire slot is taken';
+            if not _take_fire_slots(v_slots) then
+                raise exception 'the fire slots are taken';
             end if;
             -- A statement after the locks: it sees every fire committed
             -- before them, and at most sixteen slots are in flight.
@@ -193,10 +201,10 @@ begin
         end;
         if o_running is not null then
             v_mode := 'shared';
-            v_room := v_slot_size;
+            v_room := v_slots * v_slot_size;
         end if;
     elsif v_mode = 'shared' and v_room < v_count then
-        -- More fires than its slot has room for (a statement inserting many
+        -- More fires than its slots have room for (a statement inserting many
         -- events fires once per row): judged exactly from here on.
         perform _admit_exactly();
         v_mode := 'exclusive';
@@ -285,26 +293,32 @@ comment on function _admit_exactly() is
     'Make a transaction admitted shared judge exactly: every fire slot, or the fire lock in '
     'exclusive mode (one such waiter at a time; 40001 for a second).';
 
--- One of the sixteen fire slots, taken without waiting; false when all are
--- held by other transactions. The search starts at a different slot per
--- backend, so concurrent fires rarely try the same one first.
-create or replace function _take_fire_slot()
+-- p_count of the sixteen fire slots, taken without waiting; false when fewer
+-- are free (the caller's block then gives back those it took). The search
+-- starts at a different slot per backend, so concurrent fires rarely try the
+-- same one first.
+create or replace function _take_fire_slots(p_count integer)
 returns boolean
 language plpgsql
 as $$
+declare
+    v_taken integer := 0;
 begin
     for i in 0..15 loop
         if pg_try_advisory_xact_lock(hashtext('ceaseless fire slots'),
                                      (i + pg_backend_pid()) % 16) then
-            return true;
+            v_taken := v_taken + 1;
+            if v_taken >= p_count then
+                return true;
+            end if;
         end if;
     end loop;
     return false;
 end;
 $$;
-
-comment on function _take_fire_slot() is
-    'Take one of the sixteen fire slots (transaction-scoped advisory lock) without waiting.';
+comment on function _take_fire_slots(integer) is
+    'Take p_count of the sixteen fire slots (transaction-scoped advisory locks) without waiting; '
+    'false when fewer are free.';
 
 -- Serialise the fires of each routine whose own guardrails could bind: one
 -- with a dedup window, or whose max_concurrent the running runs (p_running,

@@ -64,12 +64,14 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 -- was cut, so the next agent knows it sees a part.
 create or replace function _topology_cut(p_text text, p_chars integer)
 returns text
-language sql immutable
+language plpgsql immutable
 as $$
-    select case when pg_catalog.char_length(p_text) <= p_chars then p_text
+begin
+    return case when pg_catalog.char_length(p_text) <= p_chars then p_text
                 else pg_catalog.left(p_text, p_chars)
                      || pg_catalog.format(E'\n\n[… cut: %s more characters not shown]',
                                           pg_catalog.char_length(p_text) - p_chars) end;
+end;
 $$;
 
 comment on function _topology_cut(text, integer) is
@@ -79,10 +81,13 @@ comment on function _topology_cut(text, integer) is
 -- prompts list upstreams and final messages list sinks.
 create or replace function _topology_graph_order(p_graph jsonb)
 returns table (node_id text, at bigint)
-language sql immutable
+language plpgsql immutable
 as $$
+begin
+    return query
     select n.value ->> 'id', n.at
     from pg_catalog.jsonb_array_elements(p_graph -> 'nodes') with ordinality as n(value, at);
+end;
 $$;
 
 comment on function _topology_graph_order(jsonb) is
@@ -132,11 +137,13 @@ comment on function _topology_node_prompt(uuid, text) is
 -- was skipped and why, never an empty output that looks like one.
 create or replace function _topology_node_output(p_state text, p_output text, p_chars integer)
 returns text
-language sql immutable
+language plpgsql immutable
 as $$
-    select case when p_state = 'skipped' then '(skipped: its approval expired)'
+begin
+    return case when p_state = 'skipped' then '(skipped: its approval expired)'
                 when p_chars is null then coalesce(p_output, '')
                 else _topology_cut(coalesce(p_output, ''), p_chars) end;
+end;
 $$;
 
 comment on function _topology_node_output(text, text, integer) is
@@ -422,12 +429,14 @@ create or replace trigger topology_runs_start
 -- (delivered: succeeded; the others: failed), which no live node is in.
 create or replace function _topology_node_state_of(p_job_state text)
 returns text
-language sql immutable
+language plpgsql immutable
 as $$
-    select case when p_job_state = 'pending' then 'queued'
+begin
+    return case when p_job_state = 'pending' then 'queued'
                 when p_job_state in ('claimed', 'running') then 'running'
                 when p_job_state = 'blocked' then 'blocked'
                 else 'ended' end;
+end;
 $$;
 
 comment on function _topology_node_state_of(text) is

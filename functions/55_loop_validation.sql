@@ -327,10 +327,6 @@ comment on function _tg_loops_validate() is
     'timezone), generate / keep / clear the webhook credential, reset a stopped loop''s policy '
     'count on re-enable, and clear next_fire_at whenever the schedule may have changed.';
 
-create or replace trigger loops_validate
-    before insert or update on loops
-    for each row execute function _tg_loops_validate();
-
 -- After a loop is stored: ask for a next slot when it needs one, and resume
 -- an on_completion chain that was re-enabled with nothing live.
 create or replace function _tg_loops_schedule()
@@ -358,9 +354,25 @@ comment on function _tg_loops_schedule() is
     'After a loop is inserted or updated: NOTIFY ceaseless_schedule when it needs a next_fire_at; '
     'start the next iteration of an on_completion loop that was re-enabled with none live.';
 
-create or replace trigger loops_schedule
-    after insert or update on loops
-    for each row execute function _tg_loops_schedule();
+-- loops_validate and loops_schedule fire for an INSERT and for an UPDATE of
+-- any column but bookkeeping (_update_of_all_but): every iteration writes
+-- its loop's last_run_id, and a cron slot its next_fire_at, and neither
+-- changes what they judge, nor leaves a loop waiting for a slot.
+do $$
+declare
+    v_columns constant text := _update_of_all_but('ceaseless.loops',
+                                                   array['next_fire_at', 'last_run_id']);
+begin
+    execute format('create or replace trigger loops_validate '
+                   'before insert or update of %s on ceaseless.loops '
+                   'for each row execute function ceaseless._tg_loops_validate()',
+                   v_columns);
+    execute format('create or replace trigger loops_schedule '
+                   'after insert or update of %s on ceaseless.loops '
+                   'for each row execute function ceaseless._tg_loops_schedule()',
+                   v_columns);
+end;
+$$;
 
 -- Deleting a loop deletes its iterations (ON DELETE CASCADE); one still live
 -- would leave its jobs running for nothing, with no run to record their end.

@@ -84,12 +84,15 @@ comment on function _loop_prior_context(text, text, integer) is
 -- explain_loop names each of them.
 create or replace function _graph_agents_disabled(p_graph jsonb)
 returns table (node_id text, agent text, registered boolean)
-language sql stable
+language plpgsql stable
 as $$
+begin
+    return query
     select n ->> 'id', n ->> 'agent', a.name is not null
     from jsonb_array_elements(p_graph -> 'nodes') n
     left join agents a on a.name = n ->> 'agent'
     where a.name is null or not a.enabled;
+end;
 $$;
 
 comment on function _graph_agents_disabled(jsonb) is
@@ -323,9 +326,10 @@ create or replace function _loop_stop_reason(
     p_policy jsonb, p_count integer, p_status text, p_final_message text
 )
 returns text
-language sql immutable
+language plpgsql immutable
 as $$
-    select case
+begin
+    return case
         when p_status = 'failed'
             then case when p_policy ->> 'kind' = 'until' and p_policy #>> '{spec,event}' = 'failed'
                       then 'completed' else 'failed' end
@@ -341,6 +345,7 @@ as $$
                  when p_count >= (p_policy #>> '{spec,within_iters}')::integer then 'exhausted'
             end
     end;
+end;
 $$;
 
 comment on function _loop_stop_reason(jsonb, integer, text, text) is

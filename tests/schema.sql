@@ -624,12 +624,12 @@ CREATE INDEX loops_next_fire_idx ON ceaseless.loops USING btree (next_fire_at) W
 CREATE INDEX loops_user_idx ON ceaseless.loops USING btree (user_id, created_at DESC);
 CREATE INDEX loops_workspace_idx ON ceaseless.loops USING btree (workspace_id, updated_at DESC);
 CREATE TRIGGER loops_bounded_json BEFORE INSERT OR UPDATE OF graph, repeat_policy, triggers ON ceaseless.loops FOR EACH ROW WHEN ((jsonb_path_exists(new.graph, 'strict $.**{65}'::jsonpath) OR jsonb_path_exists(new.repeat_policy, 'strict $.**{65}'::jsonpath) OR jsonb_path_exists(new.triggers, 'strict $.**{65}'::jsonpath))) EXECUTE FUNCTION ceaseless._tg_bounded_json('graph', 'repeat_policy', 'triggers');
-CREATE TRIGGER loops_changed AFTER INSERT OR DELETE OR UPDATE ON ceaseless.loops FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_loops_changed();
+CREATE TRIGGER loops_changed AFTER INSERT OR DELETE OR UPDATE OF id, workspace_id, title, description, graph, task_template, triggers, repeat_policy, enabled, stopped_reason, webhook_token, webhook_signing_key, created_by, created_at, updated_at, user_id, stopped_at, policy_from_iteration, last_error, overlap_policy, debounce_secs, debounce_max_secs, job_priority, job_fairness_key, min_interval_secs ON ceaseless.loops FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_loops_changed();
 CREATE TRIGGER loops_default_agent BEFORE INSERT OR UPDATE OF graph ON ceaseless.loops FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_graph_default_agent();
 CREATE TRIGGER loops_delete BEFORE DELETE ON ceaseless.loops FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_loops_delete();
 CREATE TRIGGER loops_graph_validate BEFORE INSERT OR UPDATE OF graph ON ceaseless.loops FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_loops_graph_validate();
-CREATE TRIGGER loops_schedule AFTER INSERT OR UPDATE ON ceaseless.loops FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_loops_schedule();
-CREATE TRIGGER loops_validate BEFORE INSERT OR UPDATE ON ceaseless.loops FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_loops_validate();
+CREATE TRIGGER loops_schedule AFTER INSERT OR UPDATE OF id, workspace_id, title, description, graph, task_template, triggers, repeat_policy, enabled, stopped_reason, webhook_token, webhook_signing_key, created_by, created_at, updated_at, user_id, stopped_at, policy_from_iteration, last_error, overlap_policy, debounce_secs, debounce_max_secs, job_priority, job_fairness_key, min_interval_secs ON ceaseless.loops FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_loops_schedule();
+CREATE TRIGGER loops_validate BEFORE INSERT OR UPDATE OF id, workspace_id, title, description, graph, task_template, triggers, repeat_policy, enabled, stopped_reason, webhook_token, webhook_signing_key, created_by, created_at, updated_at, user_id, stopped_at, policy_from_iteration, last_error, overlap_policy, debounce_secs, debounce_max_secs, job_priority, job_fairness_key, min_interval_secs ON ceaseless.loops FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_loops_validate();
 CREATE TRIGGER loops_zz_quiet_checks BEFORE INSERT OR UPDATE ON ceaseless.loops FOR EACH ROW WHEN ((new.webhook_token IS NOT NULL)) EXECUTE FUNCTION ceaseless._tg_loops_quiet_checks();
 create policy all_rows on ceaseless.loops for all to ceaseless_listener, ceaseless_operator
     using (true)
@@ -885,9 +885,9 @@ CREATE UNIQUE INDEX idx_routines_webhook_path ON ceaseless.routines USING btree 
 CREATE INDEX routines_event_key_idx ON ceaseless.routines USING btree (user_id, "right"(event_literal, 4)) WHERE (enabled AND (trigger_type = 'event'::text) AND (char_length(event_literal) >= 4));
 CREATE INDEX routines_event_keyless_idx ON ceaseless.routines USING btree (user_id) WHERE (enabled AND (trigger_type = 'event'::text) AND (char_length(event_literal) < 4));
 CREATE TRIGGER routines_bounded_json BEFORE INSERT OR UPDATE OF trigger_config, action_config, state ON ceaseless.routines FOR EACH ROW WHEN ((jsonb_path_exists(new.trigger_config, 'strict $.**{65}'::jsonpath) OR jsonb_path_exists(new.action_config, 'strict $.**{65}'::jsonpath) OR jsonb_path_exists(new.state, 'strict $.**{65}'::jsonpath))) EXECUTE FUNCTION ceaseless._tg_bounded_json('trigger_config', 'action_config', 'state');
-CREATE TRIGGER routines_changed AFTER INSERT OR DELETE OR UPDATE ON ceaseless.routines FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_routines_changed();
+CREATE TRIGGER routines_changed AFTER INSERT OR DELETE OR UPDATE OF id, name, description, user_id, enabled, trigger_type, trigger_config, action_type, action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs, notify_channel, notify_user, notify_on_success, notify_on_failure, notify_on_attention, last_error, created_at, updated_at, event_literal, overlap_policy, debounce_secs, debounce_max_secs, job_priority, job_fairness_key, max_cost_usd, max_tokens ON ceaseless.routines FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_routines_changed();
 CREATE TRIGGER routines_default_agent BEFORE INSERT OR UPDATE OF agent ON ceaseless.routines FOR EACH ROW WHEN ((new.agent IS NULL)) EXECUTE FUNCTION ceaseless._tg_default_agent();
-CREATE TRIGGER routines_validate BEFORE INSERT OR UPDATE ON ceaseless.routines FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_routines_validate();
+CREATE TRIGGER routines_validate BEFORE INSERT OR UPDATE OF id, name, description, user_id, enabled, trigger_type, trigger_config, action_type, action_config, agent, cooldown_secs, max_concurrent, dedup_window_secs, notify_channel, notify_user, notify_on_success, notify_on_failure, notify_on_attention, last_error, created_at, updated_at, event_literal, overlap_policy, debounce_secs, debounce_max_secs, job_priority, job_fairness_key, max_cost_usd, max_tokens ON ceaseless.routines FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_routines_validate();
 CREATE TRIGGER routines_zz_quiet_checks BEFORE INSERT OR UPDATE ON ceaseless.routines FOR EACH ROW WHEN ((new.trigger_config ? 'secret'::text)) EXECUTE FUNCTION ceaseless._tg_routines_quiet_checks();
 create policy all_rows on ceaseless.routines for all to ceaseless_listener, ceaseless_operator
     using (true)
@@ -1768,7 +1768,7 @@ create function ceaseless._admit_exactly()
 comment on function ceaseless._admit_exactly() is 'Make a transaction admitted shared judge exactly: every fire slot, or the fire lock in exclusive mode (one such waiter at a time; 40001 for a second).';
 grant execute on function ceaseless._admit_exactly() to ceaseless_listener, ceaseless_operator;
 
--- functions/41_fire_admission.sql, body md5 1cbb8f39df475d45a1a7e2bcebb8c1c0
+-- functions/41_fire_admission.sql, body md5 753d4e4908b892af994ea22738a9fbb8
 create function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint)
     returns record
     language plpgsql
@@ -2340,10 +2340,10 @@ create function ceaseless._git_branch_error(p_ref text)
 comment on function ceaseless._git_branch_error(p_ref text) is 'NULL when p_ref is a branch name git accepts (check-ref-format --branch rules), else why not; never raises.';
 grant execute on function ceaseless._git_branch_error(p_ref text) to ceaseless_listener, ceaseless_operator;
 
--- functions/56_loop_firing.sql, body md5 b406a2d4231ec87fa400dca90d8587a7
+-- functions/56_loop_firing.sql, body md5 27675ab0b39ef1e886b19d3b350f0493
 create function ceaseless._graph_agents_disabled(p_graph jsonb)
     returns TABLE(node_id text, agent text, registered boolean)
-    language sql
+    language plpgsql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._graph_agents_disabled(p_graph jsonb) is 'The nodes of a topology graph whose agent is disabled or not registered (node, agent, registered): what refuses a loop''s fire as agent_disabled.';
@@ -2396,10 +2396,10 @@ create function ceaseless._hold_fire(p_kind text, p_target uuid, p_user_id text,
 comment on function ceaseless._hold_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_blocked_by text, p_trigger text, p_detail text, p_context text, p_fire_at timestamp with time zone, p_now timestamp with time zone, p_slot timestamp with time zone) is 'Hold a fire an overlap rule refused under buffer_one / buffer_all (the newest replacing the rest / in order up to overlap_buffer_max); returns the held_fires id, NULL when full.';
 grant execute on function ceaseless._hold_fire(p_kind text, p_target uuid, p_user_id text, p_policy text, p_blocked_by text, p_trigger text, p_detail text, p_context text, p_fire_at timestamp with time zone, p_now timestamp with time zone, p_slot timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/00_helpers.sql, body md5 4d217c67dd2ce70fb253e622e98d11b2
+-- functions/00_helpers.sql, body md5 4cd5eb2c9939666e3e534ee1b45fdaac
 create function ceaseless._input_cap(p_name text)
     returns integer
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._input_cap(p_name text) is 'The cap on a kind of untrusted text (pattern, schedule, schedule_items, prompt, event_content, event_payload, job_prompt, job_payload, graph_nodes, graph_edges, run_final_message, json_depth): characters, items for schedule_items, graph_nodes and graph_edges, levels for json_depth; NULL for an unknown name.';
@@ -2432,10 +2432,10 @@ create function ceaseless._invalid_value(p_where text, p_rule text, p_value json
 comment on function ceaseless._invalid_value(p_where text, p_rule text, p_value jsonb) is 'Raise CE422 naming where (table.column[.key…]), the rule and the bad value, shown up to 200 characters; the table and column go into the error''s fields.';
 grant execute on function ceaseless._invalid_value(p_where text, p_rule text, p_value jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/00_helpers.sql, body md5 53c8069641ea60fad7770fe26ecb7cc0
+-- functions/00_helpers.sql, body md5 0a8690bfd0b0b9dbaabb1fc39cf996a1
 create function ceaseless._is_blank(p_value text)
     returns boolean
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._is_blank(p_value text) is 'True for NULL, empty, or only Unicode whitespace (White_Space plus zero-width characters).';
@@ -2534,10 +2534,10 @@ create function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_runnin
 comment on function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_running bigint, p_no_wait boolean) is 'Serialise the fires of routines whose dedup or max_concurrent could bind (advisory locks in key order; or without waiting, false when another fire holds one).';
 grant execute on function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_running bigint, p_no_wait boolean) to ceaseless_listener, ceaseless_operator;
 
--- functions/25_notify_audit.sql, body md5 b398fb46b23954e6fb6747553bcbc240
+-- functions/25_notify_audit.sql, body md5 380b9ab7167a38ef1a9488ba6d0fdec7
 create function ceaseless._loop_audit_detail(p_old ceaseless.loops, p_new ceaseless.loops)
     returns jsonb
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._loop_audit_detail(p_old ceaseless.loops, p_new ceaseless.loops) is 'The audit detail of a loop change: changed configuration, the webhook credential as set / rotated / cleared (never its value), the stopped reason and the last error.';
@@ -2570,10 +2570,10 @@ create function ceaseless._loop_prior_context(p_message text, p_status text, p_c
 comment on function ceaseless._loop_prior_context(p_message text, p_status text, p_cap integer) is 'The prior-iteration context of a loop''s next task: the parent''s final message, cut to p_cap characters with a marker (or a line saying it has none).';
 grant execute on function ceaseless._loop_prior_context(p_message text, p_status text, p_cap integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/56_loop_firing.sql, body md5 29d023f7e879c16e82f71bdbca740be1
+-- functions/56_loop_firing.sql, body md5 e9637ec9da480f6b9023f0145d48a7a0
 create function ceaseless._loop_stop_reason(p_policy jsonb, p_count integer, p_status text, p_final_message text)
     returns text
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._loop_stop_reason(p_policy jsonb, p_count integer, p_status text, p_final_message text) is 'The repeat policy''s verdict on an iteration that ended: completed, exhausted, failed, cancelled, or NULL to go on.';
@@ -2797,10 +2797,10 @@ create function ceaseless._regex_required_literal(p_pattern text)
 comment on function ceaseless._regex_required_literal(p_pattern text) is 'A literal that every match of the regular expression must contain (empty when none is known): the cheap prefilter of event matching. Linear in the pattern''s length.';
 grant execute on function ceaseless._regex_required_literal(p_pattern text) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_fire_admission.sql, body md5 6333f939b5b6a6a52291e95bf42b93b7
+-- functions/41_fire_admission.sql, body md5 1787699c12e674a068573c861f2cecf3
 create function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run uuid DEFAULT NULL::uuid)
     returns void
-    language sql
+    language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run uuid) is 'Record in transaction_state how this transaction''s routine fires were admitted (shared or exclusive) and the room its shared slots have left, or the loop iteration it is inserting; a NULL part keeps what the transaction recorded.';
@@ -2920,7 +2920,6 @@ create function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now 
     returns TABLE(id uuid, turn integer, priority integer, run_after timestamp with time zone, created_at timestamp with time zone)
     language plpgsql
     volatile
-    set plan_cache_mode = force_generic_plan
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[]) is 'A round_robin lane''s next p_free due jobs, one per owner in turn (after the owner served last), and within an owner one per fairness key in turn, each key''s by priority then due time; moves the lane''s turn. Called by claim_jobs under the lane lock.';
 grant execute on function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[]) to ceaseless_listener, ceaseless_operator;
@@ -3043,14 +3042,14 @@ create function ceaseless._supersede_iteration(p_loop_id uuid, p_now timestamp w
 comment on function ceaseless._supersede_iteration(p_loop_id uuid, p_now timestamp with time zone) is 'Cancel a loop''s live iteration for a cancel_other fire (row SKIP LOCKED; nodes and jobs cancelled, agents stopped); true when it ended.';
 grant execute on function ceaseless._supersede_iteration(p_loop_id uuid, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_fire_admission.sql, body md5 2d1398fee7a2936cd950832c82eb17a7
-create function ceaseless._take_fire_slot()
+-- functions/41_fire_admission.sql, body md5 949a6d12bef1ec2b811369ef35f2a4e5
+create function ceaseless._take_fire_slots(p_count integer)
     returns boolean
     language plpgsql
     volatile
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._take_fire_slot() is 'Take one of the sixteen fire slots (transaction-scoped advisory lock) without waiting.';
-grant execute on function ceaseless._take_fire_slot() to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._take_fire_slots(p_count integer) is 'Take p_count of the sixteen fire slots (transaction-scoped advisory locks) without waiting; false when fewer are free.';
+grant execute on function ceaseless._take_fire_slots(p_count integer) to ceaseless_listener, ceaseless_operator;
 
 -- functions/25_notify_audit.sql, body md5 3f7061a4c50a5eefaebf8cac335a1d4a
 create function ceaseless._tg_agent_run_insert()
@@ -3612,19 +3611,19 @@ create function ceaseless._timezone_error(p_timezone text)
 comment on function ceaseless._timezone_error(p_timezone text) is 'NULL when p_timezone is an IANA time zone name the server knows (exact case), else why not; never raises.';
 grant execute on function ceaseless._timezone_error(p_timezone text) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 33768043c5afa8d4bf8d8677c22297db
+-- functions/51_topology_runs.sql, body md5 045254253e47a6ecd36f3a555f6c1faa
 create function ceaseless._topology_cut(p_text text, p_chars integer)
     returns text
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._topology_cut(p_text text, p_chars integer) is 'p_text cut to p_chars characters, followed by a marker naming how many were cut.';
 grant execute on function ceaseless._topology_cut(p_text text, p_chars integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 63dbb20ae97233e06a41bb753f058341
+-- functions/51_topology_runs.sql, body md5 f2b3607465f31ecdc9cb9b053d151f61
 create function ceaseless._topology_graph_order(p_graph jsonb)
     returns TABLE(node_id text, at bigint)
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._topology_graph_order(p_graph jsonb) is 'The node ids of a topology graph with their 1-based position in its nodes array.';
@@ -3648,10 +3647,10 @@ create function ceaseless._topology_node_id_ok(p_id jsonb)
 comment on function ceaseless._topology_node_id_ok(p_id jsonb) is 'True for a JSON string that may be a topology node id: 1-64 of A-Z a-z 0-9 _ . -.';
 grant execute on function ceaseless._topology_node_id_ok(p_id jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 db3f6e70dfe93af70350690e29d570e1
+-- functions/51_topology_runs.sql, body md5 add7e0217259c82104de1cd4cdd49cbc
 create function ceaseless._topology_node_output(p_state text, p_output text, p_chars integer)
     returns text
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._topology_node_output(p_state text, p_output text, p_chars integer) is 'A node''s output as downstream prompts and final messages show it: cut to p_chars (NULL: whole), or "(skipped: its approval expired)" for a skipped node.';
@@ -3666,10 +3665,10 @@ create function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text)
 comment on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) is 'The prompt of a node''s job: its prompt, "## Task" and the run''s task, then "## Output of <node>" and each upstream''s output cut to topology_upstream_chars (a skipped one says so); within the job prompt cap.';
 grant execute on function ceaseless._topology_node_prompt(p_run_id uuid, p_node_id text) to ceaseless_listener, ceaseless_operator;
 
--- functions/51_topology_runs.sql, body md5 ee234e281e20da5b216301914f5d5038
+-- functions/51_topology_runs.sql, body md5 d85117899c0c885b192f18ff62b883e2
 create function ceaseless._topology_node_state_of(p_job_state text)
     returns text
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._topology_node_state_of(p_job_state text) is 'The live node state a loop_node job''s state implies (queued, running, blocked), else ''ended''.';
@@ -3693,10 +3692,10 @@ create function ceaseless._transaction_state()
 comment on function ceaseless._transaction_state() is 'This transaction''s transaction_state row (what the engine remembers within it), or NULLs.';
 grant execute on function ceaseless._transaction_state() to ceaseless_listener, ceaseless_operator;
 
--- functions/00_helpers.sql, body md5 a74c653e7d6610ea3a4ddd9d3182f2bf
+-- functions/00_helpers.sql, body md5 8c147bddf04de80847e804da29ede93f
 create function ceaseless._trim_blank(p_value text)
     returns text
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._trim_blank(p_value text) is 'p_value without leading and trailing Unicode whitespace (the characters _is_blank counts).';
@@ -3710,6 +3709,15 @@ create function ceaseless._unknown_key(p_object jsonb, p_known text[])
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._unknown_key(p_object jsonb, p_known text[]) is 'The first key (in key order) of the JSON object p_object that p_known does not list, or NULL.';
 grant execute on function ceaseless._unknown_key(p_object jsonb, p_known text[]) to ceaseless_listener, ceaseless_operator;
+
+-- functions/00_helpers.sql, body md5 7a87367db65f83d2d945a33a530ee8f4
+create function ceaseless._update_of_all_but(p_table regclass, p_bookkeeping text[])
+    returns text
+    language plpgsql
+    stable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._update_of_all_but(p_table regclass, p_bookkeeping text[]) is 'The columns of p_table not in p_bookkeeping, quoted and comma-separated: an UPDATE OF list.';
+grant execute on function ceaseless._update_of_all_but(p_table regclass, p_bookkeeping text[]) to ceaseless_listener, ceaseless_operator;
 
 -- functions/05_secrets.sql, body md5 bf55c8fc009e9b4a8c0ef6ab78f7e2d6
 create function ceaseless._url_origin(p_url text)
@@ -3998,6 +4006,7 @@ create function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds tex
     volatile
     set enable_seqscan = off
     set jit = off
+    set plan_cache_mode = force_generic_plan
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[], p_agents text[], p_now timestamp with time zone, p_lease_secs integer, p_start boolean) is 'Claim up to p_limit due pending jobs for listener p_worker in each lane''s order (fifo: highest priority, then due first; round_robin: owners and their fairness keys in turn), admitting each through its lane''s governor (max_concurrent, window_budget, window_cost_usd, window_tokens, lane_pauses) and its owner''s spend budget (owner_budgets) atomically; with p_start, open their agent runs too and return run_id.';
 grant execute on function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[], p_agents text[], p_now timestamp with time zone, p_lease_secs integer, p_start boolean) to ceaseless_listener, ceaseless_operator;
@@ -4142,7 +4151,7 @@ create function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with 
 comment on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) is 'Record a poll''s end (last_polled_at, last_etag on success, last_error on failure) and set next_poll_at to one clamped interval later, or to p_next_poll_at when later (rate limits).';
 grant execute on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/20_agent_runs.sql, body md5 19762ce76bbb2bc3f269ea6f83b25fd2
+-- functions/20_agent_runs.sql, body md5 02e208a0952cf72a7ad766becf68fecb
 create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone DEFAULT now())
     returns TABLE(run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
     language plpgsql

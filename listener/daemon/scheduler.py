@@ -37,7 +37,13 @@ import psycopg
 from listener import cron, log
 from listener.queries import schedule as queries
 
-_BATCH = 2000
+# Schedules fired per transaction. A batch admitted shared takes an advisory
+# lock per routine whose own guardrails could bind (functions/41_fire_admission.sql),
+# all held until it commits: 500 keeps two listeners' batches far below the
+# server's lock table (64 locks per connection by default), and lets each take
+# the fire slots it needs, so the listeners fire a fan-out side by side rather
+# than one batch at a time under the exclusive fire lock.
+_BATCH = 500
 
 
 @dataclass(frozen=True)

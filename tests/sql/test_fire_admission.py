@@ -2,8 +2,8 @@
 
 While the running count is far from the cap, fires are admitted shared
 (_admit_fires, functions/41_fire_admission.sql): the fire lock in shared mode,
-one of sixteen slots, and a per-routine lock only for routines whose dedup or
-max_concurrent could bind. Near the cap they are admitted exclusive. These
+the slots its size needs of sixteen, and a per-routine lock only for routines
+whose dedup or max_concurrent could bind. Near the cap they are admitted exclusive. These
 tests race producers against each guardrail and check it held exactly, and pin
 the one error a second fire in a shared transaction can meet.
 """
@@ -325,3 +325,29 @@ def test_a_second_statement_outgrowing_its_slot_meanwhile_fails_with_40001_and_a
         _insert_many(second, 30)
         second.commit()
     assert _runs(conn) == Counter({"running": 62})
+
+
+def test_two_fires_larger_than_a_slot_are_admitted_side_by_side(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    # Slots of 3 runs: each event fires 10 routines, as a listener's cron batch fires many,
+    # and takes the 4 slots it needs; neither waits for the other to commit.
+    _set_cap(conn, 100)
+    for group in ("a", "b"):
+        for i in range(10):
+            make_routine(conn, f"{group}{i}", "event", {"pattern": f"^{group} "})
+    with psycopg.connect(db_url) as first, psycopg.connect(db_url) as second:
+        first.execute("insert into ceaseless.events (user_id, content) values ('alice', 'a 1')")
+        second.execute("set lock_timeout = '5s'")
+        second.execute("insert into ceaseless.events (user_id, content) values ('alice', 'b 1')")
+        states = {
+            c.execute(
+                "select fire_mode from ceaseless.transaction_state "
+                "where backend_pid = pg_backend_pid()"
+            ).fetchone()
+            for c in (first, second)
+        }
+        first.commit()
+        second.commit()
+    assert states == {("shared",)}
+    assert _runs(conn) == Counter({"running": 20})

@@ -91,3 +91,52 @@ def test_an_update_is_validated_too(conn: psycopg.Connection) -> None:
             (routine,),
         )
     assert error.value.sqlstate == "CE422"
+
+
+@pytest.mark.parametrize(
+    ("table", "triggers", "bookkeeping"),
+    [
+        (
+            "routines",
+            ("routines_validate", "routines_changed"),
+            {"next_fire_at", "last_run_at", "run_count", "consecutive_failures", "state"},
+        ),
+        (
+            "loops",
+            ("loops_validate", "loops_changed", "loops_schedule"),
+            {"next_fire_at", "last_run_id"},
+        ),
+    ],
+)
+def test_every_column_but_runtime_bookkeeping_is_validated_and_announced_on_update(
+    conn: psycopg.Connection, table: str, triggers: tuple[str, ...], bookkeeping: set[str]
+) -> None:
+    # The row triggers skip an UPDATE that sets only bookkeeping (a fire's next_fire_at or
+    # last_run_id, a finish's counters); a column left out of their UPDATE OF list would be
+    # stored unjudged and unaudited.
+    columns = {
+        name
+        for (name,) in conn.execute(
+            "select attname from pg_attribute where attrelid = %s::regclass "
+            "and attnum > 0 and not attisdropped",
+            (f"ceaseless.{table}",),
+        )
+    }
+    for trigger in triggers:
+        (definition,) = conn.execute(
+            "select pg_get_triggerdef(oid) from pg_trigger "
+            "where tgrelid = %s::regclass and tgname = %s",
+            (f"ceaseless.{table}", trigger),
+        ).fetchone()  # type: ignore[misc]
+        listed = definition.split(" UPDATE OF ", 1)[1].split(" ON ", 1)[0].split(" OR ")[0]
+        assert {c.strip() for c in listed.split(",")} == columns - bookkeeping, trigger
+
+
+def test_a_config_change_beside_bookkeeping_is_still_validated(conn: psycopg.Connection) -> None:
+    routine = make_routine(conn)
+    with pytest.raises(psycopg.Error, match="prompt"):
+        conn.execute(
+            "update ceaseless.routines set run_count = run_count + 1, "
+            """action_config = '{"prompt": "  "}' where id = %s""",
+            (routine,),
+        )
