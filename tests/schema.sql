@@ -2525,7 +2525,7 @@ create function ceaseless._lane_for_operator(p_verb text, p_agent text)
 comment on function ceaseless._lane_for_operator(p_verb text, p_agent text) is 'Refuse a lane verb (p_verb names it in the error) to a caller that is no operator or listener (42501), or for an unknown lane (CE404); lock the lane''s agents row FOR KEY SHARE.';
 grant execute on function ceaseless._lane_for_operator(p_verb text, p_agent text) to ceaseless_listener, ceaseless_operator;
 
--- functions/41_fire_admission.sql, body md5 9aa169b23c6292011d128f0ea1365366
+-- functions/41_fire_admission.sql, body md5 3c8fc2fdbfff6d9461f2b385939c2a0a
 create function ceaseless._lock_routines_for_fire(p_routine_ids uuid[], p_running bigint, p_no_wait boolean)
     returns boolean
     language plpgsql
