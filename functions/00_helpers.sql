@@ -262,10 +262,12 @@ comment on function _invalid_value(text, text, jsonb) is
 -- Unicode whitespace counts as blank (_is_blank), not only spaces.
 create or replace function _is_text(p_value jsonb)
 returns boolean
-language sql immutable
+language plpgsql immutable
 as $$
+begin
     -- coalesce: an absent key is NULL, and "not NULL" would let it through.
-    select coalesce(jsonb_typeof(p_value) = 'string' and not _is_blank(p_value #>> '{}'), false);
+    return coalesce(jsonb_typeof(p_value) = 'string' and not _is_blank(p_value #>> '{}'), false);
+end;
 $$;
 
 comment on function _is_text(jsonb) is 'True for a JSON string that is not blank (Unicode whitespace).';

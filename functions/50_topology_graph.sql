@@ -54,10 +54,12 @@ comment on function _default_workspace() is
 -- a heading nor carry a megabyte.
 create or replace function _topology_node_id_ok(p_id jsonb)
 returns boolean
-language sql immutable
+language plpgsql immutable
 as $$
-    select coalesce(pg_catalog.jsonb_typeof(p_id) = 'string'
+begin
+    return coalesce(pg_catalog.jsonb_typeof(p_id) = 'string'
                     and (p_id #>> '{}') ~ '^[A-Za-z0-9_.-]{1,64}$', false);
+end;
 $$;
 
 comment on function _topology_node_id_ok(jsonb) is

@@ -65,14 +65,16 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 -- p_cap characters with a marker saying how much was left out.
 create or replace function _loop_prior_context(p_message text, p_status text, p_cap integer)
 returns text
-language sql immutable
+language plpgsql immutable
 as $$
-    select case
+begin
+    return case
         when p_message is null then format('(no final message: the iteration %s)', p_status)
         when char_length(p_message) <= p_cap then p_message
         else left(p_message, p_cap)
              || format(E'\n\n[… cut: %s of %s characters shown]', p_cap, char_length(p_message))
     end;
+end;
 $$;
 
 comment on function _loop_prior_context(text, text, integer) is

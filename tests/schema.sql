@@ -2441,10 +2441,10 @@ create function ceaseless._is_blank(p_value text)
 comment on function ceaseless._is_blank(p_value text) is 'True for NULL, empty, or only Unicode whitespace (White_Space plus zero-width characters).';
 grant execute on function ceaseless._is_blank(p_value text) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/00_helpers.sql, body md5 6ec2e987481b4c0edf5ee8997b84a426
+-- functions/00_helpers.sql, body md5 4bcc5856399b6b4922d414d6ab4a1725
 create function ceaseless._is_text(p_value jsonb)
     returns boolean
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._is_text(p_value jsonb) is 'True for a JSON string that is not blank (Unicode whitespace).';
@@ -2561,10 +2561,10 @@ create function ceaseless._loop_paced_until(p_loop_id uuid, p_min_interval_secs 
 comment on function ceaseless._loop_paced_until(p_loop_id uuid, p_min_interval_secs integer, p_now timestamp with time zone) is 'When a loop''s next fire may start under its min_interval_secs (its latest iteration''s created_at + the interval), or NULL when a fire at p_now may start at once.';
 grant execute on function ceaseless._loop_paced_until(p_loop_id uuid, p_min_interval_secs integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/56_loop_firing.sql, body md5 4144870469479598cd120332fa2dfecc
+-- functions/56_loop_firing.sql, body md5 573ceaca3fda05741ce349265cb09543
 create function ceaseless._loop_prior_context(p_message text, p_status text, p_cap integer)
     returns text
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._loop_prior_context(p_message text, p_status text, p_cap integer) is 'The prior-iteration context of a loop''s next task: the parent''s final message, cut to p_cap characters with a marker (or a line saying it has none).';
@@ -3638,10 +3638,10 @@ create function ceaseless._topology_jobs_changed(p_job_ids uuid[])
 comment on function ceaseless._topology_jobs_changed(p_job_ids uuid[]) is 'Move the nodes of these loop_node jobs as their jobs moved (running, queued, blocked, succeeded, failed), start the nodes a success unblocks, and settle their runs.';
 grant execute on function ceaseless._topology_jobs_changed(p_job_ids uuid[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/50_topology_graph.sql, body md5 a4aa24c48a75e483db0836806a51d680
+-- functions/50_topology_graph.sql, body md5 0f4c48b22d94e936b1e4b1b3a16aaced
 create function ceaseless._topology_node_id_ok(p_id jsonb)
     returns boolean
-    language sql
+    language plpgsql
     immutable
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._topology_node_id_ok(p_id jsonb) is 'True for a JSON string that may be a topology node id: 1-64 of A-Z a-z 0-9 _ . -.';
