@@ -447,16 +447,8 @@ comment on function _tg_loops_changed() is
     'After a loop is created, changed or deleted: audit it (credentials hidden) and, when it '
     'is enabled, disabled or stopped, NOTIFY ceaseless_run.';
 
--- Not for an UPDATE of bookkeeping alone (a fire's last_run_id, a cron
--- slot's next_fire_at), which it never audits (_update_of_all_but).
-do $$
-begin
-    execute format('create or replace trigger loops_changed '
-                   'after insert or update of %s or delete on ceaseless.loops '
-                   'for each row execute function ceaseless._tg_loops_changed()',
-                   _update_of_all_but('ceaseless.loops', array['next_fire_at', 'last_run_id']));
-end;
-$$;
+-- The trigger loops_changed is created with the loops' other row triggers
+-- (55_loop_validation.sql), from the one list of their bookkeeping columns.
 
 -- audit_log is append-only: a row, once written, is never changed, and is
 -- removed only by prune_audit_log's retention. Privileges already keep every

@@ -354,10 +354,11 @@ comment on function _tg_loops_schedule() is
     'After a loop is inserted or updated: NOTIFY ceaseless_schedule when it needs a next_fire_at; '
     'start the next iteration of an on_completion loop that was re-enabled with none live.';
 
--- loops_validate and loops_schedule fire for an INSERT and for an UPDATE of
--- any column but bookkeeping (_update_of_all_but): every iteration writes
--- its loop's last_run_id, and a cron slot its next_fire_at, and neither
--- changes what they judge, nor leaves a loop waiting for a slot.
+-- loops_validate, loops_schedule and loops_changed (25_notify_audit.sql)
+-- fire for an INSERT and for an UPDATE of any column but bookkeeping
+-- (_update_of_all_but): every iteration writes its loop's last_run_id, and a
+-- cron slot its next_fire_at, and neither changes what they judge or audit,
+-- nor leaves a loop waiting for a slot.
 do $$
 declare
     v_columns constant text := _update_of_all_but('ceaseless.loops',
@@ -370,6 +371,10 @@ begin
     execute format('create or replace trigger loops_schedule '
                    'after insert or update of %s on ceaseless.loops '
                    'for each row execute function ceaseless._tg_loops_schedule()',
+                   v_columns);
+    execute format('create or replace trigger loops_changed '
+                   'after insert or update of %s or delete on ceaseless.loops '
+                   'for each row execute function ceaseless._tg_loops_changed()',
                    v_columns);
 end;
 $$;
