@@ -376,3 +376,36 @@ $$;
 
 comment on function _update_of_all_but(regclass, text[]) is
     'The columns of p_table not in p_bookkeeping, quoted and comma-separated: an UPDATE OF list.';
+
+-- Create (or replace) the statement-level AFTER trigger p_name on p_table
+-- for p_event, calling _tg_<p_name>, with its transition tables named as
+-- every statement trigger here reads them: new_rows for an INSERT, old_rows
+-- and new_rows for an UPDATE, old_rows for a DELETE. PostgreSQL keeps a
+-- table's transition rows once for all of its triggers, so an UPDATE
+-- trigger that reads only new_rows costs nothing more for declaring
+-- old_rows too.
+-- CREATE OR REPLACE, never drop and create: DROP TRIGGER takes ACCESS
+-- EXCLUSIVE on the table, stalling even its readers until migrate commits.
+create or replace function _statement_trigger(p_name text, p_event text, p_table regclass)
+returns void
+language plpgsql
+as $$
+declare
+    v_referencing constant text := case p_event
+        when 'insert' then 'new table as new_rows'
+        when 'update' then 'old table as old_rows new table as new_rows'
+        when 'delete' then 'old table as old_rows' end;
+begin
+    if v_referencing is null then
+        raise exception 'a statement trigger fires on insert, update or delete, not %', p_event;
+    end if;
+    execute format(
+        'create or replace trigger %I after %s on %s referencing %s '
+        'for each statement execute function %I()',
+        p_name, p_event, p_table, v_referencing, format('_tg_%s', p_name));
+end;
+$$;
+
+comment on function _statement_trigger(text, text, regclass) is
+    'Create (or replace) the statement-level AFTER trigger p_name on p_table for p_event '
+    '(insert, update or delete), calling _tg_<p_name> with transition tables old_rows and new_rows.';

@@ -239,27 +239,12 @@ $$;
 comment on function _tg_config_changed() is
     'After a change to an agents or settings row: audit it and NOTIFY ceaseless_config so listeners reload.';
 
--- CREATE OR REPLACE, never drop and create: DROP TRIGGER takes ACCESS
--- EXCLUSIVE on the table, stalling even its readers until migrate commits.
-create or replace trigger job_insert
-    after insert on job
-    referencing new table as new_rows
-    for each statement execute function _tg_job_insert();
-
-create or replace trigger job_update
-    after update on job
-    referencing old table as old_rows new table as new_rows
-    for each statement execute function _tg_job_update();
-
-create or replace trigger agent_run_insert
-    after insert on agent_run
-    referencing new table as new_rows
-    for each statement execute function _tg_agent_run_insert();
-
-create or replace trigger agent_run_update
-    after update on agent_run
-    referencing old table as old_rows new table as new_rows
-    for each statement execute function _tg_agent_run_update();
+-- Row triggers too are created with CREATE OR REPLACE, never dropped and
+-- created again (_statement_trigger in 00_helpers.sql says why).
+select _statement_trigger('job_insert', 'insert', 'job');
+select _statement_trigger('job_update', 'update', 'job');
+select _statement_trigger('agent_run_insert', 'insert', 'agent_run');
+select _statement_trigger('agent_run_update', 'update', 'agent_run');
 
 create or replace trigger agents_changed
     after insert or update or delete on agents

@@ -453,10 +453,7 @@ comment on function _tg_routine_runs_held_wake() is
     'After routine runs end: NOTIFY ceaseless_schedule {table: held_fires, id: routine} for each '
     'of their routines that has held fires, so a listener calls fire_held.';
 
-create or replace trigger routine_runs_held_wake
-    after update on routine_runs
-    referencing new table as new_rows
-    for each statement execute function _tg_routine_runs_held_wake();
+select _statement_trigger('routine_runs_held_wake', 'update', 'routine_runs');
 
 -- Wake the scheduler when a loop's iteration ends and the loop has held
 -- fires: the one live iteration was their blocker.
@@ -505,7 +502,4 @@ comment on function _tg_held_fires_inserted() is
     'After fires are held anew: NOTIFY ceaseless_schedule {table: held_fires, id: routine or '
     'loop}, so a listener''s scheduler re-reads the earliest fire_at.';
 
-create or replace trigger held_fires_inserted
-    after insert on held_fires
-    referencing new table as new_rows
-    for each statement execute function _tg_held_fires_inserted();
+select _statement_trigger('held_fires_inserted', 'insert', 'held_fires');

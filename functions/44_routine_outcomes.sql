@@ -196,10 +196,7 @@ $$;
 comment on function _tg_job_routine_outcome() is
     'After UPDATE on job: close the routine runs whose jobs the statement ended.';
 
-create or replace trigger job_routine_outcome
-    after update on job
-    referencing new table as new_rows
-    for each statement execute function _tg_job_routine_outcome();
+select _statement_trigger('job_routine_outcome', 'update', 'job');
 
 -- Keep the running count, audit and announce routine run starts and ends.
 -- Statement-level, like the job triggers: a cron batch writes hundreds of
@@ -264,15 +261,8 @@ comment on function _tg_routine_runs_update() is
     'After UPDATE on routine_runs: move the running count, audit status changes, NOTIFY '
     'ceaseless_run once per new status.';
 
-create or replace trigger routine_runs_insert
-    after insert on routine_runs
-    referencing new table as new_rows
-    for each statement execute function _tg_routine_runs_insert();
-
-create or replace trigger routine_runs_update
-    after update on routine_runs
-    referencing old table as old_rows new table as new_rows
-    for each statement execute function _tg_routine_runs_update();
+select _statement_trigger('routine_runs_insert', 'insert', 'routine_runs');
+select _statement_trigger('routine_runs_update', 'update', 'routine_runs');
 
 -- A running run deleted with its routine still leaves the running count.
 create or replace function _tg_routine_runs_deleted()
@@ -288,7 +278,4 @@ $$;
 comment on function _tg_routine_runs_deleted() is
     'After routine_runs rows are deleted: take their running ones off the running count.';
 
-create or replace trigger routine_runs_deleted
-    after delete on routine_runs
-    referencing old table as old_rows
-    for each statement execute function _tg_routine_runs_deleted();
+select _statement_trigger('routine_runs_deleted', 'delete', 'routine_runs');

@@ -652,10 +652,7 @@ comment on function _tg_job_topology_outcome() is
     'After UPDATE on job: move the topology nodes of the loop_node jobs the statement changed; '
     'refuse (CE409) sending a node''s ended job back to pending while its run has ended.';
 
-create or replace trigger job_topology_outcome
-    after update on job
-    referencing old table as old_rows new table as new_rows
-    for each statement execute function _tg_job_topology_outcome();
+select _statement_trigger('job_topology_outcome', 'update', 'job');
 
 -- The live jobs of terminal runs: those a run's end could not cancel because
 -- another statement held them. Called by every listener's maintenance tick; SKIP

@@ -482,7 +482,4 @@ comment on function _tg_agents_enabled() is
     'After agents are enabled: fire again the on_completion loops a fire refused for a disabled '
     'agent left idle, once all of their agents are enabled.';
 
-create or replace trigger agents_enabled
-    after update on agents
-    referencing old table as old_rows new table as new_rows
-    for each statement execute function _tg_agents_enabled();
+select _statement_trigger('agents_enabled', 'update', 'agents');

@@ -365,10 +365,7 @@ comment on function _tg_notifications_insert() is
     'After INSERT on notifications: NOTIFY ceaseless_notification once per statement with {count}.';
 
 -- CREATE OR REPLACE: DROP TRIGGER would lock the outbox against readers too.
-create or replace trigger notifications_insert
-    after insert on notifications
-    referencing new table as new_rows
-    for each statement execute function _tg_notifications_insert();
+select _statement_trigger('notifications_insert', 'insert', 'notifications');
 
 -- A job that ends for good tells someone, by its agent's notify_on_* flags
 -- and on its notify_channel (NULL: the default sink), for the job's owner:
@@ -495,7 +492,4 @@ comment on function _tg_job_ended() is
     'any job, saying how to reply or raise the ceiling; failed or abandoned, a plain '
     'job (routines and loops announce their own). The body names the retry that works.';
 
-create or replace trigger job_ended
-    after update on job
-    referencing old table as old_rows new table as new_rows
-    for each statement execute function _tg_job_ended();
+select _statement_trigger('job_ended', 'update', 'job');

@@ -66,10 +66,7 @@ comment on function _tg_job_plan_children() is
     'After UPDATE on job: queue the child issues of plan jobs that became delivered (once per '
     'repo, plan issue and key).';
 
-create or replace trigger job_plan_children
-    after update on job
-    referencing old table as old_rows new table as new_rows
-    for each statement execute function _tg_job_plan_children();
+select _statement_trigger('job_plan_children', 'update', 'job');
 
 -- Hand out up to p_limit child issues due for creation, each to this caller
 -- only; attempts counts the hand-outs, and next_attempt_at moves 5 minutes

@@ -92,23 +92,27 @@ comment on function _tg_agent_run_metrics() is
     'After UPDATE on agent_run: count the runs that just finished by lane and outcome, and '
     'their durations, into metric_deltas.';
 
--- The labels of a refused fire: the routine it refused (by name, and by id,
--- which a rename or a second owner's routine of the same name cannot
--- change), how it was fired, and why it was refused. Per routine, since a
--- refused webhook delivery is not redelivered: an alert must say whose it was.
+-- The labels of a refused fire: the routine or loop (p_kind) it refused,
+-- by name (a loop's title) and by id, which a rename or a second owner's
+-- routine of the same name cannot change; how it was fired, and why it was
+-- refused. Per routine and loop, since a refused webhook delivery is not
+-- redelivered: an alert must say whose it was. A skipped run inserted by
+-- hand may name no trigger: '' is what Prometheus reads as no label, where a
+-- JSON null would print as a value.
 create or replace function _metrics_skip_labels(
-    p_routine_id uuid, p_routine text, p_trigger text, p_reason text)
+    p_kind text, p_id uuid, p_name text, p_trigger text, p_reason text)
 returns jsonb
 language sql
 immutable
 parallel safe
 as $$
-    select jsonb_build_object('routine', p_routine, 'routine_id', p_routine_id::text,
-                              'trigger', p_trigger, 'reason', p_reason)
+    select jsonb_build_object(p_kind, p_name, p_kind || '_id', p_id::text,
+                              'trigger', coalesce(p_trigger, ''), 'reason', p_reason)
 $$;
 
-comment on function _metrics_skip_labels(uuid, text, text, text) is
-    'The labels of ceaseless_routine_skips_total: routine (name), routine_id, trigger, reason.';
+comment on function _metrics_skip_labels(text, uuid, text, text, text) is
+    'The labels of ceaseless_routine_skips_total and ceaseless_loop_skips_total: routine (name) '
+    'or loop (title) as p_kind says, its id as routine_id or loop_id, trigger, reason.';
 
 -- Routine fires and refused fires. A refused fire is a row inserted as
 -- skipped; a fire that a later step refuses is a row updated to skipped.
@@ -125,7 +129,7 @@ begin
     group by n.trigger_type
     union all
     select 'ceaseless_routine_skips_total',
-           _metrics_skip_labels(r.id, r.name, n.trigger_type, n.skip_reason), count(*)
+           _metrics_skip_labels('routine', r.id, r.name, n.trigger_type, n.skip_reason), count(*)
     from new_rows n
     join routines r on r.id = n.routine_id
     where n.status = 'skipped'
@@ -145,7 +149,7 @@ as $$
 begin
     insert into metric_deltas (metric, labels, value)
     select 'ceaseless_routine_skips_total',
-           _metrics_skip_labels(r.id, r.name, n.trigger_type, n.skip_reason), count(*)
+           _metrics_skip_labels('routine', r.id, r.name, n.trigger_type, n.skip_reason), count(*)
     from new_rows n
     join old_rows o on o.id = n.id
     join routines r on r.id = n.routine_id
@@ -158,24 +162,6 @@ $$;
 comment on function _tg_routine_runs_update_metrics() is
     'After UPDATE on routine_runs: count runs that became skipped, by routine, trigger and '
     'reason.';
-
--- The labels of a loop's refused fire, as _metrics_skip_labels for a
--- routine: the loop (title and id), how it was fired, and why it was refused.
--- A skipped run inserted by hand may name no trigger: '' is what Prometheus
--- reads as no label, where a JSON null would print as a value.
-create or replace function _metrics_loop_skip_labels(
-    p_loop_id uuid, p_loop text, p_trigger text, p_reason text)
-returns jsonb
-language sql
-immutable
-parallel safe
-as $$
-    select jsonb_build_object('loop', p_loop, 'loop_id', p_loop_id::text,
-                              'trigger', coalesce(p_trigger, ''), 'reason', p_reason)
-$$;
-
-comment on function _metrics_loop_skip_labels(uuid, text, text, text) is
-    'The labels of ceaseless_loop_skips_total: loop (title), loop_id, trigger, reason.';
 
 -- Loop iterations, counted once each when they end (an iteration refused at
 -- its fire is inserted as skipped, already ended), and refused fires by loop.
@@ -191,7 +177,7 @@ begin
     group by n.status
     union all
     select 'ceaseless_loop_skips_total',
-           _metrics_loop_skip_labels(l.id, l.title, n.trigger_type, n.skip_reason), count(*)
+           _metrics_skip_labels('loop', l.id, l.title, n.trigger_type, n.skip_reason), count(*)
     from new_rows n
     join loops l on l.id = n.loop_id
     where n.status = 'skipped'
@@ -244,37 +230,12 @@ $$;
 comment on function _tg_notifications_update_metrics() is
     'After UPDATE on notifications: count rows that became delivered or failed, by channel.';
 
--- CREATE OR REPLACE, never drop and create: DROP TRIGGER takes ACCESS
--- EXCLUSIVE on the table (see 25_notify_audit.sql).
-create or replace trigger agent_run_metrics
-    after update on agent_run
-    referencing old table as old_rows new table as new_rows
-    for each statement execute function _tg_agent_run_metrics();
-
-create or replace trigger routine_runs_insert_metrics
-    after insert on routine_runs
-    referencing new table as new_rows
-    for each statement execute function _tg_routine_runs_insert_metrics();
-
-create or replace trigger routine_runs_update_metrics
-    after update on routine_runs
-    referencing old table as old_rows new table as new_rows
-    for each statement execute function _tg_routine_runs_update_metrics();
-
-create or replace trigger topology_runs_insert_metrics
-    after insert on topology_runs
-    referencing new table as new_rows
-    for each statement execute function _tg_topology_runs_insert_metrics();
-
-create or replace trigger topology_runs_update_metrics
-    after update on topology_runs
-    referencing old table as old_rows new table as new_rows
-    for each statement execute function _tg_topology_runs_update_metrics();
-
-create or replace trigger notifications_update_metrics
-    after update on notifications
-    referencing old table as old_rows new table as new_rows
-    for each statement execute function _tg_notifications_update_metrics();
+select _statement_trigger('agent_run_metrics', 'update', 'agent_run');
+select _statement_trigger('routine_runs_insert_metrics', 'insert', 'routine_runs');
+select _statement_trigger('routine_runs_update_metrics', 'update', 'routine_runs');
+select _statement_trigger('topology_runs_insert_metrics', 'insert', 'topology_runs');
+select _statement_trigger('topology_runs_update_metrics', 'update', 'topology_runs');
+select _statement_trigger('notifications_update_metrics', 'update', 'notifications');
 
 -- Move the counted deltas into metric_totals.
 --
@@ -475,7 +436,7 @@ zeros (metric, labels) as (
     -- Each routine's own trigger type; a manual run of it counts under
     -- `manual` from its first refusal.
     select 'ceaseless_routine_skips_total',
-           ceaseless._metrics_skip_labels(r.id, r.name, r.trigger_type, k.reason)
+           ceaseless._metrics_skip_labels('routine', r.id, r.name, r.trigger_type, k.reason)
     from ceaseless.routines r
     cross join (values ('cooldown'), ('concurrency'), ('dedup'), ('global_cap'),
                        ('missed_slots'), ('disabled'), ('agent_disabled')) k (reason)
@@ -485,7 +446,7 @@ zeros (metric, labels) as (
     union all
     -- Each loop's triggers that are on (manual always is).
     select 'ceaseless_loop_skips_total',
-           ceaseless._metrics_loop_skip_labels(l.id, l.title, t.trigger, k.reason)
+           ceaseless._metrics_skip_labels('loop', l.id, l.title, t.trigger, k.reason)
     from ceaseless.loops l
     cross join lateral (
         select 'manual'

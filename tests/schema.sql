@@ -474,7 +474,7 @@ CREATE TRIGGER job_ended AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS 
 CREATE TRIGGER job_input BEFORE INSERT OR UPDATE OF prompt, payload ON ceaseless.job FOR EACH ROW WHEN (((char_length(new.prompt) > 2000000) OR (char_length((new.payload)::text) > 1000000) OR COALESCE(((new.payload -> 'context_paths'::text) <> '[]'::jsonb), false) OR ceaseless._is_blank(new.prompt))) EXECUTE FUNCTION ceaseless._tg_job_input();
 CREATE TRIGGER job_insert AFTER INSERT ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_insert();
 CREATE TRIGGER job_plan_children AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_plan_children();
-CREATE TRIGGER job_routine_outcome AFTER UPDATE ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_routine_outcome();
+CREATE TRIGGER job_routine_outcome AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_routine_outcome();
 CREATE TRIGGER job_spend_ceiling BEFORE INSERT ON ceaseless.job FOR EACH ROW WHEN (((new.max_cost_usd IS NULL) OR (new.max_tokens IS NULL))) EXECUTE FUNCTION ceaseless._tg_job_spend_ceiling();
 CREATE TRIGGER job_topology_outcome AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_topology_outcome();
 CREATE TRIGGER job_update AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_update();
@@ -805,7 +805,7 @@ CREATE INDEX routine_runs_last_ok_idx ON ceaseless.routine_runs USING btree (rou
 CREATE INDEX routine_runs_skipped_idx ON ceaseless.routine_runs USING btree (routine_id, started_at DESC) WHERE (status = 'skipped'::text);
 CREATE INDEX routine_runs_slot_idx ON ceaseless.routine_runs USING btree (routine_id, slot_at) WHERE ((slot_at IS NOT NULL) AND (status <> 'skipped'::text));
 CREATE TRIGGER routine_runs_deleted AFTER DELETE ON ceaseless.routine_runs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_deleted();
-CREATE TRIGGER routine_runs_held_wake AFTER UPDATE ON ceaseless.routine_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_held_wake();
+CREATE TRIGGER routine_runs_held_wake AFTER UPDATE ON ceaseless.routine_runs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_held_wake();
 CREATE TRIGGER routine_runs_insert AFTER INSERT ON ceaseless.routine_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_insert();
 CREATE TRIGGER routine_runs_insert_metrics AFTER INSERT ON ceaseless.routine_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_insert_metrics();
 CREATE TRIGGER routine_runs_update AFTER UPDATE ON ceaseless.routine_runs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_routine_runs_update();
@@ -2607,25 +2607,15 @@ create function ceaseless._metrics_fold(p_limit integer DEFAULT 50000)
 comment on function ceaseless._metrics_fold(p_limit integer) is 'Fold up to p_limit counter deltas into metric_totals (SKIP LOCKED: every listener''s sweep may call it); returns how many deltas were folded.';
 grant execute on function ceaseless._metrics_fold(p_limit integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 8672278ab288de434a591d54ef152838
-create function ceaseless._metrics_loop_skip_labels(p_loop_id uuid, p_loop text, p_trigger text, p_reason text)
+-- functions/94_metrics.sql, body md5 42ba586125d1ebbdd5ae76e6ffd20bb2
+create function ceaseless._metrics_skip_labels(p_kind text, p_id uuid, p_name text, p_trigger text, p_reason text)
     returns jsonb
     language sql
     immutable
     parallel safe
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._metrics_loop_skip_labels(p_loop_id uuid, p_loop text, p_trigger text, p_reason text) is 'The labels of ceaseless_loop_skips_total: loop (title), loop_id, trigger, reason.';
-grant execute on function ceaseless._metrics_loop_skip_labels(p_loop_id uuid, p_loop text, p_trigger text, p_reason text) to ceaseless_listener, ceaseless_operator;
-
--- functions/94_metrics.sql, body md5 dfbbf4d58b89fd481d75fca92ae74b08
-create function ceaseless._metrics_skip_labels(p_routine_id uuid, p_routine text, p_trigger text, p_reason text)
-    returns jsonb
-    language sql
-    immutable
-    parallel safe
-    set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._metrics_skip_labels(p_routine_id uuid, p_routine text, p_trigger text, p_reason text) is 'The labels of ceaseless_routine_skips_total: routine (name), routine_id, trigger, reason.';
-grant execute on function ceaseless._metrics_skip_labels(p_routine_id uuid, p_routine text, p_trigger text, p_reason text) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._metrics_skip_labels(p_kind text, p_id uuid, p_name text, p_trigger text, p_reason text) is 'The labels of ceaseless_routine_skips_total and ceaseless_loop_skips_total: routine (name) or loop (title) as p_kind says, its id as routine_id or loop_id, trigger, reason.';
+grant execute on function ceaseless._metrics_skip_labels(p_kind text, p_id uuid, p_name text, p_trigger text, p_reason text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/60_notifications.sql, body md5 031a41657706f9f822ee9eb5ff8e37be
 create function ceaseless._notification_sink_problem(p_name text, p_sinks jsonb)
@@ -3033,6 +3023,15 @@ create function ceaseless._start_topology_nodes(p_run_id uuid, p_node_ids text[]
 comment on function ceaseless._start_topology_nodes(p_run_id uuid, p_node_ids text[], p_now timestamp with time zone) is 'Start the given waiting nodes of a run whose upstreams have all succeeded: a gated node asks for approval, any other gets its job. The caller holds the run row.';
 grant execute on function ceaseless._start_topology_nodes(p_run_id uuid, p_node_ids text[], p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
+-- functions/00_helpers.sql, body md5 ad501cae16527e925b81dcfaee39f421
+create function ceaseless._statement_trigger(p_name text, p_event text, p_table regclass)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._statement_trigger(p_name text, p_event text, p_table regclass) is 'Create (or replace) the statement-level AFTER trigger p_name on p_table for p_event (insert, update or delete), calling _tg_<p_name> with transition tables old_rows and new_rows.';
+grant execute on function ceaseless._statement_trigger(p_name text, p_event text, p_table regclass) to ceaseless_listener, ceaseless_operator;
+
 -- functions/33_held_fires.sql, body md5 79a9544a3fe576aacd4f3b49a2f6681a
 create function ceaseless._supersede_iteration(p_loop_id uuid, p_now timestamp with time zone)
     returns boolean
@@ -3413,7 +3412,7 @@ create function ceaseless._tg_routine_runs_insert()
 comment on function ceaseless._tg_routine_runs_insert() is 'After INSERT on routine_runs: move the running count, audit each run, NOTIFY ceaseless_run once per status.';
 grant execute on function ceaseless._tg_routine_runs_insert() to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 08305b8e6e09845bcc44133900b4ad59
+-- functions/94_metrics.sql, body md5 0f661cdba6948ee8a5c5353941260e2a
 create function ceaseless._tg_routine_runs_insert_metrics()
     returns trigger
     language plpgsql
@@ -3434,7 +3433,7 @@ create function ceaseless._tg_routine_runs_update()
 comment on function ceaseless._tg_routine_runs_update() is 'After UPDATE on routine_runs: move the running count, audit status changes, NOTIFY ceaseless_run once per new status.';
 grant execute on function ceaseless._tg_routine_runs_update() to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 61c091e0bcc7ffc64d5b8cdb04a0233a
+-- functions/94_metrics.sql, body md5 59d7790e973a47bbf11713ed5097c15b
 create function ceaseless._tg_routine_runs_update_metrics()
     returns trigger
     language plpgsql
@@ -3532,7 +3531,7 @@ create function ceaseless._tg_topology_runs_held_wake()
 comment on function ceaseless._tg_topology_runs_held_wake() is 'After a loop iteration ends: NOTIFY ceaseless_schedule {table: held_fires, id: loop} when the loop has held fires, so a listener calls fire_held.';
 grant execute on function ceaseless._tg_topology_runs_held_wake() to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 53a5230c37be14e04656e8dab61e6cc1
+-- functions/94_metrics.sql, body md5 15f0b7b4717f4606027f37ecf2bf3385
 create function ceaseless._tg_topology_runs_insert_metrics()
     returns trigger
     language plpgsql
@@ -4241,7 +4240,7 @@ create function ceaseless.loop_snapshot(p_loop_id uuid)
 comment on function ceaseless.loop_snapshot(p_loop_id uuid) is 'A loop as loop_status shows it (never its webhook credential), its latest iteration as run_snapshot shows it, and last_event_id, the audit id both are current to: what a new follower of GET /loops/{id}/events receives first. NULL when there is no such loop.';
 grant execute on function ceaseless.loop_snapshot(p_loop_id uuid) to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 d8e1ee81cd623bc7cbd801b12f45c7f3
+-- functions/94_metrics.sql, body md5 0cc615e3ef57a35aea81f6224b5a54cb
 create function ceaseless.metrics_snapshot(p_now timestamp with time zone DEFAULT now())
     returns TABLE(family text, kind text, help text, sample text, labels jsonb, value double precision)
     language sql

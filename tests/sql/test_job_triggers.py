@@ -40,8 +40,10 @@ def test_each_job_trigger_is_created_in_the_file_the_header_names() -> None:
         where = previous if where == "same file" else where
         assert where is not None, name
         text = (FUNCTIONS / where).read_text()
-        assert re.search(rf"create or replace trigger {name}\b", text) or (
+        assert (
+            re.search(rf"create or replace trigger {name}\b", text)
             # A generated trigger: the file calls the function that creates it.
-            name == "job_bounded_json" and "_install_bounded_json('job'" in text
+            or f"_statement_trigger('{name}'" in text
+            or (name == "job_bounded_json" and "_install_bounded_json('job'" in text)
         ), (name, where)
         previous = where
