@@ -439,3 +439,42 @@ def test_a_jobs_directory_is_kept_for_its_lane_and_emptied_for_another(
     assert lane_y is not None and path.stat().st_uid == lane_y.uid
     assert stat.S_IMODE(path.stat().st_mode) == 0o700
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o711 and path.parent.stat().st_uid == 0
+
+
+@needs_root
+def test_only_results_of_jobs_given_a_directory_send_the_sweeper_to_the_database(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A noop or forge job has no directory here: its recorded result must cost the sweeper
+    # no lookup (at thousands of jobs a second, one lookup and thread hop each was a third
+    # of the listener's time); a job whose directory this listener made is looked up and
+    # its directory removed within about a second.
+    isolation = isolate(monkeypatch, "no_sandbox")
+    asked: list[list[uuid.UUID]] = []
+
+    async def ended_jobs(_conn: object, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+        asked.append(list(ids))
+        return list(ids)
+
+    class Database:
+        async def retry(self, _what: str, attempt: Any) -> Any:
+            return await attempt(None)
+
+    monkeypatch.setattr("listener.daemon.producer.workdirs.jobs.ended_jobs", ended_jobs)
+
+    async def scenario() -> Path:
+        directories = JobDirectories(tmp_path, Database(), Ledger())  # type: ignore[arg-type]
+        sweeper = asyncio.create_task(directories.sweep())
+        await asyncio.sleep(0.2)  # past the full sweep every sweeper starts with
+        made, plain = uuid.uuid4(), uuid.uuid4()
+        path = await directories.prepare(made, "lane-x", isolation)
+        directories.recorded([plain, made])
+        for _ in range(100):
+            if asked:
+                break
+            await asyncio.sleep(0.05)
+        sweeper.cancel()
+        assert asked == [[made]], asked
+        return path
+
+    assert not asyncio.run(scenario()).exists()

@@ -55,6 +55,10 @@ class JobDirectories:
         self._db = database
         self._ledger = ledger
         self._recorded: set[UUID] = set()
+        # Jobs whose directory this listener made: only their recorded results
+        # need a look before the next full sweep. A job run without one (a
+        # noop or forge job) costs the sweep nothing.
+        self._made: set[UUID] = set()
         self._wake = asyncio.Event()
 
     def path(self, job_id: UUID) -> Path:
@@ -64,13 +68,16 @@ class JobDirectories:
         """The job's directory, made (or kept from an earlier attempt) for lane `lane`'s user."""
         identity = await asyncio.to_thread(isolation.identity_for, lane)
         path = self.path(job_id)
+        self._made.add(job_id)
         await asyncio.to_thread(_prepare, path, identity)
         return path
 
     def recorded(self, job_ids: Iterable[UUID]) -> None:
         """Results of these jobs are in the database: their jobs may have ended."""
-        self._recorded.update(job_ids)
-        self._wake.set()
+        made = [job for job in job_ids if job in self._made]
+        if made:
+            self._recorded.update(made)
+            self._wake.set()
 
     async def sweep(self) -> None:
         """Remove the directories of ended jobs, for as long as the listener runs."""
@@ -96,15 +103,23 @@ class JobDirectories:
             ended = await self._db.retry(
                 "ended_jobs", lambda conn, batch=batch: jobs.ended_jobs(conn, batch)
             )
-            for job in ended:
-                # A retry may have been claimed here since the answer.
-                if job in self._ledger.running:
-                    continue
-                path = self.path(job)
-                try:
-                    await asyncio.to_thread(remove_tree, path)
-                except OSError as exc:
-                    log.warning("job.directory_not_removed", job=str(job), error=str(exc))
+            # A retry may have been claimed here since the answer.
+            gone = [job for job in ended if job not in self._ledger.running]
+            self._made.difference_update(gone)
+            # One thread hop for the batch, not one per directory.
+            failed = await asyncio.to_thread(self._remove_all, gone)
+            for job, error in failed:
+                log.warning("job.directory_not_removed", job=str(job), error=error)
+
+    def _remove_all(self, job_ids: list[UUID]) -> list[tuple[UUID, str]]:
+        """Remove these jobs' directories; the ones that could not be removed, with why."""
+        failed = []
+        for job in job_ids:
+            try:
+                remove_tree(self.path(job))
+            except OSError as exc:
+                failed.append((job, str(exc)))
+        return failed
 
     def _listed(self) -> set[UUID]:
         found: set[UUID] = set()
