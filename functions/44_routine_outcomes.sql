@@ -38,12 +38,22 @@ set local search_path = ceaseless, pg_catalog, pg_temp;
 create or replace function _close_routine_runs(p_run_ids uuid[])
 returns void
 language plpgsql
+-- Every custom plan of the close looks cheaper than the generic one, so
+-- PL/pgSQL, left to itself, planned it again at every finish: 0.5 ms of a
+-- 0.8 ms close of one run (PG 15). Its shape does not depend on the ids
+-- (tests/sql/test_batch_plans.py; docs/performance.md, "Planner settings
+-- on functions").
+set plan_cache_mode = force_generic_plan
 as $$
 begin
     -- Every read here probes by key, the runs on the outer side (LATERAL
     -- with OFFSET 0, which the planner cannot turn around): the planner
     -- cannot size p_run_ids, and a plan cached for one run must stay linear
-    -- for a thousand (tests/sql/test_batch_plans.py).
+    -- for a thousand (tests/sql/test_batch_plans.py). Only the key inside the
+    -- fence, the status outside: given the status too, the planner, misled
+    -- by a young table's statistics, walked idx_routine_runs_running (every
+    -- running run) for each run instead of probing the primary key: 20 ms to
+    -- close one run of 600 running.
     --
     -- The routines first, all of them, in id order: the one place routines
     -- are locked for a run's end.
@@ -52,22 +62,24 @@ begin
     where r.id in (select rr.routine_id
                    from unnest(p_run_ids) as u(id)
                    cross join lateral (
-                       select rr.routine_id from routine_runs rr
-                       where rr.id = u.id and rr.status = 'running'
+                       select rr.routine_id, rr.status from routine_runs rr
+                       where rr.id = u.id
                        offset 0
-                   ) rr)
+                   ) rr
+                   where rr.status = 'running')
     order by r.id
     for no key update of r;
 
     with ended as (
-        select rr.id as run_id, rr.routine_id, rr.started_at, j.state, j.last_error,
-               j.payload ->> 'action' as action, j.finished_at, reply.final_message,
-               spent.tokens
+        select rr.id as run_id, rr.routine_id, rr.started_at, rr.status as status_read,
+               j.state, j.last_error, j.payload ->> 'action' as action, j.finished_at,
+               reply.final_message, spent.tokens
         from unnest(p_run_ids) as u(id)
+        -- The key inside the fence, the status outside, as above.
         cross join lateral (
-            select rr.id, rr.routine_id, rr.started_at, rr.job_id
+            select rr.id, rr.routine_id, rr.started_at, rr.job_id, rr.status
             from routine_runs rr
-            where rr.id = u.id and rr.status = 'running'
+            where rr.id = u.id
             offset 0
         ) rr
         cross join lateral (
@@ -84,6 +96,7 @@ begin
             select sum(coalesce(r.tokens_in, 0) + coalesce(r.tokens_out, 0)) as tokens
             from agent_run r where r.job_id = j.id
         ) spent on true
+        where rr.status = 'running'
     ),
     judged as (
         select e.*,
@@ -115,7 +128,10 @@ begin
         from judged j
         where rr.id = j.run_id
           -- Rechecked on the row as updated: closed once, whoever came first.
-          and rr.status = 'running'
+          -- Against the status the probe read (running) and not with `=`: the
+          -- literal, or an equality the planner chains to it, lets it walk
+          -- every running run for the batch, as above.
+          and rr.status is not distinct from j.status_read
         returning rr.id, rr.routine_id, rr.started_at, rr.status, j.summary, j.finished_at
     ),
     -- Each routine's runs, latest to end first: the first gives the state,

@@ -1931,11 +1931,12 @@ create function ceaseless._clone_url_error(p_url text)
 comment on function ceaseless._clone_url_error(p_url text) is 'NULL when p_url is a clone address without a stored secret (URL, scp-style address or absolute local path), else why not; never raises.';
 grant execute on function ceaseless._clone_url_error(p_url text) to ceaseless_listener, ceaseless_operator;
 
--- functions/44_routine_outcomes.sql, body md5 5770e64555aef54be7d4153bedb4bcf2
+-- functions/44_routine_outcomes.sql, body md5 8dcaf23bdd10d2ca25ea7a2866e4f704
 create function ceaseless._close_routine_runs(p_run_ids uuid[])
     returns void
     language plpgsql
     volatile
+    set plan_cache_mode = force_generic_plan
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._close_routine_runs(p_run_ids uuid[]) is 'Close the running routine runs among these whose jobs have finished (ok / attention / failed), update each routine''s counters and state once, and queue notifications.';
 grant execute on function ceaseless._close_routine_runs(p_run_ids uuid[]) to ceaseless_listener, ceaseless_operator;
