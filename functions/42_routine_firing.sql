@@ -42,46 +42,44 @@ comment on function _routine_ok_instruction() is
 -- payload.prompt_tail — then the previous run's state, then the ROUTINE_OK
 -- instruction. One definition for every kind of fire.
 --
--- PL/pgSQL, which keeps its plan for the session: a SQL function with a SET
--- clause (every function here has one, for its search_path) is not inlined
--- and is planned afresh in every transaction, half a millisecond of each
--- event's insert (bin/bench event fan-in); this costs a call and a tuplestore
--- per routine fired.
-create or replace function _routine_job_spec(p_routine routines, p_context text)
-returns table (prompt text, payload jsonb, expects_reply boolean, max_attempts integer,
-               max_turns integer)
+-- PL/pgSQL of assignments, no query: a SQL function with a SET clause
+-- (every function here has one, for its search_path) is not inlined and is
+-- planned afresh in every transaction, half a millisecond of each event's
+-- insert (bin/bench event fan-in), and a query here would cost a plan's
+-- executor start and a tuplestore per routine fired.
+create or replace function _routine_job_spec(
+    p_routine routines, p_context text,
+    out prompt text, out payload jsonb, out expects_reply boolean, out max_attempts integer,
+    out max_turns integer)
 language plpgsql stable
 as $$
+declare
+    v_fired constant text := case when p_context <> ''
+                                  then E'\n\n## What fired this run\n\n' || p_context
+                                  else '' end;
 begin
-    return query
-    with fired as (
-        select case when p_context is not null and p_context <> ''
-                    then E'\n\n## What fired this run\n\n' || p_context else '' end as context
-    )
-    select case when p_routine.action_type = 'lightweight'
-                then (p_routine.action_config ->> 'prompt') || fired.context
-                else (p_routine.action_config ->> 'title') || E'\n\n'
-                     || (p_routine.action_config ->> 'description') || fired.context
-           end,
-           case when p_routine.action_type = 'lightweight'
-                then jsonb_build_object(
-                         'routine_id', p_routine.id, 'action', 'lightweight',
-                         'context_paths', p_routine.action_config -> 'context_paths',
-                         'max_tokens', p_routine.action_config -> 'max_tokens',
-                         'prompt_tail',
-                         case when p_routine.state <> '{}'::jsonb
-                              then E'\n\n## State from the previous run\n\n' || p_routine.state::text
-                              else '' end
-                         || E'\n\n' || ceaseless._routine_ok_instruction())
-                else jsonb_build_object('routine_id', p_routine.id, 'action', 'full_job')
-           end,
-           -- A lightweight run's whole product is its reply: an empty one is
-           -- a failure, retried at most twice (three attempts).
-           p_routine.action_type = 'lightweight',
-           case when p_routine.action_type = 'lightweight' then 3 end,
-           case when p_routine.action_type = 'full_job'
-                then (p_routine.action_config ->> 'max_iterations')::integer end
-    from fired;
+    if p_routine.action_type = 'lightweight' then
+        prompt := (p_routine.action_config ->> 'prompt') || v_fired;
+        payload := jsonb_build_object(
+            'routine_id', p_routine.id, 'action', 'lightweight',
+            'context_paths', p_routine.action_config -> 'context_paths',
+            'max_tokens', p_routine.action_config -> 'max_tokens',
+            'prompt_tail',
+            case when p_routine.state <> '{}'::jsonb
+                 then E'\n\n## State from the previous run\n\n' || p_routine.state::text
+                 else '' end
+            || E'\n\n' || _routine_ok_instruction());
+        -- A lightweight run's whole product is its reply: an empty one is a
+        -- failure, retried at most twice (three attempts).
+        expects_reply := true;
+        max_attempts := 3;
+    else
+        prompt := (p_routine.action_config ->> 'title') || E'\n\n'
+                  || (p_routine.action_config ->> 'description') || v_fired;
+        payload := jsonb_build_object('routine_id', p_routine.id, 'action', 'full_job');
+        expects_reply := false;
+        max_turns := (p_routine.action_config ->> 'max_iterations')::integer;
+    end if;
 end;
 $$;
 

@@ -2915,14 +2915,14 @@ create function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now 
 comment on function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[]) is 'A round_robin lane''s next p_free due jobs, one per owner in turn (after the owner served last), and within an owner one per fairness key in turn, each key''s by priority then due time; moves the lane''s turn. Called by claim_jobs under the lane lock.';
 grant execute on function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[]) to ceaseless_listener, ceaseless_operator;
 
--- functions/42_routine_firing.sql, body md5 8bcdb81929c3235201f90e157efab250
-create function ceaseless._routine_job_spec(p_routine ceaseless.routines, p_context text)
-    returns TABLE(prompt text, payload jsonb, expects_reply boolean, max_attempts integer, max_turns integer)
+-- functions/42_routine_firing.sql, body md5 a59b33c632173a71053f2cdcae25a53b
+create function ceaseless._routine_job_spec(p_routine ceaseless.routines, p_context text, OUT prompt text, OUT payload jsonb, OUT expects_reply boolean, OUT max_attempts integer, OUT max_turns integer)
+    returns record
     language plpgsql
     stable
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._routine_job_spec(p_routine ceaseless.routines, p_context text) is 'The prompt, payload and limits of a routine run''s job: lightweight (prompt + context + state + ROUTINE_OK, replies required) or full_job (title + description, max_turns).';
-grant execute on function ceaseless._routine_job_spec(p_routine ceaseless.routines, p_context text) to ceaseless_listener, ceaseless_operator;
+comment on function ceaseless._routine_job_spec(p_routine ceaseless.routines, p_context text, OUT prompt text, OUT payload jsonb, OUT expects_reply boolean, OUT max_attempts integer, OUT max_turns integer) is 'The prompt, payload and limits of a routine run''s job: lightweight (prompt + context + state + ROUTINE_OK, replies required) or full_job (title + description, max_turns).';
+grant execute on function ceaseless._routine_job_spec(p_routine ceaseless.routines, p_context text, OUT prompt text, OUT payload jsonb, OUT expects_reply boolean, OUT max_attempts integer, OUT max_turns integer) to ceaseless_listener, ceaseless_operator;
 
 -- functions/42_routine_firing.sql, body md5 85d8ad039d4e4421d9168d505c29d62a
 create function ceaseless._routine_ok_instruction()
