@@ -4268,7 +4268,7 @@ create function ceaseless.note_labellers(p_repo_id uuid, p_labellers jsonb, p_no
 comment on function ceaseless.note_labellers(p_repo_id uuid, p_labellers jsonb, p_now timestamp with time zone) is 'Record who added the work labels of listed issues ({"42": {"label": "login"}}) and decide those issues again (same answer as ingest_issues).';
 grant execute on function ceaseless.note_labellers(p_repo_id uuid, p_labellers jsonb, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/20_agent_runs.sql, body md5 a841e58d6198cd79973229cdc301d0e7
+-- functions/20_agent_runs.sql, body md5 d23ce42dd8bf1018728d3dc954870ace
 create function ceaseless.note_sessions(p_worker text, p_run_ids uuid[], p_session_ids text[])
     returns integer
     language plpgsql

@@ -503,3 +503,36 @@ def test_routine_runs_are_closed_on_a_generic_plan_not_on_one_made_for_each_fini
         with explained(conn) as plans:
             _finish_one_routine_run(conn)
         assert _sized_for_the_runs_given(statement(plans, "with ended"))
+
+
+def _note_sessions(conn: psycopg.Connection, runs: list[UUID], session: str = "session") -> int:
+    row = conn.execute(
+        "select ceaseless.note_sessions('w1', %s, %s)",
+        (runs, [f"{session}-{i}" for i in range(len(runs))]),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _note_a_batch_of_sessions(conn: psycopg.Connection, before: str) -> list[str]:
+    """The sessions of a batch of w1's open runs, beside another listener's, on a young table:
+    as the first call, after ten one-run calls (as a listener's first agents report theirs),
+    or on the generic plan PL/pgSQL keeps once custom plans stop paying."""
+    runs = [run for _, run in _young_table_with_running_jobs(conn)]
+    if before == "generic plan":
+        conn.execute("set plan_cache_mode = force_generic_plan")
+    if before == "single runs":
+        for run in runs[:10]:
+            assert _note_sessions(conn, [run], "first") == 1
+    with explained(conn) as plans:
+        assert _note_sessions(conn, runs) == BATCH
+    return _quadratic_shapes(plans)
+
+
+@pytest.mark.parametrize("before", ["nothing", "single runs", "generic plan"])
+def test_noting_a_batch_of_sessions_on_a_young_table_is_linear(
+    conn: psycopg.Connection, before: str
+) -> None:
+    # Planned for one run by the first calls, the update looped over the batch for each open
+    # run: 999,000 rows discarded, 14 s for a thousand runs.
+    assert _note_a_batch_of_sessions(conn, before) == []
