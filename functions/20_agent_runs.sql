@@ -200,7 +200,7 @@ begin
     -- around, a join rescans the whole batch for every row, quadratic in the
     -- batch (seconds at 2,000).
     target as (
-        select x.*, r.run_job_id, r.held, r.repeat, r.refusal, r.job_state,
+        select x.*, r.run_job_id, r.run_finished_at, r.held, r.repeat, r.refusal, r.job_state,
                -- The verdict (72_forge_verdict.sql: a human asked for, any
                -- kind; a pull request, a plan's children, forge kinds), unless
                -- the job's spend reached its ceiling with this run
@@ -234,7 +234,8 @@ begin
                 and _is_blank(x.final_message)) as empty_reply
         from reported x
         left join lateral (
-            select r.job_id as run_job_id, j.state as job_state, j.expects_reply,
+            select r.job_id as run_job_id, r.finished_at as run_finished_at,
+                   j.state as job_state, j.expects_reply,
                    j.kind as job_kind, j.max_cost_usd, j.max_tokens,
                    -- The fence: open, ours, and the job still ours at this attempt.
                    (r.finished_at is null and r.worker = p_worker
@@ -318,7 +319,11 @@ begin
           and t.held
           -- Rechecked on the row as updated: a run closed since `target` read
           -- it (its job was locked, its run was not) stays as it was closed.
-          and r.finished_at is null
+          -- Against what `target` read (NULL: open), not as `is null`, which
+          -- let the planner read every open run through agent_run_one_open_idx
+          -- and hash them against the batch: a finish of one run read all of
+          -- them (tests/sql/test_batch_plans.py).
+          and r.finished_at is not distinct from t.run_finished_at
         returning r.id, r.job_id, r.agent, r.outcome, r.error, r.rate_limit_reset_at,
                   r.session_id
     ),

@@ -4151,7 +4151,7 @@ create function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with 
 comment on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) is 'Record a poll''s end (last_polled_at, last_etag on success, last_error on failure) and set next_poll_at to one clamped interval later, or to p_next_poll_at when later (rate limits).';
 grant execute on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/20_agent_runs.sql, body md5 02e208a0952cf72a7ad766becf68fecb
+-- functions/20_agent_runs.sql, body md5 d8dbff9bda18a51c526dbffe815eb95c
 create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone DEFAULT now())
     returns TABLE(run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
     language plpgsql

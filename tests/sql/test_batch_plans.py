@@ -536,3 +536,27 @@ def test_noting_a_batch_of_sessions_on_a_young_table_is_linear(
     # Planned for one run by the first calls, the update looped over the batch for each open
     # run: 999,000 rows discarded, 14 s for a thousand runs.
     assert _note_a_batch_of_sessions(conn, before) == []
+
+
+def test_finishing_one_run_reads_it_by_key_however_many_are_open(
+    conn: psycopg.Connection,
+) -> None:
+    # Rechecked with `finished_at is null`, the run's update read every open run through
+    # agent_run_one_open_idx and hashed them against the batch: 550 buffers to finish one
+    # run of 600 open, growing with the listeners' concurrency.
+    make_agent(conn, max_concurrent=10 * BATCH)
+    make_jobs(conn, 600)
+    runs = _claim_and_start(conn, "w1", 600)
+
+    def finish(run: UUID) -> None:
+        payload = json.dumps([{"run_id": str(run), "outcome": "succeeded"}])
+        conn.execute("select ceaseless.finish_runs('w1', %s::jsonb)", (payload,))
+
+    for _, run in runs[:20]:
+        finish(run)
+    with explained(conn) as plans:
+        finish(runs[20][1])
+    main = statement(plans, "with reported")
+    walks = [n for n in nodes(main) if n.get("Index Name") == "agent_run_one_open_idx"]
+    assert not walks, json.dumps(walks)[:2000]
+    assert main["Shared Hit Blocks"] + main["Shared Read Blocks"] < 100
