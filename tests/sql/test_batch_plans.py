@@ -324,19 +324,27 @@ def _fire_routine_jobs(conn: psycopg.Connection, events: int) -> None:
     )
 
 
+def _finish_one_routine_run(conn: psycopg.Connection) -> UUID:
+    """Claim and finish one routine job; its routine run's id."""
+    ((job, run),) = conn.execute(
+        "select id, run_id from ceaseless.claim_jobs('w1', 1, p_start => true)"
+    ).fetchall()
+    payload = json.dumps(
+        [{"run_id": str(run), "outcome": "succeeded", "final_message": "ROUTINE_OK"}]
+    )
+    conn.execute("select ceaseless.finish_runs('w1', %s::jsonb)", (payload,))
+    row = conn.execute("select routine_run_id from ceaseless.job where id = %s", (job,)).fetchone()
+    assert row is not None and row[0] is not None
+    return UUID(str(row[0]))
+
+
 def _finish_routine_runs_after_one_run_statements(conn: psycopg.Connection) -> list[str]:
     make_agent(conn, max_concurrent=10 * BATCH)
     _fire_routine_jobs(conn, BATCH // 10 + 1)
     # As a listener's session often starts: one run claimed and finished at a
     # time, so PL/pgSQL plans the close of runs for one, and keeps the plan.
     for _ in range(10):
-        ((_, run),) = conn.execute(
-            "select id, run_id from ceaseless.claim_jobs('w1', 1, p_start => true)"
-        ).fetchall()
-        payload = json.dumps(
-            [{"run_id": str(run), "outcome": "succeeded", "final_message": "ROUTINE_OK"}]
-        )
-        conn.execute("select ceaseless.finish_runs('w1', %s::jsonb)", (payload,))
+        _finish_one_routine_run(conn)
 
     runs = _claim_and_start(conn, "w1")
     payload = json.dumps(
@@ -444,20 +452,6 @@ def test_blocking_a_batch_on_a_young_table_is_linear(conn: psycopg.Connection) -
 
 def test_blocking_a_batch_after_one_job_blocks_stays_linear(conn: psycopg.Connection) -> None:
     assert _block_a_batch(conn, 10) == []
-
-
-def _finish_one_routine_run(conn: psycopg.Connection) -> UUID:
-    """Claim and finish one routine job; its routine run's id."""
-    ((job, run),) = conn.execute(
-        "select id, run_id from ceaseless.claim_jobs('w1', 1, p_start => true)"
-    ).fetchall()
-    payload = json.dumps(
-        [{"run_id": str(run), "outcome": "succeeded", "final_message": "ROUTINE_OK"}]
-    )
-    conn.execute("select ceaseless.finish_runs('w1', %s::jsonb)", (payload,))
-    row = conn.execute("select routine_run_id from ceaseless.job where id = %s", (job,)).fetchone()
-    assert row is not None and row[0] is not None
-    return UUID(str(row[0]))
 
 
 def _close_of_one_run(conn: psycopg.Connection) -> dict[str, Any]:
