@@ -237,16 +237,20 @@ begin
     -- Only this call can have moved these rows from pending to delivered, so
     -- the delivered ones are exactly the pg rows it settled. The NOTIFY goes
     -- out on commit, with the row that records it. The subject is cut so the
-    -- payload stays far below pg_notify's 8000-byte limit.
+    -- payload stays far below pg_notify's 8000-byte limit. Each row is read
+    -- by its key inside the fence and judged outside it: with the status
+    -- beside the key, a young table's statistics let the planner read every
+    -- delivered row (notifications_delivered_idx, kept for retention) and
+    -- filter them by id, a claim costing as much as the delivered history.
     perform pg_notify(v_sinks -> coalesce(n.channel, 'default') ->> 'channel',
                       jsonb_build_object('id', n.id,
                                          'source_table', n.source_table,
                                          'source_id', n.source_id,
                                          'kind', n.kind,
                                          'subject', left(n.subject, 200))::text)
-    from notifications n
-    where n.id = any (v_ids)
-      and n.status = 'delivered'
+    from unnest(v_ids) as u(id)
+    cross join lateral (select n.* from notifications n where n.id = u.id offset 0) n
+    where n.status = 'delivered'
     order by n.created_at, n.id;
 
     return query
@@ -257,8 +261,10 @@ begin
            case when jsonb_typeof(v_sinks) = 'object' then v_sinks -> coalesce(n.channel, 'default') end,
            n.kind, n.subject, n.body, n.recipient,
            n.source_table, n.source_id, n.created_at, n.last_error
-    from notifications n
-    where n.id = any (v_ids)
+    from unnest(v_ids) as u(id)
+    -- By key, as above: `id = any (…)` ran as a read of the whole table on a
+    -- young table's statistics.
+    cross join lateral (select n.* from notifications n where n.id = u.id offset 0) n
     order by n.created_at, n.id;
 end;
 $$;

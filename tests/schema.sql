@@ -4011,7 +4011,7 @@ create function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds tex
 comment on function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[], p_agents text[], p_now timestamp with time zone, p_lease_secs integer, p_start boolean) is 'Claim up to p_limit due pending jobs for listener p_worker in each lane''s order (fifo: highest priority, then due first; round_robin: owners and their fairness keys in turn), admitting each through its lane''s governor (max_concurrent, window_budget, window_cost_usd, window_tokens, lane_pauses) and its owner''s spend budget (owner_budgets) atomically; with p_start, open their agent runs too and return run_id.';
 grant execute on function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[], p_agents text[], p_now timestamp with time zone, p_lease_secs integer, p_start boolean) to ceaseless_listener, ceaseless_operator;
 
--- functions/60_notifications.sql, body md5 2c7ed31224cd587559f7163edee1894d
+-- functions/60_notifications.sql, body md5 3575a4d2e1cdd18cf259fd6bccee993d
 create function ceaseless.claim_notifications(p_worker text, p_limit integer, p_now timestamp with time zone DEFAULT now())
     returns TABLE(id uuid, state text, attempts integer, sink_name text, sink jsonb, kind text, subject text, body text, recipient text, source_table text, source_id uuid, created_at timestamp with time zone, last_error text)
     language plpgsql

@@ -554,3 +554,47 @@ def test_finishing_one_run_reads_it_by_key_however_many_are_open(
     walks = [n for n in nodes(main) if n.get("Index Name") == "agent_run_one_open_idx"]
     assert not walks, json.dumps(walks)[:2000]
     assert main["Shared Hit Blocks"] + main["Shared Read Blocks"] < 100
+
+
+def test_claiming_notifications_reads_them_by_key_however_many_were_delivered(
+    conn: psycopg.Connection,
+) -> None:
+    # With the status beside the key, the NOTIFY of the rows a claim delivered read every
+    # delivered row through notifications_delivered_idx and filtered them by id: 10 ms a
+    # claim after 8,000 deliveries in the event load, growing until retention prunes.
+    conn.execute(
+        "update ceaseless.settings set value = '{\"default\": {\"type\": \"pg\", "
+        "\"channel\": \"ops\"}}' where key = 'notification_sinks'"
+    )
+
+    def deliver(count: int) -> None:
+        conn.execute(
+            "insert into ceaseless.notifications "
+            "(source_table, source_id, kind, recipient, subject, body) "
+            "select 'routine_runs', gen_random_uuid(), 'failure', 'ops', 's' || g, 'b' "
+            "from generate_series(1, %s) g",
+            (count,),
+        )
+        conn.execute("select count(*) from ceaseless.claim_notifications('w1', %s)", (count,))
+
+    # Analyzed young, as autovacuum does, while nothing was delivered yet.
+    conn.execute(
+        "insert into ceaseless.notifications "
+        "(source_table, source_id, kind, recipient, subject, body, next_attempt_at) "
+        "select 'routine_runs', gen_random_uuid(), 'failure', 'ops', 'later', 'b', "
+        "now() + interval '1 day' from generate_series(1, 100)"
+    )
+    conn.execute("analyze ceaseless.notifications")
+    deliver(3000)
+    for _ in range(5):
+        deliver(1)
+    with explained(conn) as plans:
+        deliver(1)
+    notify = statement(plans, "SELECT pg_notify(v_sinks")
+    walks = [n for n in nodes(notify) if n.get("Index Name") == "notifications_delivered_idx"]
+    assert not walks, json.dumps(walks)[:2000]
+    assert notify["Shared Hit Blocks"] + notify["Shared Read Blocks"] < 20
+    delivered = conn.execute(
+        "select count(*) from ceaseless.notifications where status = 'delivered'"
+    ).fetchone()
+    assert delivered == (3006,)
