@@ -598,3 +598,30 @@ def test_claiming_notifications_reads_them_by_key_however_many_were_delivered(
         "select count(*) from ceaseless.notifications where status = 'delivered'"
     ).fetchone()
     assert delivered == (3006,)
+
+
+def test_closing_routine_runs_trims_each_reply_once(conn: psycopg.Connection) -> None:
+    # The reply's trim, written once in a lateral subquery, was pulled up into every
+    # mention of it: eight calls of _trim_blank for each run closed.
+    make_agent(conn, max_concurrent=10 * BATCH)
+    _fire_routine_jobs(conn, 3)
+    runs = _claim_and_start(conn, "w1", 30)
+    payload = json.dumps(
+        [
+            {"run_id": str(run), "outcome": "succeeded", "final_message": reply}
+            for (_, run), reply in zip(runs, ["ROUTINE_OK\n", "disk full"] * 15, strict=True)
+        ]
+    )
+    with conn.transaction():
+        conn.execute("set local track_functions = 'all'")
+        conn.execute("select ceaseless.finish_runs('w1', %s::jsonb)", (payload,))
+        row = conn.execute(
+            "select calls from pg_stat_xact_user_functions "
+            "where schemaname = 'ceaseless' and funcname = '_trim_blank'"
+        ).fetchone()
+    # At most once a run (equal replies may share one call).
+    assert row is not None and 1 <= row[0] <= 30, row
+    statuses = conn.execute(
+        "select status, count(*) from ceaseless.routine_runs group by status order by status"
+    ).fetchall()
+    assert statuses == [("attention", 15), ("ok", 15)]
