@@ -160,6 +160,9 @@ begin
     judged as materialized (
         select found.r as routine, i.ord, i.detail, i.context, i.missed, i.job_id, i.slot_at,
                h.hash,
+               -- The job's spend ceilings: the routine's, else its agent's.
+               coalesce(r.max_cost_usd, a.max_cost_usd) as max_cost_usd,
+               coalesce(r.max_tokens, a.max_tokens) as max_tokens,
                case
                    when not r.enabled then 'disabled'
                    when not a.enabled then 'agent_disabled'
@@ -211,6 +214,7 @@ begin
     -- The global cap admits the first v_free fires that passed the rest.
     capped as (
         select j.routine, j.ord, j.detail, j.context, j.missed, j.slot_at, j.hash,
+               j.max_cost_usd, j.max_tokens,
                case when j.reason is null
                          and count(*) filter (where j.reason is null) over (order by j.ord) > v_free
                     then 'global_cap' else j.reason end as reason,
@@ -268,15 +272,17 @@ begin
     jobs as (
         -- The job is the routine owner's, whoever fired it (a listener's
         -- cron, an operator's run_routine).
-        -- The routine's spend ceilings, where it sets them; else its
-        -- agent's (job_spend_ceiling, 11_job_input.sql). Its priority and
-        -- fairness key are the routine's (NULL key: the owner's own turn).
+        -- Its spend ceilings as judged above, resolved here rather than by
+        -- job_spend_ceiling (11_job_input.sql), which skips routine jobs:
+        -- the agent is read here anyway, and the trigger's call and read
+        -- cost 8 µs a job. Its priority and fairness key are the routine's
+        -- (NULL key: the owner's own turn).
         insert into job (id, kind, agent, prompt, payload, routine_run_id, expects_reply,
                          max_attempts, max_turns, run_after, created_at, user_id,
                          max_cost_usd, max_tokens, priority, fairness_key)
         select c.job_id, 'routine', (c.routine).agent, s.prompt, s.payload, c.run_id,
                s.expects_reply, s.max_attempts, s.max_turns, p_now, p_now, (c.routine).user_id,
-               (c.routine).max_cost_usd, (c.routine).max_tokens, (c.routine).job_priority,
+               c.max_cost_usd, c.max_tokens, (c.routine).job_priority,
                coalesce((c.routine).job_fairness_key, (c.routine).user_id)
         from capped c
         cross join lateral _routine_job_spec(c.routine, c.context) s

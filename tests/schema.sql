@@ -475,7 +475,7 @@ CREATE TRIGGER job_input BEFORE INSERT OR UPDATE OF prompt, payload ON ceaseless
 CREATE TRIGGER job_insert AFTER INSERT ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_insert();
 CREATE TRIGGER job_plan_children AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_plan_children();
 CREATE TRIGGER job_routine_outcome AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_routine_outcome();
-CREATE TRIGGER job_spend_ceiling BEFORE INSERT ON ceaseless.job FOR EACH ROW WHEN (((new.max_cost_usd IS NULL) OR (new.max_tokens IS NULL))) EXECUTE FUNCTION ceaseless._tg_job_spend_ceiling();
+CREATE TRIGGER job_spend_ceiling BEFORE INSERT ON ceaseless.job FOR EACH ROW WHEN ((((new.max_cost_usd IS NULL) OR (new.max_tokens IS NULL)) AND (new.kind <> 'routine'::text))) EXECUTE FUNCTION ceaseless._tg_job_spend_ceiling();
 CREATE TRIGGER job_topology_outcome AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_topology_outcome();
 CREATE TRIGGER job_update AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_update();
 CREATE TRIGGER job_user_due BEFORE INSERT ON ceaseless.job FOR EACH ROW WHEN ((new.run_after < now())) EXECUTE FUNCTION ceaseless._tg_job_user_due();
@@ -1931,7 +1931,7 @@ create function ceaseless._clone_url_error(p_url text)
 comment on function ceaseless._clone_url_error(p_url text) is 'NULL when p_url is a clone address without a stored secret (URL, scp-style address or absolute local path), else why not; never raises.';
 grant execute on function ceaseless._clone_url_error(p_url text) to ceaseless_listener, ceaseless_operator;
 
--- functions/44_routine_outcomes.sql, body md5 8dcaf23bdd10d2ca25ea7a2866e4f704
+-- functions/44_routine_outcomes.sql, body md5 12d9ef292166383ee563c2045087e8a8
 create function ceaseless._close_routine_runs(p_run_ids uuid[])
     returns void
     language plpgsql
@@ -2205,7 +2205,7 @@ create function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail te
 comment on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) is 'The one firing path of loops: lock the loop, hold the fire (debounce, buffer policies, min_interval_secs; returns the held_fires id), cancel a live iteration (cancel_other), record a skipped run (disabled, agent_disabled, live_iteration) or insert the next pending iteration chained to the last, with the webhook body and the prior iteration''s final message in its task; returns the run id.';
 grant execute on function ceaseless._fire_loop(p_loop_id uuid, p_trigger text, p_detail text, p_body text, p_now timestamp with time zone, p_slot timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/42_routine_firing.sql, body md5 5c34715ee79d1a77960ff3875866409c
+-- functions/42_routine_firing.sql, body md5 bca5a9af4cc2f0fd738316212bddc6e2
 create function ceaseless._fire_routines(p_routine_ids uuid[], p_trigger text, p_now timestamp with time zone, p_details text[] DEFAULT NULL::text[], p_contexts text[] DEFAULT NULL::text[], p_missed integer[] DEFAULT NULL::integer[], p_manual boolean DEFAULT false, p_job_ids uuid[] DEFAULT NULL::uuid[], p_slots timestamp with time zone[] DEFAULT NULL::timestamp with time zone[])
     returns TABLE(ord bigint, routine_id uuid, run_id uuid, job_id uuid, status text, skip_reason text)
     language plpgsql
@@ -3261,7 +3261,7 @@ create function ceaseless._tg_job_spend_ceiling()
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._tg_job_spend_ceiling() is 'Before INSERT on job without both ceilings: max_cost_usd and max_tokens from its loop node, else its agent; the job''s own value (a routine''s job: its routine''s) wins.';
+comment on function ceaseless._tg_job_spend_ceiling() is 'Before INSERT of a job (not a routine''s) without both ceilings: max_cost_usd and max_tokens from its loop node, else its agent; the job''s own value wins.';
 grant execute on function ceaseless._tg_job_spend_ceiling() to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 8d73a766b684c84e2a996b6757f962a8

@@ -218,14 +218,27 @@ def test_a_job_gets_its_agent_s_ceiling_unless_it_sets_its_own(conn: psycopg.Con
     assert _job(conn, own)[1:3] == (Decimal("0.250000"), 9000)
 
 
+def _routine_job_ceilings(conn: psycopg.Connection, routine: UUID) -> tuple[Any, ...] | None:
+    run = conn.execute("select ceaseless.run_routine(%s)", (routine,)).fetchone()[0]  # type: ignore[index]
+    return conn.execute(
+        "select max_cost_usd, max_tokens from ceaseless.job where routine_run_id = %s", (run,)
+    ).fetchone()
+
+
 def test_a_routine_s_ceiling_wins_over_its_agent_s(conn: psycopg.Connection) -> None:
     make_agent(conn, max_cost_usd=2)
     routine = make_routine(conn, max_cost_usd=0.5, max_tokens=100)
-    run = conn.execute("select ceaseless.run_routine(%s)", (routine,)).fetchone()[0]  # type: ignore[index]
-    row = conn.execute(
-        "select max_cost_usd, max_tokens from ceaseless.job where routine_run_id = %s", (run,)
-    ).fetchone()
-    assert row == (Decimal("0.500000"), 100)
+    assert _routine_job_ceilings(conn, routine) == (Decimal("0.500000"), 100)
+
+
+def test_a_routine_s_job_gets_its_agent_s_ceiling_where_the_routine_sets_none(
+    conn: psycopg.Connection,
+) -> None:
+    make_agent(conn, max_cost_usd=2, max_tokens=9000)
+    tokens_only = make_routine(conn, "tokens-only", max_tokens=100)
+    neither = make_routine(conn, "neither")
+    assert _routine_job_ceilings(conn, tokens_only) == (Decimal("2.000000"), 100)
+    assert _routine_job_ceilings(conn, neither) == (Decimal("2.000000"), 9000)
 
 
 def test_a_loop_node_s_ceiling_wins_over_its_agent_s(conn: psycopg.Connection) -> None:
