@@ -563,8 +563,8 @@ def test_claiming_notifications_reads_them_by_key_however_many_were_delivered(
     # delivered row through notifications_delivered_idx and filtered them by id: 10 ms a
     # claim after 8,000 deliveries in the event load, growing until retention prunes.
     conn.execute(
-        'update ceaseless.settings set value = \'{"default": {"type": "pg", '
-        '"channel": "ops"}}\' where key = \'notification_sinks\''
+        "update ceaseless.settings set value = %s where key = 'notification_sinks'",
+        (json.dumps({"default": {"type": "pg", "channel": "ops"}}),),
     )
 
     def deliver(count: int) -> None:
