@@ -118,8 +118,8 @@ begin
         from ended e
         -- Trimmed of any Unicode whitespace once: "ROUTINE_OK\n" is
         -- ROUTINE_OK, and a reply that trims to nothing was blank (_is_blank
-        -- counts the same characters). Once for real: without OFFSET 0 the
-        -- planner pulls the subquery up and calls _trim_blank again at every
+        -- counts the same characters). OFFSET 0 keeps the subquery whole:
+        -- pulled up into the query, its call would be repeated at every
         -- mention of the reply, eight calls a run.
         cross join lateral (
             select _trim_blank(coalesce(e.final_message, '')) as reply offset 0

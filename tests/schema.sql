@@ -1931,7 +1931,7 @@ create function ceaseless._clone_url_error(p_url text)
 comment on function ceaseless._clone_url_error(p_url text) is 'NULL when p_url is a clone address without a stored secret (URL, scp-style address or absolute local path), else why not; never raises.';
 grant execute on function ceaseless._clone_url_error(p_url text) to ceaseless_listener, ceaseless_operator;
 
--- functions/44_routine_outcomes.sql, body md5 12d9ef292166383ee563c2045087e8a8
+-- functions/44_routine_outcomes.sql, body md5 c5bece4aee3a528258262c6eaabe4f54
 create function ceaseless._close_routine_runs(p_run_ids uuid[])
     returns void
     language plpgsql
