@@ -196,13 +196,14 @@ create or replace trigger job_validate
     execute function _tg_job_validate();
 
 -- The spend ceilings a job gets when it sets none (db/0068): its loop node's
--- ("max_cost_usd", "max_tokens" in the graph), else its agent's. A routine's
--- job is not this trigger's: _fire_routines inserts it with its routine's,
--- else its agent's (its statement also writes the routine run, which a
--- trigger could not yet read, and reads the agent anyway). Resolved
--- once, at insert, so the row says what holds it and every
--- reader (claim_jobs, finish_runs, explain_job) reads one column; a later
--- change of the default leaves the jobs already queued as they were, and
+-- ("max_cost_usd", "max_tokens" in the graph), else its agent's. A routine
+-- run's job is not this trigger's: _fire_routines inserts it with its
+-- routine's, else its agent's (its statement also writes the routine run,
+-- which a trigger could not yet read, and reads the agent anyway); a user
+-- role cannot set routine_run_id, so every job a user inserts comes here.
+-- Resolved once, at insert, so the row says what holds it and every reader
+-- (claim_jobs, finish_runs, explain_job) reads one column; a later change of
+-- the default leaves the jobs already queued as they were, and
 -- raise_job_budget changes only the job. The job's own value always wins.
 --
 -- Runs after job_default_agent (name order), so the agent is known.
@@ -231,13 +232,13 @@ end;
 $$;
 
 comment on function _tg_job_spend_ceiling() is
-    'Before INSERT of a job (not a routine''s) without both ceilings: max_cost_usd and max_tokens '
-    'from its loop node, else its agent; the job''s own value wins.';
+    'Before INSERT of a job (not a routine run''s) without both ceilings: max_cost_usd and '
+    'max_tokens from its loop node, else its agent; the job''s own value wins.';
 
 create or replace trigger job_spend_ceiling
     before insert on job
     for each row when ((new.max_cost_usd is null or new.max_tokens is null)
-                       and new.kind <> 'routine')
+                       and new.routine_run_id is null)
     execute function _tg_job_spend_ceiling();
 
 -- What is left of a job's spend ceilings after its runs so far: NULL where it

@@ -475,7 +475,7 @@ CREATE TRIGGER job_input BEFORE INSERT OR UPDATE OF prompt, payload ON ceaseless
 CREATE TRIGGER job_insert AFTER INSERT ON ceaseless.job REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_insert();
 CREATE TRIGGER job_plan_children AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_plan_children();
 CREATE TRIGGER job_routine_outcome AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_routine_outcome();
-CREATE TRIGGER job_spend_ceiling BEFORE INSERT ON ceaseless.job FOR EACH ROW WHEN ((((new.max_cost_usd IS NULL) OR (new.max_tokens IS NULL)) AND (new.kind <> 'routine'::text))) EXECUTE FUNCTION ceaseless._tg_job_spend_ceiling();
+CREATE TRIGGER job_spend_ceiling BEFORE INSERT ON ceaseless.job FOR EACH ROW WHEN ((((new.max_cost_usd IS NULL) OR (new.max_tokens IS NULL)) AND (new.routine_run_id IS NULL))) EXECUTE FUNCTION ceaseless._tg_job_spend_ceiling();
 CREATE TRIGGER job_topology_outcome AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_topology_outcome();
 CREATE TRIGGER job_update AFTER UPDATE ON ceaseless.job REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ceaseless._tg_job_update();
 CREATE TRIGGER job_user_due BEFORE INSERT ON ceaseless.job FOR EACH ROW WHEN ((new.run_after < now())) EXECUTE FUNCTION ceaseless._tg_job_user_due();
@@ -3261,7 +3261,7 @@ create function ceaseless._tg_job_spend_ceiling()
     volatile
     security definer
     set search_path = pg_catalog, ceaseless, pg_temp;
-comment on function ceaseless._tg_job_spend_ceiling() is 'Before INSERT of a job (not a routine''s) without both ceilings: max_cost_usd and max_tokens from its loop node, else its agent; the job''s own value wins.';
+comment on function ceaseless._tg_job_spend_ceiling() is 'Before INSERT of a job (not a routine run''s) without both ceilings: max_cost_usd and max_tokens from its loop node, else its agent; the job''s own value wins.';
 grant execute on function ceaseless._tg_job_spend_ceiling() to ceaseless_listener, ceaseless_operator;
 
 -- functions/51_topology_runs.sql, body md5 8d73a766b684c84e2a996b6757f962a8

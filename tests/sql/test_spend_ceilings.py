@@ -8,6 +8,7 @@ its own, else its loop node's, else its routine's, else its agent's, resolved at
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -239,6 +240,21 @@ def test_a_routine_s_job_gets_its_agent_s_ceiling_where_the_routine_sets_none(
     neither = make_routine(conn, "neither")
     assert _routine_job_ceilings(conn, tokens_only) == (Decimal("2.000000"), 100)
     assert _routine_job_ceilings(conn, neither) == (Decimal("2.000000"), 9000)
+
+
+def test_a_job_a_user_inserts_gets_its_agent_s_ceiling_whatever_its_kind(
+    conn: psycopg.Connection, login_role: Callable[..., psycopg.Connection]
+) -> None:
+    # A routine run's job takes its ceilings from the fire, not from the trigger; a user,
+    # who cannot name a routine run, gets the agent's default even calling a job a routine's.
+    make_agent(conn, max_cost_usd=2, max_tokens=9000)
+    alice = login_role("alice")
+    job = alice.execute(
+        "insert into ceaseless.job (kind, agent, prompt) values ('routine', 'noop', 'x') "
+        "returning id"
+    ).fetchone()
+    assert job is not None
+    assert _job(conn, job[0])[1:3] == (Decimal("2.000000"), 9000)
 
 
 def test_a_loop_node_s_ceiling_wins_over_its_agent_s(conn: psycopg.Connection) -> None:
