@@ -126,6 +126,41 @@ comment on function _job_state_after(text, integer, integer, timestamptz) is
     'auth_failed, needs_human), cancelled, pending (another attempt, or a rate limit''s reset), '
     'abandoned (lease_expired, none left) or failed.';
 
+-- The results a listener reports (finish_runs' p_results), one row each.
+-- A function of its own for its estimate: the planner guesses a hundred rows
+-- for any set-returning function, and against a batch that size it hashed
+-- the batch against a read of every run until the table held ten thousand
+-- runs or so, so each finish of a young database read all the runs before
+-- it. A listener reports what ended since its last report: a handful.
+create or replace function _reported_results(p_results jsonb)
+returns table (
+    run_id uuid, outcome text, exit_status integer, final_message text, error text,
+    session_id text, billing text, model text, tokens_in bigint, tokens_out bigint,
+    cost_usd numeric, num_turns integer, rate_limit_reset_at timestamptz,
+    pr_forge text, pr_owner text, pr_repo text, pr_number bigint,
+    pr_head_branch text, pr_url text
+)
+language plpgsql
+immutable
+rows 10
+-- PL/pgSQL: a SQL function with a SET clause is parsed and planned at every call.
+as $$
+begin
+    return query
+    select *
+    from jsonb_to_recordset(p_results) as x(
+        run_id uuid, outcome text, exit_status integer, final_message text, error text,
+        session_id text, billing text, model text, tokens_in bigint, tokens_out bigint,
+        cost_usd numeric, num_turns integer, rate_limit_reset_at timestamptz,
+        pr_forge text, pr_owner text, pr_repo text, pr_number bigint,
+        pr_head_branch text, pr_url text);
+end;
+$$;
+
+comment on function _reported_results(jsonb) is
+    'finish_runs'' p_results as rows (run_id, outcome and the fields a run reports), planned '
+    'as ten.';
+
 -- Finish runs in a batch and move each job by its run's outcome
 -- (_job_state_after). Beside the state:
 -- - a run whose reported usage takes its job's spend to its ceiling
@@ -177,13 +212,7 @@ begin
     return query
     -- The batch, one row per result reported.
     with reported as (
-        select *
-        from jsonb_to_recordset(p_results) as x(
-            run_id uuid, outcome text, exit_status integer, final_message text, error text,
-            session_id text, billing text, model text, tokens_in bigint, tokens_out bigint,
-            cost_usd numeric, num_turns integer, rate_limit_reset_at timestamptz,
-            pr_forge text, pr_owner text, pr_repo text, pr_number bigint,
-            pr_head_branch text, pr_url text)
+        select * from _reported_results(p_results)
     ),
     -- Each result against its run and the run's job, the job locked first
     -- (the order of every queue function), so a concurrent cancel or expiry

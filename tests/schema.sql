@@ -2843,6 +2843,16 @@ create function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now ti
 comment on function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now timestamp with time zone) is 'True when p_now falls in the repo''s quiet window, read as wall-clock time in its quiet_timezone (DST-safe; a window may cross midnight; start inside, end outside).';
 grant execute on function ceaseless._repo_quiet_at(p_repo ceaseless.tracked_repo, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
+-- functions/20_agent_runs.sql, body md5 a0f3df27b99cf2f1f34b5ef729a5327b
+create function ceaseless._reported_results(p_results jsonb)
+    returns TABLE(run_id uuid, outcome text, exit_status integer, final_message text, error text, session_id text, billing text, model text, tokens_in bigint, tokens_out bigint, cost_usd numeric, num_turns integer, rate_limit_reset_at timestamp with time zone, pr_forge text, pr_owner text, pr_repo text, pr_number bigint, pr_head_branch text, pr_url text)
+    language plpgsql
+    immutable
+    rows 10
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._reported_results(p_results jsonb) is 'finish_runs'' p_results as rows (run_id, outcome and the fields a run reports), planned as ten.';
+grant execute on function ceaseless._reported_results(p_results jsonb) to ceaseless_listener, ceaseless_operator;
+
 -- functions/52_approvals.sql, body md5 e793784884f81d40a800601ff336323c
 create function ceaseless._request_approval(p_run_id uuid, p_node_id text, p_now timestamp with time zone)
     returns uuid
@@ -4151,7 +4161,7 @@ create function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with 
 comment on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) is 'Record a poll''s end (last_polled_at, last_etag on success, last_error on failure) and set next_poll_at to one clamped interval later, or to p_next_poll_at when later (rate limits).';
 grant execute on function ceaseless.finish_repo_poll(p_repo_id uuid, p_now timestamp with time zone, p_etag text, p_error text, p_next_poll_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/20_agent_runs.sql, body md5 d8dbff9bda18a51c526dbffe815eb95c
+-- functions/20_agent_runs.sql, body md5 60984faa38591829cf9bb6d06269a7f3
 create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone DEFAULT now())
     returns TABLE(run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
     language plpgsql
