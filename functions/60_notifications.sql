@@ -275,6 +275,35 @@ comment on function claim_notifications(text, integer, timestamptz) is
     '''claimed'' with their sink config, leased for 60 s (at-least-once: an unreported claim '
     'comes due again).';
 
+-- A delivery report (finish_notifications' p_results) as rows, one per id:
+-- a success outranks a failure reported for the same id. A function of its
+-- own for its estimate: the planner guesses a hundred rows for any
+-- set-returning function, and against that many it hashed the report
+-- against a read of every notification, twice a report, until the table
+-- held ten thousand rows or so. A listener reports the few deliveries that
+-- ended since its last report.
+create or replace function _delivery_results(p_results jsonb)
+returns table (id uuid, ok boolean, error text, attempt integer)
+language plpgsql
+immutable
+rows 10
+as $$
+begin
+    return query
+    select distinct on ((r ->> 'id')::uuid)
+           (r ->> 'id')::uuid,
+           coalesce((r ->> 'ok')::boolean, false),
+           coalesce(nullif(r ->> 'error', ''), 'delivery failed; the listener gave no reason'),
+           (r ->> 'attempt')::integer
+    from jsonb_array_elements(p_results) r
+    order by (r ->> 'id')::uuid, coalesce((r ->> 'ok')::boolean, false) desc;
+end;
+$$;
+
+comment on function _delivery_results(jsonb) is
+    'finish_notifications'' p_results as rows (id, ok, error, attempt), one per id (a success '
+    'first), planned as ten.';
+
 -- Record what listener p_worker did with the notifications it claimed, as a
 -- batch: p_results is a JSON array of {id, ok, error?, attempt?}. ok marks the
 -- row delivered; otherwise it goes back to pending after an exponential
@@ -311,22 +340,11 @@ begin
 
     perform 1
     from notifications n
-    where n.id in (select (r ->> 'id')::uuid from jsonb_array_elements(p_results) r)
+    where n.id in (select r.id from _delivery_results(p_results) r)
     order by n.id
     for update;
 
     return query
-    with result as (
-        select distinct on ((r ->> 'id')::uuid)
-               (r ->> 'id')::uuid as id,
-               coalesce((r ->> 'ok')::boolean, false) as ok,
-               coalesce(nullif(r ->> 'error', ''), 'delivery failed; the listener gave no reason')
-                   as error,
-               (r ->> 'attempt')::integer as attempt
-        from jsonb_array_elements(p_results) r
-        -- A success outranks a failure reported for the same id.
-        order by (r ->> 'id')::uuid, coalesce((r ->> 'ok')::boolean, false) desc
-    )
     update notifications n
     set status = case when r.ok then 'delivered'
                       when n.attempts >= v_max then 'failed'
@@ -335,7 +353,7 @@ begin
         next_attempt_at = case when r.ok or n.attempts >= v_max then n.next_attempt_at
                                else p_now + _retry_delay(n.attempts) end,
         last_error = case when r.ok then n.last_error else r.error end
-    from result r
+    from _delivery_results(p_results) r
     where n.id = r.id
       and ((r.ok and n.status <> 'delivered')
            or (not r.ok and n.status = 'pending'

@@ -2086,6 +2086,16 @@ create function ceaseless._delete_audit_rows(p_before timestamp with time zone, 
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._delete_audit_rows(p_before timestamp with time zone, p_limit integer) is 'Delete up to p_limit audit_log rows older than p_before (oldest first), which must be at least audit_log_min_retention_secs ago; returns how many. Unaudited: its callers audit.';
 
+-- functions/60_notifications.sql, body md5 389ddcddea350a728346d21cae83ab0f
+create function ceaseless._delivery_results(p_results jsonb)
+    returns TABLE(id uuid, ok boolean, error text, attempt integer)
+    language plpgsql
+    immutable
+    rows 10
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._delivery_results(p_results jsonb) is 'finish_notifications'' p_results as rows (id, ok, error, attempt), one per id (a success first), planned as ten.';
+grant execute on function ceaseless._delivery_results(p_results jsonb) to ceaseless_listener, ceaseless_operator;
+
 -- functions/14_agent_egress.sql, body md5 c2361e46c0228966e0052f086f44bb2b
 create function ceaseless._egress_entry_error(p_entry text)
     returns text
@@ -4143,7 +4153,7 @@ create function ceaseless.extend_leases(p_worker text, p_job_ids uuid[], p_now t
 comment on function ceaseless.extend_leases(p_worker text, p_job_ids uuid[], p_now timestamp with time zone, p_lease_secs integer) is 'Heartbeat: push the lease of every job p_worker still holds; one row per id says whether it is still held and whether its lease was renewed now.';
 grant execute on function ceaseless.extend_leases(p_worker text, p_job_ids uuid[], p_now timestamp with time zone, p_lease_secs integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/60_notifications.sql, body md5 22f111282c73ff59d85aaaeba782cc69
+-- functions/60_notifications.sql, body md5 78952ea15d34b97e7748715b3bc6e199
 create function ceaseless.finish_notifications(p_worker text, p_results jsonb, p_now timestamp with time zone DEFAULT now())
     returns TABLE(id uuid, status text, attempts integer, next_attempt_at timestamp with time zone, last_error text)
     language plpgsql

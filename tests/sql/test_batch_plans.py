@@ -656,3 +656,59 @@ def test_finishing_a_few_runs_reads_them_by_key_among_thousands_finished(
     assert reads and all(n["Node Type"] == "Index Scan" for n in reads), json.dumps(reads)[:2000]
     # Three buffers a run by key; the read of every run was 90 here.
     assert all(n["Shared Hit Blocks"] + n["Shared Read Blocks"] <= 4 * 10 for n in reads)
+
+
+def test_finishing_notifications_reads_them_by_key_however_many_were_delivered(
+    conn: psycopg.Connection,
+) -> None:
+    # A listener reports a handful of deliveries at a time. Read as a JSON array, the
+    # report was guessed at a hundred rows, and against that many the planner hashed it
+    # against a read of every notification: each report read all the notifications
+    # kept, until retention pruned them.
+    conn.execute(
+        "update ceaseless.settings set value = %s where key = 'notification_sinks'",
+        (json.dumps({"default": {"type": "webhook", "url": "http://127.0.0.1:9/hook"}}),),
+    )
+
+    def deliver(count: int) -> list[tuple[Any, ...]]:
+        conn.execute(
+            "insert into ceaseless.notifications "
+            "(source_table, source_id, kind, recipient, subject, body) "
+            "select 'routine_runs', gen_random_uuid(), 'failure', 'ops', 's' || g, 'b' "
+            "from generate_series(1, %s) g",
+            (count,),
+        )
+        claimed = conn.execute(
+            "select id, attempts from ceaseless.claim_notifications('w1', %s)", (count,)
+        ).fetchall()
+        report = [{"id": str(id_), "ok": True, "attempt": attempts} for id_, attempts in claimed]
+        return conn.execute(
+            "select id, status from ceaseless.finish_notifications('w1', %s::jsonb)",
+            (json.dumps(report),),
+        ).fetchall()
+
+    # Analyzed young, as autovacuum does, while nothing was delivered yet.
+    conn.execute(
+        "insert into ceaseless.notifications "
+        "(source_table, source_id, kind, recipient, subject, body, next_attempt_at) "
+        "select 'routine_runs', gen_random_uuid(), 'failure', 'ops', 'later', 'b', "
+        "now() + interval '1 day' from generate_series(1, 100)"
+    )
+    conn.execute("analyze ceaseless.notifications")
+    assert len(deliver(3000)) == 3000
+    for _ in range(5):
+        deliver(2)
+    with explained(conn) as plans:
+        finished = deliver(2)
+    assert [status for _, status in finished] == ["delivered", "delivered"]
+    # Neither the claim nor the report reads the notifications kept.
+    scans = [
+        plan["Query Text"][:200]
+        for plan in plans
+        for n in nodes(plan["Plan"])
+        if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "notifications"
+    ]
+    assert not scans, scans
+    # Two rows locked and updated by key: a few buffers each, not the 3,100 rows' pages.
+    report = statement(plans, "select id, status from ceaseless.finish_notifications")
+    assert report["Shared Hit Blocks"] + report["Shared Read Blocks"] < 40
