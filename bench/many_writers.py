@@ -10,6 +10,11 @@ and compares the same inserts with NOTIFY switched off.
 
 Variants, each on a fresh database of one server:
 - ceaseless, NOTIFY on: as shipped;
+- ceaseless, relayed: the writers' sessions set ceaseless.notify = 'relay', so their
+  announcements wait in ceaseless.announcements and one relay sends them, many to a commit,
+  paced as a listener paces it (relay_announcements, listener/daemon/maintenance.py); the
+  run counts until every insert is committed, and then checks that every announcement was
+  sent;
 - ceaseless, NOTIFY off: the bench database's `_notify_group` replaced by one that sends
   nothing (a bench-only switch; the insert, its audit row and its triggers are unchanged);
 - pgqueuer, NOTIFY on: its own `Queries.enqueue`, one job per call, its statement trigger
@@ -38,9 +43,12 @@ from pgqueuer.domain.settings import DBSettings
 
 from bench.observe import percentile
 from bench.server import DatabaseUrlOpt, Server, provision
+from listener.backoff import Backoff
+from listener.daemon.maintenance import RELAY_FIRST_WAIT, RELAY_LONGEST_WAIT
 
 VARIANTS = (
     "ceaseless, NOTIFY on",
+    "ceaseless, relayed",
     "ceaseless, NOTIFY off",
     "pgqueuer, NOTIFY on",
     "pgqueuer, NOTIFY off",
@@ -82,7 +90,11 @@ async def _prepare_pgqueuer(dsn: str, notify: bool) -> None:
 async def _write(dsn: str, variant: str, writers: int, inserts: int) -> list[float]:
     """`writers` connections each inserting `inserts` jobs, one per transaction; the latency of
     every commit in ms."""
-    conns = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(writers)]
+    options = "-c ceaseless.notify=relay" if variant == "ceaseless, relayed" else ""
+    conns = [
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True, options=options)
+        for _ in range(writers)
+    ]
     start = asyncio.Event()
 
     async def one(conn: psycopg.AsyncConnection) -> list[float]:
@@ -109,14 +121,39 @@ async def _write(dsn: str, variant: str, writers: int, inserts: int) -> list[flo
             await conn.close()
 
 
+async def _relay(dsn: str, writing: asyncio.Event) -> int:
+    """Send the relayed announcements as a listener does, until the writers are done and
+    none wait; how many were sent."""
+    sent = 0
+    idle = Backoff(first=RELAY_FIRST_WAIT, ceiling=RELAY_LONGEST_WAIT)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        while True:
+            cur = await conn.execute("select ceaseless.relay_announcements()")
+            row = await cur.fetchone()
+            assert row is not None
+            sent += int(row[0])
+            if row[0]:
+                idle.reset()
+            elif not writing.is_set():
+                return sent
+            else:
+                await idle.sleep()
+
+
 async def _measure(dsn: str, variant: str, listeners: int, writers: int, inserts: int) -> Result:
     idle = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(listeners)]
+    writing = asyncio.Event()
+    writing.set()
+    relay = asyncio.create_task(_relay(dsn, writing)) if variant == "ceaseless, relayed" else None
     try:
         for conn in idle:
             await conn.execute(f"listen {IDLE_CHANNEL}")
         began = time.perf_counter()
         timings = await _write(dsn, variant, writers, inserts)
         elapsed = time.perf_counter() - began
+        writing.clear()
+        if relay is not None and await relay != len(timings):
+            raise RuntimeError(f"{variant}: not every announcement was relayed")
     finally:
         for conn in idle:
             await conn.close()

@@ -333,7 +333,7 @@ begin
     insert into audit_log (entity, entity_key, action, old_state, new_state, detail)
     values ('lane', p_agent, 'resume', 'paused', 'open',
             jsonb_build_object('paused_until', v_old.paused_until, 'reason', v_old.reason));
-    perform pg_notify('ceaseless_config',
+    perform _announce('ceaseless_config',
                       jsonb_build_object('table', 'lane_pauses', 'agent', p_agent)::text);
 end;
 $$;

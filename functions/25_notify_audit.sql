@@ -25,6 +25,99 @@
 
 set local search_path = ceaseless, pg_catalog, pg_temp;
 
+-- How an announcement travels; every NOTIFY of the engine goes through here.
+-- By default with the commit of the transaction that makes the change
+-- (pg_notify). A session that set ceaseless.notify = 'relay' has its
+-- announcements written to announcements instead, and a listener sends them
+-- moments later (relay_announcements): PostgreSQL commits notifying
+-- transactions one at a time, holding a database-wide lock through the
+-- commit's WAL flush, so tens of sessions that each commit a notifying
+-- insert wait on that lock rather than on their work (docs/notify.md,
+-- "Relayed announcements"). A session's own choice, not a permission: it
+-- decides only when that session's announcements go out, and the same
+-- payloads go out on the same channels either way.
+--
+-- Raises: CE422 when ceaseless.notify is neither direct nor relay (a typo
+-- would otherwise pass for the default unnoticed).
+create or replace function _announce(p_channel text, p_payload text)
+returns void
+language plpgsql
+as $$
+declare
+    v_mode constant text := coalesce(nullif(current_setting('ceaseless.notify', true), ''),
+                                     'direct');
+begin
+    if v_mode = 'direct' then
+        perform pg_notify(p_channel, p_payload);
+    elsif v_mode = 'relay' then
+        perform _relay_announcement(p_channel, p_payload);
+    else
+        perform _invalid_value('ceaseless.notify', 'must be direct or relay',
+                               to_jsonb(v_mode));
+    end if;
+end;
+$$;
+
+comment on function _announce(text, text) is
+    'NOTIFY p_channel with p_payload on commit, or, in a session with ceaseless.notify = '
+    '''relay'', write it to announcements for a listener to send.';
+
+-- Write one announcement for the relay. Security definer (99_access.sql):
+-- an operator's or a user's session reaches announcements only this way,
+-- and only with what the engine announces. The table's checks are
+-- pg_notify's own, so the relay never meets one it cannot send.
+create or replace function _relay_announcement(p_channel text, p_payload text)
+returns void
+language plpgsql
+as $$
+begin
+    insert into announcements (channel, payload) values (p_channel, coalesce(p_payload, ''));
+end;
+$$;
+
+comment on function _relay_announcement(text, text) is
+    'Append one announcement to announcements, for relay_announcements to send.';
+
+-- Send the relayed announcements, oldest first, at most p_limit of them in
+-- this one commit, and remove them: one notifying commit for what many
+-- sessions wrote. One relay at a time, so they go out in the order they were
+-- written: a session that finds the advisory lock held has nothing to do
+-- and does not wait. pg_notify is volatile, so PostgreSQL calls it after the
+-- sort, in id order. Every listener calls this in a loop
+-- (listener/daemon/maintenance.py); operators see the backlog in
+-- relay_status.
+--
+-- Returns: how many it sent; 0 when none were waiting or another session is
+-- relaying. Raises: CE422 when p_limit is not 1 to 10,000.
+create or replace function relay_announcements(p_limit integer default 1000)
+returns integer
+language plpgsql
+as $$
+declare
+    v_sent integer;
+begin
+    if p_limit is null or p_limit not between 1 and 10000 then
+        perform _invalid_value('relay_announcements.p_limit', 'must be 1 to 10,000',
+                               to_jsonb(p_limit));
+    end if;
+    if not pg_try_advisory_xact_lock(hashtext('ceaseless'), hashtext('announcement relay')) then
+        return 0;
+    end if;
+    with taken as (
+        delete from announcements a
+        where a.id in (select x.id from announcements x order by x.id limit p_limit)
+        returning a.id, a.channel, a.payload
+    )
+    select count(s.sent) into v_sent
+    from (select pg_notify(t.channel, t.payload) as sent from taken t order by t.id) s;
+    return v_sent;
+end;
+$$;
+
+comment on function relay_announcements(integer) is
+    'Send up to p_limit relayed announcements (oldest first) with pg_notify and remove them; '
+    'returns how many, 0 when none waited or another session relays.';
+
 -- The NOTIFY payload of a group of rows: the id when the group is one row,
 -- else the count (a listener then reads the table, which it must do anyway).
 -- No rows, no NOTIFY: an aggregate without GROUP BY returns one row even
@@ -45,7 +138,7 @@ begin
     if coalesce(cardinality(p_ids), 0) = 0 then
         return;
     end if;
-    perform pg_notify(
+    perform _announce(
         p_channel,
         (case when cardinality(p_ids) = 1
               then jsonb_build_object('id', p_ids[1])
@@ -74,7 +167,7 @@ begin
     insert into audit_log (entity, entity_id, action, old_state, new_state, detail)
     values (p_entity, p_id, p_action, p_old_state, p_new_state, p_detail);
     if p_channel is not null then
-        perform pg_notify(p_channel, p_payload::text);
+        perform _announce(p_channel, p_payload::text);
     end if;
 end;
 $$;
@@ -231,7 +324,7 @@ begin
             -- sinks' headers and URLs would otherwise be kept here forever.
             _without_secrets(tg_table_name,
                              case when tg_op = 'DELETE' then to_jsonb(old) else to_jsonb(new) end));
-    perform pg_notify('ceaseless_config', jsonb_build_object('table', tg_table_name)::text);
+    perform _announce('ceaseless_config', jsonb_build_object('table', tg_table_name)::text);
     return null;
 end;
 $$;
@@ -418,7 +511,7 @@ begin
     perform _audit_enabling('loop', tg_op, new.id, old.enabled, new.enabled, v_detail);
     if tg_op = 'UPDATE' and (new.enabled is distinct from old.enabled
                              or new.stopped_reason is distinct from old.stopped_reason) then
-        perform pg_notify('ceaseless_run', jsonb_build_object(
+        perform _announce('ceaseless_run', jsonb_build_object(
             'table', 'loops', 'id', new.id,
             'status', case when new.stopped_reason is not null then 'stopped'
                            when new.enabled then 'enabled' else 'disabled' end,

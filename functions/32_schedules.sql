@@ -114,7 +114,7 @@ language plpgsql
 as $$
 begin
     if p_enabled and p_schedule is not null and p_next_fire_at is null then
-        perform pg_notify('ceaseless_schedule',
+        perform _announce('ceaseless_schedule',
                           jsonb_build_object('table', p_table, 'id', p_id)::text);
     end if;
 end;

@@ -439,7 +439,7 @@ begin
     end if;
     -- A closed run is one that ended (a run closes once, 44_routine_outcomes.sql);
     -- the few routines of a batch are each probed by key.
-    perform pg_notify('ceaseless_schedule',
+    perform _announce('ceaseless_schedule',
                       jsonb_build_object('table', 'held_fires', 'id', e.routine_id)::text)
     from (select distinct n.routine_id
           from new_rows n
@@ -463,7 +463,7 @@ language plpgsql
 as $$
 begin
     if exists (select from held_fires h where h.loop_id = new.loop_id) then
-        perform pg_notify('ceaseless_schedule',
+        perform _announce('ceaseless_schedule',
                           jsonb_build_object('table', 'held_fires', 'id', new.loop_id)::text);
     end if;
     return null;
@@ -490,7 +490,7 @@ returns trigger
 language plpgsql
 as $$
 begin
-    perform pg_notify('ceaseless_schedule',
+    perform _announce('ceaseless_schedule',
                       jsonb_build_object('table', 'held_fires',
                                          'id', coalesce(n.routine_id, n.loop_id))::text)
     from (select distinct n.routine_id, n.loop_id from new_rows n) n;

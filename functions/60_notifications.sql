@@ -242,7 +242,7 @@ begin
     -- beside the key, a young table's statistics let the planner read every
     -- delivered row (notifications_delivered_idx, kept for retention) and
     -- filter them by id, a claim costing as much as the delivered history.
-    perform pg_notify(v_sinks -> coalesce(n.channel, 'default') ->> 'channel',
+    perform _announce(v_sinks -> coalesce(n.channel, 'default') ->> 'channel',
                       jsonb_build_object('id', n.id,
                                          'source_table', n.source_table,
                                          'source_id', n.source_id,
@@ -379,7 +379,7 @@ declare
 begin
     select count(*) into v_count from new_rows;
     if v_count > 0 then
-        perform pg_notify('ceaseless_notification', jsonb_build_object('count', v_count)::text);
+        perform _announce('ceaseless_notification', jsonb_build_object('count', v_count)::text);
     end if;
     return null;
 end;

@@ -351,6 +351,23 @@ comment on view listener_status is
     'database connection authenticated, its HTTP address, and warnings (agents not isolated, no '
     'database password).';
 
+-- The announcement relay's backlog (25_notify_audit.sql, relay_announcements):
+-- how many relayed announcements wait to be sent and how long the oldest has
+-- waited. A listener sends them within moments; a backlog that grows, or an
+-- oldest one minutes old, means no listener is relaying (none running, or
+-- each failing: its log says why).
+create or replace view relay_status as
+select count(a.id) as waiting,
+       min(a.created_at) as oldest_at,
+       c.now - min(a.created_at) as oldest_waited
+from (values (now())) c (now)
+left join announcements a on true
+group by c.now;
+
+comment on view relay_status is
+    'Relayed announcements (sessions with ceaseless.notify = ''relay'') waiting for a listener to '
+    'send them: how many, the oldest one''s time, and how long it has waited.';
+
 create or replace view notification_status as
 -- One row per (sink, status), because the operator's question is "which sink
 -- is in trouble". The rows still to deliver and those given up on are read

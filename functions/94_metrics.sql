@@ -338,6 +338,10 @@ with families (family, kind, help) as (
          'Unix time the lane''s pause ends (absent when not paused).'),
         ('ceaseless_notifications_pending', 'gauge', 'Notifications waiting to be delivered.'),
         ('ceaseless_approvals_open', 'gauge', 'Approvals waiting for a decision.'),
+        ('ceaseless_announcements_waiting', 'gauge',
+         'Relayed announcements (ceaseless.notify = relay) waiting for a listener to send them.'),
+        ('ceaseless_oldest_announcement_age_seconds', 'gauge',
+         'How long the oldest relayed announcement has waited (0 when none).'),
         ('ceaseless_routine_runs_running', 'gauge', 'Routine runs in progress.'),
         ('ceaseless_routine_last_success_timestamp_seconds', 'gauge',
          'Unix time the routine''s latest ok run completed (absent until it has one).'),
@@ -531,6 +535,16 @@ samples (family, sample, labels, value) as (
     union all
     select 'ceaseless_approvals_open', 'ceaseless_approvals_open', '{}',
            (select count(*) from ceaseless.approvals a where a.decision is null)
+    union all
+    -- A listener sends them within about a second: a backlog that stays means
+    -- none is relaying.
+    select 'ceaseless_announcements_waiting', 'ceaseless_announcements_waiting', '{}',
+           (select count(*) from ceaseless.announcements)
+    union all
+    select 'ceaseless_oldest_announcement_age_seconds',
+           'ceaseless_oldest_announcement_age_seconds', '{}',
+           coalesce(extract(epoch from p_now - (select min(a.created_at)
+                                                from ceaseless.announcements a)), 0)
     union all
     select 'ceaseless_routine_runs_running', 'ceaseless_routine_runs_running', '{}',
            (select count(*) from ceaseless.routine_runs r where r.status = 'running')

@@ -128,6 +128,16 @@ grant execute on function
     _actor()
     to ceaseless_user;
 
+-- The announcement relay (25_notify_audit.sql): an operator's session, or a
+-- user's through the engine's triggers, may have its announcements relayed
+-- (ceaseless.notify = 'relay'), and writes announcements only through this
+-- function, with the channel and payload the engine chose. Not callable by
+-- user roles (nothing above grants it).
+alter function _relay_announcement(text, text) security definer;
+-- Relaying them is the listeners' part: it deletes rows of a table operators
+-- only read (relay_status shows them the backlog).
+revoke execute on function relay_announcements(integer) from ceaseless_operator;
+
 -- Security definer: these run with the owner's rights, because a user's
 -- INSERT must be able to count every owner's running work against the caps,
 -- read settings, and append to audit_log, none of which it may do itself.

@@ -160,6 +160,20 @@ comment on column ceaseless.agents.max_tokens is 'Default spend ceiling in token
 grant select, insert, update, delete on table ceaseless.agents to ceaseless_listener, ceaseless_operator;
 grant select (name, adapter, argv, model, timeout_secs, kill_grace_secs, max_concurrent, window_secs, window_budget, max_attempts, enabled, created_at, updated_at, window_cost_usd, window_tokens, egress, notify_on_failed, notify_on_blocked, notify_on_abandoned, notify_channel, fairness, max_cost_usd, max_tokens) on table ceaseless.agents to ceaseless_user;
 
+create unlogged table ceaseless.announcements (
+    id bigint generated always as identity not null,
+    channel text not null,
+    payload text not null,
+    created_at timestamp with time zone default now() not null,
+    constraint announcement_channel_sendable CHECK (((channel <> ''::text) AND (octet_length(channel) < 64))),
+    constraint announcement_payload_sendable CHECK ((octet_length(payload) < 8000)),
+    constraint announcements_pkey PRIMARY KEY (id)
+);
+comment on table ceaseless.announcements is 'Announcements written by sessions with ceaseless.notify = ''relay'', waiting for a listener to send them (relay_announcements), oldest first. Unlogged: lost in a crash, like a NOTIFY.';
+comment on column ceaseless.announcements.id is 'Write order: the order a listener sends them in.';
+grant select on table ceaseless.announcements to ceaseless_operator;
+grant select, insert, update, delete on table ceaseless.announcements to ceaseless_listener;
+
 create table ceaseless.approvals (
     id uuid default gen_random_uuid() not null,
     topology_run_id uuid not null,
@@ -1203,6 +1217,9 @@ grant select, insert, update, delete on table ceaseless.workspaces to ceaseless_
 
 -- Sequences
 
+create sequence ceaseless.announcements_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1 owned by ceaseless.announcements.id;
+grant usage on sequence ceaseless.announcements_id_seq to ceaseless_listener;
+
 create sequence ceaseless.audit_log_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1 owned by ceaseless.audit_log.id;
 grant usage on sequence ceaseless.audit_log_id_seq to ceaseless_listener;
 
@@ -1528,6 +1545,17 @@ comment on view ceaseless.owner_budget_usage is 'Each owner budget against what 
 grant select on table ceaseless.owner_budget_usage to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.owner_budget_usage to ceaseless_listener;
 
+create view ceaseless.relay_status as
+ SELECT count(a.id) AS waiting,
+    min(a.created_at) AS oldest_at,
+    c.now - min(a.created_at) AS oldest_waited
+   FROM ( VALUES (now())) c(now)
+     LEFT JOIN ceaseless.announcements a ON true
+  GROUP BY c.now;
+comment on view ceaseless.relay_status is 'Relayed announcements (sessions with ceaseless.notify = ''relay'') waiting for a listener to send them: how many, the oldest one''s time, and how long it has waited.';
+grant select on table ceaseless.relay_status to ceaseless_operator;
+grant select, insert, update, delete on table ceaseless.relay_status to ceaseless_listener;
+
 create view ceaseless.repo_status with (security_invoker=true) as
  SELECT r.id,
     r.user_id AS owner_role,
@@ -1777,6 +1805,15 @@ create function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigin
 comment on function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint) is 'Admit a fire: shared (fire lock shared, a slot, per-routine locks) while the cap is far, else exclusive; returns the running count to judge by and the free places of the cap.';
 grant execute on function ceaseless._admit_fires(p_routine_ids uuid[], OUT o_running bigint, OUT o_free bigint) to ceaseless_listener, ceaseless_operator;
 
+-- functions/25_notify_audit.sql, body md5 8e91fab5cc98323d7ed6d3ee83e645c9
+create function ceaseless._announce(p_channel text, p_payload text)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._announce(p_channel text, p_payload text) is 'NOTIFY p_channel with p_payload on commit, or, in a session with ceaseless.notify = ''relay'', write it to announcements for a listener to send.';
+grant execute on function ceaseless._announce(p_channel text, p_payload text) to ceaseless_listener, ceaseless_operator;
+
 -- functions/52_approvals.sql, body md5 529cc2bccd97f7ca20d2e1b51f05d269
 create function ceaseless._approval_expiry_text(p_on_expiry text, p_expires timestamp with time zone)
     returns text
@@ -1795,7 +1832,7 @@ create function ceaseless._approval_message(p_approval_id uuid, p_run_id uuid, p
 comment on function ceaseless._approval_message(p_approval_id uuid, p_run_id uuid, p_node_id text, p_loop text, p_expires timestamp with time zone, p_on_expiry text) is 'The body of an approval''s notification and reminder: node, run, expiry and what it does, the decide_approval calls, and the run''s dashboard link when a listener serves HTTP.';
 grant execute on function ceaseless._approval_message(p_approval_id uuid, p_run_id uuid, p_node_id text, p_loop text, p_expires timestamp with time zone, p_on_expiry text) to ceaseless_listener, ceaseless_operator;
 
--- functions/32_schedules.sql, body md5 a4633f59235d5192cd735aa7899f992d
+-- functions/32_schedules.sql, body md5 9414d7bc0f96d6b88e63199308aafa9a
 create function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamp with time zone)
     returns void
     language plpgsql
@@ -1804,7 +1841,7 @@ create function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule
 comment on function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamp with time zone) is 'NOTIFY ceaseless_schedule {table, id} for an enabled row with a schedule and no next_fire_at.';
 grant execute on function ceaseless._ask_for_next_fire(p_table text, p_id uuid, p_schedule text, p_enabled boolean, p_next_fire_at timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/25_notify_audit.sql, body md5 78cd1dceedbbbfb35e9e5a7e38fe8574
+-- functions/25_notify_audit.sql, body md5 a776778bc2dd89bb97f64231e26f1f86
 create function ceaseless._audit_change(p_entity text, p_id uuid, p_action text, p_old_state text, p_new_state text, p_detail jsonb DEFAULT '{}'::jsonb, p_channel text DEFAULT NULL::text, p_payload jsonb DEFAULT NULL::jsonb)
     returns void
     language plpgsql
@@ -2646,7 +2683,7 @@ create function ceaseless._notification_sinks()
 comment on function ceaseless._notification_sinks() is 'The notification_sinks setting, or {"default": {"type": "log"}} when the row is missing.';
 grant execute on function ceaseless._notification_sinks() to ceaseless_listener, ceaseless_operator;
 
--- functions/25_notify_audit.sql, body md5 296003488afe36c30773fd6412477691
+-- functions/25_notify_audit.sql, body md5 e22f68c9dab9a5b877f92f9123e5a903
 create function ceaseless._notify_group(p_channel text, p_ids uuid[], p_fields jsonb)
     returns void
     language plpgsql
@@ -2797,6 +2834,16 @@ create function ceaseless._regex_required_literal(p_pattern text)
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._regex_required_literal(p_pattern text) is 'A literal that every match of the regular expression must contain (empty when none is known): the cheap prefilter of event matching. Linear in the pattern''s length.';
 grant execute on function ceaseless._regex_required_literal(p_pattern text) to ceaseless_listener, ceaseless_operator;
+
+-- functions/25_notify_audit.sql, body md5 52ce653b239fa2e6c0307a8dde12c3dd
+create function ceaseless._relay_announcement(p_channel text, p_payload text)
+    returns void
+    language plpgsql
+    volatile
+    security definer
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._relay_announcement(p_channel text, p_payload text) is 'Append one announcement to announcements, for relay_announcements to send.';
+grant execute on function ceaseless._relay_announcement(p_channel text, p_payload text) to ceaseless_listener, ceaseless_operator;
 
 -- functions/41_fire_admission.sql, body md5 1787699c12e674a068573c861f2cecf3
 create function ceaseless._remember_fire(p_mode text, p_room bigint, p_loop_run uuid DEFAULT NULL::uuid)
@@ -3177,7 +3224,7 @@ create function ceaseless._tg_bounded_json()
 comment on function ceaseless._tg_bounded_json() is 'Before INSERT/UPDATE: refuse (CE422) a JSON column (named by the trigger''s arguments) nested deeper than _input_cap(''json_depth'').';
 grant execute on function ceaseless._tg_bounded_json() to ceaseless_listener, ceaseless_operator;
 
--- functions/25_notify_audit.sql, body md5 b5c27865a0b61171ba6196b898927394
+-- functions/25_notify_audit.sql, body md5 39709c415e5dc9f63284d3943bc54421
 create function ceaseless._tg_config_changed()
     returns trigger
     language plpgsql
@@ -3217,7 +3264,7 @@ create function ceaseless._tg_graph_default_agent()
 comment on function ceaseless._tg_graph_default_agent() is 'Before a loop or a topology run is inserted, or its graph updated: write the default agent into nodes that name none.';
 grant execute on function ceaseless._tg_graph_default_agent() to ceaseless_listener, ceaseless_operator;
 
--- functions/33_held_fires.sql, body md5 9908fe3bb1ae69cd5e4143506a2acdc8
+-- functions/33_held_fires.sql, body md5 b25c2dc5f1ea719f262a449c4b8f8aef
 create function ceaseless._tg_held_fires_inserted()
     returns trigger
     language plpgsql
@@ -3324,7 +3371,7 @@ create function ceaseless._tg_job_validate()
 comment on function ceaseless._tg_job_validate() is 'Before INSERT or UPDATE of resume_session_id on job: refuse an id no agent CLI can resume (CE422, naming the field and the value).';
 grant execute on function ceaseless._tg_job_validate() to ceaseless_listener, ceaseless_operator;
 
--- functions/25_notify_audit.sql, body md5 cc4f9845d150523d70450a01cada41b2
+-- functions/25_notify_audit.sql, body md5 571d4304af2f17e5b3434088f66f9567
 create function ceaseless._tg_loops_changed()
     returns trigger
     language plpgsql
@@ -3384,7 +3431,7 @@ create function ceaseless._tg_loops_validate()
 comment on function ceaseless._tg_loops_validate() is 'Before INSERT/UPDATE on loops: validate the configuration, fill defaults (workspace, creator, timezone), generate / keep / clear the webhook credential, reset a stopped loop''s policy count on re-enable, and clear next_fire_at whenever the schedule may have changed.';
 grant execute on function ceaseless._tg_loops_validate() to ceaseless_listener, ceaseless_operator;
 
--- functions/60_notifications.sql, body md5 24871bcf3ffdbcc43d24a3827f6f7eea
+-- functions/60_notifications.sql, body md5 e000b1619eeb048cfba7f4aeb17b8aa6
 create function ceaseless._tg_notifications_insert()
     returns trigger
     language plpgsql
@@ -3413,7 +3460,7 @@ create function ceaseless._tg_routine_runs_deleted()
 comment on function ceaseless._tg_routine_runs_deleted() is 'After routine_runs rows are deleted: take their running ones off the running count.';
 grant execute on function ceaseless._tg_routine_runs_deleted() to ceaseless_listener, ceaseless_operator;
 
--- functions/33_held_fires.sql, body md5 735994456da84b05f9424b6d36977bd3
+-- functions/33_held_fires.sql, body md5 c3ff53a524aca8bf345d7d035d12ad70
 create function ceaseless._tg_routine_runs_held_wake()
     returns trigger
     language plpgsql
@@ -3542,7 +3589,7 @@ create function ceaseless._tg_topology_runs_changed()
 comment on function ceaseless._tg_topology_runs_changed() is 'After a topology run is inserted or changes status: audit it and NOTIFY ceaseless_run.';
 grant execute on function ceaseless._tg_topology_runs_changed() to ceaseless_listener, ceaseless_operator;
 
--- functions/33_held_fires.sql, body md5 3f4e984fd22a090a8eaab0a89224709c
+-- functions/33_held_fires.sql, body md5 c67b9c8452543365ee83c90d3d34ab24
 create function ceaseless._tg_topology_runs_held_wake()
     returns trigger
     language plpgsql
@@ -4031,7 +4078,7 @@ create function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds tex
 comment on function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[], p_agents text[], p_now timestamp with time zone, p_lease_secs integer, p_start boolean) is 'Claim up to p_limit due pending jobs for listener p_worker in each lane''s order (fifo: highest priority, then due first; round_robin: owners and their fairness keys in turn), admitting each through its lane''s governor (max_concurrent, window_budget, window_cost_usd, window_tokens, lane_pauses) and its owner''s spend budget (owner_budgets) atomically; with p_start, open their agent runs too and return run_id.';
 grant execute on function ceaseless.claim_jobs(p_worker text, p_limit integer, p_kinds text[], p_agents text[], p_now timestamp with time zone, p_lease_secs integer, p_start boolean) to ceaseless_listener, ceaseless_operator;
 
--- functions/60_notifications.sql, body md5 3575a4d2e1cdd18cf259fd6bccee993d
+-- functions/60_notifications.sql, body md5 3a559df4a363db1dd537077a245a8565
 create function ceaseless.claim_notifications(p_worker text, p_limit integer, p_now timestamp with time zone DEFAULT now())
     returns TABLE(id uuid, state text, attempts integer, sink_name text, sink jsonb, kind text, subject text, body text, recipient text, source_table text, source_id uuid, created_at timestamp with time zone, last_error text)
     language plpgsql
@@ -4261,7 +4308,7 @@ create function ceaseless.loop_snapshot(p_loop_id uuid)
 comment on function ceaseless.loop_snapshot(p_loop_id uuid) is 'A loop as loop_status shows it (never its webhook credential), its latest iteration as run_snapshot shows it, and last_event_id, the audit id both are current to: what a new follower of GET /loops/{id}/events receives first. NULL when there is no such loop.';
 grant execute on function ceaseless.loop_snapshot(p_loop_id uuid) to ceaseless_listener, ceaseless_operator;
 
--- functions/94_metrics.sql, body md5 0cc615e3ef57a35aea81f6224b5a54cb
+-- functions/94_metrics.sql, body md5 96d038ad118316557b3a9ab88fca3173
 create function ceaseless.metrics_snapshot(p_now timestamp with time zone DEFAULT now())
     returns TABLE(family text, kind text, help text, sample text, labels jsonb, value double precision)
     language sql
@@ -4373,6 +4420,15 @@ create function ceaseless.recount_routine_run_shards(p_now timestamp with time z
 comment on function ceaseless.recount_routine_run_shards(p_now timestamp with time zone) is 'Correct the running-count shards to the running routine_runs (one shard moved by the difference, audited); exact while fires and finishes go on. Returns the correction, or NULL when another recount holds the lock. Maintenance, one listener at a time.';
 grant execute on function ceaseless.recount_routine_run_shards(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
+-- functions/25_notify_audit.sql, body md5 ef5a540bdcf360559d6925ee68f54c29
+create function ceaseless.relay_announcements(p_limit integer DEFAULT 1000)
+    returns integer
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless.relay_announcements(p_limit integer) is 'Send up to p_limit relayed announcements (oldest first) with pg_notify and remove them; returns how many, 0 when none waited or another session relays.';
+grant execute on function ceaseless.relay_announcements(p_limit integer) to ceaseless_listener;
+
 -- functions/10_jobs.sql, body md5 66e581dadaa6ed39c17a36f5dd6a19cc
 create function ceaseless.release_jobs(p_worker text, p_job_ids uuid[], p_now timestamp with time zone DEFAULT now())
     returns integer
@@ -4392,7 +4448,7 @@ create function ceaseless.reply_job(p_job_id uuid, p_text text, p_now timestamp 
 comment on function ceaseless.reply_job(p_job_id uuid, p_text text, p_now timestamp with time zone) is 'Reply to a blocked job: back to pending, its next run resumes the agent''s session with the reply as the prompt (with no session, it starts over with the reply after its prompt). Raises CE404 (unknown), CE409 (not blocked, ceiling spent), CE422 (blank or over 16000 characters).';
 grant execute on function ceaseless.reply_job(p_job_id uuid, p_text text, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator, ceaseless_user;
 
--- functions/12_lanes.sql, body md5 b875a63bf13f8d90f666b4f450522a4a
+-- functions/12_lanes.sql, body md5 5de48803cd0baec76a15fd270932097b
 create function ceaseless.resume_lane(p_agent text, p_now timestamp with time zone DEFAULT now())
     returns void
     language plpgsql

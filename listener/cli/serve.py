@@ -112,7 +112,8 @@ def _migrate(database: str, *, dry_run: bool = False) -> MigrateReport:
 
 @app.command()
 def status(output: OutputOpt = Output.TABLE) -> None:
-    """Queue summary: jobs by state, each agent lane's governor usage, and the running listeners.
+    """Queue summary: jobs by state, each agent lane's governor usage, the running listeners,
+    and the relayed announcements still waiting to be sent (relay_status).
 
     What a listener says of itself (its agents' sandbox, how it reached the
     database) is what that listener reported (listener_status), not a guess
@@ -139,6 +140,17 @@ def status(output: OutputOpt = Output.TABLE) -> None:
             for row in listeners:
                 for warning in row[-1]:
                     _hint(f"warning: listener {row[0]}: {warning}")
+        if summary.relay is not None:
+            if collecting():
+                listed(summary.relay, name="relay")
+            [(waiting, oldest_waited_s)] = summary.relay.rows
+            # A listener sends them within about a second (docs/notify.md).
+            if waiting and oldest_waited_s > _RELAY_LATE_SECS:
+                _hint(
+                    f"{waiting} relayed announcements wait, the oldest for "
+                    f"{oldest_waited_s:.0f} s: no listener is sending them (its log says why); "
+                    "select * from ceaseless.relay_status;"
+                )
         blocked = sum(row[1] for row in summary.jobs.rows if row[0] == "blocked")
         if blocked:
             _hint(
@@ -150,6 +162,11 @@ def status(output: OutputOpt = Output.TABLE) -> None:
             _hint(f"{len(summary.stuck_jobs.rows)} stuck jobs: select * from ceaseless.stuck_jobs;")
         if collecting():
             listed(summary.stuck_jobs, name="stuck_jobs")
+
+
+# Relayed announcements older than this are late: a listener relaying them sends each within
+# about a second of its writing.
+_RELAY_LATE_SECS = 10
 
 
 def _hint(text: str) -> None:

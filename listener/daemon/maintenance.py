@@ -11,7 +11,11 @@
 - the outbox delivers due notifications (listener/daemon/outbox.py);
 - retention removes what is past its kind's retention (prune, functions/96_retention.sql)
   at the start and every prune_interval_secs: every listener tries, prune's advisory lock
-  lets one at a time through, and a pass that finds it held does nothing.
+  lets one at a time through, and a pass that finds it held does nothing;
+- the relay sends what sessions with ceaseless.notify = 'relay' announced
+  (relay_announcements, functions/25_notify_audit.sql): at once again while it finds
+  some, and when it finds none after 10 ms, then twice as long each time up to a
+  second; its advisory lock lets one listener at a time send, in the order written.
 
 Guarantees: each loop waits on the database through the shared retry policy
 and deadline (listener/database/pool.py), so a hung or lost connection delays it
@@ -34,12 +38,17 @@ from listener.daemon import scheduler
 from listener.daemon.outbox import deliver_due
 from listener.daemon.producer.ledger import Ledger
 from listener.database.pool import Database
-from listener.queries import jobs, metrics, retention, routine_runs, topology
+from listener.queries import jobs, metrics, relay, retention, routine_runs, topology
 
 _OUTBOX_BATCH = 100
 # Rows of a kind per prune call: each call is one transaction, so a first pass over a
 # large backlog commits every batch rather than holding one long transaction.
 _PRUNE_BATCH = 1000
+# The relay's waits while it finds nothing to send: the first, and the longest they
+# double up to. A writer in relay mode waits at most about the longest after a quiet
+# spell, and a quiet listener asks once a second or so.
+RELAY_FIRST_WAIT = 0.01
+RELAY_LONGEST_WAIT = 1.0
 
 
 class Maintenance:
@@ -128,6 +137,18 @@ class Maintenance:
             log.event("retention.busy")  # another listener is pruning: the next interval
         elif any(totals.values()):
             log.event("retention.pruned", **totals)
+
+    async def relay_announcements(self) -> None:
+        """Send the relayed announcements: again at once while some were sent, else after
+        a wait that doubles while none are."""
+        idle = Backoff(first=RELAY_FIRST_WAIT, ceiling=RELAY_LONGEST_WAIT)
+        while True:
+            sent = await self._db.retry("relay", relay.relay_announcements)
+            if sent:
+                idle.reset()
+                await asyncio.sleep(0)  # a busy relay still lets the other loops run
+            else:
+                await idle.sleep()
 
     async def deliver_notifications(self) -> None:
         """Deliver the outbox: when told of new rows, and every poll for retries."""

@@ -197,6 +197,7 @@ class Listener:
             "cron": self.maintenance.keep_cron(),
             "outbox": self.maintenance.deliver_notifications(),
             "retention": self.maintenance.prune(),
+            "relay": self.maintenance.relay_announcements(),
             "forge_poll": self.forge.poll(),
             "forge_labels": self.forge.labels(),
             "forge_children": self.forge.children(),

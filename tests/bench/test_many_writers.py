@@ -1,5 +1,6 @@
-"""The many-writers scenario of the benchmark, small: every insert of every variant is stored,
-the NOTIFY-off switch silences exactly the job announcements, and the numbers are there."""
+"""The many-writers scenario of the benchmark, small: every insert of every variant is stored
+(and, relayed, announced), the NOTIFY-off switch silences exactly the job announcements, and
+the numbers are there."""
 
 from __future__ import annotations
 
@@ -26,7 +27,11 @@ def test_many_writers_store_every_insert_in_every_variant(server_url: str) -> No
 def test_the_notify_off_switch_silences_the_job_insert_and_nothing_else(server_url: str) -> None:
     server = Server(server_url)
     try:
-        for variant, heard in (("ceaseless, NOTIFY on", 1), ("ceaseless, NOTIFY off", 0)):
+        for variant, heard in (
+            ("ceaseless, NOTIFY on", 1),
+            ("ceaseless, relayed", 0),
+            ("ceaseless, NOTIFY off", 0),
+        ):
             with server.database(migrated=True) as dsn:
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     many_writers._prepare(conn, variant)
@@ -39,5 +44,9 @@ def test_the_notify_off_switch_silences_the_job_insert_and_nothing_else(server_u
                         "select count(*) from ceaseless.audit_log where entity = 'job'"
                     ).fetchone()
                     assert rows == (1,), variant
+                    waiting = listener.execute(
+                        "select waiting from ceaseless.relay_status"
+                    ).fetchone()
+                    assert waiting == ((1,) if variant == "ceaseless, relayed" else (0,)), variant
     finally:
         server.close()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import psycopg
 
 from tests.e2e.support import run_cli
@@ -45,6 +48,31 @@ def test_status_summarises_states_and_lanes(db_url: str) -> None:
     status = run_cli(db_url, "status")
     assert status.returncode == 0, status.stderr
     assert "pending" in status.stdout and "noop" in status.stdout
+
+
+def test_status_says_when_relayed_announcements_wait_with_no_listener_to_send_them(
+    db_url: str,
+) -> None:
+    run_cli(db_url, "agent", "add", "noop", "--adapter", "noop")
+    with psycopg.connect(db_url, autocommit=True, options="-c ceaseless.notify=relay") as writer:
+        writer.execute(
+            "insert into ceaseless.job (kind, agent, prompt) values ('task', 'noop', 'x')"
+        )
+    quiet = run_cli(db_url, "status")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "relayed announcements wait" not in quiet.stdout  # a listener has a moment yet
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("update ceaseless.announcements set created_at = now() - interval '90 s'")
+
+    status = run_cli(db_url, "status")
+    said = re.search(
+        r"1 relayed announcements wait, the oldest for (\d+) s: no listener", status.stdout
+    )
+    assert said is not None, status.stdout
+    assert 90 <= int(said.group(1)) < 150
+    document = json.loads(run_cli(db_url, "status", "-o", "json").stdout)
+    [relay] = document["relay"]
+    assert relay["waiting"] == 1 and 90 <= relay["oldest_waited_s"] < 150
 
 
 def test_migrate_dry_run_on_a_migrated_database_lists_nothing(db_url: str) -> None:

@@ -110,6 +110,6 @@ def test_status_names_the_next_step_for_blocked_jobs_and_speaks_json(
     assert "1 blocked jobs wait for a person: `ceaseless job list --state blocked`" in status.stdout
 
     document = json.loads(run_cli(db_url, "status", "-o", "json").stdout)
-    assert set(document) == {"jobs", "lanes", "listeners", "stuck_jobs"}
+    assert set(document) == {"jobs", "lanes", "listeners", "relay", "stuck_jobs"}
     assert {"state": "blocked", "jobs": 1} in document["jobs"]
     assert document["lanes"][0]["agent"] == "noop"

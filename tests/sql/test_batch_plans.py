@@ -590,7 +590,7 @@ def test_claiming_notifications_reads_them_by_key_however_many_were_delivered(
         deliver(1)
     with explained(conn) as plans:
         deliver(1)
-    notify = statement(plans, "SELECT pg_notify(v_sinks")
+    notify = statement(plans, "SELECT _announce(v_sinks")
     walks = [n for n in nodes(notify) if n.get("Index Name") == "notifications_delivered_idx"]
     assert not walks, json.dumps(walks)[:2000]
     assert notify["Shared Hit Blocks"] + notify["Shared Read Blocks"] < 20

@@ -347,6 +347,23 @@ def test_notifications_delivered_and_failed_by_channel(conn: psycopg.Connection)
     assert snap[_key("ceaseless_notifications_pending")] == 0
 
 
+def test_the_relay_backlog_is_a_gauge(conn: psycopg.Connection, db_url: str) -> None:
+    make_agent(conn)
+    assert _snapshot(conn)[_key("ceaseless_announcements_waiting")] == 0
+    assert _snapshot(conn)[_key("ceaseless_oldest_announcement_age_seconds")] == 0
+    with psycopg.connect(db_url, autocommit=True, options="-c ceaseless.notify=relay") as writer:
+        for _ in range(2):
+            writer.execute(
+                "insert into ceaseless.job (kind, agent, prompt) values ('task', 'noop', 'x')"
+            )
+    conn.execute("update ceaseless.announcements set created_at = now() - interval '90 s'")
+
+    snap = _snapshot(conn)
+
+    assert snap[_key("ceaseless_announcements_waiting")] == 2
+    assert 90 <= snap[_key("ceaseless_oldest_announcement_age_seconds")] < 120
+
+
 def test_user_role_transactions_count_too(conn: psycopg.Connection, login_role: Any) -> None:
     """The triggers fire in a user role's transaction and write what it may not."""
     make_agent(conn)

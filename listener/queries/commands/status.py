@@ -1,11 +1,12 @@
-"""`ceaseless status`: the queue by state, each lane's governor usage, the listeners, stuck jobs.
+"""`ceaseless status`: the queue by state, each lane's governor usage, the listeners and the
+announcement relay's backlog, stuck jobs.
 
-Guarantees: four reads of the operator views (governor_usage, listener_status,
-stuck_jobs) and the job table, each its own statement: a summary, not one
-snapshot. What a listener says of itself is what it reported (listener_status).
-A user role reads its own jobs (the views are security_invoker) and every lane;
-the listeners are the operators' to see, so for a role that may not read
-listener_status they are None rather than an error.
+Guarantees: reads of the operator views (governor_usage, listener_status, relay_status,
+stuck_jobs) and the job table, each its own statement: a summary, not one snapshot. What a
+listener says of itself is what it reported (listener_status). A user role reads its own jobs
+(the views are security_invoker) and every lane; the listeners and the relay are the
+operators' to see, so for a role that may not read listener_status they are None rather than
+an error.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ class Status(NamedTuple):
     # The last column, `warnings`, is each listener's list of warnings; None for a role that
     # may not see the listeners.
     listeners: Listing | None
+    # One row: relayed announcements waiting, and how long the oldest has (seconds); None
+    # for a role that may not see the listeners.
+    relay: Listing | None
     stuck_jobs: Listing
 
 
@@ -41,7 +45,7 @@ def status(conn: Connection) -> Status:
     may_see_listeners = conn.execute(
         "select has_table_privilege('ceaseless.listener_status', 'select')"
     ).fetchone()
-    listeners = None
+    listeners = relay = None
     if may_see_listeners and may_see_listeners[0]:
         listeners = listing(
             conn,
@@ -56,7 +60,12 @@ def status(conn: Connection) -> Status:
              order by worker
             """,
         )
+        relay = listing(
+            conn,
+            "select waiting, extract(epoch from oldest_waited)::float8 as oldest_waited_s "
+            "from ceaseless.relay_status",
+        )
     stuck = listing(
         conn, "select id, agent, state, reason from ceaseless.stuck_jobs order by run_after, id"
     )
-    return Status(jobs, lanes, listeners, stuck)
+    return Status(jobs, lanes, listeners, relay, stuck)
