@@ -35,22 +35,13 @@ PARTITIONED = """
 set local search_path = ceaseless, pg_catalog;
 alter table audit_log rename to audit_log_plain;
 create sequence audit_log_by_day_seq;
+-- Its columns, defaults and checks; not its identity, which PostgreSQL 15 does not allow on a
+-- partitioned table (a sequence's default stands in), and its key widened by the partition key.
 create table audit_log (
-    id bigint not null default nextval('audit_log_by_day_seq'),
-    at timestamptz not null default now(),
-    actor text not null default session_user,
-    entity text not null,
-    entity_id uuid,
-    entity_key text,
-    action text not null,
-    old_state text,
-    new_state text,
-    detail jsonb not null default '{}',
-    worker text default (case when pg_has_role(session_user, 'ceaseless_listener', 'usage')
-                              then nullif(current_setting('ceaseless.actor', true), '') end),
-    constraint entity_named check (num_nonnulls(entity_id, entity_key) >= 1),
+    like audit_log_plain including defaults including constraints,
     primary key (id, at)
 ) partition by range (at);
+alter table audit_log alter column id set default nextval('audit_log_by_day_seq');
 create index on audit_log (entity, entity_id, id) where entity_id is not null;
 create index on audit_log (entity, entity_key, id) where entity_key is not null;
 create index on audit_log ((detail ->> 'loop_id'), id) where entity = 'topology_run';

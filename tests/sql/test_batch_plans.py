@@ -556,6 +556,17 @@ def test_finishing_one_run_reads_it_by_key_however_many_are_open(
     assert main["Shared Hit Blocks"] + main["Shared Read Blocks"] < 100
 
 
+def _analyzed_young(conn: psycopg.Connection) -> None:
+    """Notifications analyzed young, as autovacuum does, while nothing was delivered yet."""
+    conn.execute(
+        "insert into ceaseless.notifications "
+        "(source_table, source_id, kind, recipient, subject, body, next_attempt_at) "
+        "select 'routine_runs', gen_random_uuid(), 'failure', 'ops', 'later', 'b', "
+        "now() + interval '1 day' from generate_series(1, 100)"
+    )
+    conn.execute("analyze ceaseless.notifications")
+
+
 def test_claiming_notifications_reads_them_by_key_however_many_were_delivered(
     conn: psycopg.Connection,
 ) -> None:
@@ -577,14 +588,7 @@ def test_claiming_notifications_reads_them_by_key_however_many_were_delivered(
         )
         conn.execute("select count(*) from ceaseless.claim_notifications('w1', %s)", (count,))
 
-    # Analyzed young, as autovacuum does, while nothing was delivered yet.
-    conn.execute(
-        "insert into ceaseless.notifications "
-        "(source_table, source_id, kind, recipient, subject, body, next_attempt_at) "
-        "select 'routine_runs', gen_random_uuid(), 'failure', 'ops', 'later', 'b', "
-        "now() + interval '1 day' from generate_series(1, 100)"
-    )
-    conn.execute("analyze ceaseless.notifications")
+    _analyzed_young(conn)
     deliver(3000)
     for _ in range(5):
         deliver(1)
@@ -687,14 +691,7 @@ def test_finishing_notifications_reads_them_by_key_however_many_were_delivered(
             (json.dumps(report),),
         ).fetchall()
 
-    # Analyzed young, as autovacuum does, while nothing was delivered yet.
-    conn.execute(
-        "insert into ceaseless.notifications "
-        "(source_table, source_id, kind, recipient, subject, body, next_attempt_at) "
-        "select 'routine_runs', gen_random_uuid(), 'failure', 'ops', 'later', 'b', "
-        "now() + interval '1 day' from generate_series(1, 100)"
-    )
-    conn.execute("analyze ceaseless.notifications")
+    _analyzed_young(conn)
     assert len(deliver(3000)) == 3000
     for _ in range(5):
         deliver(2)
