@@ -15,7 +15,10 @@ What a caller can rely on:
 - a producer whose connection broke stops, rather than counting one error per
   event it could no longer send;
 - events are accounted by their content, which is unique per event, against the
-  `context` every routine run records.
+  `context` every routine run records;
+- with `relay`, the producers' sessions set ceaseless.notify = 'relay' (docs/notify.md,
+  "Relayed announcements") and the listeners send what they announce; the listeners' own
+  sessions announce directly either way.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from bench.observe import Listener
 
@@ -148,6 +152,7 @@ def run(
     routines: int = 6,
     max_running: int = 100_000,
     timeout: float = 120,
+    relay: bool = False,
 ) -> EventLoad:
     """Insert `events` events from `producers` connections into a migrated database, each
     matching `routines` routines, with `listeners` listeners running the noop agent."""
@@ -160,7 +165,8 @@ def run(
         try:
             for proc in procs:
                 proc.wait_ready()
-            produced = produce(url, USER, shares(events, producers))
+            producing = make_conninfo(url, options="-c ceaseless.notify=relay") if relay else url
+            produced = produce(producing, USER, shares(events, producers))
             completed_at = _wait_until_none_running(conn, timeout)
         finally:
             for proc in procs:

@@ -309,12 +309,14 @@ def event_fanin(server: Server, routines: int, events: int) -> Measurement:
         )
 
 
-def event_load(server: Server, events: int, routines: int = 6) -> Measurement:
+def event_load(
+    server: Server, events: int, routines: int = 6, *, relay: bool = False
+) -> Measurement:
     """Four producers insert `events` events, each firing `routines` routines, while two
     listeners run them: events/s, and routine runs/s from the first insert until the last
-    run left `running`."""
+    run left `running`. With `relay`, the producers' announcements are relayed."""
     with server.database(migrated=True) as url:
-        found = load.run(url, events, routines=routines)
+        found = load.run(url, events, routines=routines, relay=relay)
     produced = found.produced
     return Measurement(
         {

@@ -8,6 +8,7 @@ these tests only make sure the benchmark measures what it says.
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from bench import event_load
 
@@ -25,8 +26,11 @@ def test_producers_count_a_failed_insert_by_sqlstate_and_go_on(
     assert produced.finished >= produced.started
 
 
-def test_a_small_load_accounts_for_every_run_of_every_event(db_url: str) -> None:
-    found = event_load.run(db_url, 40, producers=2, listeners=1, routines=3, timeout=60)
+@pytest.mark.parametrize("relay", [False, True], ids=["direct", "producers relayed"])
+def test_a_small_load_accounts_for_every_run_of_every_event(db_url: str, relay: bool) -> None:
+    found = event_load.run(
+        db_url, 40, producers=2, listeners=1, routines=3, timeout=60, relay=relay
+    )
 
     inserted = len(found.produced.inserted)
     assert inserted + found.produced.errors.total() == 40
