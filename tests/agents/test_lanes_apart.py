@@ -464,8 +464,21 @@ def test_only_results_of_jobs_given_a_directory_send_the_sweeper_to_the_database
 
     async def scenario() -> Path:
         directories = JobDirectories(tmp_path, Database(), Ledger())  # type: ignore[arg-type]
+        # Past the full sweep every sweeper starts with, however late a loaded machine runs
+        # it: a listing that came after the directory was made would take the directory out
+        # from under prepare() as a leftover of an ended job (the fake says every job ended).
+        loop = asyncio.get_running_loop()
+        listed = asyncio.Event()
+        list_directories = directories._listed
+
+        def listing() -> set[uuid.UUID]:
+            found = list_directories()
+            loop.call_soon_threadsafe(listed.set)
+            return found
+
+        monkeypatch.setattr(directories, "_listed", listing)
         sweeper = asyncio.create_task(directories.sweep())
-        await asyncio.sleep(0.2)  # past the full sweep every sweeper starts with
+        await asyncio.wait_for(listed.wait(), 30)
         made, plain = uuid.uuid4(), uuid.uuid4()
         path = await directories.prepare(made, "lane-x", isolation)
         directories.recorded([plain, made])
