@@ -107,17 +107,30 @@ $$;
 comment on function _retry_delay(integer) is
     'Backoff before retry number p_attempts: base * 2^(attempts-1), capped, plus up to 25% jitter.';
 
--- Is a text made only of whitespace (or empty, or NULL)? "Whitespace" is
--- Unicode's White_Space set plus the invisible zero-width characters, not
--- just U+0020: btrim() trims only spaces, so a prompt of tabs and newlines,
--- or of U+00A0 / U+3000 pasted from a document, would pass a "not blank"
--- check built on it and reach an agent as an empty task.
+-- What counts as whitespace where a text must not be blank, as the inside of
+-- a regular expression's brackets: Unicode's White_Space set plus the
+-- invisible zero-width characters, not just U+0020. btrim() trims only
+-- spaces, so a prompt of tabs and newlines, or of U+00A0 / U+3000 pasted from
+-- a document, would pass a "not blank" check built on it and reach an agent
+-- as an empty task. Immutable and without arguments: its callers' plans hold
+-- the patterns built from it as constants.
+create or replace function _blank_characters()
+returns text
+language sql immutable
+as $$
+    select '\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff'::text;
+$$;
+
+comment on function _blank_characters() is
+    'The whitespace _is_blank and _trim_blank skip, as regular expression bracket contents.';
+
+-- Is a text made only of whitespace (_blank_characters), empty, or NULL?
 create or replace function _is_blank(p_value text)
 returns boolean
 language plpgsql immutable
 as $$
 begin
-    return coalesce(p_value !~ '[^\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]', true);
+    return coalesce(p_value !~ ('[^' || _blank_characters() || ']'), true);
 end;
 $$;
 
@@ -132,8 +145,8 @@ language plpgsql immutable
 as $$
 begin
     return regexp_replace(p_value,
-        '^[\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]+|[\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000\ufeff]+$',
-        '', 'g');
+                          '^[' || _blank_characters() || ']+|[' || _blank_characters() || ']+$',
+                          '', 'g');
 end;
 $$;
 

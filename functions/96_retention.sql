@@ -206,122 +206,88 @@ begin
         v_cutoff := least(v_cutoff, now() - make_interval(
                                         secs => _setting_int('audit_log_min_retention_secs')));
     end if;
-    if p_dry_run then
+    -- A dry run removes the batch and takes it back, so it counts exactly what
+    -- a pass would remove, by the same statements.
+    begin
         case p_kind
         when 'routine_runs' then
+            -- One statement: routine_runs.job_id and job.routine_run_id refer
+            -- to each other, and the foreign keys are checked at its end, when
+            -- both rows are gone.
             with batch as (
                 select b.id from _prunable_routine_runs(v_cutoff, p_now, p_limit) b(id)
+            ),
+            gone_jobs as (
+                delete from job j
+                where j.state in ('delivered', 'failed', 'abandoned', 'cancelled')
+                  and j.id in (select j2.id from job j2
+                               where j2.routine_run_id in (select id from batch)
+                               union
+                               select rr.job_id from routine_runs rr
+                               where rr.id in (select id from batch))
+                returning j.id
+            ),
+            gone as (
+                delete from routine_runs rr
+                where rr.id in (select id from batch) and rr.status <> 'running'
+                returning rr.id
             )
-            select (select count(*) from batch),
-                   (select count(*) from job j
-                    where j.state in ('delivered', 'failed', 'abandoned', 'cancelled')
-                      and j.id in (select j2.id from job j2
-                                   where j2.routine_run_id in (select id from batch)
-                                   union
-                                   select rr.job_id from routine_runs rr
-                                   where rr.id in (select id from batch)))
-            into removed, jobs;
+            select (select count(*) from gone), (select count(*) from gone_jobs) into removed, jobs;
         when 'topology_runs' then
+            -- Nodes and approvals go by cascade; the jobs here, so that no
+            -- node is updated by a SET NULL on its way out.
             with batch as (
                 select b.id from _prunable_topology_runs(v_cutoff, p_limit) b(id)
+            ),
+            gone_jobs as (
+                delete from job j
+                where j.state in ('delivered', 'failed', 'abandoned', 'cancelled')
+                  and j.topology_run_id in (select id from batch)
+                returning j.id
+            ),
+            gone as (
+                delete from topology_runs r
+                where r.id in (select id from batch) and r.finished_at is not null
+                returning r.id
             )
-            select (select count(*) from batch),
-                   (select count(*) from job j
-                    where j.state in ('delivered', 'failed', 'abandoned', 'cancelled')
-                      and j.topology_run_id in (select id from batch))
-            into removed, jobs;
+            select (select count(*) from gone), (select count(*) from gone_jobs) into removed, jobs;
         when 'jobs' then
-            select count(*) into removed from _prunable_jobs(v_cutoff, p_limit);
+            delete from job j
+            where j.id in (select b.id from _prunable_jobs(v_cutoff, p_limit) b(id))
+              and j.state in ('delivered', 'failed', 'abandoned', 'cancelled');
+            get diagnostics removed = row_count;
         when 'events' then
-            select count(*) into removed
-            from (select from events e where e.created_at < v_cutoff limit p_limit) b;
+            delete from events e
+            where e.id in (select x.id from events x where x.created_at < v_cutoff
+                           order by x.created_at limit p_limit);
+            get diagnostics removed = row_count;
         when 'notifications' then
-            select count(*) into removed
-            from (select from notifications n
-                  where n.status = 'delivered' and n.delivered_at < v_cutoff limit p_limit) b;
+            delete from notifications n
+            where n.id in (select x.id from notifications x
+                           where x.status = 'delivered' and x.delivered_at < v_cutoff
+                           order by x.delivered_at limit p_limit)
+              and n.status = 'delivered';
+            get diagnostics removed = row_count;
         when 'late_results' then
-            select count(*) into removed
-            from (select from late_results l where l.received_at < v_cutoff limit p_limit) b;
+            delete from late_results l
+            where l.id in (select x.id from late_results x where x.received_at < v_cutoff
+                           order by x.received_at limit p_limit);
+            get diagnostics removed = row_count;
         when 'webhook_deliveries' then
-            select count(*) into removed
-            from (select from webhook_deliveries w where w.received_at < v_cutoff limit p_limit) b;
+            delete from webhook_deliveries w
+            where w.id in (select x.id from webhook_deliveries x where x.received_at < v_cutoff
+                           order by x.received_at limit p_limit);
+            get diagnostics removed = row_count;
         when 'audit_log' then
-            select count(*) into removed
-            from (select from audit_log a where a.at < v_cutoff limit p_limit) b;
+            removed := _delete_audit_rows(v_cutoff, p_limit);
         end case;
-        return;
-    end if;
-    case p_kind
-    when 'routine_runs' then
-        -- One statement: routine_runs.job_id and job.routine_run_id refer to
-        -- each other, and the foreign keys are checked at its end, when both
-        -- rows are gone.
-        with batch as (
-            select b.id from _prunable_routine_runs(v_cutoff, p_now, p_limit) b(id)
-        ),
-        gone_jobs as (
-            delete from job j
-            where j.state in ('delivered', 'failed', 'abandoned', 'cancelled')
-              and j.id in (select j2.id from job j2 where j2.routine_run_id in (select id from batch)
-                           union
-                           select rr.job_id from routine_runs rr
-                           where rr.id in (select id from batch))
-            returning j.id
-        ),
-        gone as (
-            delete from routine_runs rr
-            where rr.id in (select id from batch) and rr.status <> 'running'
-            returning rr.id
-        )
-        select (select count(*) from gone), (select count(*) from gone_jobs) into removed, jobs;
-    when 'topology_runs' then
-        -- Nodes and approvals go by cascade; the jobs here, so that no node
-        -- is updated by a SET NULL on its way out.
-        with batch as (
-            select b.id from _prunable_topology_runs(v_cutoff, p_limit) b(id)
-        ),
-        gone_jobs as (
-            delete from job j
-            where j.state in ('delivered', 'failed', 'abandoned', 'cancelled')
-              and j.topology_run_id in (select id from batch)
-            returning j.id
-        ),
-        gone as (
-            delete from topology_runs r
-            where r.id in (select id from batch) and r.finished_at is not null
-            returning r.id
-        )
-        select (select count(*) from gone), (select count(*) from gone_jobs) into removed, jobs;
-    when 'jobs' then
-        delete from job j
-        where j.id in (select b.id from _prunable_jobs(v_cutoff, p_limit) b(id))
-          and j.state in ('delivered', 'failed', 'abandoned', 'cancelled');
-        get diagnostics removed = row_count;
-    when 'events' then
-        delete from events e
-        where e.id in (select x.id from events x where x.created_at < v_cutoff
-                       order by x.created_at limit p_limit);
-        get diagnostics removed = row_count;
-    when 'notifications' then
-        delete from notifications n
-        where n.id in (select x.id from notifications x
-                       where x.status = 'delivered' and x.delivered_at < v_cutoff
-                       order by x.delivered_at limit p_limit)
-          and n.status = 'delivered';
-        get diagnostics removed = row_count;
-    when 'late_results' then
-        delete from late_results l
-        where l.id in (select x.id from late_results x where x.received_at < v_cutoff
-                       order by x.received_at limit p_limit);
-        get diagnostics removed = row_count;
-    when 'webhook_deliveries' then
-        delete from webhook_deliveries w
-        where w.id in (select x.id from webhook_deliveries x where x.received_at < v_cutoff
-                       order by x.received_at limit p_limit);
-        get diagnostics removed = row_count;
-    when 'audit_log' then
-        removed := _delete_audit_rows(v_cutoff, p_limit);
-    end case;
+        if p_dry_run then
+            raise exception using errcode = 'CE000', message = 'dry run: taken back';
+        end if;
+    exception when sqlstate 'CE000' then
+        -- The counts stay: a caught error undoes the block's writes, not its variables.
+        null;
+    end;
 end;
 $$;
 

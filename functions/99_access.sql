@@ -124,6 +124,7 @@ grant execute on function
     _json_too_deep(jsonb),
     _json_too_deep_path(),
     _is_blank(text),
+    _blank_characters(),
     _acts_for(text),
     _actor()
     to ceaseless_user;

@@ -1868,6 +1868,15 @@ create function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp wit
 comment on function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) is 'Fire a routine''s or loop''s cron slots in [p_from, p_to) that have not fired (the first p_max, trigger backfill, slot_at the slot), for its owner; one row per slot: fired, refused, already_fired or over_max. Audited. CE404 unknown or someone else''s; CE422 bad bounds.';
 grant execute on function ceaseless._backfill(p_kind text, p_id uuid, p_from timestamp with time zone, p_to timestamp with time zone, p_max integer, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
+-- functions/00_helpers.sql, body md5 bf327de153666fc12b0774bc7795567b
+create function ceaseless._blank_characters()
+    returns text
+    language sql
+    immutable
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._blank_characters() is 'The whitespace _is_blank and _trim_blank skip, as regular expression bracket contents.';
+grant execute on function ceaseless._blank_characters() to ceaseless_listener, ceaseless_operator, ceaseless_user;
+
 -- functions/10_jobs.sql, body md5 6c6afb0a01842a2394801079c15f15c9
 create function ceaseless._blocked_job_problem(p_verb text, p_job ceaseless.job)
     returns text
@@ -2480,7 +2489,7 @@ create function ceaseless._invalid_value(p_where text, p_rule text, p_value json
 comment on function ceaseless._invalid_value(p_where text, p_rule text, p_value jsonb) is 'Raise CE422 naming where (table.column[.key…]), the rule and the bad value, shown up to 200 characters; the table and column go into the error''s fields.';
 grant execute on function ceaseless._invalid_value(p_where text, p_rule text, p_value jsonb) to ceaseless_listener, ceaseless_operator;
 
--- functions/00_helpers.sql, body md5 0a8690bfd0b0b9dbaabb1fc39cf996a1
+-- functions/00_helpers.sql, body md5 6021747c31474994ff8b29ded7dce4ad
 create function ceaseless._is_blank(p_value text)
     returns boolean
     language plpgsql
@@ -2782,7 +2791,7 @@ create function ceaseless._prunable_topology_runs(p_cutoff timestamp with time z
 comment on function ceaseless._prunable_topology_runs(p_cutoff timestamp with time zone, p_limit integer) is 'Up to p_limit finished topology runs finished before p_cutoff, oldest first, but not a loop''s latest finished iteration or last run, nor a run with a live job.';
 grant execute on function ceaseless._prunable_topology_runs(p_cutoff timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/96_retention.sql, body md5 db535cd1fb9b6872e77d61ae77553b8d
+-- functions/96_retention.sql, body md5 330ae8fbd6e3c42dfd2be504c8af51a1
 create function ceaseless._prune_kind(p_kind text, p_now timestamp with time zone, p_limit integer, p_dry_run boolean, OUT removed bigint, OUT jobs bigint)
     returns record
     language plpgsql
@@ -3759,7 +3768,7 @@ create function ceaseless._transaction_state()
 comment on function ceaseless._transaction_state() is 'This transaction''s transaction_state row (what the engine remembers within it), or NULLs.';
 grant execute on function ceaseless._transaction_state() to ceaseless_listener, ceaseless_operator;
 
--- functions/00_helpers.sql, body md5 8c147bddf04de80847e804da29ede93f
+-- functions/00_helpers.sql, body md5 618e84413b54d2bd8b596ef8f6ead4ad
 create function ceaseless._trim_blank(p_value text)
     returns text
     language plpgsql

@@ -15,7 +15,17 @@ from typing import Annotated
 
 import typer
 
-from listener.cli.common import Output, OutputOpt, call, emitting, fail, found, listed, note, record
+from listener.cli.common import (
+    Output,
+    OutputOpt,
+    call,
+    emitting,
+    fail,
+    found,
+    list_rows,
+    note,
+    record,
+)
 from listener.enums import Adapter, Fairness
 from listener.queries.commands import agents
 
@@ -94,8 +104,7 @@ def agent_add(
 @app.command("list")
 def agent_list(output: OutputOpt = Output.TABLE) -> None:
     """List registered agents with their limits."""
-    with emitting(output):
-        listed(call(agents.agents))
+    list_rows(output, agents.agents)
 
 
 AgentArg = Annotated[str, typer.Argument(help="The lane's name (ceaseless agent list).")]
@@ -115,7 +124,7 @@ def _set_enabled(agent: str, enabled: bool) -> None:
 def agent_show(agent: AgentArg, output: OutputOpt = Output.TABLE) -> None:
     """A lane's configuration (its environment's variable names, never their values) and its
     governor now: live runs, the window's starts and spend, free slots, what holds it."""
-    shown = found(call(agents.agent, agent), _missing(agent))
+    shown = found(agents.agent, agent, _missing(agent))
     with emitting(output):
         record(shown, name="agent", width=17)
         note("")
@@ -139,7 +148,7 @@ def agent_enable(agent: AgentArg) -> None:
 @app.command("delete")
 def agent_delete(agent: AgentArg) -> None:
     """Delete a lane that no job or routine names; one with a history can only be disabled."""
-    found(call(agents.agent, agent), _missing(agent))  # exits when there is none
+    found(agents.agent, agent, _missing(agent))  # exits when there is none
     used = call(agents.delete, agent)
     if used.jobs or used.routines:
         raise fail(

@@ -3,9 +3,10 @@
 The statements are listener/queries/commands/, a module per group; a command runs
 them through `call` (or `call_async`, for one the listener runs too). Rows that a
 group names by id or by name (routines, loops, tracked repos) are found, enabled,
-disabled, deleted and read through one `Named`. List and show commands print through
-`table`, `listed`, `record` and `note` inside `emitting(output)`, so `--output json`
-turns the same calls into one JSON document for scripts.
+disabled, deleted and read through one `Named`. List commands print through
+`list_rows`, show commands through `table`, `listed`, `record` and `note` inside
+`emitting(output)`, so `--output json` turns the same calls into one JSON document
+for scripts.
 
 Guarantees: a database error reaches the user as the database phrased it (its
 primary message and detail name the field, the rule and the value), with exit
@@ -127,10 +128,12 @@ def call_async(
         return asyncio.run(run())
 
 
-def found(listing: Listing, missing: str) -> list[tuple[str, Any]]:
-    """The first row of `listing`, as (column, value) pairs; exits saying `missing` when it has
-    none."""
-    row = listing.first()
+def found(
+    query: Callable[[psycopg.Connection[Any], str], Listing], key: str, missing: str
+) -> list[tuple[str, Any]]:
+    """The first row `query` reads for `key`, as (column, value) pairs; exits saying `missing`
+    when it reads none."""
+    row = call(query, key).first()
     if row is None:
         raise fail(missing)
     return row
@@ -174,7 +177,7 @@ class Named:
         is none."""
         row_id = self.id(ref, user)
         # Another session may delete the row between the two statements.
-        return row_id, found(call(query, row_id), f"{self.noun} {ref} was deleted meanwhile")
+        return row_id, found(query, row_id, f"{self.noun} {ref} was deleted meanwhile")
 
     def set_enabled(self, ref: str, enabled: bool, user: str | None = None) -> None:
         """Enable or disable the row, and say so."""
@@ -190,6 +193,17 @@ def why(what: commands.Explained, row_id: str, output: Output) -> None:
     """Every reason that holds a job, routine or loop, and when each clears."""
     with emitting(output):
         listed(call(commands.explain, what, row_id))
+
+
+def list_rows(
+    output: Output,
+    query: Callable[Concatenate[psycopg.Connection[Any], P], Listing],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> None:
+    """What a `list` command prints: the rows `query` reads, as a table or one JSON array."""
+    with emitting(output):
+        listed(call(query, *args, **kwargs))
 
 
 class Output(StrEnum):

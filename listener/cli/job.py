@@ -22,6 +22,7 @@ from listener.cli.common import (
     emitting,
     fail,
     found,
+    list_rows,
     listed,
     note,
     record,
@@ -128,8 +129,9 @@ def job_list(
     states = (
         None if all_states else [s.value for s in state] if state else list(jobs.WAITING_STATES)
     )
-    with emitting(output):
-        listed(call(jobs.listed, states=states, agent=agent, owner=owner, since=since, limit=limit))
+    list_rows(
+        output, jobs.listed, states=states, agent=agent, owner=owner, since=since, limit=limit
+    )
 
 
 @app.command("show")
@@ -137,7 +139,7 @@ def job_show(job: JobArg, output: OutputOpt = Output.TABLE) -> None:
     """A job: what it was asked and where it came from, every attempt with its outcome and
     what the agent said, and, while it waits, why (explain_job)."""
     job_id = _job_id(job)
-    shown = found(call(jobs.job, job_id), f"no job with id {job!r}")
+    shown = found(jobs.job, job_id, f"no job with id {job!r}")
     with emitting(output):
         record(shown, name="job", width=16)
         note("")

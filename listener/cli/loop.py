@@ -33,6 +33,7 @@ from listener.cli.common import (
     emitting,
     fail,
     given,
+    list_rows,
     listed,
     note,
     record,
@@ -262,8 +263,7 @@ def _webhook_hint(ref: str) -> str:
 @app.command("list")
 def loop_list(output: OutputOpt = Output.TABLE) -> None:
     """One line per loop (ceaseless.loop_status)."""
-    with emitting(output):
-        listed(call(loops.loops))
+    list_rows(output, loops.loops)
 
 
 @app.command("show")

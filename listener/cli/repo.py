@@ -32,7 +32,7 @@ from listener.cli.common import (
     database,
     emitting,
     fail,
-    listed,
+    list_rows,
     note,
     record,
     table,
@@ -177,8 +177,7 @@ def repo_add(
 @app.command("list")
 def repo_list(output: OutputOpt = Output.TABLE) -> None:
     """One line per tracked repo (ceaseless.repo_status)."""
-    with emitting(output):
-        listed(call(repos.repos))
+    list_rows(output, repos.repos)
 
 
 @app.command("show")

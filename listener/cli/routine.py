@@ -27,6 +27,7 @@ from listener.cli.common import (
     emitting,
     fail,
     given,
+    list_rows,
     listed,
     note,
     record,
@@ -179,8 +180,7 @@ def routine_add(
 @app.command("list")
 def routine_list(output: OutputOpt = Output.TABLE) -> None:
     """One line per routine (ceaseless.routine_status)."""
-    with emitting(output):
-        listed(call(routines.routines))
+    list_rows(output, routines.routines)
 
 
 @app.command("show")

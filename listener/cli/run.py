@@ -49,7 +49,7 @@ ByOpt = Annotated[
 @app.command("show")
 def run_show(run: RunArg, output: OutputOpt = Output.TABLE) -> None:
     """A run's status, task and final message, and each node's state, job and timings."""
-    shown = found(call(runs.run, run), f"no topology run with the id {run!r}")
+    shown = found(runs.run, run, f"no topology run with the id {run!r}")
     nodes = call(runs.nodes, str(dict(shown)["id"]))
     with emitting(output):
         record(shown, name="run", width=14)

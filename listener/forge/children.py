@@ -17,12 +17,11 @@ Guarantees:
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from listener import log
 from listener.database.pool import Database
-from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, Issue, per_repo
+from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, Issue, per_repo, within
 from listener.forge.poller import utcnow
 from listener.forge.tokens import TokenSourceError, not_allowed_hint, tokens_for
 from listener.queries import forge_loops as queries
@@ -80,14 +79,11 @@ async def _create_in_repo(
     async with ForgeClient(forge, tokens.runner, timeout=timeout) as client:
         for child in children:
             try:
-                async with asyncio.timeout(timeout):
-                    issue, found = await _ensure_issue(client, child)
+                issue, found = await within(
+                    timeout, "creating the issue", _ensure_issue(client, child)
+                )
             except ForgeError as exc:
                 await _failed(database, child, str(exc))
-                continue
-            except TimeoutError:
-                error = f"creating the issue took longer than {timeout:g} s and was given up"
-                await _failed(database, child, error)
                 continue
             job_id = await database.once(
                 "record_child_issue",

@@ -107,6 +107,19 @@ class RateLimited(ForgeError):
         self.retry_at = retry_at
 
 
+T = TypeVar("T")
+
+
+async def within(timeout: float, doing: str, call: Awaitable[T]) -> T:
+    """`call`'s result, or a ForgeError once it has taken `timeout` seconds: a forge step
+    that hangs is one more failure of that step, recorded and retried like the others."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await call
+    except TimeoutError:
+        raise ForgeError(f"{doing} took longer than {timeout:g} s and was given up") from None
+
+
 @dataclass(frozen=True)
 class Listing:
     """Open issues (pull requests excluded), or None after a 304; the first page's ETag."""

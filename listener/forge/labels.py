@@ -19,12 +19,11 @@ Guarantees:
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from listener import log
 from listener.database.pool import Database
-from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, per_repo
+from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, per_repo, within
 from listener.forge.poller import utcnow
 from listener.forge.tokens import TokenSourceError, not_allowed_hint, tokens_for
 from listener.queries import forge_loops as queries
@@ -74,18 +73,10 @@ async def _sync_repo(
         return 0
     async with ForgeClient(forge, tokens.labels, timeout=timeout) as client:
         for change in changes:
-            error: str | None = None
             try:
-                async with asyncio.timeout(timeout):
-                    if change.remove_label is not None:
-                        await client.remove_label(change.number, change.remove_label)
-                    await client.add_label(change.number, change.add_label)
+                await within(timeout, "the label change", _change_label(client, change))
             except ForgeError as exc:
-                error = str(exc)
-            except TimeoutError:
-                error = f"the label change took longer than {timeout:g} s and was given up"
-            if error is not None:
-                await _failed(database, change, error)
+                await _failed(database, change, str(exc))
                 continue
             await database.once(
                 "labels_synced",
@@ -103,6 +94,12 @@ async def _sync_repo(
                 removed=change.remove_label,
             )
     return synced
+
+
+async def _change_label(client: ForgeClient, change: LabelChange) -> None:
+    if change.remove_label is not None:
+        await client.remove_label(change.number, change.remove_label)
+    await client.add_label(change.number, change.add_label)
 
 
 async def _failed(database: Database, change: LabelChange, error: str) -> None:

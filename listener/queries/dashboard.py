@@ -130,14 +130,22 @@ ROUTINE_STATUS_SQL: LiteralString = (
 async def routine(conn: psycopg.AsyncConnection, routine_id: UUID) -> Row | None:
     """One routine as the routines page shows it, with its trigger and action, and its held
     fires (`held`)."""
-    row = await _row(
-        conn,
-        ROUTINE_STATUS_SQL + "where s.id = %s",
-        (routine_id,),
-    )
+    row = await _row(conn, ROUTINE_STATUS_SQL + "where s.id = %s", (routine_id,))
+    return await _with_held(conn, row, routine_id)
+
+
+async def _with_held(conn: psycopg.AsyncConnection, row: Row | None, target_id: UUID) -> Row | None:
     if row is not None:
-        row["held"] = await held_fires(conn, routine_id)
+        row["held"] = await held_fires(conn, target_id)
     return row
+
+
+# A held fire as the routine and loop pages list it.
+_HELD_FIRES_SQL: LiteralString = (
+    "select h.id, h.reason, h.blocked_by, h.trigger_type, h.trigger_detail, h.collapsed, "
+    "       h.first_at, h.last_at, h.fire_at "
+    "from ceaseless.held_fires h "
+)
 
 
 async def held_fires(conn: psycopg.AsyncConnection, target_id: UUID) -> list[Row]:
@@ -145,14 +153,10 @@ async def held_fires(conn: psycopg.AsyncConnection, target_id: UUID) -> list[Row
     # held_fires_routine_idx / held_fires_loop_idx: the target's rows only.
     return await _rows(
         conn,
-        "select h.id, h.reason, h.blocked_by, h.trigger_type, h.trigger_detail, h.collapsed, "
-        "       h.first_at, h.last_at, h.fire_at "
-        "from ceaseless.held_fires h where h.routine_id = %s "
-        "union all "
-        "select h.id, h.reason, h.blocked_by, h.trigger_type, h.trigger_detail, h.collapsed, "
-        "       h.first_at, h.last_at, h.fire_at "
-        "from ceaseless.held_fires h where h.loop_id = %s "
-        "order by first_at limit %s",
+        _HELD_FIRES_SQL
+        + "where h.routine_id = %s union all "
+        + _HELD_FIRES_SQL
+        + "where h.loop_id = %s order by first_at limit %s",
         (target_id, target_id, PAGE_ROWS),
     )
 
@@ -186,9 +190,7 @@ async def loops(conn: psycopg.AsyncConnection) -> list[Row]:
 async def loop(conn: psycopg.AsyncConnection, loop_id: UUID) -> Row | None:
     """One loop as loop_status shows it, and its held fires (`held`)."""
     row = await _row(conn, "select * from ceaseless.loop_status where id = %s", (loop_id,))
-    if row is not None:
-        row["held"] = await held_fires(conn, loop_id)
-    return row
+    return await _with_held(conn, row, loop_id)
 
 
 async def iterations(conn: psycopg.AsyncConnection, loop_id: UUID) -> list[Row]:

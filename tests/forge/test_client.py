@@ -258,6 +258,21 @@ def test_a_forge_that_hangs_times_out_within_the_deadline(
     fake_forge.release()
 
 
+def test_a_step_past_its_deadline_fails_as_a_forge_error_naming_the_step() -> None:
+    with pytest.raises(ForgeError) as raised:
+        asyncio.run(forge_client.within(0.05, "the label change", asyncio.sleep(5)))
+
+    assert raised.value.status is None
+    assert str(raised.value) == "the label change took longer than 0.05 s and was given up"
+
+
+def test_a_step_within_its_deadline_returns_its_result() -> None:
+    assert (
+        asyncio.run(forge_client.within(5, "creating the issue", asyncio.sleep(0, "done")))
+        == "done"
+    )
+
+
 @pytest.mark.parametrize("forge", FORGES)
 def test_an_unknown_token_is_refused_and_not_named(
     fake_forge: FakeForge, repo: Repo, forge: str

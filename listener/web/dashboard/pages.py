@@ -360,69 +360,51 @@ def _fired(row: Row, who: str) -> str:
     return f"fired by {who}: {row['status']}"
 
 
+def _by_id(key: str, form: Any) -> tuple[Any, ...]:
+    return (_uuid_key(key),)
+
+
+def _enabling(what: str, enabled: bool) -> _Action:
+    # Disabling is enable_<what> with false: the tables' triggers do what either means.
+    verb = "enable" if enabled else "disable"
+    return _Action(
+        f"{verb}_{what}",
+        what,
+        f"enable_{what}",
+        lambda k, f: (enabled, _uuid_key(k)),
+        lambda r, who: f"{verb}d by {who}",
+    )
+
+
+def _triggered(what: str) -> dict[str, _Action]:
+    """Run now, enable and disable: a routine's and a loop's, as one trigger layer fires both."""
+    return {
+        f"/{what}s/{{id}}/run": _Action(f"run_{what}", what, f"run_{what}", _by_id, _fired),
+        f"/{what}s/{{id}}/enable": _enabling(what, True),
+        f"/{what}s/{{id}}/disable": _enabling(what, False),
+    }
+
+
+def _on_job(name: str, said: Callable[[Row, str], str], *form: Callable[[Any], Any]) -> _Action:
+    """A job's action: the statement `name` on the job's id, then what `form` reads."""
+    return _Action(
+        name, "job", name, lambda k, f: (_uuid_key(k), *(read(f) for read in form)), said
+    )
+
+
 _ACTIONS: dict[str, _Action] = {
-    "/jobs/{id}/cancel": _Action(
-        "cancel_job",
-        "job",
-        "cancel_job",
-        lambda k, f: (_uuid_key(k),),
-        lambda r, who: f"cancelled by {who}",
-    ),
-    "/jobs/{id}/retry": _Action(
-        "retry_job",
-        "job",
-        "retry_job",
-        lambda k, f: (_uuid_key(k),),
-        lambda r, who: f"retried by {who}",
-    ),
-    "/jobs/{id}/reply": _Action(
+    "/jobs/{id}/cancel": _on_job("cancel_job", lambda r, who: f"cancelled by {who}"),
+    "/jobs/{id}/retry": _on_job("retry_job", lambda r, who: f"retried by {who}"),
+    "/jobs/{id}/reply": _on_job(
         "reply_job",
-        "job",
-        "reply_job",
-        lambda k, f: (_uuid_key(k), _reply(f)),
         lambda r, who: f"replied by {who}: the job resumes its session with the reply",
+        _reply,
     ),
-    "/jobs/{id}/raise-budget": _Action(
-        "raise_job_budget",
-        "job",
-        "raise_job_budget",
-        lambda k, f: (_uuid_key(k), _usd(f)),
-        lambda r, who: f"ceiling raised by {who}",
+    "/jobs/{id}/raise-budget": _on_job(
+        "raise_job_budget", lambda r, who: f"ceiling raised by {who}", _usd
     ),
-    "/routines/{id}/run": _Action(
-        "run_routine", "routine", "run_routine", lambda k, f: (_uuid_key(k),), _fired
-    ),
-    "/routines/{id}/enable": _Action(
-        "enable_routine",
-        "routine",
-        "enable_routine",
-        lambda k, f: (True, _uuid_key(k)),
-        lambda r, who: f"enabled by {who}",
-    ),
-    "/routines/{id}/disable": _Action(
-        "disable_routine",
-        "routine",
-        "enable_routine",
-        lambda k, f: (False, _uuid_key(k)),
-        lambda r, who: f"disabled by {who}",
-    ),
-    "/loops/{id}/run": _Action(
-        "run_loop", "loop", "run_loop", lambda k, f: (_uuid_key(k),), _fired
-    ),
-    "/loops/{id}/enable": _Action(
-        "enable_loop",
-        "loop",
-        "enable_loop",
-        lambda k, f: (True, _uuid_key(k)),
-        lambda r, who: f"enabled by {who}",
-    ),
-    "/loops/{id}/disable": _Action(
-        "disable_loop",
-        "loop",
-        "enable_loop",
-        lambda k, f: (False, _uuid_key(k)),
-        lambda r, who: f"disabled by {who}",
-    ),
+    **_triggered("routine"),
+    **_triggered("loop"),
     "/lanes/{id}/pause": _Action(
         "pause_lane",
         "lane",
