@@ -282,7 +282,7 @@ begin
             removed := _delete_audit_rows(v_cutoff, p_limit);
         end case;
         if p_dry_run then
-            raise exception using errcode = 'CE000', message = 'dry run: taken back';
+            raise exception using errcode = 'CE000', message = 'prune: a dry run, taken back';
         end if;
     exception when sqlstate 'CE000' then
         -- The counts stay: a caught error undoes the block's writes, not its variables.

@@ -9,6 +9,9 @@ from enum import StrEnum
 
 
 class SqlState(StrEnum):
+    TAKEN_BACK = "CE000"
+    """Never reaches a caller: a dry run of prune raises it to undo the deletes it counted."""
+
     NOT_FOUND = "CE404"
     """The id or token names no row (cancel_job on an unknown job, an unknown webhook)."""
 

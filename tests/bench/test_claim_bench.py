@@ -3,8 +3,14 @@ variant, the round robin serves every owner, and the numbers are there."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench import claim
 from bench.server import Server
+
+# A scenario of the benchmark, run small: what it checks is the harness and the
+# listener, not the server version, so it runs on the embedded server only (.ci/run).
+pytestmark = pytest.mark.slow
 
 
 def test_claim_paths_claim_every_job_once_and_round_robin_serves_every_owner(

@@ -3,8 +3,14 @@ and the live work (a claim of 10) reads about the same with a finished history b
 
 from __future__ import annotations
 
+import pytest
+
 from bench import history
 from bench.server import Server
+
+# A scenario of the benchmark, run small: what it checks is the harness and the
+# listener, not the server version, so it runs on the embedded server only (.ci/run).
+pytestmark = pytest.mark.slow
 
 
 def test_every_probe_runs_with_and_without_a_history(server_url: str) -> None:

@@ -3,8 +3,14 @@ numbers are there."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench import loops
 from bench.server import Server
+
+# A scenario of the benchmark, run small: what it checks is the harness and the
+# listener, not the server version, so it runs on the embedded server only (.ci/run).
+pytestmark = pytest.mark.slow
 
 
 def test_fire_to_finish_runs_every_node_of_every_fire_once(server_url: str) -> None:

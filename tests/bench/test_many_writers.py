@@ -7,9 +7,14 @@ from __future__ import annotations
 import asyncio
 
 import psycopg
+import pytest
 
 from bench import many_writers
 from bench.server import Server
+
+# A scenario of the benchmark, run small: what it checks is the harness and the
+# listener, not the server version, so it runs on the embedded server only (.ci/run).
+pytestmark = pytest.mark.slow
 
 
 def test_many_writers_store_every_insert_in_every_variant(server_url: str) -> None:

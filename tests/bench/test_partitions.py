@@ -3,8 +3,14 @@ partitioned one by dropping partitions, and both serve a job's audit rows."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench import ours, partitions
 from bench.server import Server
+
+# A scenario of the benchmark, run small: what it checks is the harness and the
+# listener, not the server version, so it runs on the embedded server only (.ci/run).
+pytestmark = pytest.mark.slow
 
 
 def test_both_tables_prune_the_old_rows_and_serve_a_job_s_history(server_url: str) -> None:

@@ -4,8 +4,14 @@ them, and prints every line docs/performance.md shows."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench import profile
 from bench.server import Server
+
+# A scenario of the benchmark, run small: what it checks is the harness and the
+# listener, not the server version, so it runs on the embedded server only (.ci/run).
+pytestmark = pytest.mark.slow
 
 JOBS = 3_000
 

@@ -3,8 +3,14 @@ batches beside the claims, every claim finds work, and the numbers are there."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench import prune_load
 from bench.server import Server
+
+# A scenario of the benchmark, run small: what it checks is the harness and the
+# listener, not the server version, so it runs on the embedded server only (.ci/run).
+pytestmark = pytest.mark.slow
 
 
 def test_the_history_is_pruned_beside_the_claims_and_both_variants_claim_alike(

@@ -4,9 +4,14 @@ defaults variant really runs without ceaseless's storage parameters, and the num
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from bench import table_health
 from bench.server import Server
+
+# A scenario of the benchmark, run small: what it checks is the harness and the
+# listener, not the server version, so it runs on the embedded server only (.ci/run).
+pytestmark = pytest.mark.slow
 
 
 def test_the_defaults_variant_resets_every_parameter_db_0091_sets(server_url: str) -> None:
