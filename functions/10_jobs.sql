@@ -86,13 +86,16 @@ comment on function _check_claim(text, text, integer) is
 -- user's key, or a thousand keys of its own, gains no turn of anyone else's.
 -- Owners in p_owners_over (over their spend budget) pass their turn.
 --
--- O(due work): each owner's turn is one probe of job_fair_claim_idx for the
--- next owner, one of owner_turns for its key turn and one or two for its next
--- key's best job (two past its last key: the key after the turn, then round
--- to the first): three or four index descents a slot, whatever the backlog
--- and however many owners or keys wait; one statement when one round fills
--- the slots (as many owners with due work as free slots), then one per
--- further round.
+-- O(due work): each owner's turn is one probe of job_fair_claim_idx that
+-- finds the next owner and lands on its first key's best job, one of
+-- owner_turns for its key turn and one for its next key's best job when the
+-- turn stands at or past its first key (always, for an owner with one key,
+-- once its turn is recorded): two or three index descents a slot, whatever
+-- the backlog and however many owners or keys wait, and one probe a claim
+-- for where the ring ends; one statement when one round fills the slots (as
+-- many owners with due work as free slots), then one per further round.
+-- Owners and keys are compared bytewise (COLLATE "C", as the index orders
+-- them, db/0097): a linguistic comparison of two names is a strcoll() call.
 --
 -- The due test is written `(run_after <= p_now) is true` so that it is made
 -- on the entries a probe takes, not as an index condition: a B-tree scan
@@ -113,7 +116,9 @@ comment on function _check_claim(text, text, integer) is
 -- picked: when claim_jobs' p_limit cuts a claim spread over several lanes,
 -- the owners cut lose that turn (each lane is asked for at most p_limit, so
 -- one lane alone is never cut). Locks: the picked jobs, FOR UPDATE SKIP
--- LOCKED, as the fifo claim does.
+-- LOCKED, as the fifo claim does, and the job each owner's probe landed on
+-- when a later key's job is picked instead (unclaimed, until the claim
+-- commits).
 create or replace function _round_robin_pick(
     p_agent text,
     p_free integer,
@@ -145,113 +150,102 @@ begin
     -- order, one job of each, and the turns moved past them.
     with recursive
     -- Where the ring starts: after the owner served last ('' before every
-    -- owner: role names are never empty).
+    -- owner: role names are never empty), and where it ends: the lane's last
+    -- owner with a pending job (one probe, backwards).
     start as (
         select coalesce((select t.user_id from lane_turns t where t.agent = p_agent), '')
-            as after
+                   as after,
+               (select j.user_id from job j
+                where j.agent = p_agent and j.state = 'pending'
+                order by j.user_id collate "C" desc
+                limit 1) as last
     ),
     -- A skip scan of job_fair_claim_idx: each step one probe for the next
-    -- owner with a due job (of the kinds asked for), from after the turn to
-    -- the last owner ...
-    tail (user_id, n) as (
-        select (select j.user_id from job j
-                where j.agent = p_agent and j.state = 'pending'
-                  and (j.run_after <= p_now) is true
-                  and (p_kinds is null or j.kind = any (p_kinds))
-                  and j.user_id > start.after
-                order by j.user_id limit 1), 1
+    -- owner with a due job (of the kinds asked for) up to the step's upper
+    -- bound, landing on that owner's first key's best job and locking it
+    -- (FOR UPDATE SKIP LOCKED). From after the turn to the last owner; then a
+    -- step that finds nothing (id null) wraps the ring round to run from the
+    -- first owner to the turn's own, served last, so last again; a second
+    -- step that finds nothing ends it. The seed row (n = 0) is the turn.
+    ring (user_id, upper, fairness_key, id, priority, run_after, created_at, n, wrapped,
+          ended) as (
+        select start.after, start.last, null::text, null::uuid, null::integer,
+               null::timestamptz, null::timestamptz, 0, false, start.last is null
         from start
         union all
-        select (select j.user_id from job j
-                where j.agent = p_agent and j.state = 'pending'
-                  and (j.run_after <= p_now) is true
-                  and (p_kinds is null or j.kind = any (p_kinds))
-                  and j.user_id > t.user_id
-                order by j.user_id limit 1), t.n + 1
-        from tail t
-        where t.user_id is not null and t.n < p_free + cardinality(p_owners_over)
-    ),
-    -- ... then, while slots remain, from the first owner round to the turn's
-    -- own (served last, so last again).
-    head (user_id, n) as (
-        select (select j.user_id from job j
-                where j.agent = p_agent and j.state = 'pending'
-                  and (j.run_after <= p_now) is true
-                  and (p_kinds is null or j.kind = any (p_kinds))
-                  and j.user_id <= start.after
-                order by j.user_id limit 1),
-               (select count(t.user_id) from tail t) + 1
-        from start
-        where start.after <> ''
-          and (select count(t.user_id) from tail t) < p_free + cardinality(p_owners_over)
-        union all
-        select (select j.user_id from job j
-                where j.agent = p_agent and j.state = 'pending'
-                  and (j.run_after <= p_now) is true
-                  and (p_kinds is null or j.kind = any (p_kinds))
-                  and j.user_id > h.user_id and j.user_id <= start.after
-                order by j.user_id limit 1), h.n + 1
-        from head h, start
-        where h.user_id is not null and h.n < p_free + cardinality(p_owners_over)
+        select coalesce(l.user_id, ''), case when l.id is null then start.after else r.upper end,
+               l.fairness_key, l.id, l.priority, l.run_after, l.created_at,
+               r.n + (l.id is not null)::integer, r.wrapped or l.id is null,
+               l.id is null and r.wrapped
+        from ring r
+        cross join start
+        left join lateral (
+            select j.user_id, j.fairness_key, j.id, j.priority, j.run_after, j.created_at
+            from job j
+            where j.agent = p_agent and j.state = 'pending'
+              and j.user_id collate "C" > r.user_id
+              and j.user_id collate "C" <= r.upper
+              and (j.run_after <= p_now) is true
+              and (p_kinds is null or j.kind = any (p_kinds))
+            order by j.user_id collate "C", j.fairness_key collate "C", j.priority desc,
+                     j.run_after
+            limit 1
+            for update skip locked
+        ) l on true
+        where not r.ended and r.n < p_free + cardinality(p_owners_over)
     ),
     -- At most one owner per free slot (more could not be served this
     -- claim); owners over their spend budget pass their turn.
     served as (
-        select r.user_id, r.n
-        from (select t.user_id, t.n from tail t where t.user_id is not null
-              union all
-              select h.user_id, h.n from head h where h.user_id is not null) r
-        where r.user_id <> all (p_owners_over)
+        select r.user_id, r.fairness_key, r.id, r.priority, r.run_after, r.created_at, r.n
+        from ring r
+        where r.id is not null and r.user_id <> all (p_owners_over)
         order by r.n
         limit p_free
     ),
-    -- Each owner's key turn: the key it was served last ('' before every
-    -- key: keys are never empty). A probe of owner_turns_pkey per owner
-    -- served, not a join, which the planner ran as a read of every owner's
-    -- turn in the lane; materialized, so each is probed once.
+    -- Each owner's job: the best of its next key after the key it was
+    -- served last (owner_turns; '' before every key: keys are never empty),
+    -- rounding to its first key. The ring landed on its first key's best
+    -- job, so that is the pick unless the turn stands at or past the first
+    -- key and a later key has due work: one probe of owner_turns_pkey (a
+    -- probe per owner served, not a join, which the planner ran as a read of
+    -- every owner's turn in the lane; materialized, so each is probed once)
+    -- and, only when the turn stands there, one of job_fair_claim_idx for the
+    -- later key, which finds nothing for an owner with one key. A landing
+    -- job passed over for a later key stays locked, unclaimed, until the
+    -- claim commits.
     turns as materialized (
-        select s.user_id, s.n,
+        select s.*,
                coalesce((select o.fairness_key from owner_turns o
-                         where o.agent = p_agent and o.user_id = s.user_id), '') as key
+                         where o.agent = p_agent and o.user_id = s.user_id), '') as key_before
         from served s
     ),
-    -- One job per owner: one probe of job_fair_claim_idx finds the owner's
-    -- next key with a due job after its turn and that key's best job; past
-    -- the owner's last key, a second probe rounds to its first.
     picks as (
-        select t.user_id, t.n, t.key as key_before, c.*
+        select t.user_id, t.n, t.key_before, c.*
         from turns t
-        left join lateral (
-            select a.* from (
+        cross join lateral (
+            select m.* from (
                 select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
                 from job j
-                where j.agent = p_agent and j.state = 'pending' and j.user_id = t.user_id
-                  and j.fairness_key > t.key
+                where t.fairness_key collate "C" <= t.key_before
+                  and j.agent = p_agent and j.state = 'pending'
+                  and j.user_id collate "C" = t.user_id
+                  and j.fairness_key collate "C" > t.key_before
                   and (j.run_after <= p_now) is true
                   and (p_kinds is null or j.kind = any (p_kinds))
-                order by j.fairness_key, j.priority desc, j.run_after
+                order by j.fairness_key collate "C", j.priority desc, j.run_after
                 limit 1
                 for update skip locked
-            ) a
+            ) m
             union all
-            select b.* from (
-                select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
-                from job j
-                where j.agent = p_agent and j.state = 'pending' and j.user_id = t.user_id
-                  and j.fairness_key <= t.key
-                  and (j.run_after <= p_now) is true
-                  and (p_kinds is null or j.kind = any (p_kinds))
-                order by j.fairness_key, j.priority desc, j.run_after
-                limit 1
-                for update skip locked
-            ) b
+            select t.id, t.fairness_key, t.priority, t.run_after, t.created_at
             limit 1
-        ) c on true
+        ) c
     ),
     -- The lane's turn moves to the last owner served ...
     lane_moved as (
         insert into lane_turns as l (agent, user_id)
-        select p_agent, p.user_id from picks p where p.id is not null order by p.n desc limit 1
+        select p_agent, p.user_id from picks p order by p.n desc limit 1
         on conflict (agent) do update set user_id = excluded.user_id
     ),
     -- ... and each owner's to its key served, written only where it moved,
@@ -261,15 +255,14 @@ begin
         insert into owner_turns as o (agent, user_id, fairness_key)
         select p_agent, p.user_id, p.fairness_key
         from picks p
-        where p.id is not null and p.fairness_key <> p.key_before
+        where p.fairness_key <> p.key_before
         on conflict (agent, user_id) do update set fairness_key = excluded.fairness_key
     )
-    select array_agg(p.user_id order by p.n), array_agg(p.fairness_key order by p.n),
-           array_agg(p.id order by p.n), array_agg(p.priority order by p.n),
-           array_agg(p.run_after order by p.n), array_agg(p.created_at order by p.n)
+    -- One sort for the six arrays (an ordered aggregate sorts on its own).
+    select array_agg(p.user_id), array_agg(p.fairness_key), array_agg(p.id),
+           array_agg(p.priority), array_agg(p.run_after), array_agg(p.created_at)
     into v_owners, v_keys, v_ids, v_priorities, v_due, v_created
-    from picks p
-    where p.id is not null;
+    from (select * from picks order by n) p;
 
     v_taken := coalesce(cardinality(v_ids), 0);
     for i in 1 .. v_taken loop
@@ -298,12 +291,12 @@ begin
                 select a.* from (
                     select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
                     from job j
-                    where j.agent = p_agent and j.state = 'pending' and j.user_id = o.user_id
-                      and j.fairness_key > o.key
+                    where j.agent = p_agent and j.state = 'pending' and j.user_id collate "C" = o.user_id
+                      and j.fairness_key collate "C" > o.key
                       and (j.run_after <= p_now) is true
                       and (p_kinds is null or j.kind = any (p_kinds))
                       and j.id <> all (v_ids)
-                    order by j.fairness_key, j.priority desc, j.run_after
+                    order by j.fairness_key collate "C", j.priority desc, j.run_after
                     limit 1
                     for update skip locked
                 ) a
@@ -311,12 +304,12 @@ begin
                 select b.* from (
                     select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
                     from job j
-                    where j.agent = p_agent and j.state = 'pending' and j.user_id = o.user_id
-                      and j.fairness_key <= o.key
+                    where j.agent = p_agent and j.state = 'pending' and j.user_id collate "C" = o.user_id
+                      and j.fairness_key collate "C" <= o.key
                       and (j.run_after <= p_now) is true
                       and (p_kinds is null or j.kind = any (p_kinds))
                       and j.id <> all (v_ids)
-                    order by j.fairness_key, j.priority desc, j.run_after
+                    order by j.fairness_key collate "C", j.priority desc, j.run_after
                     limit 1
                     for update skip locked
                 ) b

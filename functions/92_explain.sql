@@ -241,20 +241,23 @@ begin
         -- more than a short one. The turn can stand anywhere, so this is the
         -- most that could go first: every other owner before each of its
         -- owner's turns, every other key before each of its key's turns.
+        -- Owners and keys compared bytewise, as job_fair_claim_idx orders
+        -- them (db/0097).
         select count(*) into v_others
-        from (select distinct j.user_id from job j
+        from (select distinct j.user_id collate "C" from job j
               where j.agent = v_job.agent and j.state = 'pending' and j.run_after <= p_now
                 and j.user_id <> v_job.user_id
               limit v_free) o;
         select count(*) into v_keys
-        from (select distinct j.fairness_key from job j
+        from (select distinct j.fairness_key collate "C" from job j
               where j.agent = v_job.agent and j.state = 'pending' and j.run_after <= p_now
-                and j.user_id = v_job.user_id and j.fairness_key <> v_job.fairness_key
+                and j.user_id collate "C" = v_job.user_id and j.fairness_key <> v_job.fairness_key
               limit v_free) k;
         select count(*) into v_ahead
         from (select from job j
               where j.agent = v_job.agent and j.state = 'pending' and j.run_after <= p_now
-                and j.user_id = v_job.user_id and j.fairness_key = v_job.fairness_key
+                and j.user_id collate "C" = v_job.user_id
+                and j.fairness_key collate "C" = v_job.fairness_key
                 and (j.priority > v_job.priority
                      or (j.priority = v_job.priority
                          and (j.run_after, j.created_at) < (v_job.run_after, v_job.created_at)))

@@ -464,7 +464,7 @@ CREATE INDEX job_blocked_idx ON ceaseless.job USING btree (agent) WHERE (state =
 CREATE INDEX job_claim_expiry_idx ON ceaseless.job USING btree (claim_expires_at) WHERE (state = ANY (ARRAY['claimed'::text, 'running'::text]));
 CREATE INDEX job_claimable_idx ON ceaseless.job USING btree (agent, priority DESC, run_after) WHERE (state = 'pending'::text);
 CREATE INDEX job_created_idx ON ceaseless.job USING btree (created_at DESC);
-CREATE INDEX job_fair_claim_idx ON ceaseless.job USING btree (agent, user_id, fairness_key, priority DESC, run_after) WHERE (state = 'pending'::text);
+CREATE INDEX job_fair_claim_idx ON ceaseless.job USING btree (agent, user_id COLLATE "C", fairness_key COLLATE "C", priority DESC, run_after) WHERE (state = 'pending'::text);
 CREATE INDEX job_issue_history_idx ON ceaseless.job USING btree (forge, owner, repo, number, kind, created_at DESC) WHERE (forge IS NOT NULL);
 CREATE INDEX job_labels_due_idx ON ceaseless.job USING btree (labels_retry_at NULLS FIRST) WHERE ((forge IS NOT NULL) AND (labels_synced_label IS DISTINCT FROM
 CASE state
@@ -2982,7 +2982,7 @@ create function ceaseless._retry_delay(p_attempts integer)
 comment on function ceaseless._retry_delay(p_attempts integer) is 'Backoff before retry number p_attempts: base * 2^(attempts-1), capped, plus up to 25% jitter.';
 grant execute on function ceaseless._retry_delay(p_attempts integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/10_jobs.sql, body md5 6a493407ec346593cd52f1c09a0bec27
+-- functions/10_jobs.sql, body md5 c36fc2cdbe5f27e48f0b541f7076410b
 create function ceaseless._round_robin_pick(p_agent text, p_free integer, p_now timestamp with time zone, p_kinds text[], p_owners_over text[])
     returns TABLE(id uuid, turn integer, priority integer, run_after timestamp with time zone, created_at timestamp with time zone)
     language plpgsql
@@ -4160,7 +4160,7 @@ create function ceaseless.expire_leases(p_now timestamp with time zone DEFAULT n
 comment on function ceaseless.expire_leases(p_now timestamp with time zone) is 'Return jobs with passed leases to pending (or abandoned after max attempts) and finish their open runs as lease_expired. Safe to call from every listener at once.';
 grant execute on function ceaseless.expire_leases(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/92_explain.sql, body md5 d77c95d946dbd9b637ede46b0e37836e
+-- functions/92_explain.sql, body md5 bbb7ae3b559f9b5e703811cea9e1da22
 create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
