@@ -111,6 +111,24 @@ def test_round_robin_takes_rounds_within_one_claim(conn: psycopg.Connection) -> 
     assert [o for o, _ in _claim_order(conn, 1)] == ["ann"]
 
 
+def test_round_robin_goes_round_the_ring_within_one_claim_and_serves_the_turns_owner_last(
+    conn: psycopg.Connection,
+) -> None:
+    make_agent(conn, max_concurrent=100, fairness="round_robin")
+    for owner in ("ann", "ben", "cat", "dan"):
+        _jobs(conn, 3, user_id=owner)
+    assert sorted(o for o, _ in _owners(conn, claim(conn, limit=2, p_now=NOW))) == ["ann", "ben"]
+    # After ben: cat and dan, then round from the first owner to ben himself, served last.
+    served = [o for o, _ in _owners(conn, claim(conn, limit=4, p_now=NOW))]
+    assert sorted(served) == ["ann", "ben", "cat", "dan"]
+    assert [o for o, _ in _claim_order(conn, 1)] == ["cat"]
+    # A claim of three after cat: dan, then ann and ben round the ring; the turn stops at ben.
+    assert sorted(o for o, _ in _owners(conn, claim(conn, limit=3, p_now=NOW))) == [
+        "ann", "ben", "dan",
+    ]  # fmt: skip
+    assert [o for o, _ in _claim_order(conn, 1)] == ["cat"]
+
+
 def test_round_robin_takes_turns_across_an_owners_keys_inside_its_own_turn(
     conn: psycopg.Connection,
 ) -> None:
