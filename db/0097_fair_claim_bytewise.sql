@@ -1,7 +1,7 @@
 -- The round-robin claim's index orders owners and fairness keys by their
 -- bytes (COLLATE "C"), not by the database's collation.
 --
--- Each slot of a round_robin claim is three or four probes of this index,
+-- Each slot of a round_robin claim is two or three probes of this index,
 -- and every probe compares owner names and keys that differ: under a
 -- linguistic collation (even C.UTF-8, which PostgreSQL does not recognise as
 -- "C") each such comparison is a strcoll() call. Byte order compares with

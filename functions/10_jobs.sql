@@ -291,7 +291,8 @@ begin
                 select a.* from (
                     select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
                     from job j
-                    where j.agent = p_agent and j.state = 'pending' and j.user_id collate "C" = o.user_id
+                    where j.agent = p_agent and j.state = 'pending'
+                      and j.user_id collate "C" = o.user_id
                       and j.fairness_key collate "C" > o.key
                       and (j.run_after <= p_now) is true
                       and (p_kinds is null or j.kind = any (p_kinds))
@@ -304,7 +305,8 @@ begin
                 select b.* from (
                     select j.id, j.fairness_key, j.priority, j.run_after, j.created_at
                     from job j
-                    where j.agent = p_agent and j.state = 'pending' and j.user_id collate "C" = o.user_id
+                    where j.agent = p_agent and j.state = 'pending'
+                      and j.user_id collate "C" = o.user_id
                       and j.fairness_key collate "C" <= o.key
                       and (j.run_after <= p_now) is true
                       and (p_kinds is null or j.kind = any (p_kinds))
