@@ -33,24 +33,26 @@ def _wait_finished(conn: psycopg.Connection, job_id: object, timeout: float = 15
     return row[0]
 
 
-def test_inserted_job_is_delivered_within_a_second_by_notify_not_by_polling(
+def test_inserted_job_is_delivered_by_notify_long_before_the_next_poll(
     conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
 ) -> None:
+    # The listener polls once an hour here, so a delivery within the deadline
+    # was woken by the INSERT's NOTIFY. The deadline is wide on purpose: how
+    # fast an agent process starts on a loaded machine is a benchmark's
+    # business (bench/), not this test's.
     make_agent(
         conn, "script", "command", [str(FAKES / "fake_agent")], env={"FAKE_AGENT_MODE": "json"}
     )
-    start_listener("--poll-interval", "60")
-    inserted = time.monotonic()
+    start_listener("--poll-interval", "3600")
     job = make_job(conn, agent="script", prompt="summarise the logs")
     wait_until(
         lambda: (
             conn.execute("select state from ceaseless.job where id = %s", (job,)).fetchone()
             == ("delivered",)
         ),
-        1.0,
-        "not delivered within 1 s of the INSERT",
+        60.0,
+        "not delivered within 60 s of the INSERT, with the next poll an hour away",
     )
-    assert time.monotonic() - inserted < 1.0
     run = _run_row(conn, job)
     assert run["outcome"] == "succeeded"
     assert run["finished_at"] is not None and run["exit_status"] == 0
