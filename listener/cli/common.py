@@ -211,6 +211,12 @@ class Output(StrEnum):
     JSON = "json"
 
 
+def column_option(help: str) -> Any:
+    """A typer option for a column the database fills in when the option is left out (its
+    value None is left out of the INSERT), with a help that says so."""
+    return typer.Option(help=f"{help} (default: the column default).")
+
+
 # Routines and loops debounce alike (functions/33_held_fires.sql): one wording for both.
 DebounceOpt = Annotated[
     int | None,

@@ -24,6 +24,7 @@ from listener.cli.common import (
     Output,
     OutputOpt,
     call,
+    column_option,
     emitting,
     fail,
     given,
@@ -97,14 +98,8 @@ def routine_add(
     max_iterations: Annotated[
         int | None, typer.Option(help="Full-job action: --max-turns for the agent.")
     ] = None,
-    cooldown: Annotated[
-        int | None,
-        typer.Option(help="Seconds after a run before the next (default: the column default)."),
-    ] = None,
-    max_concurrent: Annotated[
-        int | None,
-        typer.Option(help="Runs of this routine at once (default: the column default)."),
-    ] = None,
+    cooldown: Annotated[int | None, column_option("Seconds after a run before the next")] = None,
+    max_concurrent: Annotated[int | None, column_option("Runs of this routine at once")] = None,
     dedup_window: Annotated[
         int | None, typer.Option(help="Seconds in which identical content fires once.")
     ] = None,
