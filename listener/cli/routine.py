@@ -29,10 +29,9 @@ from listener.cli.common import (
     fail,
     given,
     list_rows,
-    listed,
     note,
     record,
-    why,
+    section,
 )
 from listener.enums import OverlapPolicy
 from listener.queries import commands
@@ -53,6 +52,7 @@ ROUTINES = Named(
     "routine",
     missing="no routine named or numbered {ref!r}{for_user}",
     ambiguous="{count} routines are named {ref!r}; pick one with --user or use its id",
+    explained=commands.Explained.ROUTINE,
 )
 
 
@@ -187,8 +187,7 @@ def routine_show(
     runs = call(routines.runs, routine_id)
     with emitting(output):
         record(shown, name="routine")
-        note("")
-        listed(runs, name="runs")
+        section(runs, "runs")
         fields = dict(shown)
         if fields["trigger"] == "cron":
             _show_next_slots(fields["trigger_config"])
@@ -263,4 +262,4 @@ def routine_why(
 ) -> None:
     """Why is this routine not firing? Every reason that holds it, and when each clears
     (explain_routine)."""
-    why(commands.Explained.ROUTINE, ROUTINES.id(routine, user), output)
+    ROUTINES.why(routine, output, user)
