@@ -19,6 +19,7 @@ from listener.cli.common import (
     Output,
     OutputOpt,
     call,
+    column_option,
     emitting,
     fail,
     found,
@@ -50,17 +51,9 @@ def agent_add(
         typer.Argument(help="Executable and fixed arguments (after --), e.g. -- claude."),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model name passed to the agent.")] = None,
-    timeout_secs: Annotated[
-        int | None,
-        typer.Option(help="Wall-clock limit per run (default: the column default)."),
-    ] = None,
-    max_concurrent: Annotated[
-        int | None, typer.Option(help="Runs of this lane at once (default: the column default).")
-    ] = None,
-    window_secs: Annotated[
-        int | None,
-        typer.Option(help="Rolling window for the budget (default: the column default)."),
-    ] = None,
+    timeout_secs: Annotated[int | None, column_option("Wall-clock limit per run")] = None,
+    max_concurrent: Annotated[int | None, column_option("Runs of this lane at once")] = None,
+    window_secs: Annotated[int | None, column_option("Rolling window for the budget")] = None,
     window_budget: Annotated[
         int | None, typer.Option(help="Runs started per window (default unlimited).")
     ] = None,

@@ -157,6 +157,8 @@ class Named:
     ambiguous: str
     # What enabling and disabling one is called.
     said: tuple[str, str] = ("enabled", "disabled")
+    # What the database calls on one to say why it waits (None: nothing holds one).
+    explained: commands.Explained | None = None
 
     def id(self, ref: str, user: str | None = None) -> str:
         """The id of the one row `ref` names (of `user`'s, when given); exits otherwise."""
@@ -188,6 +190,11 @@ class Named:
         call(commands.delete, self.table, self.id(ref, user))
         typer.echo(f"{self.noun} {ref} deleted")
 
+    def why(self, ref: str, output: Output, user: str | None = None) -> None:
+        """Every reason that holds the row, and when each clears."""
+        assert self.explained is not None, f"nothing explains why a {self.noun} waits"
+        why(self.explained, self.id(ref, user), output)
+
 
 def why(what: commands.Explained, row_id: str, output: Output) -> None:
     """Every reason that holds a job, routine or loop, and when each clears."""
@@ -209,6 +216,12 @@ def list_rows(
 class Output(StrEnum):
     TABLE = "table"
     JSON = "json"
+
+
+def column_option(help: str) -> Any:
+    """A typer option for a column the database fills in when the option is left out (its
+    value None is left out of the INSERT), with a help that says so."""
+    return typer.Option(help=f"{help} (default: the column default).")
 
 
 # Routines and loops debounce alike (functions/33_held_fires.sql): one wording for both.
@@ -332,3 +345,12 @@ def _cell(value: object, width: int) -> str:
 def listed(listing: Listing, *, name: str = "") -> None:
     """`table` of a statement's rows under its own column names."""
     table(listing.rows, listing.headers, name=name)
+
+
+def section(listing: Listing, name: str, heading: str | None = None) -> None:
+    """`listed` below what a show command printed before it: after a blank line and the
+    heading, when it has one (for people only, as `note`)."""
+    note("")
+    if heading is not None:
+        note(heading)
+    listed(listing, name=name)

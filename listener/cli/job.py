@@ -23,9 +23,8 @@ from listener.cli.common import (
     fail,
     found,
     list_rows,
-    listed,
-    note,
     record,
+    section,
     why,
 )
 from listener.enums import JobKind, JobState
@@ -142,10 +141,8 @@ def job_show(job: JobArg, output: OutputOpt = Output.TABLE) -> None:
     shown = found(jobs.job, job_id, f"no job with id {job!r}")
     with emitting(output):
         record(shown, name="job", width=16)
-        note("")
-        listed(call(jobs.runs, job_id), name="runs")
-        note("")
-        listed(call(commands.explain, commands.Explained.JOB, job_id), name="why")
+        section(call(jobs.runs, job_id), "runs")
+        section(call(commands.explain, commands.Explained.JOB, job_id), "why")
 
 
 @app.command("cancel")

@@ -34,10 +34,9 @@ from listener.cli.common import (
     fail,
     given,
     list_rows,
-    listed,
     note,
     record,
-    why,
+    section,
 )
 from listener.enums import LoopOverlapPolicy
 from listener.queries import commands
@@ -63,6 +62,7 @@ LOOPS = Named(
     missing="no loop with the id or title {ref!r} (see: ceaseless loop list)",
     ambiguous="{count} loops are titled {ref!r}; use the id (ceaseless loop list)",
     said=("resumed", "paused"),
+    explained=commands.Explained.LOOP,
 )
 
 
@@ -280,12 +280,8 @@ def loop_show(
     skipped = call(loops.skipped_fires, ref)
     with emitting(output):
         record(shown, name="loop")
-        note("")
-        note("iterations (latest first):")
-        listed(chain, name="iterations")
-        note("")
-        note("skipped fires (latest first):")
-        listed(skipped, name="skipped")
+        section(chain, "iterations", "iterations (latest first):")
+        section(skipped, "skipped", "skipped fires (latest first):")
         if dict(shown)["webhook"]:
             note("")
             note(_webhook_hint(ref))
@@ -295,7 +291,7 @@ def loop_show(
 def loop_why(loop: LoopArg, output: OutputOpt = Output.TABLE) -> None:
     """Why is this loop not running? Every reason that holds its next iteration, and when
     each clears (explain_loop)."""
-    why(commands.Explained.LOOP, LOOPS.id(loop), output)
+    LOOPS.why(loop, output)
 
 
 @app.command("run")

@@ -24,14 +24,14 @@ from listener.cli.common import (
     Output,
     OutputOpt,
     call,
+    column_option,
     emitting,
     fail,
     given,
     list_rows,
-    listed,
     note,
     record,
-    why,
+    section,
 )
 from listener.enums import OverlapPolicy
 from listener.queries import commands
@@ -52,6 +52,7 @@ ROUTINES = Named(
     "routine",
     missing="no routine named or numbered {ref!r}{for_user}",
     ambiguous="{count} routines are named {ref!r}; pick one with --user or use its id",
+    explained=commands.Explained.ROUTINE,
 )
 
 
@@ -97,14 +98,8 @@ def routine_add(
     max_iterations: Annotated[
         int | None, typer.Option(help="Full-job action: --max-turns for the agent.")
     ] = None,
-    cooldown: Annotated[
-        int | None,
-        typer.Option(help="Seconds after a run before the next (default: the column default)."),
-    ] = None,
-    max_concurrent: Annotated[
-        int | None,
-        typer.Option(help="Runs of this routine at once (default: the column default)."),
-    ] = None,
+    cooldown: Annotated[int | None, column_option("Seconds after a run before the next")] = None,
+    max_concurrent: Annotated[int | None, column_option("Runs of this routine at once")] = None,
     dedup_window: Annotated[
         int | None, typer.Option(help="Seconds in which identical content fires once.")
     ] = None,
@@ -192,8 +187,7 @@ def routine_show(
     runs = call(routines.runs, routine_id)
     with emitting(output):
         record(shown, name="routine")
-        note("")
-        listed(runs, name="runs")
+        section(runs, "runs")
         fields = dict(shown)
         if fields["trigger"] == "cron":
             _show_next_slots(fields["trigger_config"])
@@ -268,4 +262,4 @@ def routine_why(
 ) -> None:
     """Why is this routine not firing? Every reason that holds it, and when each clears
     (explain_routine)."""
-    why(commands.Explained.ROUTINE, ROUTINES.id(routine, user), output)
+    ROUTINES.why(routine, output, user)

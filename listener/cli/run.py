@@ -19,9 +19,8 @@ from listener.cli.common import (
     call_async,
     emitting,
     found,
-    listed,
-    note,
     record,
+    section,
 )
 from listener.queries.approvals import decide
 from listener.queries.commands import runs
@@ -53,8 +52,7 @@ def run_show(run: RunArg, output: OutputOpt = Output.TABLE) -> None:
     nodes = call(runs.nodes, str(dict(shown)["id"]))
     with emitting(output):
         record(shown, name="run", width=14)
-        note("")
-        listed(nodes, name="nodes")
+        section(nodes, "nodes")
 
 
 @app.command("cancel")

@@ -24,6 +24,7 @@ from listener.cli.common import (
     fail,
     listed,
     note,
+    section,
     table,
     url,
 )
@@ -123,8 +124,7 @@ def status(output: OutputOpt = Output.TABLE) -> None:
     summary = call(read_status)
     with emitting(output):
         listed(summary.jobs, name="jobs")
-        note("")
-        listed(summary.lanes, name="lanes")
+        section(summary.lanes, "lanes")
         note("")
         if summary.listeners is None:
             note("listeners: shown to operators only (ceaseless.listener_status)")

@@ -21,7 +21,7 @@ from typing import Any
 
 from listener import log
 from listener.database.pool import Database
-from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, Issue, per_repo, within
+from listener.forge.client import ForgeClient, Issue, NoToken, each_per_repo
 from listener.forge.poller import utcnow
 from listener.forge.tokens import TokenSourceError, not_allowed_hint, tokens_for
 from listener.queries import forge_loops as queries
@@ -47,61 +47,47 @@ async def create_children(
         "child_issues_due", lambda c: queries.child_issues_due(c, utcnow(), limit)
     )
 
+    async def recorded(child: DueChild, made: tuple[Issue, bool]) -> None:
+        issue, found = made
+        job_id = await database.once(
+            "record_child_issue",
+            lambda c: queries.record_child_issue(
+                c, child.id, issue.number, issue.html_url, utcnow()
+            ),
+        )
+        log.event(
+            "forge.child_issue",
+            repo=f"{child.owner}/{child.repo}",
+            parent=child.parent_number,
+            key=child.key,
+            number=issue.number,
+            found_existing=found,
+            job=str(job_id),
+        )
+
     # A plan's children are created in the order the plan listed them.
     ordered = sorted(due, key=lambda child: (str(child.plan_job_id), child.position))
-    return await per_repo(
-        ordered, lambda repo, batch: _create_in_repo(database, token_source, repo, batch, timeout)
+    return await each_per_repo(
+        ordered,
+        lambda child: _runner_token(token_source, child),
+        _ensure_issue,
+        doing="creating the issue",
+        timeout=timeout,
+        done=recorded,
+        failed=lambda child, error: _failed(database, child, error),
     )
 
 
-async def _create_in_repo(
-    database: Database,
-    token_source: dict[str, Any],
-    forge: ForgeRepo,
-    children: list[DueChild],
-    timeout: float,
-) -> int:
-    first = children[0]
+def _runner_token(token_source: dict[str, Any], first: DueChild) -> str | None:
     # Creating an issue takes the runner's identity, and a repo not allowed it
     # gets none: its children wait, retried, until an operator allows it.
     try:
         tokens = tokens_for(token_source, first.forge, first.api_url, allowed=first.tokens_allowed)
-        problem = (
-            None if first.tokens_allowed else not_allowed_hint(first.forge, first.owner, first.repo)
-        )
     except TokenSourceError as exc:
-        problem = f"the runner token could not be read: {exc}"
-    if problem is not None:
-        for child in children:
-            await _failed(database, child, problem)
-        return 0
-    recorded = 0
-    async with ForgeClient(forge, tokens.runner, timeout=timeout) as client:
-        for child in children:
-            try:
-                issue, found = await within(
-                    timeout, "creating the issue", _ensure_issue(client, child)
-                )
-            except ForgeError as exc:
-                await _failed(database, child, str(exc))
-                continue
-            job_id = await database.once(
-                "record_child_issue",
-                lambda c, ch=child, i=issue: queries.record_child_issue(
-                    c, ch.id, i.number, i.html_url, utcnow()
-                ),
-            )
-            recorded += 1
-            log.event(
-                "forge.child_issue",
-                repo=f"{child.owner}/{child.repo}",
-                parent=child.parent_number,
-                key=child.key,
-                number=issue.number,
-                found_existing=found,
-                job=str(job_id),
-            )
-    return recorded
+        raise NoToken(f"the runner token could not be read: {exc}") from None
+    if not first.tokens_allowed:
+        raise NoToken(not_allowed_hint(first.forge, first.owner, first.repo))
+    return tokens.runner
 
 
 async def _ensure_issue(client: ForgeClient, child: DueChild) -> tuple[Issue, bool]:

@@ -120,6 +120,51 @@ async def within(timeout: float, doing: str, call: Awaitable[T]) -> T:
         raise ForgeError(f"{doing} took longer than {timeout:g} s and was given up") from None
 
 
+class NoToken(Exception):
+    """A repository's rows get no forge call this time: the message says why (the token
+    could not be read, or the identity they need has none for the repo)."""
+
+
+async def each_per_repo(
+    rows: Iterable[R],
+    token: Callable[[R], str | None],
+    step: Callable[[ForgeClient, R], Awaitable[T]],
+    *,
+    doing: str,
+    timeout: float,
+    done: Callable[[R, T], Awaitable[None]],
+    failed: Callable[[R, str], Awaitable[None]],
+) -> int:
+    """Run `step` on every row, per repository (`per_repo`), with one client each, whose
+    token `token` gives for the repository's first row; how many rows were `done`.
+
+    A step the forge refuses or that takes `timeout` seconds (`doing` names it) is `failed`
+    with its error and never stops the rows after it; `token` raising NoToken fails every
+    row of its repository with its message and calls the forge for none of them.
+    """
+
+    async def in_repo(repo: ForgeRepo, batch: list[R]) -> int:
+        try:
+            secret = token(batch[0])
+        except NoToken as exc:
+            for row in batch:
+                await failed(row, str(exc))
+            return 0
+        count = 0
+        async with ForgeClient(repo, secret, timeout=timeout) as client:
+            for row in batch:
+                try:
+                    result = await within(timeout, doing, step(client, row))
+                except ForgeError as exc:
+                    await failed(row, str(exc))
+                    continue
+                await done(row, result)
+                count += 1
+        return count
+
+    return await per_repo(rows, in_repo)
+
+
 @dataclass(frozen=True)
 class Listing:
     """Open issues (pull requests excluded), or None after a 304; the first page's ETag."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from listener import log
 from listener.database.pool import Database
-from listener.forge.client import ForgeClient, ForgeError, ForgeRepo, per_repo, within
+from listener.forge.client import ForgeClient, NoToken, each_per_repo
 from listener.forge.poller import utcnow
 from listener.forge.tokens import TokenSourceError, not_allowed_hint, tokens_for
 from listener.queries import forge_loops as queries
@@ -41,59 +41,47 @@ async def sync_labels(
 ) -> int:
     """Mirror up to `limit` due label changes; returns how many the forge took."""
     changes = await database.once("labels_due", lambda c: queries.labels_due(c, utcnow(), limit))
-    return await per_repo(
-        changes, lambda repo, batch: _sync_repo(database, token_source, repo, batch, timeout)
+
+    async def synced(change: LabelChange, _: None) -> None:
+        await database.once(
+            "labels_synced",
+            lambda c: queries.labels_synced(
+                c, change.job_id, change.add_label, change.job_updated_at, utcnow()
+            ),
+        )
+        log.event(
+            "forge.label_synced",
+            repo=f"{change.owner}/{change.repo}",
+            number=change.number,
+            job=str(change.job_id),
+            label=change.add_label,
+            removed=change.remove_label,
+        )
+
+    return await each_per_repo(
+        changes,
+        lambda change: _label_token(token_source, change),
+        _change_label,
+        doing="the label change",
+        timeout=timeout,
+        done=synced,
+        failed=lambda change, error: _failed(database, change, error),
     )
 
 
-async def _sync_repo(
-    database: Database,
-    token_source: dict[str, Any],
-    forge: ForgeRepo,
-    changes: list[LabelChange],
-    timeout: float,
-) -> int:
-    first = changes[0]
-    synced = 0
+def _label_token(token_source: dict[str, Any], first: LabelChange) -> str:
     try:
         tokens = tokens_for(token_source, first.forge, first.api_url, allowed=first.tokens_allowed)
     except TokenSourceError as exc:
-        tokens = None
-        problem = f"the label token could not be read: {exc}"
-    else:
+        raise NoToken(f"the label token could not be read: {exc}") from None
+    if tokens.labels is None:
         # Never the runner's token instead: labels are the other identity's.
-        problem = (
+        raise NoToken(
             "no label token is configured (forge_token_source: label_env or file)"
             if first.tokens_allowed
             else not_allowed_hint(first.forge, first.owner, first.repo)
         )
-    if tokens is None or tokens.labels is None:
-        for change in changes:
-            await _failed(database, change, problem)
-        return 0
-    async with ForgeClient(forge, tokens.labels, timeout=timeout) as client:
-        for change in changes:
-            try:
-                await within(timeout, "the label change", _change_label(client, change))
-            except ForgeError as exc:
-                await _failed(database, change, str(exc))
-                continue
-            await database.once(
-                "labels_synced",
-                lambda c, ch=change: queries.labels_synced(
-                    c, ch.job_id, ch.add_label, ch.job_updated_at, utcnow()
-                ),
-            )
-            synced += 1
-            log.event(
-                "forge.label_synced",
-                repo=f"{change.owner}/{change.repo}",
-                number=change.number,
-                job=str(change.job_id),
-                label=change.add_label,
-                removed=change.remove_label,
-            )
-    return synced
+    return tokens.labels
 
 
 async def _change_label(client: ForgeClient, change: LabelChange) -> None:
