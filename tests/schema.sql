@@ -2791,7 +2791,7 @@ create function ceaseless._prunable_topology_runs(p_cutoff timestamp with time z
 comment on function ceaseless._prunable_topology_runs(p_cutoff timestamp with time zone, p_limit integer) is 'Up to p_limit finished topology runs finished before p_cutoff, oldest first, but not a loop''s latest finished iteration or last run, nor a run with a live job.';
 grant execute on function ceaseless._prunable_topology_runs(p_cutoff timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/96_retention.sql, body md5 96ff9a79bc088e6098ca19bfd2186732
+-- functions/96_retention.sql, body md5 4c992b4b6f9072902fee043db117dfd1
 create function ceaseless._prune_kind(p_kind text, p_now timestamp with time zone, p_limit integer, p_dry_run boolean, OUT removed bigint, OUT jobs bigint)
     returns record
     language plpgsql
