@@ -1923,6 +1923,15 @@ create function ceaseless._check_flow_controls(p_table text, p_policy text, p_se
 comment on function ceaseless._check_flow_controls(p_table text, p_policy text, p_secs integer, p_max_secs integer) is 'Refuse (CE422) an unknown overlap_policy (no allow_all for loops), a debounce_secs under 1, or a debounce_max_secs without debounce_secs or shorter than it.';
 grant execute on function ceaseless._check_flow_controls(p_table text, p_policy text, p_secs integer, p_max_secs integer) to ceaseless_listener, ceaseless_operator;
 
+-- functions/50_topology_graph.sql, body md5 240cb8dedc12e2a154736d107e79c55b
+create function ceaseless._check_graph_size(p_where text, p_part text, p_items jsonb)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._check_graph_size(p_where text, p_part text, p_items jsonb) is 'Raise CE422 naming p_where.p_part when the array p_items is longer than the graph_<p_part> cap (nodes or edges).';
+grant execute on function ceaseless._check_graph_size(p_where text, p_part text, p_items jsonb) to ceaseless_listener, ceaseless_operator;
+
 -- functions/00_helpers.sql, body md5 e7fbf437cf192d93a8feb19f017121f2
 create function ceaseless._check_not_blank(p_where text, p_value text)
     returns void
@@ -3805,7 +3814,7 @@ create function ceaseless._url_origin(p_url text)
 comment on function ceaseless._url_origin(p_url text) is 'scheme://host[:port] of a URL, without the userinfo, path and query that may hold credentials.';
 grant execute on function ceaseless._url_origin(p_url text) to ceaseless_listener, ceaseless_operator;
 
--- functions/50_topology_graph.sql, body md5 52064f04bc59b7c2e3d0b60428befd7f
+-- functions/50_topology_graph.sql, body md5 ca2c4af60db57df8f48f7e929984785e
 create function ceaseless._validate_topology_graph(p_where text, p_graph jsonb)
     returns void
     language plpgsql
