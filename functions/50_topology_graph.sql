@@ -65,6 +65,28 @@ $$;
 comment on function _topology_node_id_ok(jsonb) is
     'True for a JSON string that may be a topology node id: 1-64 of A-Z a-z 0-9 _ . -.';
 
+-- Refuse a graph's nodes or edges (p_part) that outnumber their cap
+-- (_input_cap graph_nodes, graph_edges): each node becomes a row and a job of
+-- every run, and the cycle check walks the edges. p_items is an array.
+create or replace function _check_graph_size(p_where text, p_part text, p_items jsonb)
+returns void
+language plpgsql
+as $$
+declare
+    v_cap constant integer := _input_cap('graph_' || p_part);
+begin
+    if jsonb_array_length(p_items) > v_cap then
+        perform _invalid_value(p_where || '.' || p_part,
+            format('must have at most %s %s, this graph has %s', v_cap, p_part,
+                   jsonb_array_length(p_items)), null);
+    end if;
+end;
+$$;
+
+comment on function _check_graph_size(text, text, jsonb) is
+    'Raise CE422 naming p_where.p_part when the array p_items is longer than the graph_<p_part> '
+    'cap (nodes or edges).';
+
 -- Validate a topology graph, raising CE422 on the first rule it breaks.
 --
 -- The size caps are checked before any per-node work, so a graph of a
@@ -111,11 +133,7 @@ begin
     if jsonb_typeof(v_nodes) is distinct from 'array' or jsonb_array_length(v_nodes) = 0 then
         perform _invalid_value(p_where || '.nodes', 'must be a non-empty array of nodes', v_nodes);
     end if;
-    if jsonb_array_length(v_nodes) > _input_cap('graph_nodes') then
-        perform _invalid_value(p_where || '.nodes',
-            format('must have at most %s nodes, this graph has %s', _input_cap('graph_nodes'),
-                   jsonb_array_length(v_nodes)), null);
-    end if;
+    perform _check_graph_size(p_where, 'nodes', v_nodes);
     v_edges := coalesce(p_graph -> 'edges', '[]');
     if jsonb_typeof(v_edges) = 'null' then
         v_edges := '[]';
@@ -124,11 +142,7 @@ begin
         perform _invalid_value(p_where || '.edges',
             'must be an array of {"from", "to"} objects (or absent)', v_edges);
     end if;
-    if jsonb_array_length(v_edges) > _input_cap('graph_edges') then
-        perform _invalid_value(p_where || '.edges',
-            format('must have at most %s edges, this graph has %s', _input_cap('graph_edges'),
-                   jsonb_array_length(v_edges)), null);
-    end if;
+    perform _check_graph_size(p_where, 'edges', v_edges);
 
     for v_node in select value from jsonb_array_elements(v_nodes) loop
         v_at := v_at + 1;
@@ -172,11 +186,9 @@ begin
                     v_node -> 'max_cost_usd');
             end if;
         end if;
-        if coalesce(jsonb_typeof(v_node -> 'max_tokens'), 'null') <> 'null' then
-            perform _check_positive_int(
-                p_where || '.nodes', v_node -> 'max_tokens',
-                format('node %s: max_tokens must be a positive integer', to_jsonb(v_id)));
-        end if;
+        perform _check_positive_int(
+            p_where || '.nodes', v_node -> 'max_tokens',
+            format('node %s: max_tokens must be a positive integer', to_jsonb(v_id)));
         if jsonb_typeof(v_node -> 'agent') is distinct from 'string'
            or not exists (select from agents a where a.name = v_node ->> 'agent') then
             perform _invalid_value(p_where || '.nodes',

@@ -264,6 +264,7 @@ begin
               limit v_free) ahead;
         v_most := (v_ahead + 1) * (v_keys + 1) * (v_others + 1) - 1;
         if v_most >= v_free then
+            v_held := true;
             return query select 'behind_other_turns'::text,
                 format('lane %s takes turns (round_robin): %s%s other owners and %s%s other '
                        'fairness keys of owner %s have due work, and %s%s jobs of key %s come '
@@ -274,11 +275,6 @@ begin
                        v_ahead, v_job.fairness_key,
                        case when greatest(v_others, v_keys, v_ahead) >= v_free
                             then 'at least ' else '' end, v_most, v_free),
-                null::timestamptz;
-        else
-            return query select 'ready'::text,
-                format('due, and lane %s admits it (%s free slots) and serves its turn within '
-                       'them: a listener serving the lane claims it next', v_job.agent, v_free),
                 null::timestamptz;
         end if;
     elsif not v_held then
@@ -292,17 +288,23 @@ begin
                          and (j.run_after, j.created_at) < (v_job.run_after, v_job.created_at)))
               limit v_free) older;
         if v_ahead >= v_free then
+            v_held := true;
             return query select 'behind_older_jobs'::text,
                 format('lane %s has %s free slots and at least as many due jobs of higher '
                        'priority, or of its priority and older, which are claimed first',
                        v_job.agent, v_free),
                 null::timestamptz;
-        else
-            return query select 'ready'::text,
-                format('due, and lane %s admits it (%s free slots): a listener serving the lane '
-                       'claims it next', v_job.agent, v_free),
-                null::timestamptz;
         end if;
+    end if;
+    -- One ready row for either fairness; a round_robin lane also serves the
+    -- job's turn within its free slots.
+    if not v_held then
+        return query select 'ready'::text,
+            format('due, and lane %s admits it (%s free slots)%s: a listener serving the lane '
+                   'claims it next', v_job.agent, v_free,
+                   case when v_fairness = 'round_robin'
+                        then ' and serves its turn within them' else '' end),
+            null::timestamptz;
     end if;
 end;
 $$;

@@ -256,10 +256,16 @@ begin
             where j.id in (select b.id from _prunable_jobs(v_cutoff, p_limit) b(id))
               and j.state in ('delivered', 'failed', 'abandoned', 'cancelled');
             get diagnostics removed = row_count;
-        when 'events' then
-            delete from events e
-            where e.id in (select x.id from events x where x.created_at < v_cutoff
-                           order by x.created_at limit p_limit);
+        when 'events', 'late_results', 'webhook_deliveries' then
+            -- Finished when written (an event, a late result, a delivery's
+            -- replay key), so their age is their only rule: one statement for
+            -- the three, each table named after its kind, read oldest first
+            -- through the index on its time column.
+            execute format('delete from %1$I t where t.id in (select x.id from %1$I x '
+                           'where x.%2$I < $1 order by x.%2$I limit $2)',
+                           p_kind, case p_kind when 'events' then 'created_at'
+                                               else 'received_at' end)
+                using v_cutoff, p_limit;
             get diagnostics removed = row_count;
         when 'notifications' then
             delete from notifications n
@@ -267,16 +273,6 @@ begin
                            where x.status = 'delivered' and x.delivered_at < v_cutoff
                            order by x.delivered_at limit p_limit)
               and n.status = 'delivered';
-            get diagnostics removed = row_count;
-        when 'late_results' then
-            delete from late_results l
-            where l.id in (select x.id from late_results x where x.received_at < v_cutoff
-                           order by x.received_at limit p_limit);
-            get diagnostics removed = row_count;
-        when 'webhook_deliveries' then
-            delete from webhook_deliveries w
-            where w.id in (select x.id from webhook_deliveries x where x.received_at < v_cutoff
-                           order by x.received_at limit p_limit);
             get diagnostics removed = row_count;
         when 'audit_log' then
             removed := _delete_audit_rows(v_cutoff, p_limit);

@@ -1923,6 +1923,15 @@ create function ceaseless._check_flow_controls(p_table text, p_policy text, p_se
 comment on function ceaseless._check_flow_controls(p_table text, p_policy text, p_secs integer, p_max_secs integer) is 'Refuse (CE422) an unknown overlap_policy (no allow_all for loops), a debounce_secs under 1, or a debounce_max_secs without debounce_secs or shorter than it.';
 grant execute on function ceaseless._check_flow_controls(p_table text, p_policy text, p_secs integer, p_max_secs integer) to ceaseless_listener, ceaseless_operator;
 
+-- functions/50_topology_graph.sql, body md5 240cb8dedc12e2a154736d107e79c55b
+create function ceaseless._check_graph_size(p_where text, p_part text, p_items jsonb)
+    returns void
+    language plpgsql
+    volatile
+    set search_path = pg_catalog, ceaseless, pg_temp;
+comment on function ceaseless._check_graph_size(p_where text, p_part text, p_items jsonb) is 'Raise CE422 naming p_where.p_part when the array p_items is longer than the graph_<p_part> cap (nodes or edges).';
+grant execute on function ceaseless._check_graph_size(p_where text, p_part text, p_items jsonb) to ceaseless_listener, ceaseless_operator;
+
 -- functions/00_helpers.sql, body md5 e7fbf437cf192d93a8feb19f017121f2
 create function ceaseless._check_not_blank(p_where text, p_value text)
     returns void
@@ -2791,7 +2800,7 @@ create function ceaseless._prunable_topology_runs(p_cutoff timestamp with time z
 comment on function ceaseless._prunable_topology_runs(p_cutoff timestamp with time zone, p_limit integer) is 'Up to p_limit finished topology runs finished before p_cutoff, oldest first, but not a loop''s latest finished iteration or last run, nor a run with a live job.';
 grant execute on function ceaseless._prunable_topology_runs(p_cutoff timestamp with time zone, p_limit integer) to ceaseless_listener, ceaseless_operator;
 
--- functions/96_retention.sql, body md5 96ff9a79bc088e6098ca19bfd2186732
+-- functions/96_retention.sql, body md5 4c992b4b6f9072902fee043db117dfd1
 create function ceaseless._prune_kind(p_kind text, p_now timestamp with time zone, p_limit integer, p_dry_run boolean, OUT removed bigint, OUT jobs bigint)
     returns record
     language plpgsql
@@ -3805,7 +3814,7 @@ create function ceaseless._url_origin(p_url text)
 comment on function ceaseless._url_origin(p_url text) is 'scheme://host[:port] of a URL, without the userinfo, path and query that may hold credentials.';
 grant execute on function ceaseless._url_origin(p_url text) to ceaseless_listener, ceaseless_operator;
 
--- functions/50_topology_graph.sql, body md5 52064f04bc59b7c2e3d0b60428befd7f
+-- functions/50_topology_graph.sql, body md5 ca2c4af60db57df8f48f7e929984785e
 create function ceaseless._validate_topology_graph(p_where text, p_graph jsonb)
     returns void
     language plpgsql
@@ -4160,7 +4169,7 @@ create function ceaseless.expire_leases(p_now timestamp with time zone DEFAULT n
 comment on function ceaseless.expire_leases(p_now timestamp with time zone) is 'Return jobs with passed leases to pending (or abandoned after max attempts) and finish their open runs as lease_expired. Safe to call from every listener at once.';
 grant execute on function ceaseless.expire_leases(p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
 
--- functions/92_explain.sql, body md5 bbb7ae3b559f9b5e703811cea9e1da22
+-- functions/92_explain.sql, body md5 20fd69d6c785a5bb84ba551c41687e55
 create function ceaseless.explain_job(p_job_id uuid, p_now timestamp with time zone DEFAULT now())
     returns TABLE(reason text, detail text, clears_at timestamp with time zone)
     language plpgsql
