@@ -117,6 +117,20 @@ def _value(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] = 
     return row[0]
 
 
+def _wal_position(conn: psycopg.Connection[Any]) -> int:
+    """Bytes of WAL so far: this session's own where the server counts WAL per backend
+    (PostgreSQL 18), so that other sessions' writes (the test run's other workers, or
+    full-page images after their checkpoints) do not count; else the server's position,
+    which a benchmark run has to itself."""
+    if conn.info.server_version >= 180000:
+        # The session's counts reach the shared statistics when it goes idle, at most once
+        # a second unless forced; a cached snapshot would hide the new ones.
+        conn.execute("select pg_stat_force_next_flush()")
+        conn.execute("select pg_stat_clear_snapshot()")
+        return int(_value(conn, "select wal_bytes from pg_stat_get_backend_wal(pg_backend_pid())"))
+    return int(_value(conn, "select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')"))
+
+
 def prune(server: Server, history: int) -> Pruned:
     """Remove `history` audit rows past 30 days: batched DELETE, or dropped partitions."""
     partitioned = isinstance(server, PartitionedServer)
@@ -126,7 +140,7 @@ def prune(server: Server, history: int) -> Pruned:
             "update ceaseless.settings set value = '86400' "
             "where key = 'audit_log_min_retention_secs'"
         )
-        wal = _value(conn, "select pg_current_wal_lsn()")
+        wal = _wal_position(conn)
         started = time.perf_counter()
         removed = 0
         if partitioned:
@@ -149,8 +163,7 @@ def prune(server: Server, history: int) -> Pruned:
             ):
                 removed += batch
         seconds = time.perf_counter() - started
-        written = _value(conn, "select pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (wal,))
-        return Pruned(removed, seconds, int(written))
+        return Pruned(removed, seconds, _wal_position(conn) - wal)
 
 
 def read(server: Server, history: int) -> Read:

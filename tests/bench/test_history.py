@@ -25,3 +25,26 @@ def test_every_probe_runs_with_and_without_a_history(server_url: str) -> None:
     # The views that read live work through partial indexes do not read the history.
     assert full["view job_queue"] <= empty["view job_queue"] + 10
     assert full["view notification_status"] <= empty["view notification_status"] + 10
+
+
+# The history plan tests at the largest size the CI run affords; `python -m bench.history`
+# runs them at 10,000,000 (docs/performance.md). A probe that read the history would read
+# thousands of buffers more here (a million finished jobs fill over 10,000 pages of `job`
+# alone); one that reads by index grows only by the levels its B-trees gain, a buffer or two
+# a descent, and a claim of ten descends about eighty times (docs/performance.md).
+MILLION = 1_000_000
+
+
+def test_at_a_million_finished_jobs_no_probe_reads_the_history(server_url: str) -> None:
+    server = Server(server_url)
+    try:
+        empty = history.probe(server, 0)
+        full = history.probe(server, MILLION)
+    finally:
+        server.close()
+    grown = {
+        name: f"{empty[name]} -> {full[name]} buffers"
+        for name in history.PROBES
+        if full[name] > 2 * empty[name] + 150
+    }
+    assert grown == {}
