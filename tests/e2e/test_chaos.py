@@ -148,24 +148,26 @@ def test_cancel_job_stops_the_running_agent(
 
 
 def test_sigterm_lets_running_agents_finish_within_the_grace_period(
-    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess]
+    conn: psycopg.Connection, start_listener: Callable[..., ListenerProcess], tmp_path: Path
 ) -> None:
+    pid_file = tmp_path / "agent.pids"
     make_agent(
         conn,
         "script",
         "command",
         [str(FAKES / "fake_agent")],
-        env={"FAKE_AGENT_MODE": "sleep", "FAKE_AGENT_SLEEP": "1"},
+        env={
+            "FAKE_AGENT_MODE": "sleep",
+            "FAKE_AGENT_SLEEP": "1",
+            "FAKE_AGENT_PID_FILE": str(pid_file),
+        },
     )
     listener = start_listener("--poll-interval", "60", "--shutdown-grace", "10")
     job = make_job(conn, agent="script")
-    wait_until(
-        lambda: (
-            conn.execute("select state from ceaseless.job where id = %s", (job,)).fetchone()
-            == ("running",)
-        ),
-        10,
-    )
+    # The agent's own pid file, not the job's state: the state is `running` from the
+    # claim's commit, and a claim whose reply the listener has not read yet when told to
+    # stop is released, not started (no new claims after SIGTERM).
+    wait_until(pid_file.exists, 10, "the agent never started")
     assert listener.stop() == 0
     assert conn.execute("select state from ceaseless.job where id = %s", (job,)).fetchone() == (
         "delivered",
