@@ -2,8 +2,9 @@
 
 Each scenario runs several times on fresh databases of one server; the report
 gives the median with min and max, the lost and duplicated counts, the targets
-and the ratios to the peers. `--quick` (CI's smoke test) shrinks every size and
-asserts only that nothing was lost or duplicated — never a timing.
+and the ratios to the peers. `--quick` (the smoke test that
+tests/bench/test_quick_run.py runs) shrinks every size and asserts only that
+nothing was lost or duplicated — never a timing.
 """
 
 from __future__ import annotations

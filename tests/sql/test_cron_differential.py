@@ -32,6 +32,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from functools import cache
 
 import psycopg
 import pytest
@@ -318,6 +319,12 @@ _MONTHS = ["jan", "Feb", "MAR", "apr", "may", "Jun", "jul", "AUG", "sep", "oct",
 _DAYS = ["sun", "Mon", "TUE", "wed", "thu", "FRI", "sat"]
 
 
+# The field strategies are built once per field and shared: Hypothesis checks each new
+# strategy when it is first drawn from, and building them anew for every expression
+# took four fifths of the differential test's time.
+
+
+@cache
 def _value(position: int, low: int | None = None, high: int | None = None) -> st.SearchStrategy:
     """A value of the field as (number, text): digits (some with leading zeros) or a name."""
     first, last = _BOUNDS[position]
@@ -332,12 +339,14 @@ def _value(position: int, low: int | None = None, high: int | None = None) -> st
     return st.one_of(written, named)
 
 
+@cache
 def _step(position: int) -> st.SearchStrategy[str]:
     return st.one_of(
         st.integers(1, _BOUNDS[position][1] + 2).map(str), st.sampled_from(["1", "2", "1000"])
     )
 
 
+@cache
 def _item(position: int) -> st.SearchStrategy[str]:
     """One list item of any form: value, a-b (mostly upwards), a-b/n, */n, a/n."""
     value = _value(position)
@@ -363,6 +372,7 @@ def _list(item: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     return st.one_of(item, item, st.lists(item, min_size=2, max_size=4).map(",".join))
 
 
+@cache
 def _plain(position: int) -> st.SearchStrategy[str]:
     return st.one_of(st.just("*"), _list(_item(position)))
 
@@ -409,6 +419,9 @@ _month = st.one_of(
 )
 
 
+_separators = st.sampled_from([" ", " ", " ", "  ", "\t", "\n"])
+
+
 @st.composite
 def expressions(draw: st.DrawFn) -> str:
     """A 5- or 6-field expression (or a macro) built from every form of every field."""
@@ -419,8 +432,7 @@ def expressions(draw: st.DrawFn) -> str:
     fields = [draw(_plain(0)), draw(_plain(1)), day_of_month, draw(_month), day_of_week]
     if draw(st.booleans()):
         fields.append(draw(_plain(5)))
-    separators = st.sampled_from([" ", " ", " ", "  ", "\t", "\n"])
-    return "".join(f + draw(separators) for f in fields[:-1]) + fields[-1]
+    return "".join(f + draw(_separators) for f in fields[:-1]) + fields[-1]
 
 
 # --- near misses and garbage: mostly refused; whatever is accepted is checked too ---
