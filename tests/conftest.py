@@ -19,7 +19,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import psycopg
@@ -201,6 +201,16 @@ def db_url(_drops: _Drops) -> Iterator[str]:
     """A freshly migrated database of its own for this test."""
     with _database_of_its_own("ceaseless_t", os.environ[_TEMPLATE_VAR], _drops) as url:
         yield url
+
+
+@pytest.fixture
+def fresh_db_url(_drops: _Drops) -> Iterator[Callable[[], str]]:
+    """Call it for another freshly migrated database, as many as the test needs; each is
+    dropped after the test."""
+    with ExitStack() as databases:
+        yield lambda: databases.enter_context(
+            _database_of_its_own("ceaseless_t", os.environ[_TEMPLATE_VAR], _drops)
+        )
 
 
 @pytest.fixture
