@@ -47,6 +47,7 @@ PROBES: dict[str, str] = {
             "loop_status",
             "repo_status",
             "forge_pipeline",
+            "retention_status",
         )
     },
 }

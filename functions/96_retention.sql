@@ -385,3 +385,31 @@ comment on function prune(timestamptz, integer, text, boolean) is
     '(or p_only), oldest first, never a live row or one a live rule reads; one audit row per '
     'pass. Returns (kind, removed); no rows when another prune holds the lock. Operators, '
     'listeners and the owner; audit rows only for listeners and the owner.';
+
+-- Retention as an operator checks it: what each kind keeps (kept_for, NULL
+-- for ever; the cutoff _retention_cutoff gives prune), and what the latest
+-- pass removed. A pass writes its audit row only when it removed something,
+-- so last_pass_at is the latest pass that did; a listener whose maintenance
+-- prunes shows there every prune_interval_secs while rows are past their
+-- cutoff. One probe of audit_log_entity_key_idx, newest first: the view
+-- never reads the history it is about.
+create or replace view retention_status with (security_invoker = true) as
+select k.kind,
+       c.now - _retention_cutoff(k.kind, c.now) as kept_for,
+       _retention_cutoff(k.kind, c.now) as cutoff,
+       last.at as last_pass_at,
+       coalesce((last.detail -> 'removed' ->> k.kind)::bigint, 0) as removed_by_last_pass
+from (values (now())) c (now)
+cross join unnest(_retention_kinds()) with ordinality k (kind, position)
+left join lateral (
+    select a.at, a.detail
+    from audit_log a
+    where a.entity = 'retention' and a.entity_key = 'prune'
+    order by a.id desc
+    limit 1) last on true
+order by k.position;
+
+comment on view retention_status is
+    'One row per kind prune removes, in its order: how long its finished rows are kept '
+    '(kept_for, NULL for ever), the cutoff before which they go, and the latest pass that removed '
+    'anything (last_pass_at) with this kind''s count in it. Operators and listeners.';

@@ -1590,6 +1590,25 @@ comment on view ceaseless.repo_status is 'One row per tracked repo: last and nex
 grant select on table ceaseless.repo_status to ceaseless_operator, ceaseless_user;
 grant select, insert, update, delete on table ceaseless.repo_status to ceaseless_listener;
 
+create view ceaseless.retention_status with (security_invoker=true) as
+ SELECT k.kind,
+    c.now - ceaseless._retention_cutoff(k.kind, c.now) AS kept_for,
+    ceaseless._retention_cutoff(k.kind, c.now) AS cutoff,
+    last.at AS last_pass_at,
+    COALESCE(((last.detail -> 'removed'::text) ->> k.kind)::bigint, 0::bigint) AS removed_by_last_pass
+   FROM ( VALUES (now())) c(now)
+     CROSS JOIN unnest(ceaseless._retention_kinds()) WITH ORDINALITY k(kind, "position")
+     LEFT JOIN LATERAL ( SELECT a.at,
+            a.detail
+           FROM ceaseless.audit_log a
+          WHERE a.entity = 'retention'::text AND a.entity_key = 'prune'::text
+          ORDER BY a.id DESC
+         LIMIT 1) last ON true
+  ORDER BY k."position";
+comment on view ceaseless.retention_status is 'One row per kind prune removes, in its order: how long its finished rows are kept (kept_for, NULL for ever), the cutoff before which they go, and the latest pass that removed anything (last_pass_at) with this kind''s count in it. Operators and listeners.';
+grant select on table ceaseless.retention_status to ceaseless_operator;
+grant select, insert, update, delete on table ceaseless.retention_status to ceaseless_listener;
+
 create view ceaseless.routine_status with (security_invoker=true) as
  SELECT r.id,
     r.name,

@@ -521,3 +521,44 @@ def test_a_batch_reads_the_oldest_rows_by_index_not_the_whole_history(
     ]
     buffers = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
     assert buffers < 100, buffers
+
+
+def _status(conn: psycopg.Connection) -> dict[str, tuple[Any, ...]]:
+    rows = conn.execute(
+        "select kind, extract(epoch from kept_for)::bigint, cutoff is null, last_pass_at, "
+        "removed_by_last_pass from ceaseless.retention_status"
+    ).fetchall()
+    return {row[0]: row[1:] for row in rows}
+
+
+def test_retention_status_shows_what_each_kind_keeps_and_what_the_last_pass_removed(
+    conn: psycopg.Connection, login_role: Connect
+) -> None:
+    status = _status(conn)
+    assert list(status) == [
+        "routine_runs", "topology_runs", "jobs", "events", "notifications", "late_results",
+        "webhook_deliveries", "audit_log",
+    ]  # fmt: skip
+    assert status["jobs"] == (30 * 86400, False, None, 0)
+    conn.execute("update ceaseless.settings set value = '0' where key = 'retention_events_secs'")
+    assert _status(conn)["events"][:2] == (None, True)
+
+    _finished_job(conn)
+    _finished_job(conn)
+    removed = _prune(conn)
+    assert removed["jobs"] == 2
+    after = _status(conn)
+    last_pass = _one(conn, "select max(at) from ceaseless.audit_log where entity = 'retention'")
+    assert after["jobs"][2:] == (last_pass, 2)
+    assert after["routine_runs"][2:] == (last_pass, 0)
+
+    # A pass with nothing to remove leaves no audit row: the last pass is still that one.
+    assert sum(_prune(conn).values()) == 0
+    assert _status(conn)["jobs"][2:] == (last_pass, 2)
+
+    ops = login_role("ops", "ceaseless_operator")
+    assert _status(ops) == _status(conn)
+    listener = login_role("listener", "ceaseless_listener")
+    assert _status(listener) == _status(conn)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        login_role("alice").execute("select * from ceaseless.retention_status")
