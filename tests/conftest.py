@@ -98,7 +98,7 @@ def _memory_backed_dir() -> str | None:
     that checks each new file against the files deleted in the last minutes (ext4
     without a journal, which the CI machines have), creating them grew with the run's
     churn: CREATE DATABASE took a quarter of a second of CPU, nearly all of it in the
-    kernel, and about a fifth of the whole run's CPU time. A tmpfs keeps no such
+    kernel, and close to a quarter of the whole run's CPU time. A tmpfs keeps no such
     record. The server's binaries are staged beside its data (as root), hence exec.
     """
     shm = "/dev/shm"

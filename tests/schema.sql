@@ -1592,12 +1592,14 @@ grant select, insert, update, delete on table ceaseless.repo_status to ceaseless
 
 create view ceaseless.retention_status with (security_invoker=true) as
  SELECT k.kind,
-    c.now - ceaseless._retention_cutoff(k.kind, c.now) AS kept_for,
-    ceaseless._retention_cutoff(k.kind, c.now) AS cutoff,
+    c.now - r.cutoff AS kept_for,
+    r.cutoff,
     last.at AS last_pass_at,
     COALESCE(((last.detail -> 'removed'::text) ->> k.kind)::bigint, 0::bigint) AS removed_by_last_pass
    FROM ( VALUES (now())) c(now)
      CROSS JOIN unnest(ceaseless._retention_kinds()) WITH ORDINALITY k(kind, "position")
+     CROSS JOIN LATERAL ( SELECT ceaseless._retention_cutoff(k.kind, c.now) AS cutoff
+         OFFSET 0) r
      LEFT JOIN LATERAL ( SELECT a.at,
             a.detail
            FROM ceaseless.audit_log a
