@@ -9,8 +9,6 @@
 -- naming where the value is, the rule and the value (bounded), so clients
 -- read one error shape whatever refused it.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- Read a numeric setting, failing loudly when it is missing: a silent default
 -- here would hide an operator's deleted row until a lease or a cap misbehaves.
 create or replace function _setting_int(p_key text)

@@ -16,8 +16,6 @@
 -- recurses once per level, and 3,000 levels are only 6 KB of brackets: one
 -- such job payload would stop every listener that claimed it.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- Is a document nested deeper than the cap? A value at level N sits inside N
 -- arrays or objects; strict mode, so arrays are not unwrapped on the way.
 -- The path is built from the cap, so the number lives in one place.

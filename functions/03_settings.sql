@@ -16,8 +16,6 @@
 -- not be echoed). Keys this file does not know (an operator's note, a later
 -- version's setting) are stored as given. Nothing is locked or written.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The range of each numeric setting, inclusive. NULL: not a numeric setting.
 create or replace function _setting_range(p_key text)
 returns int8range

@@ -13,8 +13,6 @@
 -- without PostgreSQL's "Failing row contains (…)" detail, which would print
 -- the secret to the client, the CLI and the server log.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- scheme://host[:port] of a URL: enough to tell which receiver failed,
 -- without the path, query or userinfo where such receivers keep credentials.
 create or replace function _url_origin(p_url text)

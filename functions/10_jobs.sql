@@ -40,8 +40,6 @@
 -- so a statement's routine runs close, and its nodes move, before its own
 -- audit rows are written.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- Planner settings (here and in 20_agent_runs.sql): none by default. A
 -- function keeps one only while a plan test shows the plan it prevents, or
 -- bin/bench on PostgreSQL 15 and 18 shows it pays; the comment beside each

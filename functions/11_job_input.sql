@@ -18,8 +18,6 @@
 -- the triggers' WHEN clauses test them in the executor, so a fire of a
 -- thousand routines pays for no PL/pgSQL call.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- Is a value a path the listener may read context from: a JSON string, not
 -- blank, relative, without a .. component? The listener checks again where
 -- the path resolves (symlinks included), against its workspace root.

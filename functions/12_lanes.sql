@@ -26,8 +26,6 @@
 --   ended, so the runs admitted before a budget was reached may overshoot it
 --   by what they cost.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- What each lane may start now, and what holds it, read against p_now:
 --
 -- | held_by        | when                                                     |

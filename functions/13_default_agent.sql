@@ -18,8 +18,6 @@
 --   clauses); seed-shaped routine inserts, which have no agent column, work
 --   once a default exists.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The default agent's name, for a row at p_where that names none; raises
 -- CE422 naming p_where when there is no usable default.
 create or replace function _default_agent(p_where text)

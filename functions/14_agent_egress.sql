@@ -9,8 +9,6 @@
 -- (CE422) names agents.egress, the rule and the entry. How an entry is matched
 -- is the proxy's (listener/agents/egress.py); this file checks only its shape.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- Why p_entry is not an egress entry, or NULL.
 create or replace function _egress_entry_error(p_entry text)
 returns text

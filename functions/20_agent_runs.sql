@@ -15,8 +15,6 @@
 -- cancel of the same job queue instead of deadlocking. NOTIFY ceaseless_run /
 -- ceaseless_job by trigger.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- Planner settings: see the head of 10_jobs.sql.
 
 -- Record the session each agent reported as it started (Claude Code's init

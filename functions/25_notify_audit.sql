@@ -23,8 +23,6 @@
 -- auditing them twice would cost two of the eight rows a short job writes.
 -- The agent_run triggers only announce.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- How an announcement travels; every NOTIFY of the engine goes through here.
 -- By default with the commit of the transaction that makes the change
 -- (pg_notify). A session that set ceaseless.notify = 'relay' has its

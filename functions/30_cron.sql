@@ -30,8 +30,6 @@
 -- the slots the gate's reading gives, and that _cron_slots gives the slots
 -- the listener walks through between two times, DST changes included.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- A run of ASCII digits as an integer, capped at 1,000,000,000: every bound in
 -- cron is below 60, so the cap keeps each comparison right (too big, not zero)
 -- without an integer cast that could overflow on "99999999999".

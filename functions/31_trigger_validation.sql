@@ -14,8 +14,6 @@
 -- (routines.trigger_config.schedule, loops.triggers.cron), the rule and the
 -- value; nothing is locked or written.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- A trigger object (routines.trigger_config, loops.triggers: p_object) checked
 -- and completed where a routine's rules and a loop's are one:
 -- - the cron schedule at p_schedule_key, when the object has one (p_cron:

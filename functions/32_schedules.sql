@@ -44,8 +44,6 @@
 --   backfill fire also its slot (slot_at), and a backfill never fires a slot
 --   that a run with that slot_at already started.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- Every routine and loop as a schedule: what fires it on a clock (schedule and
 -- timezone, NULL for neither), when next, and whether it may fire at all.
 -- security_invoker, so a user role sees its own rows (row-level security of

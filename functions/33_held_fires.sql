@@ -37,8 +37,6 @@
 -- without waiting), and then fires in the lock order of a fire of its kind
 -- (41_fire_admission.sql, 56_loop_firing.sql).
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- Remember in transaction_state the held fire fire_held is releasing (NULL:
 -- none), keeping what the transaction remembered otherwise: a fire refused
 -- again then updates that row instead of holding another.

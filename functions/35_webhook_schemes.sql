@@ -16,8 +16,6 @@
 -- _webhook_remember under the unique constraint signature_seen_once, so two
 -- racing copies of one request cannot both pass.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- HMAC-SHA256 (RFC 2104) over the built-in sha256().
 create or replace function _hmac_sha256(p_key bytea, p_message bytea)
 returns bytea

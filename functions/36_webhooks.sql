@@ -12,8 +12,6 @@
 -- raise the documented SQLSTATEs (docs/errors.md), which the ingress maps to
 -- HTTP status codes.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The grammar of a webhook token in a URL path: routine paths are validated
 -- against it (40_routine_validation.sql), loop tokens are generated in it
 -- (55_loop_validation.sql), and the HTTP ingress reads it once

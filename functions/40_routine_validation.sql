@@ -12,8 +12,6 @@
 -- against untrusted text, when a next slot is asked for) are the trigger
 -- layer's (31_trigger_validation.sql, 32_schedules.sql).
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- Check a routine's trigger_config and action_config in full, filling their
 -- defaults (timezone UTC, channel null, context_paths []). Returns the row to
 -- store.

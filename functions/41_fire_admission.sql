@@ -43,8 +43,6 @@
 --   routine fire locks is in id or key order, and a finishing statement
 --   holds its routines only for its end, not all of it.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- This transaction's row of transaction_state (db/0026), or a row of NULLs
 -- when it has none: what the engine's functions remember between two calls
 -- in one transaction. Never a setting, which any session could SET. A

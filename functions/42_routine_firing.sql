@@ -19,8 +19,6 @@
 -- - NOTIFY ceaseless_run when a run starts or is refused (routine_runs
 --   triggers, 44_routine_outcomes.sql).
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The instruction that ends every lightweight prompt: a reply of exactly
 -- ROUTINE_OK is how a run says nothing needs attention (_close_routine_runs),
 -- so no notification goes out for a quiet check.

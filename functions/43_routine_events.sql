@@ -14,8 +14,6 @@
 -- fire (a live iteration, the loop disabled) is recorded as a skipped run;
 -- events.fired_count says how many runs and iterations started.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The event routines of p_user_id whose literal occurs in p_content: the
 -- candidates whose channel and pattern the event's trigger then checks.
 --

@@ -18,8 +18,6 @@
 -- ceaseless_run once per status a statement moved runs to (never for a
 -- statement that moved none).
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- Routine runs whose jobs ended: set each run's status from its job and its
 -- last agent reply, update each routine's counters and state once, and queue
 -- the notifications their notify_on_* flags ask for. Set-based: a finish

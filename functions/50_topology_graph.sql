@@ -19,8 +19,6 @@
 -- what a running iteration does. Reads only and takes no lock, except that
 -- the first run or loop without a workspace creates the default one.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The workspace a loop or run lands in when it names none: one called
 -- `default`, created on first use. Security definer, so a user role need not
 -- be able to write workspaces; the name is fixed, so it cannot be steered.

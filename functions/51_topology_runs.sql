@@ -58,8 +58,6 @@
 -- Foreign keys to the run (nodes, jobs, approvals) take KEY SHARE, which FOR
 -- NO KEY UPDATE does not block.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- A text cut to p_chars characters, with a visible marker saying how much
 -- was cut, so the next agent knows it sees a part.
 create or replace function _topology_cut(p_text text, p_chars integer)

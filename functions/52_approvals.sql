@@ -30,8 +30,6 @@
 -- order of 51_topology_runs.sql; the expiry sweep skips runs another
 -- statement holds (SKIP LOCKED) and takes them at its next tick.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- Ask for a node's approval: the row, the node awaiting it, and the owner's
 -- notification. The caller holds the run row and passes a waiting node, so
 -- an existing row is an earlier start's (a retried run): it is asked again.

@@ -34,8 +34,6 @@
 -- - a loop with a live iteration cannot be deleted (CE409): cancel the
 --   iteration first, or its jobs would run on for a loop that is gone.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The until-event names a policy accepts, and what each means. The seed's
 -- example says {event: 'ok'}: it is read as 'succeeded' (an iteration's
 -- outcome is its run's status) and stored as such, so the policy, the view

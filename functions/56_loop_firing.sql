@@ -59,8 +59,6 @@
 --   * deleting a loop (FOR UPDATE on it) refuses while an iteration is live
 --     and so waits for no run.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The parent's final message as the next iteration reads it, cut to
 -- p_cap characters with a marker saying how much was left out.
 create or replace function _loop_prior_context(p_message text, p_status text, p_cap integer)

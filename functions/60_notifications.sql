@@ -29,8 +29,6 @@
 -- - the two settings are seeded once, by db/0007_seed_data.sql: this file
 --   writes no rows, so re-applying it never brings back one an operator deleted.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The sink configuration. A deleted row falls back to logging everything
 -- rather than failing: the log sink loses nothing, and a notification that
 -- cannot be delivered anywhere is worse than one in the listener's log.

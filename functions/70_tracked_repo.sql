@@ -28,8 +28,6 @@
 --   keeps its transaction open while it polls;
 -- - a repo inside its quiet window, or disabled, is never handed out.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- Why p_ref is not a branch name git accepts (git check-ref-format --branch),
 -- or NULL. The checkout runs `git clone --branch <default_branch>`: a name
 -- git refuses would fail every job of the repo, long after it was stored.

@@ -17,8 +17,6 @@
 --   opencode with a parent job, claude_code without (lanes are agents rows,
 --   repointed by changing them).
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The lane (an agents row) a forge job of this kind runs on. A child issue's
 -- implementation has been planned already, so it goes to the cheaper lane
 -- that follows instructions; anything else needs the lane that plans.

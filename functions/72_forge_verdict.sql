@@ -26,8 +26,6 @@
 --
 -- or, from a run of any kind, {"needs_human": "why"}.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The block of a final message: NULL block and NULL problem when there is
 -- none; a problem (a sentence naming the rule) when it is not a JSON object.
 -- Every quantifier is non-greedy: PostgreSQL gives a whole regular expression

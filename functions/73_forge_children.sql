@@ -16,8 +16,6 @@
 --   statement moves next_attempt_at on), and a row whose creation may have
 --   happened (attempts > 1) carries a marker the caller searches for first.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The marker in a child issue's body: unique per repo, plan issue and key.
 create or replace function _child_marker(p_parent_number bigint, p_key text)
 returns text

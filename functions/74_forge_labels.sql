@@ -13,8 +13,6 @@
 -- - each job is handed to one caller at a time (SKIP LOCKED, and the same
 --   statement moves labels_retry_at on).
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The label that mirrors a state. Claimed is running (the agent is about to
 -- start); the three ways to end without delivering read as failed. The
 -- partial index job_labels_due_idx (db/0020) repeats this expression.

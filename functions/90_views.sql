@@ -35,8 +35,6 @@
 --   needs the migration (dropping stuck_jobs).
 -- - Never `drop … cascade`: a test refuses it anywhere in db/ or functions/.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 create or replace view job_queue with (security_invoker = true) as
 select j.id,
        j.kind,

@@ -18,8 +18,6 @@
 --
 -- Event names: run, node, approval (both streams), loop (the loop stream).
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- Run statuses after which nothing of the run moves again.
 create or replace function _run_status_final(p_status text)
 returns boolean

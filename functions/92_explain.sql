@@ -19,8 +19,6 @@
 --   unknown as one that does not exist (CE404). Security definer
 --   (99_access.sql), because a lane's counts include every owner's jobs.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- What holds a lane's next claim: each reason _lane_capacity (12_lanes.sql,
 -- the rule claim_jobs admits by) names, in its order, with the counts behind
 -- it and when it clears. Also returns the free slots, which the callers need

@@ -17,8 +17,6 @@
 -- - any listener serves the same database-wide numbers: nothing is kept in a
 --   listener, so a restart resets no counter of these.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The run-duration histogram's upper bounds, in seconds (Prometheus `le`):
 -- from an in-process noop run to a three-hour agent session.
 create or replace function _metrics_duration_bounds()

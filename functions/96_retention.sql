@@ -32,8 +32,6 @@
 --   (retry_job, retry_topology_run) is kept: the delete repeats the state
 --   test on the row it deletes, which READ COMMITTED re-reads.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 -- The kinds prune knows, in the order it prunes them: runs before jobs, so
 -- the jobs a run frees can go in the same call.
 create or replace function _retention_kinds()

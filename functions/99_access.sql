@@ -19,8 +19,6 @@
 -- nothing of anyone else's; on a database of its own (below), user roles
 -- cannot create temporary tables.
 
-set local search_path = ceaseless, pg_catalog, pg_temp;
-
 revoke all on schema ceaseless from public;
 grant usage on schema ceaseless to ceaseless_listener, ceaseless_operator, ceaseless_user;
 

@@ -224,7 +224,42 @@ def column_option(help: str) -> Any:
     return typer.Option(help=f"{help} (default: the column default).")
 
 
-# Routines and loops debounce alike (functions/33_held_fires.sql): one wording for both.
+# Routines and loops share one trigger layer (functions/32_schedules.sql): the options
+# that configure it are written once, for `routine add` and `loop add` alike.
+CronOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Fire on this cron schedule, e.g. '0 */6 * * *'; a sixth field is seconds, LAST: "
+        "'0 9 * * * 30'."
+    ),
+]
+TimezoneOpt = Annotated[
+    str | None,
+    typer.Option("--timezone", "--tz", help="IANA time zone of --cron (default: UTC)."),
+]
+EventOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Fire when an event of the owner's (INSERT INTO ceaseless.events) matches this regex."
+    ),
+]
+ChannelOpt = Annotated[
+    str | None, typer.Option(help="With --event: only events of this channel (any case).")
+]
+JobPriorityOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Priority of the jobs it creates: higher runs first in a lane, -1000..1000 "
+        "(default 0)."
+    ),
+]
+JobFairnessKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Fairness key of the jobs it creates: whose turn they wait for in a round_robin "
+        "lane, within their owner's turns (default: the owner)."
+    ),
+]
 DebounceOpt = Annotated[
     int | None,
     typer.Option(

@@ -24,11 +24,17 @@ import typer
 
 from listener.cli import cron as cron_cli
 from listener.cli.common import (
+    ChannelOpt,
+    CronOpt,
     DebounceMaxOpt,
     DebounceOpt,
+    EventOpt,
+    JobFairnessKeyOpt,
+    JobPriorityOpt,
     Named,
     Output,
     OutputOpt,
+    TimezoneOpt,
     call,
     emitting,
     fail,
@@ -134,10 +140,8 @@ def loop_add(
         ),
     ],
     description: Annotated[str, typer.Option(help="A longer note for people.")] = "",
-    cron: Annotated[
-        str | None, typer.Option(help="Fire on this cron schedule, e.g. '0 */6 * * *'.")
-    ] = None,
-    tz: Annotated[str | None, typer.Option(help="IANA time zone of --cron (default: UTC).")] = None,
+    cron: CronOpt = None,
+    tz: TimezoneOpt = None,
     on_completion: Annotated[
         bool, typer.Option("--on-completion", help="Start the next iteration when one ends.")
     ] = False,
@@ -147,15 +151,8 @@ def loop_add(
             "--webhook", help="Fire on POST /hooks/<token>; the database makes the token and key."
         ),
     ] = False,
-    event: Annotated[
-        str | None,
-        typer.Option(
-            help="Fire when an event of yours (INSERT INTO ceaseless.events) matches this regex."
-        ),
-    ] = None,
-    channel: Annotated[
-        str | None, typer.Option(help="With --event: only events of this channel (any case).")
-    ] = None,
+    event: EventOpt = None,
+    channel: ChannelOpt = None,
     iters: Annotated[int | None, typer.Option(help="Policy: stop after N iterations.")] = None,
     until_match: Annotated[
         str | None,
@@ -193,20 +190,8 @@ def loop_add(
             "until then (held, never skipped). 0 is unpaced; default 1. `loop run` is not paced."
         ),
     ] = None,
-    job_priority: Annotated[
-        int | None,
-        typer.Option(
-            help="Its nodes' jobs' priority: higher runs first in a lane, -1000..1000 (default 0)."
-        ),
-    ] = None,
-    job_fairness_key: Annotated[
-        str | None,
-        typer.Option(
-            help="Its nodes' jobs' fairness key: whose turn they wait for in a "
-            "round_robin lane, within their owner's turns "
-            "(default: the owner)."
-        ),
-    ] = None,
+    job_priority: JobPriorityOpt = None,
+    job_fairness_key: JobFairnessKeyOpt = None,
 ) -> None:
     """Create a loop. With no trigger it runs only by `ceaseless loop run`; with no policy, forever.
 

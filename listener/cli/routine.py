@@ -18,11 +18,17 @@ import typer
 from listener import cron
 from listener.cli import cron as cron_cli
 from listener.cli.common import (
+    ChannelOpt,
+    CronOpt,
     DebounceMaxOpt,
     DebounceOpt,
+    EventOpt,
+    JobFairnessKeyOpt,
+    JobPriorityOpt,
     Named,
     Output,
     OutputOpt,
+    TimezoneOpt,
     call,
     column_option,
     emitting,
@@ -67,17 +73,10 @@ def routine_add(
         str | None,
         typer.Option(help="Owner (routines.user_id; default: your database role)."),
     ] = None,
-    cron: Annotated[
-        str | None, typer.Option(help="Cron schedule; 6 fields put seconds LAST: '0 9 * * * 30'.")
-    ] = None,
-    timezone: Annotated[
-        str | None,
-        typer.Option(help="IANA time zone for --cron (default: UTC, filled in by the database)."),
-    ] = None,
-    event: Annotated[
-        str | None, typer.Option(help="Regex that an event's content must match.")
-    ] = None,
-    channel: Annotated[str | None, typer.Option(help="Event channel (case-insensitive).")] = None,
+    cron: CronOpt = None,
+    timezone: TimezoneOpt = None,
+    event: EventOpt = None,
+    channel: ChannelOpt = None,
     webhook: Annotated[str | None, typer.Option(help="URL path for POST /hooks/{path}.")] = None,
     secret: Annotated[str | None, typer.Option(help="Webhook signing secret.")] = None,
     scheme: Annotated[
@@ -114,20 +113,8 @@ def routine_add(
     ] = None,
     debounce: DebounceOpt = None,
     debounce_max: DebounceMaxOpt = None,
-    job_priority: Annotated[
-        int | None,
-        typer.Option(
-            help="Its jobs' priority: higher runs first in the lane, -1000..1000 (default 0)."
-        ),
-    ] = None,
-    job_fairness_key: Annotated[
-        str | None,
-        typer.Option(
-            help="Its jobs' fairness key: whose turn they wait for in a "
-            "round_robin lane, within their owner's turns "
-            "(default: the owner)."
-        ),
-    ] = None,
+    job_priority: JobPriorityOpt = None,
+    job_fairness_key: JobFairnessKeyOpt = None,
 ) -> None:
     """Create a routine: one trigger (--cron, --event, --webhook, or none for manual) and
     one action (--prompt for lightweight, --title/--description for full_job)."""

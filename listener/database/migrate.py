@@ -13,11 +13,14 @@ Guarantees:
 - an applied migration whose file has since changed is a hard error naming the
   file: the database would no longer match what the repository says it is;
 - the `functions/*.sql` files are re-applied, in name order, in one
-  transaction, only when their checksum (names and contents of all of them, in
-  order) differs from the one recorded in ceaseless.schema_functions, or when a
-  db/ migration (other than indexes built concurrently) was applied since they
-  last were; the checksum is recorded in
-  the same transaction, so a failed re-apply is retried by the next run;
+  transaction whose search_path is `ceaseless, pg_catalog, pg_temp` (what they
+  create goes to schema ceaseless, and a table in the migrating session's own
+  path shadows nothing they name; the files set none themselves), only when
+  their checksum (names and contents of all of them, in order) differs from
+  the one recorded in ceaseless.schema_functions, or when a db/ migration
+  (other than indexes built concurrently) was applied since they last were;
+  the checksum is recorded in the same transaction, so a failed re-apply is
+  retried by the next run;
 - on an unchanged schema, migrate only reads its two bookkeeping tables: it
   takes no lock stronger than ACCESS SHARE on any table of schema ceaseless,
   so `ceaseless up` on a busy database stalls nothing;
@@ -461,6 +464,7 @@ def migrate(
                 return MigrateReport(todo, [], functions_skipped=True)
 
             def apply_functions() -> None:
+                conn.execute("set local search_path = ceaseless, pg_catalog, pg_temp")
                 for path in files:
                     _execute_file(conn, path)
                 conn.execute(

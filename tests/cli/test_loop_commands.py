@@ -285,3 +285,39 @@ def test_a_run_the_overlap_policy_keeps_is_printed_as_held_with_what_it_waits_fo
     held_id = held.stdout.split()[0]
     assert held.stdout.strip() == f"{held_id} held (buffered: waits for live_iteration)"
     assert conn.execute("select count(*) from ceaseless.held_fires").fetchone() == (1,)
+
+
+def test_routines_and_loops_take_the_trigger_options_by_the_same_names(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    # One trigger layer, one set of options: --timezone and --tz both read the cron's zone,
+    # and the jobs' priority and fairness key are set the same way, for either kind.
+    assert run_cli(db_url, "agent", "add", "noop", "--adapter", "noop").returncode == 0
+    shared = ["--cron", "0 9 * * *", "--job-priority", "5", "--job-fairness-key", "team-a"]
+    routine = run_cli(
+        db_url,
+        "routine",
+        "add",
+        "r",
+        "--agent",
+        "noop",
+        "--prompt",
+        "p",
+        "--tz",
+        "Asia/Tokyo",
+        *shared,
+    )
+    loop = run_cli(
+        db_url, "loop", "add", "--title", "l", "--task", "t", "--graph", "-",
+        "--timezone", "Asia/Tokyo", *shared,
+        stdin=json.dumps(GRAPH),
+    )  # fmt: skip
+    rows = conn.execute(
+        "select trigger_config ->> 'timezone', job_priority, job_fairness_key "
+        "from ceaseless.routines where id = %s "
+        "union all "
+        "select triggers ->> 'timezone', job_priority, job_fairness_key "
+        "from ceaseless.loops where id = %s",
+        (_ok(routine).strip(), _ok(loop).strip()),
+    ).fetchall()
+    assert rows == [("Asia/Tokyo", 5, "team-a")] * 2

@@ -17,7 +17,7 @@ FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 def _listed() -> list[tuple[str, str]]:
     """(trigger, file) as the header of 10_jobs.sql lists them, in its order."""
     text = (FUNCTIONS / "10_jobs.sql").read_text()
-    header = text[: text.index("set local search_path")]
+    header = text.split("\n\n", 1)[0]  # the file's first comment block
     listed = []
     for name, rest in re.findall(r"^--     (job_\w+) +(.*(?:\n--  {20,}.*)*)", header, re.M):
         files = re.findall(r"\b\d\d_\w+\.sql\b", rest)
