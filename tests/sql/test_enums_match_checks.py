@@ -1,5 +1,8 @@
 """The CHECK IN-lists of db/ and the enums of listener/enums.py say the same thing.
 
+An IN-list is `x IN ('a', …)` or, written as one array constant, `x = ANY ('{a,…}'::text[])`
+(db/0098 says why).
+
 The migrations are read with pglast in order, so a later migration that widens
 a list (ALTER TABLE … DROP CONSTRAINT, ADD CONSTRAINT) is what counts. Every
 IN-list found must be mirrored by an enum or listed in NO_MIRROR_YET, so a new
@@ -8,6 +11,7 @@ list is noticed when it is added.
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Iterator
 from enum import StrEnum
@@ -101,7 +105,8 @@ NO_MIRROR_YET: set[Key] = {
 
 
 def _in_list(expr: ast.Node) -> tuple[ast.Node, list[str]] | None:
-    """(tested expression, values) of `x IN ('a', …)`, also under `x IS NULL OR …`."""
+    """(tested expression, values) of `x IN ('a', …)` or `x = ANY ('{a,…}'::text[])`, also
+    under `x IS NULL OR …`."""
     if (
         isinstance(expr, ast.BoolExpr)
         and expr.boolop == BoolExprType.OR_EXPR
@@ -110,14 +115,30 @@ def _in_list(expr: ast.Node) -> tuple[ast.Node, list[str]] | None:
         and expr.args[0].nulltesttype == NullTestType.IS_NULL
     ):
         expr = expr.args[1]
+    if not (isinstance(expr, ast.A_Expr) and expr.name[0].sval == "="):
+        return None
+    if expr.kind == A_Expr_Kind.AEXPR_OP_ANY:
+        values = _array_literal(expr.rexpr)
+        return None if values is None else (expr.lexpr, values)
+    if expr.kind == A_Expr_Kind.AEXPR_IN and all(
+        isinstance(v, ast.A_Const) and isinstance(v.val, ast.String) for v in expr.rexpr
+    ):
+        return expr.lexpr, [v.val.sval for v in expr.rexpr]
+    return None
+
+
+def _array_literal(expr: ast.Node) -> list[str] | None:
+    """The values of a text array constant of plain words, `'{a,b}'::text[]`."""
     if not (
-        isinstance(expr, ast.A_Expr)
-        and expr.kind == A_Expr_Kind.AEXPR_IN
-        and expr.name[0].sval == "="
-        and all(isinstance(v, ast.A_Const) and isinstance(v.val, ast.String) for v in expr.rexpr)
+        isinstance(expr, ast.TypeCast)
+        and expr.typeName.names[-1].sval == "text"
+        and expr.typeName.arrayBounds
+        and isinstance(expr.arg, ast.A_Const)
+        and isinstance(expr.arg.val, ast.String)
+        and re.fullmatch(r"\{\w+(,\w+)*\}", expr.arg.val.sval)
     ):
         return None
-    return expr.lexpr, [v.val.sval for v in expr.rexpr]
+    return expr.arg.val.sval[1:-1].split(",")
 
 
 def _column_refs(node: ast.Node) -> int:
@@ -281,16 +302,18 @@ def test_a_later_migration_that_widens_a_list_is_what_counts(db_url: str, tmp_pa
 
 
 def _any_array(expr: ast.Node) -> frozenset[str] | None:
-    """The values of `x = ANY (ARRAY['a'::text, …])`, also under `x IS NULL OR …`."""
+    """The values of `x = ANY (ARRAY['a'::text, …])` or `x = ANY ('{a,…}'::text[])`, also
+    under `x IS NULL OR …`."""
     if isinstance(expr, ast.BoolExpr) and expr.boolop == BoolExprType.OR_EXPR:
         if len(expr.args) != 2 or not isinstance(expr.args[0], ast.NullTest):
             return None
         expr = expr.args[1]
-    if not (
-        isinstance(expr, ast.A_Expr)
-        and expr.kind == A_Expr_Kind.AEXPR_OP_ANY
-        and isinstance(expr.rexpr, ast.A_ArrayExpr)
-    ):
+    if not (isinstance(expr, ast.A_Expr) and expr.kind == A_Expr_Kind.AEXPR_OP_ANY):
+        return None
+    literal = _array_literal(expr.rexpr)
+    if literal is not None:
+        return frozenset(literal)
+    if not isinstance(expr.rexpr, ast.A_ArrayExpr):
         return None
     values = set()
     for element in expr.rexpr.elements:
