@@ -118,26 +118,26 @@ create table ceaseless.agents (
     fairness text default 'fifo'::text not null,
     max_cost_usd numeric(12,6),
     max_tokens bigint,
-    constraint agents_adapter_check CHECK ((adapter = ANY (ARRAY['claude_code'::text, 'opencode'::text, 'command'::text, 'noop'::text]))),
+    constraint agents_adapter_check CHECK ((adapter = ANY ('{claude_code,opencode,command,noop}'::text[]))),
     constraint agents_pkey PRIMARY KEY (name),
     constraint argv_no_empty_executable CHECK (((cardinality(argv) = 0) OR (argv[1] <> ''::text))),
     constraint argv_not_empty_for_process_adapters CHECK (((adapter = 'noop'::text) OR (cardinality(argv) >= 1))),
     constraint env_is_object_of_strings CHECK (((jsonb_typeof(env) = 'object'::text) AND (NOT jsonb_path_exists(env, '$.*?(@.type() != "string")'::jsonpath)))),
     constraint env_passthrough_names CHECK (((cardinality(env_passthrough) = 0) OR ((cardinality(env_passthrough) <= 100) AND (array_position(env_passthrough, NULL::text) IS NULL) AND (array_to_string(env_passthrough, ','::text) ~ '^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$'::text) AND (string_to_array(array_to_string(env_passthrough, ','::text), ','::text) = env_passthrough)))),
     constraint env_passthrough_not_database CHECK ((NOT (((','::text || upper(array_to_string(env_passthrough, ','::text))) || ','::text) ~ ',(DATABASE_URL|PG[A-Z0-9_]*|CEASELESS_[A-Z0-9_]*),'::text))),
-    constraint fairness_known CHECK ((fairness = ANY (ARRAY['fifo'::text, 'round_robin'::text]))),
+    constraint fairness_known CHECK ((fairness = ANY ('{fifo,round_robin}'::text[]))),
     constraint kill_grace_secs_not_negative CHECK ((kill_grace_secs >= 0)),
     constraint max_attempts_positive CHECK ((max_attempts > 0)),
     constraint max_concurrent_positive CHECK ((max_concurrent > 0)),
-    constraint max_cost_usd_positive CHECK (((max_cost_usd IS NULL) OR (max_cost_usd > (0)::numeric))),
-    constraint max_tokens_positive CHECK (((max_tokens IS NULL) OR (max_tokens > 0))),
+    constraint max_cost_usd_positive CHECK ((max_cost_usd > (0)::numeric)),
+    constraint max_tokens_positive CHECK ((max_tokens > 0)),
     constraint name_url_safe CHECK ((name ~ '^[a-z0-9][a-z0-9_.-]*$'::text)),
-    constraint notify_channel_not_empty CHECK (((notify_channel IS NULL) OR (notify_channel <> ''::text))),
+    constraint notify_channel_not_empty CHECK ((notify_channel <> ''::text)),
     constraint timeout_secs_positive CHECK ((timeout_secs > 0)),
-    constraint window_budget_positive CHECK (((window_budget IS NULL) OR (window_budget > 0))),
-    constraint window_cost_usd_positive CHECK (((window_cost_usd IS NULL) OR (window_cost_usd > (0)::numeric))),
+    constraint window_budget_positive CHECK ((window_budget > 0)),
+    constraint window_cost_usd_positive CHECK ((window_cost_usd > (0)::numeric)),
     constraint window_secs_positive CHECK ((window_secs > 0)),
-    constraint window_tokens_positive CHECK (((window_tokens IS NULL) OR (window_tokens > 0)))
+    constraint window_tokens_positive CHECK ((window_tokens > 0))
 );
 CREATE TRIGGER agents_bounded_json BEFORE INSERT OR UPDATE OF env ON ceaseless.agents FOR EACH ROW WHEN (jsonb_path_exists(new.env, 'strict $.**{65}'::jsonpath)) EXECUTE FUNCTION ceaseless._tg_bounded_json('env');
 CREATE TRIGGER agents_changed AFTER INSERT OR DELETE OR UPDATE ON ceaseless.agents FOR EACH ROW EXECUTE FUNCTION ceaseless._tg_config_changed();
@@ -191,7 +191,7 @@ create table ceaseless.approvals (
     constraint approvals_topology_run_id_fkey FOREIGN KEY (topology_run_id) REFERENCES ceaseless.topology_runs(id) ON DELETE CASCADE,
     constraint approvals_topology_run_id_node_id_key UNIQUE (topology_run_id, node_id),
     constraint decision_complete CHECK ((((decision IS NULL) = (decided_by IS NULL)) AND ((decision IS NULL) = (decided_at IS NULL)))),
-    constraint decision_known CHECK ((decision = ANY (ARRAY['approved'::text, 'rejected'::text, 'expired'::text])))
+    constraint decision_known CHECK ((decision = ANY ('{approved,rejected,expired}'::text[])))
 );
 alter table ceaseless.approvals enable row level security;
 CREATE INDEX approvals_expiry_idx ON ceaseless.approvals USING btree (expires_at) WHERE ((decision IS NULL) AND (expires_at IS NOT NULL));
@@ -367,8 +367,8 @@ create table ceaseless.held_fires (
     constraint held_fires_loop_id_fkey FOREIGN KEY (loop_id) REFERENCES ceaseless.loops(id) ON DELETE CASCADE,
     constraint held_fires_one_target CHECK ((num_nonnulls(routine_id, loop_id) = 1)),
     constraint held_fires_pkey PRIMARY KEY (id),
-    constraint held_fires_policy_known CHECK ((policy = ANY (ARRAY['skip'::text, 'buffer_one'::text, 'buffer_all'::text, 'cancel_other'::text, 'allow_all'::text]))),
-    constraint held_fires_reason_known CHECK ((reason = ANY (ARRAY['buffered'::text, 'debounced'::text]))),
+    constraint held_fires_policy_known CHECK ((policy = ANY ('{skip,buffer_one,buffer_all,cancel_other,allow_all}'::text[]))),
+    constraint held_fires_reason_known CHECK ((reason = ANY ('{buffered,debounced}'::text[]))),
     constraint held_fires_routine_id_fkey FOREIGN KEY (routine_id) REFERENCES ceaseless.routines(id) ON DELETE CASCADE
 );
 alter table ceaseless.held_fires enable row level security;
@@ -571,7 +571,7 @@ create table ceaseless.listener_reports (
     constraint bounded CHECK (((length(worker) <= 200) AND (length(host) <= 255) AND (length(agent_user) <= 64) AND (length(isolation_warning) <= 2000) AND (length(http) <= 300))),
     constraint db_auth_word CHECK ((db_auth ~ '^[a-z0-9-]{1,32}$'::text)),
     constraint listener_reports_pkey PRIMARY KEY (worker),
-    constraint sandbox_known CHECK ((sandbox = ANY (ARRAY['bwrap'::text, 'none'::text])))
+    constraint sandbox_known CHECK ((sandbox = ANY ('{bwrap,none}'::text[])))
 );
 comment on table ceaseless.listener_reports is 'What each running listener reports about itself at start (its agents'' sandbox and OS user, how its database connection authenticated, the HTTP address it serves), removed when it stops. Written by listeners only; read through listener_status.';
 comment on column ceaseless.listener_reports.worker is 'The listener''s worker id (job.claimed_by).';
@@ -620,14 +620,14 @@ create table ceaseless.loops (
     constraint loops_debounce_secs_positive CHECK ((debounce_secs > 0)),
     constraint loops_last_run_id_fkey FOREIGN KEY (last_run_id) REFERENCES ceaseless.topology_runs(id) ON DELETE SET NULL,
     constraint loops_min_interval_secs_bounded CHECK (((min_interval_secs >= 0) AND (min_interval_secs <= 86400))),
-    constraint loops_overlap_policy_known CHECK ((overlap_policy = ANY (ARRAY['skip'::text, 'buffer_one'::text, 'buffer_all'::text, 'cancel_other'::text]))),
+    constraint loops_overlap_policy_known CHECK ((overlap_policy = ANY ('{skip,buffer_one,buffer_all,cancel_other}'::text[]))),
     constraint loops_pkey PRIMARY KEY (id),
     constraint loops_webhook_token_key UNIQUE (webhook_token),
     constraint loops_workspace_id_fkey FOREIGN KEY (workspace_id) REFERENCES ceaseless.workspaces(id) ON DELETE CASCADE,
     constraint policy_from_iteration_not_negative CHECK ((policy_from_iteration >= 0)),
-    constraint repeat_policy_kind_known CHECK (((repeat_policy ->> 'kind'::text) = ANY (ARRAY['infinite'::text, 'iters'::text, 'until'::text]))),
+    constraint repeat_policy_kind_known CHECK (((repeat_policy ->> 'kind'::text) = ANY ('{infinite,iters,until}'::text[]))),
     constraint stopped_at_iff_reason CHECK (((stopped_at IS NULL) = (stopped_reason IS NULL))),
-    constraint stopped_reason_known CHECK ((stopped_reason = ANY (ARRAY['completed'::text, 'exhausted'::text, 'failed'::text, 'cancelled'::text]))),
+    constraint stopped_reason_known CHECK ((stopped_reason = ANY ('{completed,exhausted,failed,cancelled}'::text[]))),
     constraint triggers_is_object CHECK ((jsonb_typeof(triggers) = 'object'::text)),
     constraint webhook_credentials_complete CHECK (((webhook_token IS NULL) = (webhook_signing_key IS NULL)))
 );
@@ -710,11 +710,11 @@ create table ceaseless.notifications (
     delivered_at timestamp with time zone,
     user_id text default CURRENT_USER not null,
     constraint delivered_at_iff_delivered CHECK (((delivered_at IS NOT NULL) = (status = 'delivered'::text))),
-    constraint kind_known CHECK ((kind = ANY (ARRAY['success'::text, 'failure'::text, 'attention'::text, 'stopped'::text, 'approval'::text]))),
+    constraint kind_known CHECK ((kind = ANY ('{success,failure,attention,stopped,approval}'::text[]))),
     constraint notifications_attempts_check CHECK ((attempts >= 0)),
     constraint notifications_pkey PRIMARY KEY (id),
-    constraint notifications_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'delivered'::text, 'failed'::text]))),
-    constraint source_table_known CHECK ((source_table = ANY (ARRAY['routine_runs'::text, 'topology_runs'::text, 'job'::text, 'loops'::text, 'approvals'::text])))
+    constraint notifications_status_check CHECK ((status = ANY ('{pending,delivered,failed}'::text[]))),
+    constraint source_table_known CHECK ((source_table = ANY ('{routine_runs,topology_runs,job,loops,approvals}'::text[])))
 ) with (autovacuum_vacuum_scale_factor=0.02, autovacuum_vacuum_cost_delay=0);
 alter table ceaseless.notifications enable row level security;
 CREATE INDEX notifications_delivered_idx ON ceaseless.notifications USING btree (delivered_at) WHERE (status = 'delivered'::text);
@@ -741,9 +741,9 @@ create table ceaseless.owner_budgets (
     updated_at timestamp with time zone default now() not null,
     constraint owner_budgets_pkey PRIMARY KEY (user_id),
     constraint some_budget CHECK ((num_nonnulls(window_cost_usd, window_tokens) > 0)),
-    constraint window_cost_usd_positive CHECK (((window_cost_usd IS NULL) OR (window_cost_usd > (0)::numeric))),
+    constraint window_cost_usd_positive CHECK ((window_cost_usd > (0)::numeric)),
     constraint window_secs_positive CHECK ((window_secs > 0)),
-    constraint window_tokens_positive CHECK (((window_tokens IS NULL) OR (window_tokens > 0)))
+    constraint window_tokens_positive CHECK ((window_tokens > 0))
 );
 alter table ceaseless.owner_budgets enable row level security;
 create policy all_rows on ceaseless.owner_budgets for all to ceaseless_listener, ceaseless_operator
@@ -875,21 +875,21 @@ create table ceaseless.routines (
     max_tokens bigint,
     constraint action_config_is_object CHECK ((jsonb_typeof(action_config) = 'object'::text)),
     constraint cooldown_secs_not_negative CHECK ((cooldown_secs >= 0)),
-    constraint dedup_window_secs_positive CHECK (((dedup_window_secs IS NULL) OR (dedup_window_secs > 0))),
+    constraint dedup_window_secs_positive CHECK ((dedup_window_secs > 0)),
     constraint job_fairness_key_bounded CHECK (((char_length(job_fairness_key) >= 1) AND (char_length(job_fairness_key) <= 200))),
     constraint job_priority_bounded CHECK (((job_priority >= '-1000'::integer) AND (job_priority <= 1000))),
     constraint max_concurrent_positive CHECK ((max_concurrent > 0)),
-    constraint max_cost_usd_positive CHECK (((max_cost_usd IS NULL) OR (max_cost_usd > (0)::numeric))),
-    constraint max_tokens_positive CHECK (((max_tokens IS NULL) OR (max_tokens > 0))),
-    constraint routines_action_type_check CHECK ((action_type = ANY (ARRAY['lightweight'::text, 'full_job'::text]))),
+    constraint max_cost_usd_positive CHECK ((max_cost_usd > (0)::numeric)),
+    constraint max_tokens_positive CHECK ((max_tokens > 0)),
+    constraint routines_action_type_check CHECK ((action_type = ANY ('{lightweight,full_job}'::text[]))),
     constraint routines_agent_fkey FOREIGN KEY (agent) REFERENCES ceaseless.agents(name) ON UPDATE CASCADE,
     constraint routines_debounce_max_at_least_secs CHECK ((debounce_max_secs >= debounce_secs)),
     constraint routines_debounce_max_needs_secs CHECK (((debounce_max_secs IS NULL) OR (debounce_secs IS NOT NULL))),
     constraint routines_debounce_max_secs_positive CHECK ((debounce_max_secs > 0)),
     constraint routines_debounce_secs_positive CHECK ((debounce_secs > 0)),
-    constraint routines_overlap_policy_known CHECK ((overlap_policy = ANY (ARRAY['skip'::text, 'buffer_one'::text, 'buffer_all'::text, 'cancel_other'::text, 'allow_all'::text]))),
+    constraint routines_overlap_policy_known CHECK ((overlap_policy = ANY ('{skip,buffer_one,buffer_all,cancel_other,allow_all}'::text[]))),
     constraint routines_pkey PRIMARY KEY (id),
-    constraint routines_trigger_type_check CHECK ((trigger_type = ANY (ARRAY['cron'::text, 'event'::text, 'webhook'::text, 'manual'::text]))),
+    constraint routines_trigger_type_check CHECK ((trigger_type = ANY ('{cron,event,webhook,manual}'::text[]))),
     constraint routines_user_id_name_key UNIQUE (user_id, name),
     constraint trigger_config_is_object CHECK ((jsonb_typeof(trigger_config) = 'object'::text))
 );
@@ -1122,7 +1122,7 @@ create table ceaseless.tracked_repo (
     constraint quiet_window_complete CHECK (((quiet_from IS NULL) = (quiet_until IS NULL))),
     constraint quiet_window_format CHECK (((quiet_from IS NULL) OR ((quiet_from ~ '^([01][0-9]|2[0-3]):[0-5][0-9]$'::text) AND (quiet_until ~ '^([01][0-9]|2[0-3]):[0-5][0-9]$'::text)))),
     constraint tracked_repo_discover_cooldown_secs_check CHECK ((discover_cooldown_secs >= 0)),
-    constraint tracked_repo_forge_check CHECK ((forge = ANY (ARRAY['gitea'::text, 'github'::text]))),
+    constraint tracked_repo_forge_check CHECK ((forge = ANY ('{gitea,github}'::text[]))),
     constraint tracked_repo_forge_owner_repo_key UNIQUE (forge, owner, repo),
     constraint tracked_repo_interval_seconds_check CHECK ((interval_seconds > 0)),
     constraint tracked_repo_pkey PRIMARY KEY (id)
@@ -1192,7 +1192,7 @@ create table ceaseless.webhook_deliveries (
     received_at timestamp with time zone default now() not null,
     constraint signature_seen_once UNIQUE (target, target_id, signature),
     constraint webhook_deliveries_pkey PRIMARY KEY (id),
-    constraint webhook_deliveries_target_check CHECK ((target = ANY (ARRAY['routine'::text, 'loop'::text])))
+    constraint webhook_deliveries_target_check CHECK ((target = ANY ('{routine,loop}'::text[])))
 );
 CREATE INDEX webhook_deliveries_received_idx ON ceaseless.webhook_deliveries USING btree (received_at);
 comment on table ceaseless.webhook_deliveries is 'Replay keys of accepted webhook requests (per scheme: the signature, a Standard Webhooks webhook-id, or a GitHub delivery id and signature), kept for the timestamp window to refuse replays.';
@@ -1207,7 +1207,7 @@ create table ceaseless.workspaces (
     root_path text,
     created_at timestamp with time zone default now() not null,
     constraint name_not_empty CHECK ((name <> ''::text)),
-    constraint root_path_absolute CHECK (((root_path IS NULL) OR (root_path ~~ '/%'::text))),
+    constraint root_path_absolute CHECK ((root_path ~~ '/%'::text)),
     constraint workspaces_name_key UNIQUE (name),
     constraint workspaces_pkey PRIMARY KEY (id)
 );
@@ -3207,7 +3207,7 @@ create function ceaseless._tg_agents_enabled()
 comment on function ceaseless._tg_agents_enabled() is 'After agents are enabled: fire again the on_completion loops a fire refused for a disabled agent left idle, once all of their agents are enabled.';
 grant execute on function ceaseless._tg_agents_enabled() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 afb5bd729f0c6c5f907b99d0f190413c
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 fad406dc42c9d150a4083dc279512c4a
 create function ceaseless._tg_agents_quiet_checks()
     returns trigger
     language plpgsql
@@ -3440,7 +3440,7 @@ create function ceaseless._tg_loops_graph_validate()
 comment on function ceaseless._tg_loops_graph_validate() is 'Before a loop is inserted or its graph is updated: refuse an invalid graph (CE422).';
 grant execute on function ceaseless._tg_loops_graph_validate() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 855aa30741d58f6f8aa9a3ad861422e8
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 e9f6e8b4a67f4b5c5bf83001d530dd06
 create function ceaseless._tg_loops_quiet_checks()
     returns trigger
     language plpgsql
@@ -3560,7 +3560,7 @@ create function ceaseless._tg_routines_changed()
 comment on function ceaseless._tg_routines_changed() is 'After a routine changes: NOTIFY ceaseless_schedule when it needs a next_fire_at; audit operator-visible changes.';
 grant execute on function ceaseless._tg_routines_changed() to ceaseless_listener, ceaseless_operator;
 
--- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 fce9dc6c53a839bfd8b1c93f6d1fb366
+-- functions/05_secrets.sql (generated by _install_quiet_checks), body md5 ef806e0f61e502202225de98cf5189ee
 create function ceaseless._tg_routines_quiet_checks()
     returns trigger
     language plpgsql

@@ -1,5 +1,5 @@
-"""db/0098 wrote the CHECK constraints of the hot tables again, shorter: each allows and refuses
-exactly the rows it did.
+"""db/0098 and db/0100 wrote the schema's CHECK constraints again, shorter: each allows and
+refuses exactly the rows it did.
 
 The rules before are read from a database migrated up to the migration before 0098, the rules
 after from a fully migrated one; every constraint whose text changed is evaluated, before and
@@ -9,6 +9,7 @@ lists name, each side of every bound), as PostgreSQL judges a CHECK: a NULL resu
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from decimal import Decimal
@@ -20,6 +21,7 @@ from psycopg import sql
 from listener.database.migrate import migrate, sql_root
 
 FIRST_SHORTER = "0098"
+SHORTER = ("0098", "0100")
 
 _BOUNDS = (-1001, -1000, -1, 0, 1, 2, 3, 4, 6, 1000, 1001)
 _LENGTHS = (1, 200, 201, 1000, 1001, 16000, 16001, 65536, 65537)
@@ -52,12 +54,15 @@ def _columns(conn: psycopg.Connection, table: str, constraint: str) -> list[tupl
     ]
 
 
-def _telling(kind: str, words: list[str], few: bool) -> tuple[list[object], str]:
+def _telling(kind: str, words: list[str], keys: list[str], few: bool) -> tuple[list[object], str]:
     """Values of a column of type `kind` on each side of what the rules test, and the SQL
     array type to pass them as; `few`: only NULL and one value (a rule over many columns
-    tests which of them are set)."""
+    tests which of them are set). A JSON column gets objects whose `keys` hold each word."""
+    if kind == "jsonb":
+        objects = [json.dumps({key: word}) for key in keys for word in [*words, "other"]]
+        return [None, "{}", *objects], "jsonb[]"
     if kind == "text":
-        values: list[object] = [None, "", "x", *words, *("y" * n for n in _LENGTHS)]
+        values: list[object] = [None, "", "x", "/x", *words, *("y" * n for n in _LENGTHS)]
         return ([None, words[0] if words else "x"] if few else values), "text[]"
     if kind in ("integer", "bigint"):
         return ([None, 1] if few else [None, *_BOUNDS]), f"{kind}[]"
@@ -82,10 +87,12 @@ def test_every_shortened_check_allows_and_refuses_what_it_did(
     before, after = _definitions(empty_db_url), _definitions(db_url)
     changed = sorted(key for key in after if before.get(key, after[key]) != after[key])
     # Every constraint the migration writes again is compared here.
-    written = re.findall(
-        r"add constraint (\w+)",
-        next((sql_root() / "db").glob(f"{FIRST_SHORTER}_*.sql")).read_text(),
-    )
+    written = [
+        name
+        for version in SHORTER
+        for migration in (sql_root() / "db").glob(f"{version}_*.sql")
+        for name in re.findall(r"add constraint (\w+)", migration.read_text())
+    ]
     assert sorted(name for _, name in changed) == sorted(written)
 
     for table, constraint in changed:
@@ -98,7 +105,8 @@ def test_every_shortened_check_allows_and_refuses_what_it_did(
                 for word in literal.split(",")
             }
         )
-        grids = [_telling(kind, words, few=len(columns) > 2) for _, kind in columns]
+        keys = re.findall(r"->> '(\w+)'", before[(table, constraint)])
+        grids = [_telling(kind, words, keys, few=len(columns) > 2) for _, kind in columns]
         sources = sql.SQL(" cross join ").join(
             sql.SQL("unnest({}::{}) as {}({})").format(
                 sql.Placeholder(),
@@ -114,8 +122,9 @@ def test_every_shortened_check_allows_and_refuses_what_it_did(
             "       count(*) filter (where not coalesce({new}, true)), count(*) "
             "from {sources}"
         ).format(
-            old=sql.SQL(before[(table, constraint)]),
-            new=sql.SQL(after[(table, constraint)]),
+            # A literal % (`like '/%'`) is not a placeholder.
+            old=sql.SQL(before[(table, constraint)].replace("%", "%%")),
+            new=sql.SQL(after[(table, constraint)].replace("%", "%%")),
             sources=sources,
         )
         differ, refused, tried = conn.execute(query, [values for values, _ in grids]).fetchone()
