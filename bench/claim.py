@@ -143,6 +143,20 @@ def claim_paths(
         }
 
 
+def claim_ratios(p50_ms: dict[str, float]) -> list[tuple[str, float, str]]:
+    """What the claim path must show, from each variant's median claim p50 (keyed as
+    VARIANTS): fifo no slower than the claim before fairness, round_robin within 20 % of
+    fifo and of the claim before fairness. As (name, ratio, target)."""
+    before, fifo, round_robin = (p50_ms.get(variant) for variant in VARIANTS)
+    if not (before and fifo and round_robin):
+        return []
+    return [
+        ("claim p50, fifo / fifo before fairness", fifo / before, "≤ 1"),
+        ("claim p50, round_robin / fifo", round_robin / fifo, "≤ 1.2"),
+        ("claim p50, round_robin / fifo before fairness", round_robin / before, "≤ 1.2"),
+    ]
+
+
 def main(
     baseline_ref: Annotated[
         str, typer.Option(help="The git ref whose claim is the baseline, e.g. main.")
@@ -174,6 +188,12 @@ def main(
         doubled = sum(m.duplicated for m in measured)
         label = variant.replace("baseline", baseline_ref)
         typer.echo(f"{label:>16}: " + ", ".join(cells) + f"; lost {lost}, duplicated {doubled}")
+    medians = {
+        variant: statistics.median(m.values["claim_p50_ms"] for m in measured)
+        for variant, measured in found.items()
+    }
+    for name, ratio, target in claim_ratios(medians):
+        typer.echo(f"{name}: {ratio:.3f} (target {target})")
 
 
 if __name__ == "__main__":

@@ -192,7 +192,14 @@ def _verdicts(rows: list[Row]) -> None:
             row.verdict = "met" if row.median >= 1000 else "missed"
 
 
-def _ratios(rows: list[Row], scale: tuple[int, int]) -> list[tuple[str, float, str]]:
+def _claim_system(variant: str, baseline_ref: str) -> str:
+    """The system a claim-path row names: the variant, the baseline by its git ref."""
+    return f"ceaseless {variant.replace('baseline', baseline_ref)}"
+
+
+def _ratios(
+    rows: list[Row], scale: tuple[int, int], baseline_ref: str | None
+) -> list[tuple[str, float, str]]:
     ratios: list[tuple[str, float, str]] = []
     for listeners in (1, 2):
         scenario = f"throughput ({listeners} listener{'s' if listeners > 1 else ''})"
@@ -206,6 +213,16 @@ def _ratios(rows: list[Row], scale: tuple[int, int]) -> list[tuple[str, float, s
             theirs = _median(rows, scenario, peer, "jobs_per_s")
             if ours_value and theirs:
                 ratios.append((f"ours / {peer}, {scenario}", ours_value / theirs, target))
+    if baseline_ref:
+        variants = {_claim_system(v, baseline_ref): v for v in claim.VARIANTS}
+        claim_p50 = {
+            variants[row.system]: row.median
+            for row in rows
+            if row.scenario.startswith("claim path")
+            and row.metric == "claim_p50_ms"
+            and row.system in variants
+        }
+        ratios += claim.claim_ratios(claim_p50)
     small = _median(rows, f"scheduler scale ({scale[0]:,})", "ceaseless", "buffers")
     large = _median(rows, f"scheduler scale ({scale[1]:,})", "ceaseless", "buffers")
     if small and large:
@@ -483,7 +500,7 @@ def run(
                     for variant, measured in found.items()
                     for row in _rows(
                         scenario,
-                        f"ceaseless {variant.replace('baseline', baseline_ref)}",
+                        _claim_system(variant, baseline_ref),
                         measured,
                         {"claim_p50_ms": "", "claim_p95_ms": ""},
                     )
@@ -493,7 +510,7 @@ def run(
         settings = server.settings()
 
     _verdicts(rows)
-    ratios = _ratios(rows, sizes.scale)
+    ratios = _ratios(rows, sizes.scale, baseline_ref)
     meta = {
         "started": started.isoformat(),
         "quick": quick,

@@ -26,7 +26,7 @@ def test_every_scenario_completes_with_nothing_lost_or_duplicated(
         pytest.importorskip(module, reason="the peers and the chart are the optional 'bench' extra")
     done = subprocess.run(
         [str(ROOT / "bin" / "bench"), "--quick", "--database-url", server_url,
-         "--output", str(tmp_path)],
+         "--output", str(tmp_path), "--baseline-ref", "HEAD"],
         env={**os.environ, "PYTHON": sys.executable},
         capture_output=True,
         text=True,
@@ -34,7 +34,8 @@ def test_every_scenario_completes_with_nothing_lost_or_duplicated(
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert {p.name for p in tmp_path.iterdir()} >= {"results.md", "results.json", "results.png"}
-    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    results = json.loads((tmp_path / "results.json").read_text())
+    rows = results["rows"]
     broken = [(r["scenario"], r["system"], r["lost"], r["duplicated"]) for r in rows
               if r["lost"] or r["duplicated"]]  # fmt: skip
     assert broken == []
@@ -46,3 +47,14 @@ def test_every_scenario_completes_with_nothing_lost_or_duplicated(
         "event load", "loop chain", "listener footprint", "forge intake", "many writers",
         "held transaction",
     } <= scenarios  # fmt: skip
+    # The claim path against a baseline (here HEAD against itself) is read off the report as
+    # the ratios its targets name.
+    assert "claim path" in scenarios
+    ratios = {ratio["name"]: ratio for ratio in results["ratios"]}
+    for name in (
+        "claim p50, fifo / fifo before fairness",
+        "claim p50, round_robin / fifo",
+        "claim p50, round_robin / fifo before fairness",
+    ):
+        assert ratios[name]["value"] > 0, ratios
+    assert ratios["claim p50, round_robin / fifo"]["target"] == "≤ 1.2"
