@@ -143,6 +143,11 @@ def claim_paths(
         }
 
 
+def variant_label(variant: str, baseline_ref: str) -> str:
+    """A variant as the reports name it: the baseline by its git ref."""
+    return variant.replace("baseline", baseline_ref)
+
+
 def claim_ratios(p50_ms: dict[str, float]) -> list[tuple[str, float, str]]:
     """What the claim path must show, from each variant's median claim p50 (keyed as
     VARIANTS): fifo no slower than the claim before fairness, round_robin within 20 % of
@@ -186,7 +191,7 @@ def main(
             )
         lost = sum(m.lost for m in measured)
         doubled = sum(m.duplicated for m in measured)
-        label = variant.replace("baseline", baseline_ref)
+        label = variant_label(variant, baseline_ref)
         typer.echo(f"{label:>16}: " + ", ".join(cells) + f"; lost {lost}, duplicated {doubled}")
     medians = {
         variant: statistics.median(m.values["claim_p50_ms"] for m in measured)

@@ -194,7 +194,7 @@ def _verdicts(rows: list[Row]) -> None:
 
 def _claim_system(variant: str, baseline_ref: str) -> str:
     """The system a claim-path row names: the variant, the baseline by its git ref."""
-    return f"ceaseless {variant.replace('baseline', baseline_ref)}"
+    return f"ceaseless {claim.variant_label(variant, baseline_ref)}"
 
 
 def _ratios(
