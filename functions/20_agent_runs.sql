@@ -205,6 +205,13 @@ create or replace function finish_runs(
 )
 returns table (run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
 language plpgsql
+-- Planned by a listener's first finishes on a new database, while agent_run
+-- is under ten pages (which the planner counts as ten), the runs' update
+-- hashed the batch against a read of every run, and the session kept that
+-- plan while the table grew: a finish of ten after 3,000 runs read all of
+-- them (tests/sql/test_batch_plans.py, test_without_enable_seqscan_a_finish_…;
+-- docs/performance.md, "Planner settings on functions").
+set enable_seqscan = off
 as $$
 #variable_conflict use_column
 begin

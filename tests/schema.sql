@@ -2013,6 +2013,7 @@ create function ceaseless._close_routine_runs(p_run_ids uuid[])
     language plpgsql
     volatile
     set plan_cache_mode = force_generic_plan
+    set enable_seqscan = on
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless._close_routine_runs(p_run_ids uuid[]) is 'Close the running routine runs among these whose jobs have finished (ok / attention / failed), update each routine''s counters and state once, and queue notifications.';
 grant execute on function ceaseless._close_routine_runs(p_run_ids uuid[]) to ceaseless_listener, ceaseless_operator;
@@ -4262,6 +4263,7 @@ create function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now time
     returns TABLE(run_id uuid, job_id uuid, job_state text, recorded boolean, refusal text)
     language plpgsql
     volatile
+    set enable_seqscan = off
     set search_path = pg_catalog, ceaseless, pg_temp;
 comment on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) is 'Finish a batch of agent runs and move each job by its outcome (_job_state_after: delivered, blocked, cancelled, retry with backoff, failed); a rate limit with a reset time pauses the lane, for at most rate_limit_max_wait_secs; an agent that could not authenticate blocks its job, attempt refunded. A succeeded run gets its verdict first (_forge_verdict: a needs_human block blocks the job, any kind; an implement run without a pull request fails, a plan needs a valid children block); a run that reaches its job''s spend ceiling (max_cost_usd, max_tokens over all its runs) is budget_exhausted. A result for a run that is no longer the reporter''s is kept in late_results, never written onto the closed run (recorded = false).';
 grant execute on function ceaseless.finish_runs(p_worker text, p_results jsonb, p_now timestamp with time zone) to ceaseless_listener, ceaseless_operator;
