@@ -23,8 +23,13 @@ def test_both_tables_prune_the_old_rows_and_serve_a_job_s_history(server_url: st
             assert partitions.read(server, 5_000).buffers > 0
             drained = ours.throughput(server, 200, 1)
             assert drained.lost == 0 and drained.duplicated == 0
-        # Dropping partitions writes almost no WAL; deleting rows writes a record a row.
-        assert partitions.prune(by_day, 5_000).wal_bytes < partitions.prune(plain, 5_000).wal_bytes
+        # Dropping partitions writes almost no WAL; deleting rows writes a record a row. At
+        # twenty thousand rows: the drops' catalog changes write full-page images after a
+        # checkpoint (another test's DROP DATABASE forces one), 0.6 MB at the worst, as much
+        # as deleting five thousand rows wrote.
+        dropped = partitions.prune(by_day, 20_000).wal_bytes
+        deleted = partitions.prune(plain, 20_000).wal_bytes
+        assert dropped < deleted, (dropped, deleted)
     finally:
         plain.close()
         by_day.close()
