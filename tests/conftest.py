@@ -66,6 +66,20 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return 2 * len(os.sched_getaffinity(0))
 
 
+# The fixtures through which a test reaches the run's server (the embedded one, or the one
+# DATABASE_URL names) or learns which it is; every other such fixture depends on one.
+_SERVER_FIXTURES = frozenset({"_drops", "server_url", "embedded_home"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `no_server` each test that uses none of the server fixtures: it does the same
+    whichever server the run uses, so a second run on another server leaves it out
+    (.ci/run). Tests reach the server only through fixtures."""
+    for item in items:
+        if not _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.no_server)
+
+
 def _without_fsync(server_url: str) -> None:
     """The run's own embedded server skips fsync: it holds nothing past the run.
 

@@ -236,7 +236,9 @@ def test_cancel_other_stops_the_live_runs_agent_and_starts_the_new_fire(
         conn, "r", "manual", agent=agent, max_concurrent=1, overlap_policy="cancel_other"
     )
     conn.commit()
-    start_listener("--poll-interval", "60")
+    # The new fire's agent sleeps on when the test ends: the listener stops it a second
+    # into its shutdown, not after the default grace.
+    start_listener("--poll-interval", "60", "--shutdown-grace", "1")
     conn.execute("select ceaseless.run_routine(%s)", (routine,))
     conn.commit()
     wait_until(lambda: _pid(pids) is not None, 30, "the agent never started")
@@ -260,7 +262,7 @@ def test_loop_cancel_other_stops_the_live_iterations_agent(
     agent = _sleeper(conn, pids)
     loop = make_loop(conn, g=graph([node("A", agent)]), overlap_policy="cancel_other")
     conn.commit()
-    start_listener("--poll-interval", "60")
+    start_listener("--poll-interval", "60", "--shutdown-grace", "1")  # as above
     conn.execute("select ceaseless.run_loop(%s)", (loop,))
     conn.commit()
     wait_until(lambda: _pid(pids) is not None, 30, "the agent never started")
